@@ -1,0 +1,400 @@
+"""Datasets: in-memory tensors loaded from local files, never downloaded.
+
+``load_dataset(name)`` returns a :class:`Dataset` (train/test tensors plus metadata). Sources:
+IDX folders (MNIST, Fashion-MNIST, EMNIST), CIFAR-10/100 pickles (folder or ``.tar.gz``),
+scikit-learn's digits, FedProx's Synthetic(alpha, beta) generator, and the embedded default
+Fashion-MNIST from Debian's ``dataset-fashion-mnist`` package.
+
+Where files are looked for when no ``root`` is given, first match wins:
+
+1. ``FEDACCEL_DATA_<NAME>`` (e.g. ``FEDACCEL_DATA_MNIST``, ``FEDACCEL_DATA_FASHION_MNIST``,
+   ``FEDACCEL_DATA_CIFAR10``): the dataset's folder (or CIFAR ``.tar.gz``);
+2. ``$FEDACCEL_DATA/<name>`` (e.g. ``$FEDACCEL_DATA/mnist``, ``$FEDACCEL_DATA/cifar10``), if it exists;
+3. for ``fashion-mnist`` only: the embedded copy (see :mod:`fedaccel.data.embedded`).
+
+Every user mistake (missing/damaged file, unknown name or option) raises
+:class:`fedaccel.errors.DataError` with a one-line message that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedaccel.data.cifar import LAYOUTS as _CIFAR_LAYOUTS
+from fedaccel.data.cifar import find_cifar_source, load_cifar
+from fedaccel.data.embedded import fashion_mnist_dir, install_fashion_mnist
+from fedaccel.data.idx import idx_stems, load_idx_folder, locate_idx_folder
+from fedaccel.data.synthetic import generate_synthetic
+from fedaccel.errors import DataError
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "DatasetSpec",
+    "available_datasets",
+    "fashion_mnist_dir",
+    "install_fashion_mnist",
+    "load_dataset",
+    "resolve_root",
+]
+
+
+@dataclass(repr=False)
+class Dataset:
+    """A dataset held in memory as tensors.
+
+    Images are ``N x C x H x W`` float32 in [0, 1]; vectors are ``N x D`` float32. Labels are int64
+    in ``0..num_classes-1``. ``natural_partition`` gives per-client train indices when the source
+    defines clients (Synthetic); splits use it instead of inventing one.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    input_shape: tuple[int, ...]
+    natural_partition: list[np.ndarray] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        for part, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+            if x.shape[0] != y.shape[0]:
+                raise DataError(
+                    f"dataset {self.name}: {x.shape[0]} {part} inputs but {y.shape[0]} labels; "
+                    "pass matching tensors"
+                )
+            if tuple(x.shape[1:]) != tuple(self.input_shape):
+                raise DataError(
+                    f"dataset {self.name}: {part} inputs have shape {tuple(x.shape[1:])}, "
+                    f"input_shape says {tuple(self.input_shape)}; make them agree"
+                )
+
+    @property
+    def num_train(self) -> int:
+        """Number of training samples."""
+        return int(self.x_train.shape[0])
+
+    @property
+    def num_test(self) -> int:
+        """Number of test samples."""
+        return int(self.x_test.shape[0])
+
+    def __repr__(self) -> str:
+        parts = "" if self.natural_partition is None else f", clients={len(self.natural_partition)}"
+        return (
+            f"Dataset(name={self.name!r}, train={self.num_train}, test={self.num_test}, "
+            f"num_classes={self.num_classes}, input_shape={self.input_shape}{parts})"
+        )
+
+
+Loader = Callable[..., Dataset]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A known dataset: how to load it and what it accepts.
+
+    ``kind`` is ``'files'`` (needs a folder/archive), ``'embedded'`` (files, with a built-in
+    default), ``'built-in'`` (ships with a dependency) or ``'generated'``. ``options`` maps each
+    accepted option to its default.
+    """
+
+    name: str
+    description: str
+    kind: str
+    loader: Loader
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _images(x: np.ndarray) -> torch.Tensor:
+    """uint8 ``N x H x W`` or ``N x C x H x W`` -> float32 ``N x C x H x W`` in [0, 1]."""
+    if x.ndim == 3:
+        x = x[:, None]
+    return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
+
+
+def _labels(y: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
+
+
+def _check_labels(name: str, where: Path | str, num_classes: int, *ys: np.ndarray) -> None:
+    for y in ys:
+        if y.size and (y.min() < 0 or y.max() >= num_classes):
+            raise DataError(
+                f"{where}: labels outside 0..{num_classes - 1}; these are not {name} files, "
+                "copy the right ones"
+            )
+
+
+def _env_name(name: str) -> str:
+    return "FEDACCEL_DATA_" + name.upper().replace("-", "_")
+
+
+def _need_root(name: str) -> DataError:
+    return DataError(
+        f"{name}: no data folder given; pass root=<folder>, or set {_env_name(name)}=<folder>, "
+        f"or FEDACCEL_DATA=<folder containing {name}/>"
+    )
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+def _load_mnist_like(name: str, root: Path | None, seed: int) -> Dataset:
+    if root is None:
+        if name != "fashion-mnist":
+            raise _need_root(name)
+        root = fashion_mnist_dir()
+    x_tr, y_tr, x_te, y_te = load_idx_folder(root, name, env_hint=_env_name(name))
+    _check_labels(name, root, 10, y_tr, y_te)
+    return Dataset(
+        name, _images(x_tr), _labels(y_tr), _images(x_te), _labels(y_te), 10,
+        (1, *x_tr.shape[1:]),
+    )
+
+
+def _load_fashion_mnist(root: Path | None, seed: int) -> Dataset:
+    return _load_mnist_like("fashion-mnist", root, seed)
+
+
+def _load_mnist(root: Path | None, seed: int) -> Dataset:
+    return _load_mnist_like("mnist", root, seed)
+
+
+# EMNIST split -> number of classes. 'letters' labels are 1..26 on disk; we shift them to 0..25.
+_EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
+
+
+def _load_emnist(root: Path | None, seed: int, emnist_split: str = "balanced") -> Dataset:
+    if emnist_split not in _EMNIST_CLASSES:
+        raise DataError(
+            f"emnist: unknown emnist_split '{emnist_split}'; use one of {', '.join(_EMNIST_CLASSES)}"
+        )
+    if root is None:
+        raise _need_root("emnist")
+    x_tr, y_tr, x_te, y_te = load_idx_folder(
+        root, f"EMNIST {emnist_split}", prefix=f"emnist-{emnist_split}-", env_hint="FEDACCEL_DATA_EMNIST"
+    )
+    if emnist_split == "letters":
+        y_tr, y_te = y_tr - 1, y_te - 1
+    num_classes = _EMNIST_CLASSES[emnist_split]
+    _check_labels("EMNIST " + emnist_split, root, num_classes, y_tr, y_te)
+    # EMNIST stores each image transposed relative to MNIST; flip it upright.
+    x_tr, x_te = x_tr.transpose(0, 2, 1), x_te.transpose(0, 2, 1)
+    return Dataset(
+        "emnist", _images(x_tr), _labels(y_tr), _images(x_te), _labels(y_te), num_classes,
+        (1, *x_tr.shape[1:]),
+    )
+
+
+def _cifar_loader(name: str) -> Loader:
+    def load(root: Path | None, seed: int, label_mode: str = "fine") -> Dataset:
+        if root is None:
+            raise _need_root(name)
+        x_tr, y_tr, x_te, y_te, k = load_cifar(root, name, label_mode)
+        return Dataset(name, _images(x_tr), _labels(y_tr), _images(x_te), _labels(y_te), k, (3, 32, 32))
+
+    load.__doc__ = f"Load {name} from a folder or its .tar.gz."
+    return load
+
+
+def _load_digits(root: Path | None, seed: int, test_frac: float = 0.2) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    if not 0.0 < test_frac < 1.0:
+        raise DataError(f"digits: test_frac must be in (0, 1) (got {test_frac})")
+    bunch = load_digits()
+    x = np.asarray(bunch.images, dtype=np.float32)[:, None] / 16.0
+    y = np.asarray(bunch.target, dtype=np.int64)
+    order = np.random.default_rng((seed, 0xD161)).permutation(len(y))
+    n_test = int(round(test_frac * len(y)))
+    te, tr = np.sort(order[:n_test]), np.sort(order[n_test:])
+    return Dataset(
+        "digits", torch.from_numpy(x[tr]), _labels(y[tr]), torch.from_numpy(x[te]), _labels(y[te]),
+        10, (1, 8, 8),
+    )
+
+
+def _load_synthetic(root: Path | None, seed: int, **options: Any) -> Dataset:
+    x_tr, y_tr, x_te, y_te, partition = generate_synthetic(seed=seed, **options)
+    classes = int(options.get("classes", 10))
+    return Dataset(
+        "synthetic", torch.from_numpy(x_tr), _labels(y_tr), torch.from_numpy(x_te), _labels(y_te),
+        classes, (x_tr.shape[1],), natural_partition=partition,
+    )
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec("fashion-mnist", "Fashion-MNIST, 28x28 grey, 10 classes (default; embedded)",
+                    "embedded", _load_fashion_mnist),
+        DatasetSpec("mnist", "MNIST digits, 28x28 grey, 10 classes (IDX files)", "files", _load_mnist),
+        DatasetSpec("emnist", "EMNIST, 28x28 grey (IDX files; option emnist_split)", "files",
+                    _load_emnist, {"emnist_split": "balanced"}),
+        DatasetSpec("cifar10", "CIFAR-10, 32x32 colour, 10 classes (python pickles)", "files",
+                    _cifar_loader("cifar10"), {"label_mode": "fine"}),
+        DatasetSpec("cifar100", "CIFAR-100, 32x32 colour, 100 (or 20 coarse) classes", "files",
+                    _cifar_loader("cifar100"), {"label_mode": "fine"}),
+        DatasetSpec("digits", "scikit-learn digits, 8x8 grey, 10 classes", "built-in", _load_digits,
+                    {"test_frac": 0.2}),
+        DatasetSpec("synthetic", "FedProx Synthetic(alpha, beta), 60-dim vectors, natural clients",
+                    "generated", _load_synthetic,
+                    {"alpha": 1.0, "beta": 1.0, "clients": 30, "dim": 60, "classes": 10,
+                     "samples": None, "train_frac": 0.8}),
+    )
+}
+
+_ALIASES = {
+    "fmnist": "fashion-mnist",
+    "fashionmnist": "fashion-mnist",
+    "cifar-10": "cifar10",
+    "cifar-100": "cifar100",
+}
+
+
+def _canonical(name: str) -> str:
+    key = name.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in DATASETS:
+        raise DataError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
+    return key
+
+
+def resolve_root(name: str, roots: dict[str, str] | None = None) -> tuple[Path | None, str]:
+    """Where ``name``'s files are configured: ``(path or None, how it was found)``.
+
+    Order: ``roots[name]``, ``FEDACCEL_DATA_<NAME>``, ``$FEDACCEL_DATA/<name>`` (only if it exists).
+    ``None`` means "not configured" (fashion-mnist then uses the embedded copy).
+    """
+    name = _canonical(name)
+    if roots:
+        for key, value in roots.items():
+            if value and _canonical(key) == name:
+                return Path(value).expanduser(), "roots"
+    env = _env_name(name)
+    if os.environ.get(env):
+        return Path(os.environ[env]).expanduser(), env
+    base = os.environ.get("FEDACCEL_DATA")
+    if base:
+        candidate = Path(base).expanduser() / name
+        if candidate.exists():
+            return candidate, "FEDACCEL_DATA"
+    return None, ""
+
+
+def _subset_indices(n: int, keep: int, rng: np.random.Generator, what: str) -> np.ndarray | None:
+    if keep <= 0:
+        raise DataError(f"{what} must be a positive number of samples (got {keep})")
+    if keep >= n:
+        return None
+    # A seeded random subset, kept in the original order.
+    return np.sort(rng.permutation(n)[:keep])
+
+
+def load_dataset(
+    name: str = "fashion-mnist",
+    root: str | os.PathLike[str] | None = None,
+    *,
+    seed: int = 0,
+    subset: int | None = None,
+    test_subset: int | None = None,
+    **options: Any,
+) -> Dataset:
+    """Load dataset ``name`` from ``root`` (or the configured/embedded location) into memory.
+
+    ``subset`` keeps at most that many training samples (a random subset drawn with
+    ``np.random.default_rng(seed)``, in original order; ``natural_partition`` is remapped);
+    ``test_subset`` does the same for the test set. ``options`` are per-dataset (see
+    ``DATASETS[name].options``), e.g. ``emnist_split='letters'`` or ``alpha=0.5`` for synthetic.
+    """
+    key = _canonical(name)
+    spec = DATASETS[key]
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        allowed = ", ".join(spec.options) or "none"
+        raise DataError(f"{key}: unknown option(s) {', '.join(unknown)}; allowed: {allowed}")
+    path = Path(root).expanduser() if root is not None else resolve_root(key)[0]
+    ds = spec.loader(path, seed, **options)
+
+    if subset is not None:
+        idx = _subset_indices(ds.num_train, int(subset), np.random.default_rng(seed), "subset")
+        if idx is not None:
+            partition = None
+            if ds.natural_partition is not None:
+                # Old train index -> position in the subset; drop clients' samples not kept.
+                partition = [np.searchsorted(idx, p[np.isin(p, idx)]) for p in ds.natural_partition]
+            t = torch.from_numpy(idx)
+            ds.x_train, ds.y_train, ds.natural_partition = ds.x_train[t], ds.y_train[t], partition
+    if test_subset is not None:
+        idx = _subset_indices(
+            ds.num_test, int(test_subset), np.random.default_rng((seed, 1)), "test_subset"
+        )
+        if idx is not None:
+            t = torch.from_numpy(idx)
+            ds.x_test, ds.y_test = ds.x_test[t], ds.y_test[t]
+    return ds
+
+
+def _probe(name: str, path: Path) -> bool:
+    """Cheap check (file names only, nothing parsed) that ``path`` holds ``name``'s files."""
+    try:
+        if name in ("mnist", "fashion-mnist"):
+            return path.is_dir() and locate_idx_folder(path, idx_stems()) is not None
+        if name == "emnist":
+            return path.is_dir() and any(
+                locate_idx_folder(path, idx_stems(f"emnist-{s}-")) for s in _EMNIST_CLASSES
+            )
+        if name in _CIFAR_LAYOUTS:
+            source = find_cifar_source(path, name)
+            return source.is_file() or all(
+                (source / f).is_file() for f in _CIFAR_LAYOUTS[name].files
+            )
+    except (DataError, OSError):
+        return False
+    return False
+
+
+def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """``(name, status, where)`` for every known dataset, for ``fedaccel data``.
+
+    status is ``'available'`` (files found), ``'missing'`` (``where`` says what to set or run),
+    ``'built-in'`` (embedded Fashion-MNIST, scikit-learn digits) or ``'generated'`` (synthetic).
+    Only file names are checked; damaged files are reported when loaded.
+    """
+    rows: list[tuple[str, str, str]] = []
+    for name, spec in DATASETS.items():
+        if spec.kind == "built-in":
+            rows.append((name, "built-in", "scikit-learn"))
+            continue
+        if spec.kind == "generated":
+            rows.append((name, "generated", "seeded generator, no files"))
+            continue
+        path, how = resolve_root(name, roots)
+        if path is not None:
+            if _probe(name, path):
+                rows.append((name, "available", str(path)))
+            else:
+                rows.append((name, "missing", f"{path} (from {how}) lacks the files"))
+            continue
+        if spec.kind == "embedded":
+            try:
+                rows.append((name, "built-in", str(fashion_mnist_dir())))
+            except DataError:
+                rows.append((name, "missing", "run `fedaccel data --install` (or `make install`)"))
+            continue
+        rows.append(
+            (name, "missing", f"set {_env_name(name)}=<folder> or FEDACCEL_DATA=<folder with {name}/>")
+        )
+    return rows
