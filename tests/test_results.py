@@ -1,0 +1,306 @@
+"""Tests for fedaccel.results: loading run folders, grouping, curves, tables, plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from fedaccel.errors import UserError
+from fedaccel.results import (
+    _make_figure,
+    compare_table,
+    group_runs,
+    load_run,
+    load_runs,
+    plot_curves,
+    rounds_to_target,
+    series,
+)
+
+
+def make_config(algorithm="fedavg", seed=0, split="case1", name="", **algo_params):
+    return {
+        "name": name,
+        "algorithm": {"name": algorithm, **algo_params},
+        "data": {"dataset": "mnist", "split": split, "clients": 10},
+        "model": {"name": "cnn"},
+        "train": {"rounds": 5, "lr": 0.05},
+        "run": {"seed": seed, "device": "cpu"},
+    }
+
+
+def write_run(folder: Path, config: dict, accs, losses=None, start_round=1, finished=True) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    lines = []
+    for i, acc in enumerate(accs):
+        rnd = start_round + i
+        loss = losses[i] if losses is not None else 1.0 - acc
+        row = {
+            "round": rnd,
+            "test_acc": acc,
+            "test_loss": loss,
+            "train_loss": loss * 0.9,
+            "wall_s": 1.5 * (rnd + 1),
+            "bytes_up": 1000 * rnd,
+            "bytes_down": 1000 * rnd,
+            "local_steps": 10 * rnd,
+            "diag": {"gsnr": 0.1 * rnd},
+        }
+        lines.append(json.dumps(row))
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if finished:
+        last = start_round + len(accs) - 1
+        summary = {"finished": True, "rounds": last, "final": json.loads(lines[-1])}
+        (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+# Rounds 1..5. FedAvg reaches 0.5 at round 3 (mean), 0.7 at round 5; "fast" at rounds 1 and 2.
+FEDAVG = {0: [0.1, 0.3, 0.5, 0.6, 0.7], 1: [0.3, 0.3, 0.5, 0.6, 0.9]}  # mean .2 .3 .5 .6 .8
+FAST = {0: [0.5, 0.7, 0.8, 0.85, 0.9], 1: [0.5, 0.7, 0.8, 0.85, 0.92]}  # mean .5 .7 .8 .85 .91
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Path:
+    exp = tmp_path / "exp"
+    for seed, accs in FEDAVG.items():
+        write_run(exp / f"fedavg-s{seed}", make_config("fedavg", seed), accs)
+    for seed, accs in FAST.items():
+        write_run(exp / f"fast-s{seed}", make_config("fast", seed, mu=0.1), accs)
+    (exp / "notes").mkdir()  # a sub-folder without metrics.jsonl is ignored
+    return exp
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def test_load_run_reads_config_metrics_and_summary(tmp_path):
+    folder = write_run(tmp_path / "r", make_config(), [0.1, 0.2])
+    run = load_run(folder)
+    assert run.path == folder
+    assert run.config["algorithm"]["name"] == "fedavg"
+    assert [m["round"] for m in run.metrics] == [1, 2]
+    assert run.metrics[1]["test_acc"] == 0.2
+    assert run.finished and run.summary["rounds"] == 2
+    assert run.seed == 0
+
+
+def test_label_uses_name_then_algorithm(tmp_path):
+    a = load_run(write_run(tmp_path / "a", make_config("fedprox"), [0.1]))
+    b = load_run(write_run(tmp_path / "b", make_config("fedprox", name="my run"), [0.1]))
+    assert a.label == "fedprox"
+    assert b.label == "my run"
+
+
+def test_group_key_ignores_seed_and_name_only(tmp_path):
+    a = load_run(write_run(tmp_path / "a", make_config(seed=1), [0.1]))
+    b = load_run(write_run(tmp_path / "b", make_config(seed=2, name="x"), [0.1]))
+    c = load_run(write_run(tmp_path / "c", make_config(seed=1, split="case2"), [0.1]))
+    assert a.group_key == b.group_key
+    assert a.group_key != c.group_key
+    assert json.loads(a.group_key)["run"] == {"device": "cpu"}
+
+
+def test_truncated_last_line_is_skipped(tmp_path):
+    folder = write_run(tmp_path / "r", make_config(), [0.1, 0.2], finished=False)
+    with open(folder / "metrics.jsonl", "a") as f:
+        f.write('{"round": 3, "test_acc": 0.')  # killed mid-write
+    run = load_run(folder)
+    assert [m["round"] for m in run.metrics] == [1, 2]
+    assert not run.finished
+
+
+def test_invalid_line_in_the_middle_is_an_error(tmp_path):
+    folder = write_run(tmp_path / "r", make_config(), [0.1, 0.2], finished=False)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    (folder / "metrics.jsonl").write_text("\n".join([lines[0], "{oops", lines[1]]) + "\n")
+    with pytest.raises(UserError, match=r"metrics.jsonl:2"):
+        load_run(folder)
+
+
+def test_missing_folder_and_missing_files_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_run(tmp_path / "nope")
+    with pytest.raises(UserError, match="not found"):
+        load_runs([tmp_path / "nope"])
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError, match="config.yaml"):
+        load_run(tmp_path / "half")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="metrics.jsonl"):
+        load_runs([tmp_path / "empty"])
+
+
+def test_error_messages_are_one_line(tmp_path):
+    folder = write_run(tmp_path / "r", make_config(), [0.1], finished=False)
+    (folder / "config.yaml").write_text("a: [1, 2\nb: 3\n")
+    with pytest.raises(UserError) as info:
+        load_run(folder)
+    assert "\n" not in str(info.value)
+
+
+def test_load_runs_expands_experiment_folder(experiment):
+    runs = load_runs([experiment])
+    assert sorted(r.path.name for r in runs) == ["fast-s0", "fast-s1", "fedavg-s0", "fedavg-s1"]
+    # a single path, a run folder and Run objects are accepted too
+    assert len(load_runs(experiment / "fedavg-s0")) == 1
+    assert load_runs(runs) == runs
+
+
+# ---------------------------------------------------------------------------- grouping
+
+
+def test_group_runs_by_seed_in_order_of_appearance(experiment):
+    names = ["fedavg-s0", "fast-s0", "fedavg-s1", "fast-s1"]
+    runs = load_runs([experiment / n for n in names])
+    groups = group_runs(runs)
+    assert [label for label, _ in groups] == ["fedavg", "fast"]
+    assert [[r.path.name for r in g] for _, g in groups] == [
+        ["fedavg-s0", "fedavg-s1"],
+        ["fast-s0", "fast-s1"],
+    ]
+
+
+def test_shared_labels_are_disambiguated_by_differing_values(tmp_path):
+    write_run(tmp_path / "e" / "a0", make_config("fedavg", 0, split="case1"), [0.1])
+    write_run(tmp_path / "e" / "a1", make_config("fedavg", 1, split="case1"), [0.1])
+    write_run(tmp_path / "e" / "b0", make_config("fedavg", 0, split="case2"), [0.1])
+    write_run(tmp_path / "e" / "c0", make_config("fedprox", 0, split="case2", mu=0.01), [0.1])
+    write_run(tmp_path / "e" / "d0", make_config("fedprox", 0, split="case2", mu=0.1), [0.1])
+    write_run(tmp_path / "e" / "e0", make_config("fedprox", 0, split="case2"), [0.1])
+    labels = [label for label, _ in group_runs(load_runs(tmp_path / "e"))]
+    assert labels == [
+        "fedavg (data.split=case1)",
+        "fedavg (data.split=case2)",
+        "fedprox (algorithm.mu=0.01)",
+        "fedprox (algorithm.mu=0.1)",
+        "fedprox (algorithm.mu=unset)",
+    ]
+
+
+# ---------------------------------------------------------------------------- curves
+
+
+def test_series_mean_and_std(experiment):
+    groups = dict(group_runs(load_runs(experiment)))
+    x, mean, std = series(groups["fedavg"], "test_acc")
+    np.testing.assert_array_equal(x, [1, 2, 3, 4, 5])
+    np.testing.assert_allclose(mean, [0.2, 0.3, 0.5, 0.6, 0.8])
+    np.testing.assert_allclose(std, [0.1, 0.0, 0.0, 0.0, 0.1])
+    x, mean, std = series(groups["fedavg"][0], "diag.gsnr")  # a single run, nested metric
+    np.testing.assert_allclose(mean, [0.1, 0.2, 0.3, 0.4, 0.5])
+    np.testing.assert_allclose(std, 0.0)
+
+
+def test_series_uses_rounds_common_to_all_runs(tmp_path):
+    accs = [0.0, 0.1, 0.2, 0.3]  # rounds 0..3
+    a = load_run(write_run(tmp_path / "a", make_config(seed=0), accs, start_round=0))
+    b = load_run(write_run(tmp_path / "b", make_config(seed=1), [0.3, 0.4]))  # rounds 1, 2
+    x, mean, _ = series([a, b], "test_acc")
+    np.testing.assert_array_equal(x, [1, 2])
+    np.testing.assert_allclose(mean, [0.2, 0.3])
+    x, mean, std = series([a, b], "no_such_metric")
+    assert x.size == mean.size == std.size == 0
+
+
+def test_rounds_to_target(experiment):
+    groups = group_runs(load_runs(experiment))  # folders in name order: fast-s*, fedavg-s*
+    fedavg, fast = dict(groups)["fedavg"], dict(groups)["fast"]
+    # single runs
+    assert rounds_to_target(fedavg[0], 0.5) == 3.0
+    assert rounds_to_target(fedavg[1], 0.3) == 1.0
+    assert rounds_to_target(fedavg[0], 0.95) is None
+    # groups use the mean curve: seed 1 reaches 0.9 at round 5 but the mean only 0.8
+    assert rounds_to_target(fedavg, 0.8) == 5.0
+    assert rounds_to_target(fedavg, 0.9) is None
+    assert rounds_to_target(fast, 0.7) == 2.0
+    assert rounds_to_target(groups[0], 0.7) == 2.0  # a (label, runs) tuple works too
+    # loss metrics: the first round at or below the target
+    assert rounds_to_target(fedavg, 0.5, metric="test_loss") == 3.0
+
+
+# ---------------------------------------------------------------------------- table
+
+
+def _rows(table: str) -> dict[str, list[str]]:
+    lines = table.splitlines()
+    out = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        out[cells[0]] = cells
+    return out
+
+
+def test_compare_table_speedups(experiment):
+    table = compare_table(load_runs(experiment), targets=[0.5, 0.8, 0.95])
+    lines = table.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:2] == ["method", "seeds"]
+    assert "rounds to 0.5" in header and "speed-up @0.8" in header
+    assert len(lines) == 4  # header, separator, two groups
+    rows = _rows(table)
+    fedavg, fast = rows["fedavg (baseline)"], rows["fast"]
+    assert fedavg[1] == fast[1] == "2"
+    # best (mean over seeds of each seed's best) and final mean ± std
+    assert fedavg[2] == "0.8000"
+    assert fedavg[3] == "0.8000 ± 0.1000"
+    assert fast[2] == "0.9100"
+    assert fast[3] == "0.9100 ± 0.0100"
+    # targets: 0.5 -> fedavg 3, fast 1 (3.00×); 0.8 -> fedavg 5, fast 3 (1.67×); 0.95 -> never
+    assert fedavg[4:] == ["3", "1.00×", "5", "1.00×", "—", "—"]
+    assert fast[4:] == ["1", "3.00×", "3", "1.67×", "—", "—"]
+
+
+def test_compare_table_baseline_choice(experiment):
+    runs = load_runs(experiment)
+    rows = _rows(compare_table(runs, targets=[0.5], baseline="fast"))
+    assert rows["fast (baseline)"][4:] == ["1", "1.00×"]
+    assert rows["fedavg"][4:] == ["3", "0.33×"]
+    with pytest.raises(UserError, match=r"unknown baseline 'scaffold'.*'fast', 'fedavg'"):
+        compare_table(runs, targets=[0.5], baseline="scaffold")
+
+
+def test_compare_table_default_baseline_without_fedavg(tmp_path):
+    write_run(tmp_path / "e" / "a", make_config("scaffold"), [0.2, 0.6])
+    write_run(tmp_path / "e" / "b", make_config("fedprox"), [0.6, 0.7])
+    rows = _rows(compare_table(load_runs(tmp_path / "e"), targets=[0.6]))
+    # subfolders are taken in name order, so "scaffold" (folder a) comes first
+    assert rows["scaffold (baseline)"][4:] == ["2", "1.00×"]
+    assert rows["fedprox"][1] == "1"
+    assert rows["fedprox"][3] == "0.7000"  # a single seed: no ± part
+    assert rows["fedprox"][4:] == ["1", "2.00×"]
+
+
+# ---------------------------------------------------------------------------- plots
+
+
+def test_plot_curves_writes_png(experiment, tmp_path):
+    out = plot_curves([experiment], tmp_path / "plots" / "curves.png", title="demo")
+    assert out == tmp_path / "plots" / "curves.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figure_has_one_panel_per_metric(experiment):
+    runs = load_runs(experiment)
+    fig = _make_figure(runs, ["test_acc", "test_loss"])
+    assert len(fig.axes) == 2
+    acc_ax = fig.axes[0]
+    assert acc_ax.get_xlabel() == "round"
+    assert acc_ax.get_ylabel() == "test accuracy"
+    assert [t.get_text() for t in acc_ax.get_legend().get_texts()] == ["fast", "fedavg"]
+    assert len(acc_ax.lines) == 2
+    assert len(acc_ax.collections) == 2  # one std band per multi-seed group
+    fig = _make_figure(runs[:1], ["test_acc", "test_loss", "train_loss"])
+    assert len(fig.axes) == 3
+    assert len(fig.axes[0].collections) == 0  # a single seed: no band
+
+
+def test_plot_unknown_metric_is_user_error(experiment, tmp_path):
+    with pytest.raises(UserError, match="test_accuracy.*available: test_acc"):
+        plot_curves([experiment], tmp_path / "x.png", metrics=["test_accuracy"])
