@@ -1,0 +1,214 @@
+"""The composable algorithm structure: parts with stages, composed by :func:`compose`.
+
+An FL algorithm is a chain of small :class:`Part` objects, in the spirit of optax's
+``chain``. Each part touches only the stages it needs and owns its named state; the engine
+holds every client's state and hands it in and out explicitly. One round, in stage order:
+
+1. ``participation``  who trains and who uploads (default: a seeded fraction does both;
+   FedUMF: everybody trains, a fraction uploads).
+2. ``plan_client`` / ``plan_server``  an optional planning message round (FedGSNR): clients
+   send statistics at the global model, the server answers each with instructions
+   (e.g. ``{"steps": 7}``; ``steps == 0`` means "do not train this round").
+3. ``start``  the client's start point (FedUMF fusion of a stored update).
+4. ``local_term``  a term added to the gradient at every local step (FedProx, SCAFFOLD,
+   FedDyn, FedDC); returns a closure ``(theta, grad) -> None`` that adds in place.
+5. ``estimator``  watches every local step direction and replaces the full local update by an
+   estimate (BHerd, GraB). At most one per algorithm.
+6. ``client_end``  the client's state after training and extra tensors to upload
+   (SCAFFOLD's control delta, FedUMF's stored update, FedDyn/FedDC drift).
+7. ``server_adjust``  server-side rescaling of the uploaded updates (GraB's 1/alpha_t).
+8. ``aggregate``  the server aggregator (mean, FedNova). Exactly one.
+9. ``server_end``  server state after aggregation (SCAFFOLD c, FedDyn h).
+
+``docs/architecture.md`` has the diagram. A named method is a recipe: ``compose(...)`` of parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+State = Any
+LocalTerm = Callable[[Tensor, Tensor], None]
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What every stage may read about the current round."""
+
+    round: int  # t, 0-based
+    lr: float  # eta_t, the local learning rate this round
+    prev_lr: float  # eta_{t-1} (equal to lr in round 0)
+    weights: np.ndarray  # p_i = |D_i| / sum_j |D_j| for all N clients
+    seed: int
+    momentum: float = 0.0  # local optimiser settings, for parts whose maths depends on them
+    weight_decay: float = 0.0
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.weights)
+
+    def rng(self, stream: str, *keys: int) -> np.random.Generator:
+        """A generator for (seed, stream, round, keys...): the only source of randomness."""
+        return make_rng(self.seed, stream, self.round, *keys)
+
+
+def make_rng(seed: int, stream: str, *keys: int) -> np.random.Generator:
+    """Independent generator per (seed, named stream, integer keys)."""
+    tag = int.from_bytes(stream.encode()[:8].ljust(8, b"\0"), "little")
+    return np.random.default_rng([seed, tag, *keys])
+
+
+@dataclass(frozen=True)
+class Participation:
+    """Clients that train this round, and the subset of them whose update is uploaded."""
+
+    train: tuple[int, ...]
+    upload: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """What a client-side stage may read: the round, who it is, how long it trains."""
+
+    info: RoundInfo
+    client: int
+    steps: int  # tau_i for this round
+    uploads: bool  # whether this client's update reaches the server this round
+    instructions: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ClientAccess(Protocol):
+    """What a planning stage may ask of a client's data and model (FedGSNR statistics)."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[Tensor, Tensor]: ...
+
+    def per_sample_grads(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor: ...
+
+
+class Estimator(Protocol):
+    """Replaces the full local update by an estimate built from the local step directions."""
+
+    def observe(self, step: int, direction: Tensor) -> None: ...
+
+    def finish(self, full_update: Tensor) -> tuple[Tensor, dict[str, Tensor], dict[str, Any]]:
+        """Return (estimated update, tensors to upload, diagnostics)."""
+        ...
+
+
+@dataclass
+class ClientUpdate:
+    """One client's upload: ``delta = w_t - theta_end`` (or its estimate) plus extras."""
+
+    client: int
+    weight: float  # p_i
+    steps: int
+    delta: Tensor
+    extras: dict[str, Tensor] = field(default_factory=dict)
+    diag: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [self.delta, *self.extras.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of an FL algorithm. Every stage is optional; see the module docstring.
+
+    Signatures (``ss`` = this part's server state, ``cs`` = this part's state for the client):
+
+    - ``init_server(w0) -> ss``; ``init_client(w0) -> cs``
+    - ``participation(info) -> Participation``
+    - ``plan_client(ctx, w, ss, cs, access) -> dict[str, Tensor]`` (the message sent up)
+    - ``plan_server(info, messages: dict[int, dict], ss) -> (dict[int, dict], diag)``
+    - ``start(ctx, w, theta0, ss, cs) -> theta0``
+    - ``local_term(ctx, w, ss, cs) -> LocalTerm | None``
+    - ``estimator(ctx, w, d) -> Estimator``
+    - ``client_end(ctx, w, theta0, theta_end, ss, cs) -> (cs, extras: dict[str, Tensor])``
+    - ``server_adjust(info, updates, ss) -> updates``
+    - ``aggregate(info, w, updates) -> w_next``
+    - ``server_end(info, w, w_next, updates, ss) -> (w_next, ss)``
+    - ``broadcast(ss) -> dict[str, Tensor]``: server state sent down with the model (bytes)
+    """
+
+    name: str
+    init_server: Callable[[Tensor], State] | None = None
+    init_client: Callable[[Tensor], State] | None = None
+    participation: Callable[[RoundInfo], Participation] | None = None
+    plan_client: Callable[..., dict[str, Tensor]] | None = None
+    plan_server: Callable[..., tuple[dict[int, dict[str, Any]], dict[str, Any]]] | None = None
+    start: Callable[..., Tensor] | None = None
+    local_term: Callable[..., LocalTerm | None] | None = None
+    estimator: Callable[..., Estimator] | None = None
+    client_end: Callable[..., tuple[State, dict[str, Tensor]]] | None = None
+    server_adjust: Callable[..., list[ClientUpdate]] | None = None
+    aggregate: Callable[..., Tensor] | None = None
+    server_end: Callable[..., tuple[Tensor, State]] | None = None
+    broadcast: Callable[[State], dict[str, Tensor]] | None = None
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A composed algorithm: its parts in order, plus the recipe name."""
+
+    name: str
+    parts: tuple[Part, ...]
+
+    def init_server(self, w0: Tensor) -> tuple[State, ...]:
+        return tuple(p.init_server(w0) if p.init_server else None for p in self.parts)
+
+    def init_client(self, w0: Tensor) -> tuple[State, ...]:
+        return tuple(p.init_client(w0) if p.init_client else None for p in self.parts)
+
+    def with_stage(self, stage: str) -> list[tuple[int, Part]]:
+        """(index, part) for the parts that implement ``stage``, in composition order."""
+        return [(k, p) for k, p in enumerate(self.parts) if getattr(p, stage) is not None]
+
+    def single(self, stage: str) -> tuple[int, Part] | None:
+        found = self.with_stage(stage)
+        return found[0] if found else None
+
+
+EXCLUSIVE_STAGES = ("participation", "estimator", "aggregate", "plan_server")
+
+
+def compose(name: str, *parts: Part) -> Algorithm:
+    """Chain parts into an algorithm. Stages that must have one owner are checked here.
+
+    Example:
+        >>> from fedaccel.algorithms.mean import mean_aggregate
+        >>> compose("fedavg", mean_aggregate()).name
+        'fedavg'
+    """
+    algorithm = Algorithm(name, tuple(parts))
+    for stage in EXCLUSIVE_STAGES:
+        owners = [p.name for _, p in algorithm.with_stage(stage)]
+        if len(owners) > 1:
+            raise ValueError(f"{name}: stage {stage!r} is claimed by several parts: {owners}")
+    if algorithm.single("aggregate") is None:
+        raise ValueError(f"{name}: no part aggregates the updates (add mean_aggregate())")
+    planners = [bool(p.plan_client) for _, p in algorithm.with_stage("plan_server")]
+    if planners and not all(planners):
+        raise ValueError(f"{name}: plan_server without plan_client")
+    return algorithm
+
+
+def tensor_bytes(tensors: Sequence[Tensor] | Mapping[str, Tensor]) -> int:
+    """Bytes on the wire for a message made of tensors."""
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    return sum(t.numel() * t.element_size() for t in values)
+
+
+def weighted_sum(updates: Sequence[ClientUpdate], coefficients: Sequence[float]) -> Tensor:
+    """sum_k c_k * delta_k as a running sum (client updates need not all be kept)."""
+    total = torch.zeros_like(updates[0].delta)
+    for u, c in zip(updates, coefficients, strict=True):
+        total.add_(u.delta, alpha=float(c))
+    return total

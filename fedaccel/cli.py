@@ -1,0 +1,163 @@
+"""The ``fedaccel`` command line.
+
+    fedaccel run configs/demo_fedavg.yaml --set train.rounds=20
+    fedaccel run --resume runs/fedavg-s0-20261122-101500
+    fedaccel experiment experiments/demo.yaml
+    fedaccel plot runs/demo -o curves.png
+    fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
+    fedaccel split-report --set data.split=case3 --set data.clients=5
+    fedaccel data [--install]
+
+A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
+the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedaccel.errors import UserError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; `fedaccel run --resume RUN_DIR` continues from the last checkpoint", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedaccel", description="Federated learning on non-IID data.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("run", help="run one config")
+    p.add_argument("config", nargs="?", help="YAML config (defaults apply to what it leaves out)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
+    p.add_argument("file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override in every cell")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=cmd_experiment)
+
+    p = sub.add_parser("plot", help="accuracy and loss curves of runs (PNG)")
+    p.add_argument("runs", nargs="+", help="run folders or experiment folders")
+    p.add_argument("-o", "--out", default="curves.png")
+    p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
+    p.add_argument("--title", default="")
+    p.set_defaults(handler=cmd_plot)
+
+    p = sub.add_parser("compare", help="rounds to target accuracy and speed-ups (Markdown)")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--targets", nargs="+", type=float, default=[0.5, 0.7, 0.8])
+    p.add_argument("--baseline", help="label of the baseline (default: fedavg, else the first)")
+    p.add_argument("--metric", default="test_acc")
+    p.set_defaults(handler=cmd_compare)
+
+    p = sub.add_parser("split-report", help="per-client label counts of a split, and a heat map")
+    p.add_argument("config", nargs="?")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("-o", "--out", default="split.png")
+    p.set_defaults(handler=cmd_split_report)
+
+    p = sub.add_parser("data", help="list datasets and where they are")
+    p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
+    p.set_defaults(handler=cmd_data)
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedaccel.config import load_config
+    from fedaccel.results import load_run
+    from fedaccel.runner import resume, run
+
+    progress = False if args.no_progress else None
+    if args.resume:
+        if args.config or args.set:
+            raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
+        path = resume(args.resume, progress=progress)
+    else:
+        path = run(load_config(args.config, args.set), args.out, progress=progress)
+    final = load_run(path).metrics[-1]
+    print(
+        f"round {final['round']}: test accuracy {final['test_acc']:.4f}, "
+        f"test loss {final['test_loss']:.4f}, train loss {final['train_loss']:.4f}"
+    )
+    print(f"run folder: {path}")
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from fedaccel.experiment import load_experiment, run_experiment
+
+    result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None)
+    print()
+    print(result.table)
+    print()
+    print(f"table: {result.out_dir / 'table.md'}")
+    print(f"plot:  {result.plot}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from fedaccel.results import plot_curves
+
+    print(plot_curves(args.runs, Path(args.out), metrics=tuple(args.metrics), title=args.title))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from fedaccel.results import compare_table
+
+    print(compare_table(args.runs, args.targets, baseline=args.baseline, metric=args.metric))
+    return 0
+
+
+def cmd_split_report(args: argparse.Namespace) -> int:
+    from fedaccel.config import load_config
+    from fedaccel.runner import build_partition
+    from fedaccel.splits import format_report, label_counts, plot_heatmap
+
+    config = load_config(args.config, args.set)
+    dataset, partition = build_partition(config)
+    counts = label_counts(partition, dataset.y_train.numpy(), dataset.num_classes)
+    print(format_report(counts))
+    title = f"{config.data.dataset}, split {config.data.split['name']}, {len(partition)} clients"
+    print(f"heat map: {plot_heatmap(counts, args.out, title=title)}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from fedaccel.data import available_datasets
+    from fedaccel.data.embedded import install_fashion_mnist
+
+    if args.install:
+        print(f"Fashion-MNIST installed in {install_fashion_mnist()}")
+    rows = available_datasets()
+    width = max(len(name) for name, _, _ in rows)
+    for name, status, where in rows:
+        print(f"{name:<{width}}  {status:<9}  {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

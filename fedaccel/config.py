@@ -1,0 +1,266 @@
+"""Run configuration: typed defaults, small YAML files that override them, ``--set`` overrides.
+
+A config file only names what differs from the defaults below. Unknown keys and invalid values
+fail at load with one line (``ConfigError``). ``algorithm``, ``model`` and ``data.split`` are
+*named* sections: a name plus that thing's own hyperparameters, e.g.::
+
+    algorithm: {name: fedavg}
+    data: {dataset: fashion-mnist, split: {name: dirichlet, alpha: 0.1}, clients: 10}
+    train: {rounds: 50, lr: 0.05}
+
+``--set train.lr=0.1 --set data.split=case2 --set algorithm.server_lr=0.5`` override any key;
+values are read as YAML (``null``, ``true``, numbers, lists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+from fedaccel.errors import ConfigError
+
+NAMED = "named"  # metadata marker for {name: ..., **params} sections
+
+
+def named(default: str) -> Any:
+    return field(default_factory=lambda: {"name": default}, metadata={NAMED: True})
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "fashion-mnist"  # see `fedaccel data`
+    root: str | None = None  # folder (or archive) of the dataset; null = the known locations
+    subset: int | None = None  # keep at most this many training samples (seeded)
+    test_subset: int | None = None  # keep at most this many test samples (seeded)
+    split: dict[str, Any] = named("iid")  # how samples are divided over clients
+    clients: int = 5  # N
+
+
+@dataclass
+class TrainConfig:
+    rounds: int = 50  # T
+    lr: float = 0.01  # eta_0, local learning rate
+    batch_size: int = 50  # B
+    local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B)
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
+    clip: float | None = None  # max gradient norm per mini-batch
+    reshuffle: bool = False  # new batch order every round (RR); default: fixed order
+    client_fraction: float = 1.0  # fraction of clients sampled per round
+
+
+@dataclass
+class EvalConfig:
+    every: int = 1  # evaluate every k rounds (and always after the last)
+    train_samples: int | None = 10000  # training-set loss on a fixed sample of this size; null = all
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    out_dir: str = "runs"  # run folders are created under this
+    checkpoint_every: int = 5  # rounds between checkpoints
+    runtime: str = "in-process"
+    progress: bool = True  # progress bar on stderr
+
+
+@dataclass
+class Config:
+    name: str = ""  # label in plots and tables; default: the algorithm's name
+    algorithm: dict[str, Any] = named("fedavg")
+    model: dict[str, Any] = named("svm")
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.algorithm["name"])
+
+
+RUNTIMES = ("in-process",)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file, then ``key=value`` overrides; validated."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = read_yaml(path)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        set_path(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
+    return from_dict(raw)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping of config keys")
+    return raw
+
+
+def set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested dict; a string given for a named section sets its name."""
+    keys = dotted.split(".")
+    node = raw
+    for key in keys[:-1]:
+        child = node.get(key)
+        if isinstance(child, str):  # "split: case2" then "split.alpha=..."
+            child = {"name": child}
+        if child is None:
+            child = {}
+        node[key] = child
+        node = child
+    node[keys[-1]] = value
+
+
+def from_dict(raw: dict[str, Any]) -> Config:
+    """Build and validate a Config from a nested mapping (unknown keys are errors)."""
+    config = _build(Config, raw, "")
+    validate(config)
+    return config
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config key {prefix.rstrip('.') or '<top>'} must be a mapping")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key {prefix + unknown[0]!r}; known under "
+            f"{prefix.rstrip('.') or 'the top level'}: {', '.join(fields)}"
+        )
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in raw:
+            continue
+        key = prefix + name
+        value = raw[name]
+        if f.metadata.get(NAMED):
+            values[name] = _named(value, key)
+        elif dataclasses.is_dataclass(hints[name]):
+            values[name] = _build(hints[name], value, key + ".")
+        else:
+            values[name] = _coerce(value, hints[name], key)
+    return cls(**values)
+
+
+def _named(value: Any, key: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"name": value}
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return dict(value)
+    raise ConfigError(f"{key} must be a name or a mapping with a 'name' key, got {value!r}")
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    text = str(hint)
+    optional = "None" in text
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key} must not be null")
+    if "bool" in text:
+        if isinstance(value, bool):
+            return value
+    elif "int" in text and "float" not in text:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif "float" in text:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif "str" in text:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    else:
+        return value
+    wanted = text.replace("typing.", "").replace("<class '", "").replace("'>", "")
+    raise ConfigError(f"{key} must be of type {wanted}, got {value!r}")
+
+
+def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -> None:
+    accepted = {
+        k for k, p in inspect.signature(function).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"{kind} {name!r} has no option {unknown[0]!r}; known: {', '.join(sorted(accepted)) or 'none'}"
+        )
+
+
+def validate(config: Config) -> None:
+    """Check names and values now, so a bad config fails before any work is done."""
+    from fedaccel.algorithms.registry import build_algorithm
+    from fedaccel.data import DATASETS
+    from fedaccel.engine.local import LocalOptions
+    from fedaccel.models import MODELS
+    from fedaccel.splits import SPLITS
+
+    algorithm = dict(config.algorithm)
+    build_algorithm(algorithm.pop("name"), **algorithm)
+    if config.data.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset {config.data.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    split = dict(config.data.split)
+    split_name = split.pop("name")
+    if split_name not in SPLITS:
+        raise ConfigError(f"unknown split {split_name!r}; known: {', '.join(sorted(SPLITS))}")
+    _check_params("split", split_name, split, SPLITS[split_name])
+    if config.model["name"] not in MODELS:
+        raise ConfigError(f"unknown model {config.model['name']!r}; known: {', '.join(sorted(MODELS))}")
+    local_options(config)  # LocalOptions validates its own values
+    checks = [
+        (config.data.clients >= 1, "data.clients must be >= 1"),
+        (config.train.rounds >= 1, "train.rounds must be >= 1"),
+        (0 < config.train.client_fraction <= 1, "train.client_fraction must be in (0, 1]"),
+        (config.eval.every >= 1, "eval.every must be >= 1"),
+        (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
+        (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
+        (config.data.subset is None or config.data.subset >= 1, "data.subset must be >= 1 or null"),
+        (config.eval.train_samples is None or config.eval.train_samples >= 1, "eval.train_samples must be >= 1 or null"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    del LocalOptions
+
+
+def local_options(config: Config) -> Any:
+    from fedaccel.engine.local import LocalOptions
+
+    t = config.train
+    return LocalOptions(
+        lr=t.lr,
+        batch_size=t.batch_size,
+        local_epochs=t.local_epochs,
+        momentum=t.momentum,
+        weight_decay=t.weight_decay,
+        lr_decay=t.lr_decay,
+        clip=t.clip,
+        reshuffle=t.reshuffle,
+    )
+
+
+def dump_config(config: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

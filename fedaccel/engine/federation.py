@@ -1,0 +1,145 @@
+"""A federation: the model, the training data split over clients, and the test data.
+
+It is everything a round needs besides the algorithm and its state: client weights p_i,
+local steps tau_i, each client's batch order per round, evaluation, and the client-side
+access that planning stages use (per-sample gradients with ``torch.func``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedaccel.algorithms.base import make_rng
+from fedaccel.engine.local import LocalOptions, batch_positions
+from fedaccel.errors import ConfigError
+from fedaccel.flat import FlatModel
+
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def _cross_entropy(output: Tensor, y: Tensor) -> Tensor:
+    return F.cross_entropy(output, y)
+
+
+def _argmax_correct(output: Tensor, y: Tensor) -> Tensor:
+    return (output.argmax(dim=1) == y).sum()
+
+
+class Federation:
+    """Model + data + split. Modules without ``loss``/``correct`` methods get cross-entropy/argmax."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        x_train: Tensor,
+        y_train: Tensor,
+        partition: Sequence[np.ndarray],
+        x_test: Tensor,
+        y_test: Tensor,
+        options: LocalOptions,
+        *,
+        seed: int = 0,
+        eval_train_samples: int | None = None,
+        eval_batch_size: int = 2000,
+    ) -> None:
+        if len(partition) == 0:
+            raise ConfigError("the partition has no clients")
+        sizes = np.array([len(p) for p in partition])
+        if (sizes == 0).any():
+            raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples")
+        self.model = FlatModel(module)
+        self.loss_fn: LossFn = getattr(module, "loss", _cross_entropy)
+        self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
+        self.x_train, self.y_train = x_train, y_train
+        self.x_test, self.y_test = x_test, y_test
+        self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
+        self.options = options
+        self.seed = seed
+        self.weights = sizes / sizes.sum()
+        self.steps = np.array([options.steps(int(n)) for n in sizes])
+        self.eval_batch_size = eval_batch_size
+        self._train_eval_index = self._pick_train_eval(eval_train_samples)
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.partition)
+
+    def _pick_train_eval(self, limit: int | None) -> Tensor | None:
+        n = len(self.y_train)
+        if limit is None or limit >= n:
+            return None
+        chosen = make_rng(self.seed, "train-eval").choice(n, size=limit, replace=False)
+        return torch.from_numpy(np.sort(chosen))
+
+    def order(self, client: int, round_: int) -> np.ndarray:
+        """The client's sample order: fixed across rounds, or reshuffled every round (RR)."""
+        keys = (client, round_) if self.options.reshuffle else (client,)
+        rng = make_rng(self.seed, "order", *keys)
+        return self.partition[client][rng.permutation(len(self.partition[client]))]
+
+    def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
+        return batch_positions(self.order(client, round_), steps, self.options.batch_size)
+
+    @torch.no_grad()
+    def _evaluate(self, x: Tensor, y: Tensor) -> tuple[float, float]:
+        module = self.model.module
+        module.eval()
+        total_loss, correct = 0.0, 0
+        for lo in range(0, len(y), self.eval_batch_size):
+            xb, yb = x[lo : lo + self.eval_batch_size], y[lo : lo + self.eval_batch_size]
+            out = module(xb)
+            total_loss += float(self.loss_fn(out, yb)) * len(yb)
+            correct += int(self.correct_fn(out, yb))
+        return correct / len(y), total_loss / len(y)
+
+    def evaluate(self, theta: Tensor, *, train: bool = True) -> dict[str, float]:
+        """Test accuracy and loss of ``theta``, and its loss on (a fixed sample of) the training set."""
+        self.model.load(theta)
+        acc, loss = self._evaluate(self.x_test, self.y_test)
+        result = {"test_acc": acc, "test_loss": loss}
+        if train:
+            x, y = self.x_train, self.y_train
+            if self._train_eval_index is not None:
+                x, y = x[self._train_eval_index], y[self._train_eval_index]
+            result["train_acc"], result["train_loss"] = self._evaluate(x, y)
+        return result
+
+    def access(self, client: int) -> ClientData:
+        return ClientData(self, client)
+
+
+class ClientData:
+    """Client-side access for planning stages: sampling and per-sample gradients."""
+
+    def __init__(self, federation: Federation, client: int) -> None:
+        self.federation = federation
+        self.client = client
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
+        """Up to ``n`` of the client's samples, without replacement."""
+        index = self.federation.partition[self.client]
+        chosen = torch.from_numpy(rng.choice(index, size=min(n, len(index)), replace=False))
+        return self.federation.x_train[chosen], self.federation.y_train[chosen]
+
+    def per_sample_grads(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        """Gradient of the loss of each sample at ``theta``: shape (n, d), via torch.func.vmap."""
+        from torch.func import functional_call, grad, vmap
+
+        fed = self.federation
+        module = fed.model.module
+        names = [name for name, p in module.named_parameters() if p.requires_grad]
+        shapes = [p.shape for _, p in module.named_parameters() if p.requires_grad]
+        sizes = [s.numel() for s in shapes]
+
+        def loss_one(flat: Tensor, xi: Tensor, yi: Tensor) -> Tensor:
+            params = {n: t.view(s) for n, t, s in zip(names, flat.split(sizes), shapes)}
+            out = functional_call(module, params, (xi.unsqueeze(0),))
+            return fed.loss_fn(out, yi.unsqueeze(0))
+
+        module.eval()
+        return vmap(grad(loss_one), in_dims=(None, 0, 0))(theta.detach(), x, y)

@@ -1,0 +1,117 @@
+"""Local training on one client: tau_i SGD steps on the flat parameter vector.
+
+A step is ``theta <- theta - eta * d`` where the direction d is built from the mini-batch
+gradient z in this order: clip z (optional), add the algorithm's local terms (FedProx,
+SCAFFOLD, ...), add weight decay, apply heavy-ball momentum (PyTorch's convention). An
+estimator part (BHerd, GraB) observes every d; with plain SGD, d = z + local terms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedaccel.algorithms.base import Estimator, LocalTerm
+from fedaccel.errors import ConfigError
+from fedaccel.flat import FlatModel
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """Client optimiser settings (the same on every client)."""
+
+    lr: float = 0.01  # eta_0
+    batch_size: int = 50  # B
+    local_epochs: float = 1.0  # E, fractional allowed
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_decay: float = 1.0  # gamma: eta_t = eta_0 * gamma^t
+    clip: float | None = None  # max L2 norm of each mini-batch gradient
+    reshuffle: bool = False  # RR: new batch order every round; else fixed order (BHerd's default)
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        if self.batch_size < 1:
+            raise ConfigError(f"train.batch_size must be >= 1, got {self.batch_size}")
+        if not self.local_epochs > 0:
+            raise ConfigError(f"train.local_epochs must be > 0, got {self.local_epochs}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"train.weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 < self.lr_decay <= 1:
+            raise ConfigError(f"train.lr_decay must be in (0, 1], got {self.lr_decay}")
+        if self.clip is not None and not self.clip > 0:
+            raise ConfigError(f"train.clip must be > 0 or null, got {self.clip}")
+
+    def lr_at(self, round_: int) -> float:
+        """eta_t = eta_0 * gamma^t."""
+        return self.lr * self.lr_decay**round_
+
+    def steps(self, n_samples: int) -> int:
+        """tau_i = floor(E * |D_i| / B), at least 1."""
+        return max(1, math.floor(self.local_epochs * n_samples / self.batch_size + 1e-9))
+
+
+def batch_positions(order: np.ndarray, steps: int, batch_size: int) -> list[np.ndarray]:
+    """Indices of each of ``steps`` mini-batches, reading ``order`` cyclically.
+
+    Batches run through the order epoch after epoch; a batch that crosses the end of the
+    order continues at its start, so every batch has exactly ``batch_size`` samples (or all
+    of the client's data when it has fewer).
+    """
+    n = len(order)
+    size = min(batch_size, n)
+    reps = math.ceil(steps * size / n)
+    stream = np.tile(order, reps) if reps > 1 else order
+    return [stream[k * size : (k + 1) * size] for k in range(steps)]
+
+
+def train_local(
+    model: FlatModel,
+    x: Tensor,
+    y: Tensor,
+    batches: Sequence[np.ndarray],
+    start: Tensor,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    lr: float,
+    options: LocalOptions,
+    terms: Sequence[LocalTerm] = (),
+    estimator: Estimator | None = None,
+) -> Tensor:
+    """Run one SGD step per batch from ``start``; return the final parameters (a new tensor)."""
+    model.load(start)
+    theta = model.theta
+    module = model.module
+    module.train()
+    buffer: Tensor | None = None
+    for step, index in enumerate(batches):
+        idx = torch.from_numpy(index)
+        xb, yb = x[idx], y[idx]
+        grad = model.gradient(loss_fn(module(xb), yb))
+        with torch.no_grad():
+            if options.clip is not None:
+                norm = float(grad.norm())
+                if norm > options.clip:
+                    grad.mul_(options.clip / norm)
+            for term in terms:
+                term(theta, grad)
+            if options.weight_decay:
+                grad.add_(theta, alpha=options.weight_decay)
+            direction = grad
+            if options.momentum:
+                if buffer is None:
+                    buffer = grad.clone()
+                else:
+                    buffer.mul_(options.momentum).add_(grad)
+                direction = buffer
+            if estimator is not None:
+                estimator.observe(step, direction)
+            theta.sub_(direction, alpha=lr)
+    return theta.clone()

@@ -1,0 +1,201 @@
+"""One federated round of a composed algorithm, in process.
+
+``run_round(algorithm, state, federation) -> (state, report)`` walks the stages of
+:mod:`fedaccel.algorithms.base` in order. The state is explicit and returned: the global model,
+each part's server state, every client's part states, and running totals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from torch import Tensor
+
+from fedaccel.algorithms.base import (
+    Algorithm,
+    ClientContext,
+    ClientUpdate,
+    Participation,
+    RoundInfo,
+    State,
+    tensor_bytes,
+)
+from fedaccel.algorithms.sampling import sample_clients
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.local import train_local
+
+
+@dataclass
+class FLState:
+    """Everything a run needs to continue: checkpoint this and nothing is lost."""
+
+    round: int  # rounds completed
+    w: Tensor
+    server: tuple[State, ...]
+    clients: list[tuple[State, ...]]
+    totals: dict[str, int] = field(
+        default_factory=lambda: {"bytes_up": 0, "bytes_down": 0, "local_steps": 0}
+    )
+
+
+@dataclass
+class RoundReport:
+    """What happened in one round: who took part, what it cost, the parts' diagnostics."""
+
+    round: int
+    participation: Participation
+    bytes_up: int
+    bytes_down: int
+    local_steps: int
+    diag: dict[str, Any]
+
+
+def init_state(algorithm: Algorithm, w0: Tensor, n_clients: int) -> FLState:
+    return FLState(
+        round=0,
+        w=w0.clone(),
+        server=algorithm.init_server(w0),
+        clients=[algorithm.init_client(w0) for _ in range(n_clients)],
+    )
+
+
+def round_info(federation: Federation, round_: int) -> RoundInfo:
+    options = federation.options
+    return RoundInfo(
+        round=round_,
+        lr=options.lr_at(round_),
+        prev_lr=options.lr_at(max(round_ - 1, 0)),
+        weights=federation.weights,
+        seed=federation.seed,
+        momentum=options.momentum,
+        weight_decay=options.weight_decay,
+    )
+
+
+def choose_participants(algorithm: Algorithm, info: RoundInfo, fraction: float) -> Participation:
+    owner = algorithm.single("participation")
+    if owner is not None:
+        return owner[1].participation(info)  # type: ignore[misc]
+    chosen = sample_clients(info, fraction)
+    return Participation(train=chosen, upload=chosen)
+
+
+def run_round(
+    algorithm: Algorithm, state: FLState, federation: Federation, *, fraction: float = 1.0
+) -> tuple[FLState, RoundReport]:
+    """Advance ``state`` by one round; ``fraction`` is used when no part chooses participants."""
+    info = round_info(federation, state.round)
+    who = choose_participants(algorithm, info, fraction)
+    server, clients = state.server, list(state.clients)
+    diag: dict[str, Any] = {}
+    down_message = sum(
+        (tensor_bytes(p.broadcast(server[k])) for k, p in algorithm.with_stage("broadcast")),
+        start=state.w.numel() * state.w.element_size(),
+    )
+    bytes_up = 0
+    bytes_down = down_message * len(who.train)
+
+    # Planning phase (FedGSNR): a message round of its own.
+    instructions: dict[int, dict[str, Any]] = {i: {} for i in who.train}
+    planner = algorithm.single("plan_server")
+    if planner is not None:
+        k, part = planner
+        messages = {}
+        for i in who.train:
+            ctx = _context(info, federation, i, who, {})
+            messages[i] = part.plan_client(ctx, state.w, server[k], clients[i][k], federation.access(i))  # type: ignore[misc]
+            bytes_up += tensor_bytes(messages[i])
+        instructions, plan_diag = part.plan_server(info, messages, server[k])  # type: ignore[misc]
+        bytes_down += sum(8 * len(v) for v in instructions.values())
+        diag.update(plan_diag)
+
+    updates: list[ClientUpdate] = []
+    local_steps = 0
+    for i in who.train:
+        ctx = _context(info, federation, i, who, instructions.get(i, {}))
+        if ctx.steps == 0:
+            continue
+        clients[i], update = train_client(algorithm, ctx, state.w, server, clients[i], federation)
+        local_steps += ctx.steps
+        if ctx.uploads:
+            updates.append(update)
+            bytes_up += update.nbytes
+
+    for k, part in algorithm.with_stage("server_adjust"):
+        updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
+    k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
+    w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
+    server_list = list(server)
+    for k, part in algorithm.with_stage("server_end"):
+        w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
+
+    if any(u.diag for u in updates):
+        diag["clients"] = {str(u.client): u.diag for u in updates if u.diag}
+    totals = {
+        "bytes_up": state.totals["bytes_up"] + bytes_up,
+        "bytes_down": state.totals["bytes_down"] + bytes_down,
+        "local_steps": state.totals["local_steps"] + local_steps,
+    }
+    new_state = replace(
+        state, round=state.round + 1, w=w_next, server=tuple(server_list), clients=clients, totals=totals
+    )
+    report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag)
+    return new_state, report
+
+
+def _context(
+    info: RoundInfo, federation: Federation, client: int, who: Participation, instructions: dict[str, Any]
+) -> ClientContext:
+    steps = int(instructions.get("steps", federation.steps[client]))
+    return ClientContext(info, client, steps, client in who.upload, instructions)
+
+
+def train_client(
+    algorithm: Algorithm,
+    ctx: ClientContext,
+    w: Tensor,
+    server: tuple[State, ...],
+    client_state: tuple[State, ...],
+    federation: Federation,
+) -> tuple[tuple[State, ...], ClientUpdate]:
+    """The client side of a round: start point, local steps, estimate, state update."""
+    theta0 = w
+    for k, part in algorithm.with_stage("start"):
+        theta0 = part.start(ctx, w, theta0, server[k], client_state[k])  # type: ignore[misc]
+    terms = []
+    for k, part in algorithm.with_stage("local_term"):
+        term = part.local_term(ctx, w, server[k], client_state[k])  # type: ignore[misc]
+        if term is not None:
+            terms.append(term)
+    owner = algorithm.single("estimator")
+    estimator = owner[1].estimator(ctx, w.numel()) if owner else None  # type: ignore[misc]
+
+    batches = federation.batches(ctx.client, ctx.info.round, ctx.steps)
+    theta_end = train_local(
+        federation.model,
+        federation.x_train,
+        federation.y_train,
+        batches,
+        theta0,
+        federation.loss_fn,
+        ctx.info.lr,
+        federation.options,
+        terms,
+        estimator,
+    )
+    trajectory = theta0 - theta_end
+    extras: dict[str, Tensor] = {}
+    diag: dict[str, Any] = {}
+    if estimator is not None:
+        trajectory, more, diag = estimator.finish(trajectory)
+        extras.update(more)
+    delta = trajectory if theta0 is w else trajectory + (w - theta0)
+
+    new_state = list(client_state)
+    for k, part in algorithm.with_stage("client_end"):
+        new_state[k], more = part.client_end(ctx, w, theta0, theta_end, server[k], client_state[k])  # type: ignore[misc]
+        extras.update(more)
+    weight = float(federation.weights[ctx.client])
+    return tuple(new_state), ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag)
+

@@ -1,0 +1,222 @@
+"""Runs: a config in, a run folder out.
+
+A run folder holds ``config.yaml`` (resolved), ``metrics.jsonl`` (one line per evaluated
+round, flushed as it is written), ``checkpoint.pt`` (every ``run.checkpoint_every`` rounds,
+written atomically), ``model.pt`` (the final flat parameter vector) and ``summary.json``.
+``resume(run_dir)`` continues a killed run from its checkpoint and reaches the same numbers as
+an uninterrupted run: every random draw derives from (seed, round, client), never from the
+history of the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedaccel.algorithms.base import Algorithm, make_rng
+from fedaccel.algorithms.registry import build_algorithm, get_recipe
+from fedaccel.config import Config, dump_config, from_dict, local_options, read_yaml
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.round import FLState, RoundReport, init_state, run_round
+from fedaccel.errors import UserError
+
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class Setup:
+    """Everything built from a config before the first round."""
+
+    config: Config
+    federation: Federation
+    algorithm: Algorithm
+    fraction: float
+
+
+def build_partition(config: Config) -> tuple[Any, list[np.ndarray]]:
+    """Load the dataset and split it over the clients (one client for centralized SGD)."""
+    from fedaccel.data import load_dataset
+    from fedaccel.splits import split
+
+    seed = config.run.seed
+    d = config.data
+    dataset = load_dataset(d.dataset, d.root, seed=seed, subset=d.subset, test_subset=d.test_subset)
+    labels = dataset.y_train.numpy()
+    if get_recipe(config.algorithm["name"]).centralized:
+        return dataset, [np.arange(len(labels))]
+    split_args = {k: v for k, v in d.split.items() if k != "name"}
+    if d.split["name"] == "natural":
+        split_args["partition"] = dataset.natural_partition
+    return dataset, split(d.split["name"], labels, d.clients, make_rng(seed, "split"), **split_args)
+
+
+def build_setup(config: Config) -> Setup:
+    """Load data, split it, build the model and the algorithm (deterministic from the seed)."""
+    from fedaccel.models import build_model
+
+    seed = config.run.seed
+    dataset, partition = build_partition(config)
+    model_args = {k: v for k, v in config.model.items() if k != "name"}
+    module = build_model(config.model["name"], dataset.input_shape, dataset.num_classes, seed=seed, **model_args)
+    federation = Federation(
+        module,
+        dataset.x_train,
+        dataset.y_train,
+        partition,
+        dataset.x_test,
+        dataset.y_test,
+        local_options(config),
+        seed=seed,
+        eval_train_samples=config.eval.train_samples,
+    )
+    algorithm_args = {k: v for k, v in config.algorithm.items() if k != "name"}
+    algorithm = build_algorithm(config.algorithm["name"], **algorithm_args)
+    return Setup(config, federation, algorithm, config.train.client_fraction)
+
+
+def new_run_dir(config: Config) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(config.run.out_dir) / f"{config.label}-s{config.run.seed}-{stamp}"
+    path, k = base, 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}"), k + 1
+    return path
+
+
+def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | None = None) -> Path:
+    """Run ``config`` into ``run_dir`` (default: a new folder under ``run.out_dir``)."""
+    path = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    if (path / METRICS).exists():
+        raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
+    path.mkdir(parents=True, exist_ok=True)
+    dump_config(config, path / "config.yaml")
+    setup = build_setup(config)
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+    run_loop(setup, state, path, wall=0.0, progress=progress)
+    return path
+
+
+def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
+    """Continue a run from its last checkpoint (or from scratch if it never wrote one)."""
+    path = Path(run_dir)
+    if not (path / "config.yaml").is_file():
+        raise UserError(f"{path} is not a run folder (no config.yaml)")
+    config = from_dict(read_yaml(path / "config.yaml"))
+    setup = build_setup(config)
+    checkpoint = path / CHECKPOINT
+    if checkpoint.is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        state, wall = saved["state"], saved["wall_s"]
+    else:
+        state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+        wall = 0.0
+    _truncate_metrics(path / METRICS, state.round)
+    run_loop(setup, state, path, wall=wall, progress=progress)
+    return path
+
+
+def _truncate_metrics(path: Path, last_round: int) -> None:
+    """Drop metric lines written after the checkpoint (and a half-written last line)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if row["round"] <= last_round:
+            kept.append(line)
+    path.write_text("".join(k + "\n" for k in kept))
+
+
+def run_loop(setup: Setup, state: FLState, path: Path, *, wall: float, progress: bool | None) -> FLState:
+    config, federation = setup.config, setup.federation
+    rounds = config.train.rounds
+    show = config.run.progress if progress is None else progress
+    bar = _progress_bar(rounds, state.round, config.label, show)
+    with open(path / METRICS, "a") as metrics_file:
+        if state.round == 0:
+            _write(metrics_file, _metrics(setup, state, None, wall))
+        last: dict[str, Any] = {}
+        while state.round < rounds:
+            started = time.perf_counter()
+            state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction)
+            wall += time.perf_counter() - started
+            if state.round % config.eval.every == 0 or state.round == rounds:
+                last = _metrics(setup, state, report, wall)
+                _write(metrics_file, last)
+                bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
+            if state.round % config.run.checkpoint_every == 0 or state.round == rounds:
+                save_checkpoint(path / CHECKPOINT, state, wall)
+            bar.update(1)
+    bar.close()
+    torch.save({"w": state.w, "config": config.to_dict()}, path / "model.pt")
+    final = last or _last_metrics(path / METRICS)
+    (path / "summary.json").write_text(json.dumps({"finished": True, "rounds": rounds, "final": final}, indent=1))
+    return state
+
+
+def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"round": state.round}
+    row.update(setup.federation.evaluate(state.w))
+    row["wall_s"] = round(wall, 4)
+    row.update(state.totals)
+    if report is not None:
+        row["clients"] = len(report.participation.train)
+        row["uploaded"] = len(report.participation.upload)
+        if report.diag:
+            row["diag"] = report.diag
+    return row
+
+
+def _write(file: Any, row: dict[str, Any]) -> None:
+    file.write(json.dumps(row, default=_jsonable) + "\n")
+    file.flush()
+    os.fsync(file.fileno())
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to metrics")
+
+
+def _last_metrics(path: Path) -> dict[str, Any]:
+    lines = path.read_text().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
+    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+    tmp = path.with_suffix(".tmp")
+    torch.save({"state": state, "wall_s": wall}, tmp)
+    os.replace(tmp, path)
+
+
+def _progress_bar(total: int, done: int, label: str, show: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        initial=done,
+        desc=label,
+        unit="round",
+        disable=not show,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
