@@ -130,6 +130,8 @@ class ClientData:
         """Gradient of the loss of each sample at ``theta``: shape (n, d), via torch.func.vmap."""
         from torch.func import functional_call, grad, vmap
 
+        from fedaccel.models import Classifier, functional_loss
+
         fed = self.federation
         module = fed.model.module
         names = [name for name, p in module.named_parameters() if p.requires_grad]
@@ -138,6 +140,8 @@ class ClientData:
 
         def loss_one(flat: Tensor, xi: Tensor, yi: Tensor) -> Tensor:
             params = {n: t.view(s) for n, t, s in zip(names, flat.split(sizes), shapes)}
+            if isinstance(module, Classifier):  # its loss may read parameters (the SVM's L2 term)
+                return functional_loss(module, params, xi.unsqueeze(0), yi.unsqueeze(0))
             out = functional_call(module, params, (xi.unsqueeze(0),))
             return fed.loss_fn(out, yi.unsqueeze(0))
 
