@@ -157,7 +157,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         key = prefix + name
         value = raw[name]
         if f.metadata.get(NAMED):
-            values[name] = _named(value, key)
+            values[name] = _named(value, key, f.default_factory()["name"])  # type: ignore[misc]
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = _build(hints[name], value, key + ".")
         else:
@@ -165,11 +165,12 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     return cls(**values)
 
 
-def _named(value: Any, key: str) -> dict[str, Any]:
+def _named(value: Any, key: str, default: str) -> dict[str, Any]:
+    """A name, or a mapping of the thing's options (with ``name``, else the default one)."""
     if isinstance(value, str):
         return {"name": value}
-    if isinstance(value, dict) and isinstance(value.get("name"), str):
-        return dict(value)
+    if isinstance(value, dict) and isinstance(value.get("name", default), str):
+        return {"name": default, **value}
     raise ConfigError(f"{key} must be a name or a mapping with a 'name' key, got {value!r}")
 
 

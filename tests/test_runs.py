@@ -1,0 +1,166 @@
+"""Runs end to end: config validation, CLI errors, determinism, kill -9 and resume, experiments."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedaccel.cli import main
+from fedaccel.config import load_config
+from fedaccel.errors import ConfigError
+from fedaccel.experiment import load_experiment, run_experiment
+from fedaccel.runner import resume, run
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [
+    "data.dataset=digits",
+    "model=softmax",
+    "data.split=dirichlet",
+    "data.split.alpha=0.5",
+    "data.clients=4",
+    "train.rounds=4",
+    "train.lr=0.1",
+    "train.batch_size=20",
+    "train.client_fraction=0.75",
+    "run.progress=false",
+]
+
+
+def metrics_of(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("wall_s")
+    return rows
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("train.lrr=0.1", "unknown config key 'train.lrr'"),
+        ("train.lr=-0.1", "train.lr must be > 0"),
+        ("algorithm=nope", "unknown algorithm 'nope'"),
+        ("data.dataset=nope", "unknown dataset 'nope'"),
+        ("data.split=nope", "unknown split 'nope'"),
+        ("model=nope", "unknown model 'nope'"),
+        ("train.rounds=ten", "train.rounds must be of type int"),
+        ("algorithm.server_lr=0", "server_lr must be > 0"),
+        ("algorithm.alpha=0.5", "algorithm 'fedavg' has no hyperparameter 'alpha'"),
+        ("data.split.alpha=0.5", "split 'iid' has no option 'alpha'"),
+        ("train.client_fraction=1.5", "client_fraction must be in (0, 1]"),
+    ],
+)
+def test_bad_config_is_rejected_at_load_with_one_line(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_config_file_overrides_defaults_and_set_overrides_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {lr: 0.5, rounds: 3}\ndata: {split: {name: dirichlet, alpha: 0.1}}\n")
+    config = load_config(path, ["train.lr=0.25", "data.split.min_size=2"])
+    assert config.train.lr == 0.25 and config.train.rounds == 3 and config.train.batch_size == 50
+    assert config.data.split == {"name": "dirichlet", "alpha": 0.1, "min_size": 2}
+
+
+def test_cli_prints_one_line_for_user_errors_and_debug_shows_traceback(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "--set", "train.lr=-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: train.lr must be > 0") and err.count("\n") == 1
+    assert main(["run", "--resume", "/nonexistent/run"]) == 2
+    with pytest.raises(ConfigError):
+        main(["--debug", "run", "--set", "train.lr=-1"])
+
+
+def test_cli_data_and_split_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["data"]) == 0
+    assert re.search(r"fashion-mnist\s+built-in", capsys.readouterr().out)
+    out = tmp_path / "split.png"
+    args = ["split-report", "--set", "data.split=case2", "--set", "data.clients=5", "-o", str(out)]
+    assert main(args) == 0
+    report = capsys.readouterr().out
+    assert "heat map" in report and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_same_config_and_seed_give_identical_metrics(tmp_path: Path) -> None:
+    config = load_config(None, SMALL)
+    a, b = run(config, tmp_path / "a"), run(config, tmp_path / "b")
+    assert metrics_of(a) == metrics_of(b)
+    other = run(load_config(None, [*SMALL, "run.seed=1"]), tmp_path / "c")
+    assert metrics_of(a) != metrics_of(other)
+    rows = metrics_of(a)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[-1]["test_acc"] > rows[0]["test_acc"]
+    assert rows[-1]["clients"] == 3  # client_fraction 0.75 of 4 clients
+
+
+def test_eval_every_k_rounds_and_always_the_last(tmp_path: Path) -> None:
+    path = run(load_config(None, [*SMALL, "train.rounds=5", "eval.every=2"]), tmp_path / "r")
+    assert [r["round"] for r in metrics_of(path)] == [0, 2, 4, 5]
+    assert json.loads((path / "summary.json").read_text())["finished"]
+
+
+def test_kill_9_then_resume_gives_the_same_final_numbers(tmp_path: Path) -> None:
+    overrides = [*SMALL, "train.rounds=60", "run.checkpoint_every=1", "model=2nn"]
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump({}))
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "fedaccel.cli", "run", str(config_path), "--out", str(killed), "--no-progress"]
+    for item in overrides:
+        cmd += ["--set", item]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        metrics = killed / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "summary.json").exists(), "the run ended before it could be killed"
+
+    resume(killed, progress=False)
+    reference = run(load_config(None, overrides), tmp_path / "reference")
+    assert metrics_of(killed) == metrics_of(reference)
+
+
+def test_experiment_runs_every_cell_then_skips_finished_ones(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+            "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+    path.write_text(yaml.safe_dump({
+        "name": "tiny", "out_dir": str(tmp_path / "out"), "base": base,
+        "grid": {"algorithm": ["centralized", "fedavg"], "run.seed": [0, 1]},
+        "targets": [0.5], "baseline": "fedavg",
+    }))
+    experiment = load_experiment(path)
+    assert len(experiment.cells) == 4
+    result = run_experiment(experiment)
+    assert "| fedavg (baseline) | 2 |" in result.table
+    assert result.plot.read_bytes()[:4] == b"\x89PNG"
+    before = (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns
+    run_experiment(load_experiment(path))
+    assert (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns == before
+
+
+def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert block is not None
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    history = namespace["history"]
+    assert len(history.metrics) == 6
+    assert history.metrics[-1]["test_acc"] > 0.8
+    assert (tmp_path / "runs/api-example/metrics.jsonl").exists()
