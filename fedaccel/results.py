@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
-NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed")
+NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every")
 
 #: Human-readable names for the usual metrics (axis labels, table headers).
 METRIC_NAMES: dict[str, str] = {

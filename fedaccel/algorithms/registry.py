@@ -13,6 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaccel.algorithms.base import Algorithm, compose
+from fedaccel.algorithms.bherd import bherd_selection
+from fedaccel.algorithms.fednova import fednova_aggregate
+from fedaccel.algorithms.grab import grab_selection
+from fedaccel.algorithms.scaffold import scaffold as scaffold_controls
+from fedaccel.algorithms.feddc import feddc as feddc_part
+from fedaccel.algorithms.feddyn import feddyn as feddyn_part
+from fedaccel.algorithms.fedgsnr import fedgsnr_planning
+from fedaccel.algorithms.fedprox import fedprox as fedprox_term
+from fedaccel.algorithms.fedumf import fedumf as fedumf_part
 from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.errors import ConfigError
 
@@ -36,9 +45,173 @@ def centralized() -> Algorithm:
     return compose("centralized", mean_aggregate())
 
 
+# --- FedProx and FedGSNR (paper 003) recipes ---------------------------------------------------
+
+
+def fedprox(*, mu: float = 0.01) -> Algorithm:
+    """FedProx (Li et al., 2020): local proximal term mu (theta - w_t), weighted model average."""
+    return compose("fedprox", fedprox_term(mu=mu), mean_aggregate())
+
+
+def fedgsnr(*, samples: int = 64, e_const: int = 20) -> Algorithm:
+    """FedGSNR with FedAvg (paper 003, Algorithm 1): planned local steps E_k, weighted average."""
+    return compose("fedgsnr", fedgsnr_planning(samples=samples, e_const=e_const), mean_aggregate())
+
+
+def fedgsnr_fedprox(*, samples: int = 64, e_const: int = 20, mu: float = 0.01) -> Algorithm:
+    """FedGSNR with FedProx (paper 003, Table 1): planned local steps, proximal local term."""
+    return compose(
+        "fedgsnr-fedprox",
+        fedgsnr_planning(samples=samples, e_const=e_const),
+        fedprox_term(mu=mu),
+        mean_aggregate(),
+    )
+
+
+def fedgsnr_scaffold(
+    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data"
+) -> Algorithm:
+    """FedGSNR with SCAFFOLD (paper 003, Table 1): planned local steps, control-variate correction."""
+    return compose(
+        "fedgsnr-scaffold",
+        fedgsnr_planning(samples=samples, e_const=e_const),
+        scaffold_controls(weighting=weighting),
+        mean_aggregate(server_lr=server_lr, weighting=weighting),
+    )
+
+
+# --- end FedProx and FedGSNR recipes ------------------------------------------------------------
+
+
+# --- FedUMF (paper 004), FedDyn and FedDC recipes -----------------------------------------------
+# The server averages as the method's own reference does: FedUMF like FedAvg (data weights; the
+# paper's 1/M on its equal-size splits), FedDyn/FedDC unweighted (gaoliang13/FedDC).
+
+
+def fedumf(*, fraction: float = 0.1, alpha: float = 1.0, weighting: str = "data") -> Algorithm:
+    """FedUMF with FedAvg (paper 004, Algorithm 1): all clients train, a fraction C uploads."""
+    return compose("fedumf", fedumf_part(fraction=fraction, alpha=alpha), mean_aggregate(weighting=weighting))
+
+
+def feddyn(*, alpha: float = 0.01, weighting: str = "uniform") -> Algorithm:
+    """FedDyn (Acar et al., 2021): dynamic regulariser h_i, server adds the mean drift."""
+    return compose("feddyn", feddyn_part(alpha=alpha), mean_aggregate(weighting=weighting))
+
+
+def feddc(*, alpha: float = 0.01, weighting: str = "uniform") -> Algorithm:
+    """FedDC (Gao et al., 2022): drift h_i and gradient correction G_i, server adds the mean drift."""
+    return compose("feddc", feddc_part(alpha=alpha), mean_aggregate(weighting=weighting))
+
+
+def fedumf_feddc(
+    *, fraction: float = 0.1, alpha: float = 1.0, feddc_alpha: float = 0.01, weighting: str = "uniform"
+) -> Algorithm:
+    """FedUMF with FedDC: all clients train with FedDC's terms, a fraction C uploads and fuses."""
+    return compose(
+        "fedumf-feddc",
+        fedumf_part(fraction=fraction, alpha=alpha),
+        feddc_part(alpha=feddc_alpha),
+        mean_aggregate(weighting=weighting),
+    )
+
+
+def fedumf_fedprox(
+    *, fraction: float = 0.1, alpha: float = 1.0, mu: float = 0.01, weighting: str = "data"
+) -> Algorithm:
+    """FedUMF with FedProx: all clients train with the proximal term, a fraction uploads."""
+    return compose(
+        "fedumf-fedprox",
+        fedumf_part(fraction=fraction, alpha=alpha),
+        fedprox_term(mu=mu),
+        mean_aggregate(weighting=weighting),
+    )
+
+
+
+def fedumf_scaffold(
+    *, fraction: float = 0.1, alpha: float = 1.0, server_lr: float = 1.0, weighting: str = "data"
+) -> Algorithm:
+    """FedUMF with SCAFFOLD: all clients train with the control correction, a fraction uploads.
+
+    The controls follow the real local trajectory (fused start to end), so the fused update
+    does not leak into c_i; unauthorised clients keep their c_i (docs/algorithms.md).
+    """
+    return compose(
+        "fedumf-scaffold",
+        fedumf_part(fraction=fraction, alpha=alpha),
+        scaffold_controls(weighting=weighting),
+        mean_aggregate(server_lr=server_lr, weighting=weighting),
+    )
+
+# --- end FedUMF, FedDyn and FedDC recipes -------------------------------------------------------
+
+
+# --- BHerd family (paper 000): BHerd, GraB-FedAvg, FedNova, SCAFFOLD and combinations -----------
+# BHerd is an update estimator (docs/algorithms.md): it replaces a client's full update by
+# (eta/alpha) times the sum of its herded directions, whatever aggregator or local terms surround it.
+
+
+def bherd_fedavg(*, alpha: float = 0.5) -> Algorithm:
+    """BHerd-FedAvg (paper 000, Algorithm 3): herded local gradients, w - (eta/alpha) sum p_i g_i."""
+    return compose("bherd-fedavg", bherd_selection(alpha=alpha), mean_aggregate())
+
+
+def grab_fedavg() -> Algorithm:
+    """GraB-FedAvg (paper 000, Algorithm 4): online balancing keeps steps, server rescales by 1/alpha_t."""
+    return compose("grab-fedavg", grab_selection(), mean_aggregate())
+
+
+def fednova(*, mu: float = 0.0) -> Algorithm:
+    """FedNova (Wang et al., 2020): updates normalised by a_i; mu > 0 adds FedProx's local term."""
+    local = (fedprox_term(mu=mu),) if mu > 0 else ()
+    return compose("fednova", *local, fednova_aggregate(mu=mu))
+
+
+def scaffold(*, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
+    """SCAFFOLD (Karimireddy et al., 2020), option II, server learning rate eta_g."""
+    return compose(
+        "scaffold", scaffold_controls(weighting=weighting), mean_aggregate(server_lr=server_lr, weighting=weighting)
+    )
+
+
+def bherd_fednova(*, alpha: float = 0.5) -> Algorithm:
+    """BHerd-FedNova: FedNova normalises the herded estimate as it would the full update."""
+    return compose("bherd-fednova", bherd_selection(alpha=alpha), fednova_aggregate())
+
+
+def bherd_scaffold(*, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
+    """BHerd-SCAFFOLD: herds the SCAFFOLD-corrected directions; controls follow the real trajectory."""
+    return compose(
+        "bherd-scaffold",
+        scaffold_controls(weighting=weighting),
+        bherd_selection(alpha=alpha),
+        mean_aggregate(server_lr=server_lr, weighting=weighting),
+    )
+
+
+# --- end BHerd family recipes --------------------------------------------------------------------
+
+
 RECIPES: dict[str, Recipe] = {
     "fedavg": Recipe(fedavg, "FedAvg: local SGD, weighted model average"),
     "centralized": Recipe(centralized, "centralized SGD on all data (reference curve)", centralized=True),
+    "fedprox": Recipe(fedprox, "FedProx: local proximal term mu, weighted model average"),
+    "fedgsnr": Recipe(fedgsnr, "FedGSNR with FedAvg: local steps per client from gradient statistics"),
+    "fedgsnr-fedprox": Recipe(fedgsnr_fedprox, "FedGSNR with FedProx: planned local steps, proximal term"),
+    "fedgsnr-scaffold": Recipe(fedgsnr_scaffold, "FedGSNR with SCAFFOLD: planned local steps, control variates"),
+    "fedumf": Recipe(fedumf, "FedUMF with FedAvg: all clients train, a fraction C uploads and fuses"),
+    "feddyn": Recipe(feddyn, "FedDyn: dynamic regulariser per client, server adds the mean drift"),
+    "feddc": Recipe(feddc, "FedDC: local drift and gradient correction per client"),
+    "fedumf-feddc": Recipe(fedumf_feddc, "FedUMF with FedDC terms in local training"),
+    "fedumf-fedprox": Recipe(fedumf_fedprox, "FedUMF with FedProx's proximal term"),
+    "fedumf-scaffold": Recipe(fedumf_scaffold, "FedUMF with SCAFFOLD's control variates"),
+    "bherd": Recipe(bherd_fedavg, "BHerd-FedAvg: upload the herd of local gradients closest to their mean"),
+    "bherd-fedavg": Recipe(bherd_fedavg, "BHerd-FedAvg (same as bherd)"),
+    "grab-fedavg": Recipe(grab_fedavg, "GraB-FedAvg: online gradient balancing keeps local steps"),
+    "fednova": Recipe(fednova, "FedNova: normalised averaging of local updates"),
+    "scaffold": Recipe(scaffold, "SCAFFOLD: control variates correct the client drift (option II)"),
+    "bherd-fednova": Recipe(bherd_fednova, "BHerd with FedNova's normalised averaging"),
+    "bherd-scaffold": Recipe(bherd_scaffold, "BHerd herding SCAFFOLD-corrected local gradients"),
 }
 
 
