@@ -31,6 +31,7 @@ from fedaccel.errors import UserError
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
+DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round, evaluated or not
 
 
 @dataclass
@@ -120,7 +121,8 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
     else:
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         wall = 0.0
-    _truncate_metrics(path / METRICS, state.round)
+    for name in (METRICS, DIAGNOSTICS):
+        _truncate_metrics(path / name, state.round)
     run_loop(setup, state, path, wall=wall, progress=progress)
     return path
 
@@ -145,7 +147,7 @@ def run_loop(setup: Setup, state: FLState, path: Path, *, wall: float, progress:
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
     bar = _progress_bar(rounds, state.round, config.label, show)
-    with open(path / METRICS, "a") as metrics_file:
+    with open(path / METRICS, "a") as metrics_file, open(path / DIAGNOSTICS, "a") as diag_file:
         if state.round == 0:
             _write(metrics_file, _metrics(setup, state, None, wall))
         last: dict[str, Any] = {}
@@ -153,6 +155,8 @@ def run_loop(setup: Setup, state: FLState, path: Path, *, wall: float, progress:
             started = time.perf_counter()
             state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction)
             wall += time.perf_counter() - started
+            if report.diag:
+                _write(diag_file, {"round": state.round, **report.diag})
             if state.round % config.eval.every == 0 or state.round == rounds:
                 last = _metrics(setup, state, report, wall)
                 _write(metrics_file, last)

@@ -164,3 +164,12 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(history.metrics) == 6
     assert history.metrics[-1]["test_acc"] > 0.8
     assert (tmp_path / "runs/api-example/metrics.jsonl").exists()
+
+
+def test_centralized_sgd_is_one_client_holding_all_data(tmp_path: Path) -> None:
+    overrides = [*SMALL, "algorithm=centralized", "train.rounds=2", "train.client_fraction=1.0"]
+    rows = metrics_of(run(load_config(None, overrides), tmp_path / "c"))
+    n_train = 1438  # digits: 80% of 1797 samples
+    assert [r["clients"] for r in rows[1:]] == [1, 1]
+    assert rows[1]["local_steps"] == n_train // 20  # one epoch per round, batch 20
+    assert rows[2]["local_steps"] == 2 * (n_train // 20)
