@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=cmd_experiment)
 
-    p = sub.add_parser("plot", help="accuracy and loss curves of runs (PNG)")
+    p = sub.add_parser("plot", help="accuracy and loss curves of runs, and their diagnostics (PNG)")
     p.add_argument("runs", nargs="+", help="run folders or experiment folders")
     p.add_argument("-o", "--out", default="curves.png")
     p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
@@ -119,9 +119,14 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedaccel.results import plot_curves
+    from fedaccel.diagnostic_plots import plot_all_diagnostics
+    from fedaccel.results import load_runs, plot_curves
 
-    print(plot_curves(args.runs, Path(args.out), metrics=tuple(args.metrics), title=args.title))
+    runs = load_runs(args.runs)
+    out = Path(args.out)
+    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title))
+    for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix("")):
+        print(path)
     return 0
 
 

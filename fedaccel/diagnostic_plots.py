@@ -1,0 +1,155 @@
+"""Plots of the algorithms' own diagnostics, read from a run's ``diagnostics.jsonl``.
+
+Each line is ``{"round": t, "clients": {"<id>": {...per-client values...}}, ...server values...}``.
+What gets drawn depends on what the run recorded:
+
+- ``selected`` (BHerd, GraB): a heat map rounds x local step index, one panel per client
+  (BHerd paper, Fig. 4);
+- ``distance`` (BHerd): ‖g_i/(α τ_i) − μ_i‖ per client over rounds;
+- ``gsnr`` / ``n`` / ``steps`` (FedGSNR, per client, keyed by client id) and ``entropy``
+  (one value per round) as curves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedaccel.errors import UserError
+
+PER_CLIENT_KEYS = {
+    "distance": "‖g/(ατ) − μ‖",
+    "gsnr": "GSNR r_k",
+    "n": "optimal local updates n_k",
+    "steps": "local steps E_k",
+}
+
+
+def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every round's diagnostics (tolerates a half-written last line)."""
+    path = Path(run_dir) / "diagnostics.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int], list[Any]]]:
+    """client id -> (rounds, values) for ``key``, from ``clients.<id>.<key>`` or ``<key>.<id>``."""
+    out: dict[str, tuple[list[int], list[Any]]] = {}
+    for row in rows:
+        found: dict[str, Any] = {}
+        for client, values in (row.get("clients") or {}).items():
+            if key in values:
+                found[client] = values[key]
+        if isinstance(row.get(key), dict):
+            found.update(row[key])
+        for client, value in found.items():
+            rounds, values_ = out.setdefault(str(client), ([], []))
+            rounds.append(row["round"])
+            values_.append(value)
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
+
+
+def _figure(panels: int, width: float = 4.0, height: float = 3.2) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    cols = min(panels, 5)
+    rows = int(np.ceil(panels / cols))
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _save(fig: Any, out: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(out, dpi=110)
+    return out
+
+
+def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Path:
+    """Heat map of selected local steps: rounds (y) x step index (x), one panel per client."""
+    selected = per_client(read_diagnostics(run_dir), "selected")
+    if not selected:
+        raise UserError(f"{run_dir}: no 'selected' steps recorded (not a BHerd/GraB run)")
+    fig, axes = _figure(len(selected), height=3.6)
+    for ax, (client, (rounds, chosen)) in zip(axes, selected.items()):
+        width = max((max(c) + 1 for c in chosen if c), default=1)
+        image = np.zeros((len(rounds), width))
+        for r, steps in enumerate(chosen):
+            image[r, steps] = 1.0
+        ax.imshow(image, aspect="auto", interpolation="nearest", cmap="Greys",
+                  extent=(-0.5, width - 0.5, rounds[-1] + 0.5, rounds[0] - 0.5))
+        ax.set_title(f"client {client}")
+        ax.set_xlabel("local step index")
+        ax.set_ylabel("round")
+    fig.suptitle(title or f"selected local gradients ({Path(run_dir).name})")
+    return _save(fig, Path(out))
+
+
+def plot_per_client(run_dirs: list[str | Path], key: str, out: str | Path, title: str = "") -> Path:
+    """One panel per run: ``key`` per client over rounds (distance, gsnr, n, steps)."""
+    fig, axes = _figure(len(run_dirs))
+    for ax, run_dir in zip(axes, run_dirs):
+        series = per_client(read_diagnostics(run_dir), key)
+        if not series:
+            raise UserError(f"{run_dir}: no per-client '{key}' recorded")
+        for client, (rounds, values) in series.items():
+            ax.plot(rounds, values, label=f"client {client}", lw=1.2)
+        ax.set_title(Path(run_dir).name, fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel(PER_CLIENT_KEYS.get(key, key))
+        if len(series) <= 10:
+            ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or PER_CLIENT_KEYS.get(key, key))
+    return _save(fig, Path(out))
+
+
+def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: str = "") -> Path:
+    """A per-round server diagnostic (e.g. the entropy of the local-step distribution)."""
+    fig, axes = _figure(1, width=6.0, height=4.0)
+    ax = axes[0]
+    for run_dir in run_dirs:
+        rows = [r for r in read_diagnostics(run_dir) if isinstance(r.get(key), (int, float))]
+        if not rows:
+            raise UserError(f"{run_dir}: no '{key}' recorded")
+        ax.plot([r["round"] for r in rows], [r[key] for r in rows], label=Path(run_dir).name)
+    ax.set_xlabel("round")
+    ax.set_ylabel(key)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.suptitle(title or key)
+    return _save(fig, Path(out))
+
+
+def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path) -> list[Path]:
+    """Every diagnostic plot that applies to the given runs; returns the files written."""
+    prefix = Path(out_prefix)
+    written: list[Path] = []
+    with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").is_file()]
+    rows = {r: read_diagnostics(r) for r in with_diag}
+    for run_dir in with_diag:
+        if per_client(rows[run_dir], "selected"):
+            written.append(plot_selection(run_dir, f"{prefix}-selection-{run_dir.name}.png"))
+    for key in PER_CLIENT_KEYS:
+        runs = [r for r in with_diag if per_client(rows[r], key)]
+        if runs:
+            written.append(plot_per_client(runs, key, f"{prefix}-{key}.png"))
+    runs = [r for r in with_diag if any(isinstance(x.get("entropy"), (int, float)) for x in rows[r])]
+    if runs:
+        written.append(plot_scalar(runs, "entropy", f"{prefix}-entropy.png", "entropy of the local-step distribution"))
+    return written
