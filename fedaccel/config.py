@@ -52,7 +52,7 @@ class TrainConfig:
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
     clip: float | None = None  # max gradient norm per mini-batch
     reshuffle: bool = False  # new batch order every round (RR); default: fixed order
-    client_fraction: float = 1.0  # fraction of clients sampled per round
+    client_fraction: float = 1.0  # fraction of clients selected per round (FedUMF's C unless algorithm.fraction is set)
 
 
 @dataclass
@@ -213,14 +213,12 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
 
 def validate(config: Config) -> None:
     """Check names and values now, so a bad config fails before any work is done."""
-    from fedaccel.algorithms.registry import build_algorithm
     from fedaccel.data import DATASETS
     from fedaccel.engine.local import LocalOptions
     from fedaccel.models import MODELS
     from fedaccel.splits import SPLITS
 
-    algorithm = dict(config.algorithm)
-    build_algorithm(algorithm.pop("name"), **algorithm)
+    build_algorithm_from(config)
     if config.data.dataset not in DATASETS:
         raise ConfigError(f"unknown dataset {config.data.dataset!r}; known: {', '.join(sorted(DATASETS))}")
     split = dict(config.data.split)
@@ -245,6 +243,18 @@ def validate(config: Config) -> None:
         if not ok:
             raise ConfigError(message)
     del LocalOptions
+
+
+def build_algorithm_from(config: Config) -> Any:
+    """The configured algorithm. A recipe with a ``fraction`` hyperparameter (FedUMF's C) that
+    the config leaves unset takes ``train.client_fraction``: one knob for "who is selected"."""
+    from fedaccel.algorithms.registry import build_algorithm, hyperparameters
+
+    params = {k: v for k, v in config.algorithm.items() if k != "name"}
+    name = config.algorithm["name"]
+    if "fraction" in hyperparameters(name) and "fraction" not in params:
+        params["fraction"] = config.train.client_fraction
+    return build_algorithm(name, **params)
 
 
 def local_options(config: Config) -> Any:

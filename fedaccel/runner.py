@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from fedaccel.algorithms.base import Algorithm, make_rng
-from fedaccel.algorithms.registry import build_algorithm, get_recipe
-from fedaccel.config import Config, dump_config, from_dict, local_options, read_yaml
+from fedaccel.algorithms.registry import get_recipe
+from fedaccel.config import Config, build_algorithm_from, dump_config, from_dict, local_options, read_yaml
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
@@ -80,8 +80,7 @@ def build_setup(config: Config) -> Setup:
         seed=seed,
         eval_train_samples=config.eval.train_samples,
     )
-    algorithm_args = {k: v for k, v in config.algorithm.items() if k != "name"}
-    algorithm = build_algorithm(config.algorithm["name"], **algorithm_args)
+    algorithm = build_algorithm_from(config)
     return Setup(config, federation, algorithm, config.train.client_fraction)
 
 

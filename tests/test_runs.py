@@ -173,3 +173,11 @@ def test_centralized_sgd_is_one_client_holding_all_data(tmp_path: Path) -> None:
     assert [r["clients"] for r in rows[1:]] == [1, 1]
     assert rows[1]["local_steps"] == n_train // 20  # one epoch per round, batch 20
     assert rows[2]["local_steps"] == 2 * (n_train // 20)
+
+
+def test_fedumf_takes_its_fraction_from_train_client_fraction(tmp_path: Path) -> None:
+    overrides = [*SMALL, "algorithm=fedumf", "train.client_fraction=0.5", "train.rounds=2"]
+    rows = metrics_of(run(load_config(None, overrides), tmp_path / "u"))
+    assert [(r["clients"], r["uploaded"]) for r in rows[1:]] == [(4, 2), (4, 2)]
+    explicit = metrics_of(run(load_config(None, [*overrides, "algorithm.fraction=0.25"]), tmp_path / "v"))
+    assert [r["uploaded"] for r in explicit[1:]] == [1, 1]
