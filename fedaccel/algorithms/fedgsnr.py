@@ -1,0 +1,200 @@
+"""FedGSNR's planning phase: optimal local steps per client from gradient statistics.
+
+Paper 003 (FedGSNR: "accelerating federated learning on non-IID data via maximum gradient
+signal to noise ratio"), Theorem 3.7, Algorithm 1, Eq. 8-9, Definition 4.1 and Section 5.
+
+Every round starts with a message round of its own, before any local training:
+
+1. ``plan_client``: client k draws B_s of its samples (``samples``), computes their per-sample
+   gradients at the global model w_t (``torch.func``, through the engine's client access) and sends
+   their mean g_k and per-coordinate variance v_k (the diagonal of the covariance Sigma_k).
+2. ``plan_server``: with p renormalised over the participants S,
+   g = sum_k p_k g_k (Eq. 8) and v = sum_k p_k v_k + sum_k p_k (g_k - g)^2 (Eq. 9, diagonal);
+   with B = B_s,
+
+   - M_k = g_k . g + sum_j sqrt(v_kj v_j) / B      (<R_l, R_g>_F of Section 4)
+   - Q_k = ||g_k||^2 + sum_j v_kj / B              (||R_l||_F^2, the paper's "N")
+   - L   = ||g||^2 + sum_j v_j / B                 (||R_g||_F^2)
+
+   n_k = max(0, M_k / Q_k) minimises the 2-Wasserstein distance between the one-global-step
+   Gaussian N(eta g, eta^2 diag(v)/B) and the n-local-steps Gaussian N(n eta g_k, n^2 eta^2
+   diag(v_k)/B) (Theorem 3.7); the GSNR score is r_k = max(0, M_k / sqrt(Q_k L - M_k^2))
+   (Definition 4.1). The same total work |S| * E_const is redistributed (Section 5):
+   E_k = |S| E_const n_k / sum_j n_j local *steps*, rounded by largest remainder so that
+   sum_k E_k = |S| E_const exactly. Each client is told ``{"steps": E_k}``.
+3. Clients with E_k = 0 (in particular n_k = 0) do not train this round; the engine skips them and
+   the aggregator renormalises the weights over the clients that uploaded (Algorithm 1's S~).
+
+``E_const`` counts local SGD steps (iterations), not epochs: the paper's Table 3 says "local steps
+E_const = 20" and Section 5 calls E_k "a redistribution of local steps". So FedGSNR ignores the
+configured epochs for the clients it plans; a baseline with the same work runs E_const steps each.
+
+Choices where the paper is silent or loose (also in ``docs/algorithms.md``):
+
+- v_k is the population variance (divide by B_s, not B_s - 1), as the paper's Sigma_k = (1/B) sum.
+- B in Theorem 3.7 is B_s, the configured ``samples``, for every client (also a client with fewer
+  than B_s samples, which sends statistics over all of them); the paper uses one B = 64 for both.
+- The statistics are of the plain loss gradient, plus weight decay * w when local weight decay is on
+  (it is part of every local step's direction); the FedProx term vanishes at w and SCAFFOLD's
+  correction is not included.
+- If every n_k is 0 (or their sum is not positive) the steps are split equally and the round's diag
+  says ``"fallback": true``. Q_k L - M_k^2 (>= 0 by Cauchy-Schwarz) is clamped at
+  1e-12 * Q_k L, so r_k is at most 1e6 (it is +inf in theory when a client's statistics are
+  proportional to the global ones, e.g. a single participant).
+- The entropy H = -sum q_k log q_k (natural log) is over the q_k = n_k / sum n_j of the
+  participants (uniform in the fallback); ``"entropy_max"`` = log |S| is its uniform upper bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedaccel.algorithms.base import ClientAccess, ClientContext, Part, RoundInfo, State
+from fedaccel.errors import ConfigError
+
+GSNR_CAP = 1e6  # r_k when Q_k L - M_k^2 vanishes numerically (1 / sqrt(1e-12))
+_CHUNK_FLOATS = 1 << 24  # per-sample gradients held at once: at most ~64 MB of float32
+
+
+def gradient_statistics(
+    access: ClientAccess, w: Tensor, x: Tensor, y: Tensor, *, chunk_floats: int = _CHUNK_FLOATS
+) -> tuple[Tensor, Tensor]:
+    """Mean and population per-coordinate variance of the per-sample gradients at ``w``.
+
+    Samples are processed in chunks so that at most ``chunk_floats`` gradient entries are held;
+    chunks are merged with Chan et al.'s pairwise update (no sum-of-squares cancellation).
+    """
+    d = w.numel()
+    per_chunk = max(1, chunk_floats // max(d, 1))
+    count = 0
+    mean = torch.zeros_like(w)
+    m2 = torch.zeros_like(w)  # sum of squared deviations from the mean
+    for lo in range(0, len(y), per_chunk):
+        grads = access.per_sample_grads(w, x[lo : lo + per_chunk], y[lo : lo + per_chunk])  # (b, d)
+        b = grads.shape[0]
+        chunk_mean = grads.mean(dim=0)
+        chunk_m2 = (grads - chunk_mean).square().sum(dim=0)
+        total = count + b
+        shift = chunk_mean - mean
+        mean = mean + shift * (b / total)
+        m2 = m2 + chunk_m2 + shift.square() * (count * b / total)
+        count = total
+    if count == 0:
+        raise ValueError("no samples to compute gradient statistics on")
+    return mean, m2 / count
+
+
+def global_statistics(means: Tensor, variances: Tensor, p: np.ndarray) -> tuple[Tensor, Tensor]:
+    """Eq. 8-9 with diagonal covariances: g = sum p_k g_k, v = sum p_k v_k + sum p_k (g_k - g)^2.
+
+    ``means`` and ``variances`` are (K, d); ``p`` (K,) sums to 1.
+    """
+    weights = torch.as_tensor(p, dtype=means.dtype)
+    g = weights @ means
+    v = weights @ variances + weights @ (means - g).square()
+    return g, v
+
+
+def gsnr_scores(
+    means: Tensor, variances: Tensor, g: Tensor, v: Tensor, batch: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n_k, r_k) for each row k: Theorem 3.7's optimal step ratio and Definition 4.1's GSNR."""
+    m = means @ g + (variances * v).sqrt().sum(dim=1) / batch  # (K,)
+    q = means.square().sum(dim=1) + variances.sum(dim=1) / batch  # (K,)
+    big_l = g.square().sum() + v.sum() / batch
+    m_np, q_np, l_val = m.double().numpy(), q.double().numpy(), float(big_l)
+    n = np.zeros_like(m_np)
+    positive = q_np > 0
+    n[positive] = np.maximum(0.0, m_np[positive] / q_np[positive])
+    gap = np.maximum(q_np * l_val - m_np**2, 1e-12 * q_np * l_val)
+    r = np.zeros_like(m_np)
+    ok = positive & (m_np > 0) & (l_val > 0)
+    r[ok] = np.minimum(m_np[ok] / np.sqrt(gap[ok]), GSNR_CAP)
+    return n, r
+
+
+def allocate_steps(n: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Split ``total`` local steps in proportion to ``n`` by largest remainder.
+
+    Returns (steps, q, fallback) with q = n / sum(n), or the equal split (fallback) when sum(n) is
+    not positive. ``sum(steps) == total`` exactly; a client with n_k = 0 gets 0 steps.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    s = float(n.sum())
+    fallback = not (s > 0 and math.isfinite(s))
+    q = np.full(len(n), 1.0 / len(n)) if fallback else n / s
+    raw = total * q
+    steps = np.floor(raw).astype(np.int64)
+    fractions = np.where(q > 0, raw - steps, -1.0)  # clients with q = 0 never get a leftover step
+    leftover = int(total - steps.sum())
+    if leftover > 0:
+        order = np.argsort(-fractions, kind="stable")
+        steps[order[:leftover]] += 1
+    return steps, q, fallback
+
+
+def entropy(q: np.ndarray) -> float:
+    """H = -sum q log q (natural log, 0 log 0 = 0)."""
+    q = np.asarray(q, dtype=np.float64)
+    nz = q[q > 0]
+    return float(-(nz * np.log(nz)).sum())
+
+
+def fedgsnr_planning(*, samples: int = 64, e_const: int = 20) -> Part:
+    """FedGSNR's planning phase: E_k local steps per client from Theorem 3.7, GSNR scores.
+
+    ``samples`` is B_s, the per-client sample for the gradient statistics (the paper's batch 64);
+    ``e_const`` the baseline's local steps per client (paper: 20), redistributed over the clients.
+
+    Example:
+        >>> from fedaccel.algorithms.base import compose
+        >>> from fedaccel.algorithms.mean import mean_aggregate
+        >>> algorithm = compose("fedgsnr", fedgsnr_planning(samples=32, e_const=10), mean_aggregate())
+        >>> [p.name for p in algorithm.parts]
+        ['fedgsnr', 'mean']
+    """
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+        raise ConfigError(f"fedgsnr samples (B_s) must be an integer >= 2, got {samples!r}")
+    if isinstance(e_const, bool) or not isinstance(e_const, int) or e_const < 1:
+        raise ConfigError(f"fedgsnr e_const (local steps) must be an integer >= 1, got {e_const!r}")
+
+    def plan_client(
+        ctx: ClientContext, w: Tensor, ss: State, cs: State, access: ClientAccess
+    ) -> dict[str, Tensor]:
+        x, y = access.sample(samples, ctx.info.rng("gsnr", ctx.client))
+        mean, var = gradient_statistics(access, w, x, y)
+        if ctx.info.weight_decay:
+            mean = mean + ctx.info.weight_decay * w
+        return {"mean": mean, "var": var}
+
+    def plan_server(
+        info: RoundInfo, messages: Mapping[int, Mapping[str, Tensor]], ss: State
+    ) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+        clients = sorted(messages)
+        if not clients:
+            return {}, {}
+        p = np.asarray([info.weights[k] for k in clients], dtype=np.float64)
+        p = p / p.sum()
+        means = torch.stack([messages[k]["mean"] for k in clients]).double()
+        variances = torch.stack([messages[k]["var"] for k in clients]).double()
+        g, v = global_statistics(means, variances, p)
+        n, r = gsnr_scores(means, variances, g, v, samples)
+        steps, q, fallback = allocate_steps(n, len(clients) * e_const)
+        instructions = {k: {"steps": int(e)} for k, e in zip(clients, steps, strict=True)}
+        diag = {
+            "n": {str(k): float(x) for k, x in zip(clients, n, strict=True)},
+            "steps": {str(k): int(e) for k, e in zip(clients, steps, strict=True)},
+            "gsnr": {str(k): float(x) for k, x in zip(clients, r, strict=True)},
+            "entropy": entropy(q),
+            "entropy_max": math.log(len(clients)),
+            "fallback": fallback,
+        }
+        return instructions, diag
+
+    return Part(name="fedgsnr", plan_client=plan_client, plan_server=plan_server)
