@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedaccel.config import load_config
+    from fedaccel.diagnostic_plots import contribution_ranking
     from fedaccel.results import load_run
     from fedaccel.runner import resume, run
 
@@ -97,6 +98,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = resume(args.resume, progress=progress)
     else:
         path = run(load_config(args.config, args.set), args.out, progress=progress)
+    ranking = contribution_ranking(path)
+    if ranking:
+        print("contribution ranking (mean GSNR over the rounds a client was scored):")
+        for place, (client, score, rounds) in enumerate(ranking, start=1):
+            print(f"  {place:>3}. client {client:>4}  GSNR {score:.4f}  ({rounds} rounds)")
     final = load_run(path).metrics[-1]
     print(
         f"round {final['round']}: test accuracy {final['test_acc']:.4f}, "

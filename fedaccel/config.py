@@ -79,6 +79,9 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # malicious clients, e.g. [{kind: label-flip, clients: [0, 3], from_round: 10, shift: 1}]
+    # (kind: label-flip | noise; labels l -> (l + shift) mod C, or inputs ~ U(-1, 1))
+    attacks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -181,7 +184,10 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if optional:
             return None
         raise ConfigError(f"{key} must not be null")
-    if "bool" in text:
+    if text.startswith("list"):
+        if isinstance(value, list):
+            return value
+    elif "bool" in text:
         if isinstance(value, bool):
             return value
     elif "int" in text and "float" not in text:
@@ -242,7 +248,29 @@ def validate(config: Config) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    for attack in config.attacks:
+        validate_attack(attack, config.data.clients)
     del LocalOptions
+
+
+ATTACK_KEYS = {"kind": str, "clients": list, "from_round": int, "shift": int}
+
+
+def validate_attack(attack: Any, n_clients: int) -> None:
+    if not isinstance(attack, dict) or "kind" not in attack or "clients" not in attack:
+        raise ConfigError(f"each attack needs 'kind' and 'clients', got {attack!r}")
+    for key, value in attack.items():
+        if key not in ATTACK_KEYS:
+            raise ConfigError(f"unknown attack key {key!r}; known: {', '.join(ATTACK_KEYS)}")
+        if not isinstance(value, ATTACK_KEYS[key]) or isinstance(value, bool):
+            raise ConfigError(f"attack {key} must be of type {ATTACK_KEYS[key].__name__}, got {value!r}")
+    if attack["kind"] not in ("label-flip", "noise"):
+        raise ConfigError(f"attack kind must be 'label-flip' or 'noise', got {attack['kind']!r}")
+    bad = [c for c in attack["clients"] if not isinstance(c, int) or not 0 <= c < n_clients]
+    if bad:
+        raise ConfigError(f"attack clients must be client ids in [0, {n_clients}), got {bad[0]!r}")
+    if attack.get("from_round", 0) < 0:
+        raise ConfigError("attack from_round must be >= 0")
 
 
 def build_algorithm_from(config: Config) -> Any:

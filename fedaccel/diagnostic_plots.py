@@ -153,3 +153,17 @@ def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path) -> 
     if runs:
         written.append(plot_scalar(runs, "entropy", f"{prefix}-entropy.png", "entropy of the local-step distribution"))
     return written
+
+
+def contribution_ranking(run_dir: str | Path, key: str = "gsnr") -> list[tuple[str, float, int]] | None:
+    """Clients ranked by their mean ``key`` (GSNR: the FedGSNR contribution score), best first.
+
+    Returns (client, mean score, rounds scored), or None when the run recorded no such score.
+    """
+    if not (Path(run_dir) / "diagnostics.jsonl").is_file():
+        return None
+    series = per_client(read_diagnostics(run_dir), key)
+    if not series:
+        return None
+    ranking = [(c, float(np.mean(v)), len(v)) for c, (_, v) in series.items()]
+    return sorted(ranking, key=lambda item: -item[1])

@@ -42,6 +42,8 @@ class Setup:
     federation: Federation
     algorithm: Algorithm
     fraction: float
+    num_classes: int = 0
+    active_attacks: int = 0  # how many of config.attacks are applied to the training data now
 
 
 def build_partition(config: Config) -> tuple[Any, list[np.ndarray]]:
@@ -81,7 +83,26 @@ def build_setup(config: Config) -> Setup:
         eval_train_samples=config.eval.train_samples,
     )
     algorithm = build_algorithm_from(config)
-    return Setup(config, federation, algorithm, config.train.client_fraction)
+    return Setup(config, federation, algorithm, config.train.client_fraction, dataset.num_classes)
+
+
+def apply_attacks(setup: Setup, round_: int) -> None:
+    """Make the configured malicious clients' training data attacked from their start round on."""
+    attacks = sorted(setup.config.attacks, key=lambda a: a.get("from_round", 0))
+    active = sum(1 for a in attacks if round_ >= a.get("from_round", 0))
+    if active == setup.active_attacks:
+        return
+    from fedaccel.attacks import attack_clients
+
+    fed = setup.federation
+    x, y = fed.clean_train
+    for k, attack in enumerate(attacks[:active]):
+        x, y = attack_clients(
+            attack["kind"], x, y, fed.partition, attack["clients"], setup.num_classes,
+            make_rng(setup.config.run.seed, "attack", k), shift=attack.get("shift", 1),
+        )
+    fed.set_training_data(x, y)
+    setup.active_attacks = active
 
 
 def new_run_dir(config: Config) -> Path:
@@ -151,6 +172,7 @@ def run_loop(setup: Setup, state: FLState, path: Path, *, wall: float, progress:
             _write(metrics_file, _metrics(setup, state, None, wall))
         last: dict[str, Any] = {}
         while state.round < rounds:
+            apply_attacks(setup, state.round)
             started = time.perf_counter()
             state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction)
             wall += time.perf_counter() - started

@@ -181,3 +181,31 @@ def test_fedumf_takes_its_fraction_from_train_client_fraction(tmp_path: Path) ->
     assert [(r["clients"], r["uploaded"]) for r in rows[1:]] == [(4, 2), (4, 2)]
     explicit = metrics_of(run(load_config(None, [*overrides, "algorithm.fraction=0.25"]), tmp_path / "v"))
     assert [r["uploaded"] for r in explicit[1:]] == [1, 1]
+
+
+def test_label_flip_attack_gets_the_lowest_gsnr_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    overrides = [
+        *SMALL, "algorithm=fedgsnr", "algorithm.e_const=10", "data.split=iid", "train.client_fraction=1.0",
+        "train.rounds=3", "attacks=[{kind: label-flip, clients: [2], from_round: 1, shift: 3}]",
+    ]
+    out = tmp_path / "att"
+    assert main(["run", "--no-progress", "--out", str(out), *sum((["--set", o] for o in overrides), [])]) == 0
+    printed = capsys.readouterr().out
+    ranking = [line.split()[2] for line in printed.splitlines() if "GSNR" in line and "client" in line]
+    assert ranking[-1] == "2"
+    rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()]
+    gsnr_round3 = rows[2]["gsnr"]
+    assert min(gsnr_round3, key=gsnr_round3.get) == "2"  # attacked from round index 1 on
+    clean = metrics_of(run(load_config(None, [*overrides[:-1]]), tmp_path / "clean"))
+    assert clean[-1]["train_loss"] != metrics_of(out)[-1]["train_loss"]
+
+    assert main(["plot", str(out), "-o", str(tmp_path / "p.png")]) == 0
+    for name in ("p.png", "p-gsnr.png", "p-steps.png", "p-entropy.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_attack_config_is_validated() -> None:
+    for bad in ("[{kind: flip, clients: [0]}]", "[{kind: noise, clients: [9]}]", "[{kind: noise}]",
+                "[{kind: noise, clients: [0], when: 3}]"):
+        with pytest.raises(ConfigError):
+            load_config(None, [*SMALL, f"attacks={bad}"])

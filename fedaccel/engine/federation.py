@@ -55,7 +55,8 @@ class Federation:
         self.model = FlatModel(module)
         self.loss_fn: LossFn = getattr(module, "loss", _cross_entropy)
         self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
-        self.x_train, self.y_train = x_train, y_train
+        self.x_train, self.y_train = x_train, y_train  # what clients train on (attacks may replace it)
+        self.clean_train = (x_train, y_train)  # what the training-set metrics are measured on
         self.x_test, self.y_test = x_test, y_test
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
         self.options = options
@@ -103,11 +104,15 @@ class Federation:
         acc, loss = self._evaluate(self.x_test, self.y_test)
         result = {"test_acc": acc, "test_loss": loss}
         if train:
-            x, y = self.x_train, self.y_train
+            x, y = self.clean_train
             if self._train_eval_index is not None:
                 x, y = x[self._train_eval_index], y[self._train_eval_index]
             result["train_acc"], result["train_loss"] = self._evaluate(x, y)
         return result
+
+    def set_training_data(self, x: Tensor, y: Tensor) -> None:
+        """Replace what clients train on (e.g. attacked copies); evaluation keeps the clean data."""
+        self.x_train, self.y_train = x, y
 
     def access(self, client: int) -> ClientData:
         return ClientData(self, client)
