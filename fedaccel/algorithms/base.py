@@ -130,7 +130,7 @@ class Part:
     - ``plan_server(info, messages: dict[int, dict], ss) -> (dict[int, dict], diag)``
     - ``start(ctx, w, theta0, ss, cs) -> theta0``
     - ``local_term(ctx, w, ss, cs) -> LocalTerm | None``
-    - ``estimator(ctx, w, d) -> Estimator``
+    - ``estimator(ctx, d) -> Estimator`` (d = number of parameters)
     - ``client_end(ctx, w, theta0, theta_end, ss, cs) -> (cs, extras: dict[str, Tensor])``
     - ``server_adjust(info, updates, ss) -> updates``
     - ``aggregate(info, w, updates) -> w_next``

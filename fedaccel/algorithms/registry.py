@@ -170,7 +170,9 @@ def fednova(*, mu: float = 0.0) -> Algorithm:
 def scaffold(*, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
     """SCAFFOLD (Karimireddy et al., 2020), option II, server learning rate eta_g."""
     return compose(
-        "scaffold", scaffold_controls(weighting=weighting), mean_aggregate(server_lr=server_lr, weighting=weighting)
+        "scaffold",
+        scaffold_controls(weighting=weighting),
+        mean_aggregate(server_lr=server_lr, weighting=weighting),
     )
 
 

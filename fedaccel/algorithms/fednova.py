@@ -1,0 +1,81 @@
+"""FedNova: normalised averaging (Wang et al., "Tackling the Objective Inconsistency Problem in
+Heterogeneous Federated Optimization", NeurIPS 2020; reference code JYWa/FedNova).
+
+Clients that run more local steps move further; FedAvg's plain mean then drifts towards the
+objective of the busiest clients. FedNova divides each update Delta_i = w_t - theta_i by its
+normaliser a_i (how far the client's local optimiser moves, in units of eta, per unit gradient) and
+rescales the mean by tau_eff = sum_i p_i a_i:
+
+    w_{t+1} = w_t - tau_eff * sum_i p_i Delta_i / a_i,   p renormalised over the uploaders.
+
+a_i for the local optimisers of :mod:`fedaccel.engine.local`:
+
+- plain SGD: a_i = tau_i;
+- heavy-ball momentum rho: a_i = [tau_i - rho (1 - rho^tau_i) / (1 - rho)] / (1 - rho);
+- proximal term mu (FedProx): a_i = [1 - (1 - eta mu)^tau_i] / (eta mu).
+
+All three (and their combination) are what :func:`normaliser` computes: it runs the client's update
+rule on a scalar whose every stochastic gradient is 1 and reads off the distance moved over eta. Where
+the paper is silent we follow the engine's order of operations: the proximal term is added to the
+gradient *before* momentum (so with both, a_i is the engine's exact value, not the reference code's
+recurrence, which adds the proximal term after momentum). Weight decay counts as part of the
+gradient, as in the reference code, and does not change a_i. Equal tau_i and plain SGD give a_i = tau,
+tau_eff = tau: exactly FedAvg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from fedaccel.algorithms.base import ClientUpdate, Part, RoundInfo
+from fedaccel.algorithms.mean import renormalised_weights
+from fedaccel.errors import ConfigError
+
+
+def normaliser(steps: int, *, lr: float = 1.0, momentum: float = 0.0, mu: float = 0.0) -> float:
+    """a_i: the local update, over eta, of tau_i steps whose every gradient is the scalar 1.
+
+    With ``y = (theta - w)/eta``: ``v <- rho v + 1 + eta mu y; y <- y - v``; a_i = -y after tau_i steps.
+
+    Example:
+        >>> normaliser(5)
+        5.0
+        >>> normaliser(2, momentum=0.5)  # 1 + (1 + 0.5)
+        2.5
+    """
+    y, v = 0.0, 0.0
+    for _ in range(steps):
+        v = momentum * v + 1.0 + lr * mu * y
+        y -= v
+    return -y
+
+
+def fednova_aggregate(*, mu: float = 0.0) -> Part:
+    """FedNova's server step. ``mu`` is the proximal coefficient of the clients' local steps (0: none).
+
+    The momentum rho is read from the run's local optimiser (``RoundInfo.momentum``); ``mu`` must be
+    the same value as the FedProx part that adds the proximal term (the ``fednova`` recipe does both).
+
+    Example:
+        >>> from fedaccel.algorithms.base import compose
+        >>> compose("fednova", fednova_aggregate()).name
+        'fednova'
+    """
+    if not mu >= 0:
+        raise ConfigError(f"fednova mu must be >= 0, got {mu}")
+
+    def aggregate(info: RoundInfo, w: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
+        if not updates:
+            return w.clone()
+        p = renormalised_weights(updates)
+        a = [normaliser(u.steps, lr=info.lr, momentum=info.momentum, mu=mu) for u in updates]
+        tau_eff = sum(pk * ak for pk, ak in zip(p, a, strict=True))
+        step = torch.zeros_like(w)
+        for pk, ak, u in zip(p, a, updates, strict=True):
+            step.add_(u.delta, alpha=pk / ak)
+        return torch.sub(w, step, alpha=tau_eff)
+
+    return Part(name="fednova", aggregate=aggregate)

@@ -1,0 +1,100 @@
+"""SCAFFOLD's control variates, option II (Karimireddy et al., "SCAFFOLD: Stochastic Controlled
+Averaging for Federated Learning", ICML 2020, Algorithm 1).
+
+The server holds a control c, every client a control c_i (both zero at start; c_i is kept per
+client across rounds). They estimate the global and the local gradient; the local step is corrected
+by their difference so each client follows the global direction rather than drifting to its optimum:
+
+    local step:   y <- y - eta (z - c_i + c)                      (the term c - c_i, added to z)
+    client end:   c_i+ = c_i - c + (y_0 - y_end) / (tau_i eta)    (option II), upload dc_i = c_i+ - c_i
+    server end:   c <- c + sum_{i in S} q_i dc_i
+
+The model step ``x <- x + eta_g mean_S (y_i - x)`` is the mean aggregator with ``server_lr = eta_g``
+(the ``scaffold`` recipe composes the two). Choices where the paper is silent or assumes equal
+clients, written down here once:
+
+- Weighting. ``weighting="data"`` (default, as the rest of fedaccel): the model mean is data-weighted
+  (p renormalised over S) and q_i = p_i, which keeps c = sum_i p_i c_i, the gradient of the weighted
+  objective. ``weighting="uniform"`` is the paper's algorithm exactly: uniform mean, q_i = 1/N. With
+  equal client sizes the two coincide.
+- The real trajectory. c_i+ uses ``theta0 - theta_end`` of the local run (theta0 = w_t unless a start
+  part moves it), not an estimate of it: in BHerd-SCAFFOLD the herded update goes to the model step and
+  the control variates still follow what the client actually did.
+- A client whose update does not reach the server (FedUMF-style participation) keeps its c_i, so the
+  server's c stays consistent with the clients' controls.
+- The correction is a local term, added to the mini-batch gradient before weight decay and momentum
+  (:mod:`fedaccel.engine.local`).
+
+State: c is a d-vector; c_i is ``None`` (meaning 0) until client i first trains, then a d-vector.
+Bytes: c is broadcast with the model (``broadcast``) and dc_i is uploaded with the update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from fedaccel.algorithms.base import ClientContext, ClientUpdate, LocalTerm, Part, RoundInfo, State
+from fedaccel.errors import ConfigError
+
+
+def scaffold(*, weighting: str = "data") -> Part:
+    """SCAFFOLD's controls: the local correction c - c_i, the option-II client update and the server's c.
+
+    Compose with ``mean_aggregate(server_lr=eta_g, weighting=...)`` using the same ``weighting``.
+
+    Example:
+        >>> from fedaccel.algorithms.base import compose
+        >>> from fedaccel.algorithms.mean import mean_aggregate
+        >>> compose("scaffold", scaffold(), mean_aggregate(server_lr=1.0)).name
+        'scaffold'
+    """
+    if weighting not in ("data", "uniform"):
+        raise ConfigError(f"scaffold weighting must be 'data' or 'uniform', got {weighting!r}")
+
+    def zeros(w0: Tensor) -> Tensor:
+        return torch.zeros_like(w0)
+
+    def no_control_yet(w0: Tensor) -> None:
+        return None  # c_i = 0 until the client first trains: no N x d zeros up front
+
+    def broadcast(ss: State) -> dict[str, Tensor]:
+        return {"c": ss}
+
+    def local_term(ctx: ClientContext, w: Tensor, ss: State, cs: State) -> LocalTerm:
+        correction = ss if cs is None else ss - cs  # c - c_i, once per client-round
+
+        def add_correction(theta: Tensor, grad: Tensor) -> None:
+            grad.add_(correction)
+
+        return add_correction
+
+    def client_end(
+        ctx: ClientContext, w: Tensor, theta0: Tensor, theta_end: Tensor, ss: State, cs: State
+    ) -> tuple[State, dict[str, Tensor]]:
+        if not ctx.uploads:
+            return cs, {}
+        c_old = torch.zeros_like(ss) if cs is None else cs
+        c_new = c_old - ss + (theta0 - theta_end) / (ctx.steps * ctx.info.lr)  # option II
+        return c_new, {"dc": c_new - c_old}
+
+    def server_end(
+        info: RoundInfo, w: Tensor, w_next: Tensor, updates: Sequence[ClientUpdate], ss: State
+    ) -> tuple[Tensor, State]:
+        c = ss.clone()
+        for u in updates:
+            q = float(info.weights[u.client]) if weighting == "data" else 1.0 / info.n_clients
+            c.add_(u.extras["dc"], alpha=q)
+        return w_next, c
+
+    return Part(
+        name="scaffold",
+        init_server=zeros,
+        init_client=no_control_yet,
+        broadcast=broadcast,
+        local_term=local_term,
+        client_end=client_end,
+        server_end=server_end,
+    )
