@@ -6,6 +6,7 @@
     fedaccel plot runs/demo -o curves.png
     fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
     fedaccel split-report --set data.split=case3 --set data.clients=5
+    fedaccel reproduce bherd [--scale paper]
     fedaccel data [--install]
 
 A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
@@ -78,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("-o", "--out", default="split.png")
     p.set_defaults(handler=cmd_split_report)
+
+    p = sub.add_parser("reproduce", help="run a paper's experiments and write its reproduction report")
+    p.add_argument("paper", help="bherd, fedgsnr or fedumf")
+    p.add_argument("--scale", default="quick", choices=["quick", "paper"])
+    p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=cmd_reproduce)
 
     p = sub.add_parser("data", help="list datasets and where they are")
     p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
@@ -154,6 +162,14 @@ def cmd_split_report(args: argparse.Namespace) -> int:
     print(format_report(counts))
     title = f"{config.data.dataset}, split {config.data.split['name']}, {len(partition)} clients"
     print(f"heat map: {plot_heatmap(counts, args.out, title=title)}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fedaccel.reproduce import reproduce
+
+    report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None)
+    print(f"report: {report}")
     return 0
 
 

@@ -93,6 +93,21 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def _check_same_config(run_dir: Path, config: Config) -> None:
+    """A cell folder from an earlier, different grid must not pass for this one."""
+    stored_path = run_dir / "config.yaml"
+    if not stored_path.is_file():
+        return
+    stored = yaml.safe_load(stored_path.read_text())
+    wanted = config.to_dict()
+    for c in (stored, wanted):
+        c.get("run", {}).pop("progress", None)
+    if stored != wanted:
+        raise ConfigError(
+            f"{run_dir} holds a run of a different config; delete it or give the experiment another out_dir"
+        )
+
+
 def run_experiment(experiment: Experiment, *, progress: bool | None = None) -> ExperimentResult:
     """Run (or resume) every cell, then write the curves and the rounds-to-target table."""
     from fedaccel.results import compare_table, plot_curves
@@ -102,6 +117,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None) -> E
     run_dirs = []
     for k, (name, config) in enumerate(experiment.cells, start=1):
         run_dir = experiment.out_dir / name
+        _check_same_config(run_dir, config)
         if (run_dir / "summary.json").is_file():
             print(f"[{k}/{len(experiment.cells)}] {name}: finished earlier, skipped", flush=True)
         elif (run_dir / "config.yaml").is_file():

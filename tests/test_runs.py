@@ -209,3 +209,14 @@ def test_attack_config_is_validated() -> None:
                 "[{kind: noise, clients: [0], when: 3}]"):
         with pytest.raises(ConfigError):
             load_config(None, [*SMALL, f"attacks={bad}"])
+
+
+def test_experiment_refuses_a_cell_folder_of_a_different_config(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    spec = {"name": "t", "out_dir": str(tmp_path / "out"), "grid": {"run.seed": [0]},
+            "base": {"data": {"dataset": "digits", "clients": 2}, "model": "softmax",
+                     "train": {"rounds": 1, "batch_size": 50}, "run": {"progress": False}}}
+    path.write_text(yaml.safe_dump(spec))
+    run_experiment(load_experiment(path))
+    with pytest.raises(ConfigError, match="different config"):
+        run_experiment(load_experiment(path, ["train.lr=0.5"]))
