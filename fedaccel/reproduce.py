@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fedaccel.errors import UserError
 
@@ -37,16 +38,20 @@ class Claim:
 
 
 def experiment_files(paper: str, scale: str, only: Sequence[str] = ()) -> list[Path]:
+    """The paper's experiment files at ``scale`` (checking that every name in ``only`` exists)."""
     folder = ROOT / "experiments" / paper / scale
     if not folder.is_dir():
         known = sorted(p.name for p in (ROOT / "experiments").iterdir() if p.is_dir())
         raise UserError(f"no experiments for {paper!r} at scale {scale!r} ({folder}); papers: {', '.join(known)}")
     files = sorted(folder.glob("*.yaml"))
-    if only:
-        files = [f for f in files if f.stem in only]
-        if not files:
-            raise UserError(f"none of {list(only)} in {folder}")
+    missing = sorted(set(only) - {f.stem for f in files})
+    if missing:
+        raise UserError(f"no experiment {missing[0]!r} in {folder}; there are: {', '.join(f.stem for f in files)}")
     return files
+
+
+def _finished(experiment: Any) -> bool:
+    return all((experiment.out_dir / name / "summary.json").is_file() for name, _ in experiment.cells)
 
 
 def reproduce(
@@ -69,8 +74,10 @@ def reproduce(
     figures.mkdir(parents=True, exist_ok=True)
     sections, runs_by_experiment = [], {}
     for file in experiment_files(paper, scale, only):
-        experiment = load_experiment(file, [f"run.out_dir={out_root}"])
+        experiment = load_experiment(file)
         experiment.out_dir = out_root / f"{paper}-{scale}" / file.stem
+        if only and file.stem not in only and not _finished(experiment):
+            continue  # not asked for and not run before: its claims say "not run"
         result = run_experiment(experiment, progress=progress)
         runs_by_experiment[file.stem] = load_runs(result.run_dirs)
         images = [shutil.copy(result.plot, figures / f"{file.stem}.png")]

@@ -55,15 +55,16 @@ def reaches_sooner(text: str, experiment: str, a: Mapping[str, Any], b: Mapping[
 
 
 def higher_final(text: str, experiment: str, a: Mapping[str, Any], b: Mapping[str, Any],
-                 metric: str = "test_acc", lower_is_better: bool = False) -> Claim:
-    """Claim: runs ``a`` end with a better ``metric`` (mean over seeds) than runs ``b``."""
+                 metric: str = "test_acc", lower_is_better: bool = False, margin: float = 0.0) -> Claim:
+    """Claim: runs ``a`` end with a ``metric`` (mean over seeds) better than runs ``b`` by more than ``margin``."""
 
     def check(runs: list[Run]) -> tuple[bool | None, str]:
         fa, fb = _final(pick(runs, a), metric), _final(pick(runs, b), metric)
         if fa is None or fb is None:
             return None, "runs missing"
-        better = fa < fb if lower_is_better else fa > fb
-        return better, f"final {metric}: {describe(a)} {fa:.4f}, {describe(b)} {fb:.4f}"
+        better = fa < fb - margin if lower_is_better else fa > fb + margin
+        by = f" (needs a margin over {margin:g})" if margin else ""
+        return better, f"final {metric}: {describe(a)} {fa:.4f}, {describe(b)} {fb:.4f}{by}"
 
     return Claim(text, experiment, check)
 

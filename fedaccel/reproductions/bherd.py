@@ -15,7 +15,7 @@ CNN. One seed per cell. A claim "agrees" when the measured numbers go the way th
 numbers are in the row, the curves and tables below.
 """
 
-SVM_TARGET = 0.93
+SVM_TARGET = 0.94
 CNN_TARGET = 0.70
 
 
@@ -68,8 +68,8 @@ CLAIMS = [
                    _algo("bherd", "case2"), _algo("fedavg", "case2"), CNN_TARGET),
     reaches_sooner("Lowering α from 1.0 to 0.3 accelerates convergence (Fig. 3a)", "fig3_alpha",
                    {"algorithm.alpha": 0.3}, {"algorithm.alpha": 1.0}, SVM_TARGET),
-    higher_final("α = 0.1 fails to converge: it ends below α = 0.5 (Fig. 3a)", "fig3_alpha",
-                 {"algorithm.alpha": 0.5}, {"algorithm.alpha": 0.1}),
+    higher_final("α = 0.1 fails to converge: it ends clearly (2 points) below α = 0.5 (Fig. 3a)", "fig3_alpha",
+                 {"algorithm.alpha": 0.5}, {"algorithm.alpha": 0.1}, margin=0.02),
     reaches_sooner("More local epochs converge faster: E = 2 reaches the target before E = 0.1 (Fig. 3b)", "fig3_epochs",
                    {"train.local_epochs": 2.0}, {"train.local_epochs": 0.1}, SVM_TARGET),
     reaches_sooner("Smaller batches converge faster: B = 10 before B = 1000 (Fig. 3c)", "fig3_batch",
