@@ -24,35 +24,11 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import ConfigError
+from tiny_models import scalar_federation
 
 # ---------------------------------------------------------------------------------------------
 # Tiny federations
 # ---------------------------------------------------------------------------------------------
-
-
-class Scalar(nn.Module):
-    """y ~ w x, loss 0.5 mean((w x - y)^2): gradient (w x - y) x per sample."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w * x[:, 0]
-
-    def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        return 0.5 * ((out - y) ** 2).mean()
-
-    def correct(self, out: Tensor, y: Tensor) -> Tensor:
-        return ((out - y).abs() < 0.5).sum()
-
-
-def scalar_federation(lr: float = 0.1, **options: float) -> Federation:
-    # client 0: one sample (x=1, y=2), tau = 1; client 1: two samples (x=2, y=2), tau = 2; p = (1/3, 2/3)
-    x = torch.tensor([[1.0], [2.0], [2.0]])
-    y = torch.tensor([2.0, 2.0, 2.0])
-    parts = [np.array([0]), np.array([1, 2])]
-    return Federation(Scalar(), x, y, parts, x, y, LocalOptions(lr=lr, batch_size=1, **options))
 
 
 def linear_federation(sizes: tuple[int, ...] = (6, 9, 12), lr: float = 0.3, **options: float) -> Federation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from fedaccel.algorithms.base import Part, Participation, compose, make_rng
 from fedaccel.algorithms.mean import mean_aggregate
@@ -15,31 +15,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions, batch_positions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
-
-
-class Scalar(nn.Module):
-    """y ~ w * x with loss 0.5 * mean((w x - y)^2): gradients are easy to do by hand."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w * x[:, 0]
-
-    def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        return 0.5 * ((out - y) ** 2).mean()
-
-    def correct(self, out: Tensor, y: Tensor) -> Tensor:
-        return ((out - y).abs() < 0.5).sum()
-
-
-def scalar_federation(lr: float = 0.1, **options: float) -> Federation:
-    # client 0: one sample (x=1, y=2); client 1: two samples (x=2, y=2)
-    x = torch.tensor([[1.0], [2.0], [2.0]])
-    y = torch.tensor([2.0, 2.0, 2.0])
-    parts = [np.array([0]), np.array([1, 2])]
-    return Federation(Scalar(), x, y, parts, x, y, LocalOptions(lr=lr, batch_size=1, **options))
+from tiny_models import Scalar, scalar_federation
 
 
 def test_two_client_fedavg_round_by_hand() -> None:

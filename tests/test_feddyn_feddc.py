@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedaccel.algorithms.base import Part, Participation, RoundInfo, compose
 from fedaccel.algorithms.feddc import feddc
@@ -20,24 +20,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
-
-
-class Linear(nn.Module):
-    """y ~ <a, x> + b with loss 0.5 mean(err^2); flat parameters are (a_1, a_2, a_3, b)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin = nn.Linear(3, 1)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.lin(x)[:, 0]
-
-    def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        return 0.5 * ((out - y) ** 2).mean()
-
-    def correct(self, out: Tensor, y: Tensor) -> Tensor:
-        return ((out - y).abs() < 0.5).sum()
+from tiny_models import Linear
 
 
 def federation(sizes: Sequence[int], **options: float) -> Federation:

@@ -30,6 +30,7 @@ from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
 from fedaccel.models import build_model
+from tiny_models import Scalar
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,20 +200,6 @@ def test_statistics_equal_a_per_sample_loop(model: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Through the engine
 # ---------------------------------------------------------------------------------------------
-
-
-class Scalar(nn.Module):
-    """y ~ w * x with loss 0.5 * mean((w x - y)^2)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w * x[:, 0]
-
-    def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        return 0.5 * ((out - y) ** 2).mean()
 
 
 def scalar_federation(samples: list[list[float]]) -> Federation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from fedaccel.algorithms.fedprox import fedprox
 from fedaccel.algorithms.registry import build_algorithm
@@ -13,20 +13,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import ConfigError
-
-
-class Scalar(nn.Module):
-    """y ~ w * x with loss 0.5 * mean((w x - y)^2)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w * x[:, 0]
-
-    def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        return 0.5 * ((out - y) ** 2).mean()
+from tiny_models import Scalar
 
 
 def scalar_federation() -> Federation:

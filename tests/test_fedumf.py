@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedaccel.algorithms.base import ClientUpdate, Part, Participation, RoundInfo, compose
 from fedaccel.algorithms.fedumf import fedumf
@@ -18,26 +18,9 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
+from tiny_models import Linear
 
 SIZES = (3, 4, 5, 6)  # unequal, so data weights and tau_i differ: tau = (1, 2, 2, 3) with B = 2
-
-
-class Linear(nn.Module):
-    """y ~ <a, x> + b with loss 0.5 mean(err^2); flat parameters are (a_1, a_2, a_3, b)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin = nn.Linear(3, 1)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.lin(x)[:, 0]
-
-    def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        return 0.5 * ((out - y) ** 2).mean()
-
-    def correct(self, out: Tensor, y: Tensor) -> Tensor:
-        return ((out - y).abs() < 0.5).sum()
 
 
 def federation(**options: float) -> Federation:
@@ -82,7 +65,6 @@ def test_full_participation_is_fedavg() -> None:
             r_avg.bytes_up, r_avg.bytes_down, r_avg.local_steps,
         )
     assert not torch.equal(s_umf.w, w0)
-
 
 
 @pytest.mark.parametrize(
