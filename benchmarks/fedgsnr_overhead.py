@@ -1,0 +1,133 @@
+"""FedGSNR planning overhead: the share of a round's time spent in the planning phase.
+
+On the quick Table-1 setup (``experiments/fedgsnr/quick/table1.yaml``: Fashion-MNIST, 2NN with
+100 hidden units, 30 clients, B = 64, E_const = 20, B_s = 64) one FedGSNR cell is run for a few
+rounds through the engine's ``run_round``. The planning part's ``plan_client`` (per-sample
+gradients, their mean and variance, for every participant) and ``plan_server`` (n_k, E_k, r_k)
+are wrapped with timers (``dataclasses.replace`` on the algorithm's parts; the engine is not
+touched), and their time is compared with the whole round's. Goal: at most 20%.
+
+    python benchmarks/fedgsnr_overhead.py [--rounds 3] [--warmup 1]
+        [--cell data.split=dirichlet-0.1,algorithm=fedgsnr-64-20] [--set key=value ...] [--threads N]
+
+Both wall-clock and process CPU time are reported: the machine may be shared, and CPU time is
+then the better estimate of what the phases cost on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaccel.algorithms.base import Algorithm
+from fedaccel.engine.round import init_state, run_round
+from fedaccel.experiment import load_experiment
+from fedaccel.runner import build_setup
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = ROOT / "experiments" / "fedgsnr" / "quick" / "table1.yaml"
+DEFAULT_CELL = "data.split=dirichlet-0.1,algorithm=fedgsnr-64-20"
+GOAL = 0.20
+
+
+class Clock:
+    """Accumulated wall and CPU seconds per stage."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.wall.clear()
+        self.cpu.clear()
+
+    def wrap(self, key: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.wall[key] = self.wall.get(key, 0.0) + time.perf_counter() - wall
+                self.cpu[key] = self.cpu.get(key, 0.0) + time.process_time() - cpu
+
+        return timed
+
+
+def with_timed_planning(algorithm: Algorithm, clock: Clock) -> Algorithm:
+    """The same algorithm with its planning stages timed (no other change)."""
+    parts = []
+    for part in algorithm.parts:
+        if part.plan_server is not None:
+            part = replace(
+                part,
+                plan_client=clock.wrap("plan_client", part.plan_client),
+                plan_server=clock.wrap("plan_server", part.plan_server),
+            )
+        parts.append(part)
+    if not any(p.plan_server is not None for p in parts):
+        raise SystemExit(f"{algorithm.name} has no planning phase: pick a FedGSNR cell")
+    return replace(algorithm, parts=tuple(parts))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", type=Path, default=EXPERIMENT)
+    parser.add_argument("--cell", default=DEFAULT_CELL, help="cell (folder) name in the experiment grid")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds")
+    parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    experiment = load_experiment(args.experiment, args.set)
+    cells = dict(experiment.cells)
+    if args.cell not in cells:
+        raise SystemExit(f"no cell {args.cell!r} in {args.experiment}; cells: {', '.join(cells)}")
+    config = cells[args.cell]
+    setup = build_setup(config)
+    clock = Clock()
+    algorithm = with_timed_planning(setup.algorithm, clock)
+    federation = setup.federation
+    state = init_state(algorithm, federation.model.theta.clone(), federation.n_clients)
+
+    print(f"{args.experiment.relative_to(ROOT) if args.experiment.is_relative_to(ROOT) else args.experiment} "
+          f"cell {args.cell}: {config.model['name']} ({federation.model.size} parameters), "
+          f"{federation.n_clients} clients, fraction {setup.fraction:g}, batch {config.train.batch_size}, "
+          f"algorithm {config.algorithm}, torch threads {torch.get_num_threads()}")
+    totals = {"round_wall": 0.0, "round_cpu": 0.0, "plan_wall": 0.0, "plan_cpu": 0.0, "server_wall": 0.0}
+    for r in range(args.warmup + args.rounds):
+        clock.reset()
+        wall, cpu = time.perf_counter(), time.process_time()
+        state, report = run_round(algorithm, state, federation, fraction=setup.fraction)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        plan_wall = sum(clock.wall.values())
+        plan_cpu = sum(clock.cpu.values())
+        counted = r >= args.warmup
+        print(f"round {r + 1}{'' if counted else ' (warm-up)'}: {wall:.3f} s wall ({cpu:.3f} s CPU), "
+              f"planning {plan_wall:.3f} s wall = {plan_wall / wall:.1%} "
+              f"(plan_client {clock.wall.get('plan_client', 0.0):.3f} s, plan_server {clock.wall.get('plan_server', 0.0):.4f} s), "
+              f"CPU share {plan_cpu / cpu:.1%}; {report.local_steps} local steps")
+        if counted:
+            totals["round_wall"] += wall
+            totals["round_cpu"] += cpu
+            totals["plan_wall"] += plan_wall
+            totals["plan_cpu"] += plan_cpu
+            totals["server_wall"] += clock.wall.get("plan_server", 0.0)
+    share = totals["plan_wall"] / totals["round_wall"]
+    cpu_share = totals["plan_cpu"] / totals["round_cpu"]
+    print(f"planning share of a round over {args.rounds} rounds: {share:.1%} wall, {cpu_share:.1%} CPU "
+          f"(plan_server alone {totals['server_wall'] / totals['round_wall']:.2%}); "
+          f"mean round {totals['round_wall'] / args.rounds:.3f} s")
+    print(f"goal: planning <= {GOAL:.0%} of a round -> {'met' if share <= GOAL else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Reproductions: every claims module points at experiment files that exist, every experiment file
+loads (which validates every cell's config), and the FedGSNR claim checks read runs correctly."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+from fedaccel import reproductions
+from fedaccel.experiment import load_experiment
+from fedaccel.reproduce import Claim
+from fedaccel.results import Run
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+MODULES = sorted(m.name for m in pkgutil.iter_modules(reproductions.__path__))
+EXPERIMENT_FILES = sorted(EXPERIMENTS.rglob("*.yaml"))
+
+
+def _paper_folder(module: str) -> Path:
+    """experiments/<paper>/ for the claims module fedaccel.reproductions.<paper, '-' as '_'>."""
+    for name in (module, module.replace("_", "-")):
+        if (EXPERIMENTS / name).is_dir():
+            return EXPERIMENTS / name
+    return EXPERIMENTS / module
+
+
+def test_there_is_something_to_check() -> None:
+    assert MODULES and EXPERIMENT_FILES
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_claims_refer_to_quick_experiment_files(module_name: str) -> None:
+    module = importlib.import_module(f"fedaccel.reproductions.{module_name}")
+    assert isinstance(module.TITLE, str) and module.TITLE.strip()
+    assert isinstance(module.INTRO, str) and module.INTRO.strip()
+    assert module.CLAIMS, f"{module_name}: no claims"
+    folder = _paper_folder(module_name)
+    quick = {p.stem for p in (folder / "quick").glob("*.yaml")}
+    paper = {p.stem for p in (folder / "paper").glob("*.yaml")}
+    assert quick, f"{module_name}: no quick-scale experiments in {folder / 'quick'}"
+    # A claim names a quick-scale experiment, or one that exists at paper scale only (e.g. a
+    # CIFAR-only table): then the quick report says "not run" for it. Anything else is a typo.
+    missing = sorted({c.experiment for c in module.CLAIMS} - quick - paper)
+    assert not missing, f"{module_name}: claims name experiments with no file in {folder}/quick or /paper: {missing}"
+    for claim in module.CLAIMS:
+        assert isinstance(claim, Claim) and claim.text.strip() and callable(claim.check)
+        verdict, numbers = claim.check([])  # no runs: "cannot tell" (or a verdict), never a crash
+        assert verdict in (True, False, None) and isinstance(numbers, str), claim.text
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_experiment_file_loads(path: Path) -> None:
+    experiment = load_experiment(path)
+    assert experiment.cells
+    names = [name for name, _ in experiment.cells]
+    assert len(set(names)) == len(names), "two cells would share one run folder"
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# ") and first[2:].strip(), "the first line is the report's description"
+
+
+# --- FedGSNR claim checks on hand-made runs -----------------------------------------------------
+
+
+def _run(tmp_path: Path, name: str, config: dict, diagnostics: list[dict], accs: list[float] | None = None) -> Run:
+    path = tmp_path / name
+    path.mkdir()
+    (path / "diagnostics.jsonl").write_text("".join(json.dumps(d) + "\n" for d in diagnostics))
+    metrics = [{"round": r + 1, "test_acc": a} for r, a in enumerate(accs or [])]
+    return Run(path=path, config=config, metrics=metrics)
+
+
+def _gsnr_rows(values: dict[str, float], rounds: int = 6) -> list[dict]:
+    return [{"round": r, "gsnr": {c: v for c, v in values.items()}} for r in range(1, rounds + 1)]
+
+
+def _attack_config(kind: str | None, algorithm: str = "fedgsnr") -> dict:
+    attacks = [] if kind is None else [{"kind": kind, "clients": [0], "from_round": 2}]
+    return {"algorithm": {"name": algorithm}, "data": {"split": {"name": "nonbalance"}}, "attacks": attacks}
+
+
+def test_attack_claims(tmp_path: Path) -> None:
+    from fedaccel.reproductions import fedgsnr
+
+    honest = {"1": 1.0, "2": 1.2, "3": 0.8}
+    runs = [
+        _run(tmp_path, "clean", _attack_config(None), _gsnr_rows({"0": 1.5, **honest}), [0.5, 0.6, 0.7]),
+        _run(tmp_path, "flip", _attack_config("label-flip"), _gsnr_rows({"0": 0.5, **honest}), [0.5, 0.6, 0.68]),
+        _run(tmp_path, "noise", _attack_config("noise"), _gsnr_rows({"0": 0.2, **honest}), [0.5, 0.6, 0.69]),
+        _run(tmp_path, "avg-clean", _attack_config(None, "fedavg"), [], [0.5, 0.6, 0.7]),
+        _run(tmp_path, "avg-flip", _attack_config("label-flip", "fedavg"), [], [0.4, 0.5, 0.6]),
+        _run(tmp_path, "avg-noise", _attack_config("noise", "fedavg"), [], [0.4, 0.5, 0.6]),
+    ]
+    claims = {c.text: c for c in fedgsnr.CLAIMS if c.experiment == "fig6_attacks"}
+    verdicts = {text: c.check(runs) for text, c in claims.items()}
+    assert all(v is True for v, _ in verdicts.values()), verdicts
+
+    # the attacked client above the honest ones: the "lower than honest" claims disagree
+    runs[1] = _run(tmp_path, "flip-high", _attack_config("label-flip"), _gsnr_rows({"0": 1.4, **honest}))
+    below = next(c for t, c in claims.items() if t.startswith("A label-flipping client"))
+    verdict, numbers = below.check(runs)
+    assert verdict is False and "rank 4 lowest of 4" in numbers
+
+
+def test_entropy_and_gsnr_trend_claims(tmp_path: Path) -> None:
+    from fedaccel.reproductions import fedgsnr
+
+    levels = [("iid", None, 3.39, {"0": 2.0, "1": 2.1}), ("dirichlet", 1.0, 3.2, {"0": 1.0, "1": 1.4}),
+              ("dirichlet", 0.1, 2.5, {"0": 0.2, "1": 0.9})]
+    runs = []
+    for k, (split, alpha, entropy, gsnr) in enumerate(levels):
+        config = {"algorithm": {"name": "fedgsnr"}, "data": {"split": {"name": split}}}
+        if alpha is not None:
+            config["data"]["split"]["alpha"] = alpha
+        rows = [{"round": r, "entropy": entropy, "entropy_max": math.log(30), "gsnr": gsnr} for r in (1, 2)]
+        runs.append(_run(tmp_path, f"run{k}", config, rows))
+    for claim in fedgsnr.CLAIMS:
+        if claim.experiment in ("fig3_entropy", "fig7_gsnr") and "Label 2" not in claim.text:
+            verdict, numbers = claim.check(runs)
+            assert verdict is True, (claim.text, numbers)
+
+
+def test_spearman_with_ties() -> None:
+    from fedaccel.reproductions.fedgsnr import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 2], [1, 2, 3, 4]) == pytest.approx(0.894427, abs=1e-5)
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
