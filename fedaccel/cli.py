@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override in every cell")
     p.add_argument("--no-progress", action="store_true")
+    add_workers_option(p)
     p.set_defaults(handler=cmd_experiment)
 
     p = sub.add_parser("plot", help="accuracy and loss curves of runs, and their diagnostics (PNG)")
@@ -85,12 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="quick", choices=["quick", "paper"])
     p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
     p.add_argument("--no-progress", action="store_true")
+    add_workers_option(p)
     p.set_defaults(handler=cmd_reproduce)
 
     p = sub.add_parser("data", help="list datasets and where they are")
     p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
     p.set_defaults(handler=cmd_data)
     return parser
+
+
+def add_workers_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-j", "--workers", type=int, default=1, metavar="N",
+                        help="cells run at once, each in its own process with one torch thread (default 1)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -123,7 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from fedaccel.experiment import load_experiment, run_experiment
 
-    result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None)
+    result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
+                            workers=args.workers)
     print()
     print(result.table)
     print()
@@ -168,7 +176,8 @@ def cmd_split_report(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedaccel.reproduce import reproduce
 
-    report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None)
+    report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
+                       workers=args.workers)
     print(f"report: {report}")
     return 0
 

@@ -108,27 +108,81 @@ def _check_same_config(run_dir: Path, config: Config) -> None:
         )
 
 
-def run_experiment(experiment: Experiment, *, progress: bool | None = None) -> ExperimentResult:
-    """Run (or resume) every cell, then write the curves and the rounds-to-target table."""
+def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1) -> ExperimentResult:
+    """Run (or resume) every cell, then write the curves and the rounds-to-target table.
+
+    ``workers`` > 1 runs that many cells at once, each in its own process with one torch
+    thread (the small models of FL experiments gain more from parallel cells than from
+    intra-op threads); the numbers are those of the cell's own seed either way.
+    """
     from fedaccel.results import compare_table, plot_curves
-    from fedaccel.runner import resume, run
 
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
+    todo: list[tuple[int, str, Config, Path]] = []
     run_dirs = []
     for k, (name, config) in enumerate(experiment.cells, start=1):
         run_dir = experiment.out_dir / name
         _check_same_config(run_dir, config)
+        run_dirs.append(run_dir)
         if (run_dir / "summary.json").is_file():
             print(f"[{k}/{len(experiment.cells)}] {name}: finished earlier, skipped", flush=True)
-        elif (run_dir / "config.yaml").is_file():
-            print(f"[{k}/{len(experiment.cells)}] {name}: resuming", flush=True)
-            resume(run_dir, progress=progress)
         else:
-            print(f"[{k}/{len(experiment.cells)}] {name}", flush=True)
-            run(config, run_dir, progress=progress)
-        run_dirs.append(run_dir)
+            todo.append((k, name, config, run_dir))
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    if workers == 1 or len(todo) <= 1:
+        for k, name, config, run_dir in todo:
+            print(f"[{k}/{len(experiment.cells)}] {name}{_verb(run_dir)}", flush=True)
+            _run_cell(config, run_dir, progress)
+    else:
+        _run_cells_in_parallel(todo, len(experiment.cells), workers)
     targets = experiment.targets or [0.5]
     table = compare_table(run_dirs, targets, baseline=experiment.baseline)
     (experiment.out_dir / "table.md").write_text(table + "\n")
     plot = plot_curves(run_dirs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name)
     return ExperimentResult(experiment.out_dir, run_dirs, table, plot)
+
+
+def _verb(run_dir: Path) -> str:
+    return ": resuming" if (run_dir / "config.yaml").is_file() else ""
+
+
+def _run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None) -> Path:
+    """Run one cell, or resume it when an earlier, interrupted run left its folder."""
+    from fedaccel.runner import resume, run
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    if (run_dir / "config.yaml").is_file():
+        return resume(run_dir, progress=progress)
+    return run(config, run_dir, progress=progress)
+
+
+def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int) -> None:
+    """Cells in ``workers`` processes; a line per cell as it starts and as it ends, no bars."""
+    import multiprocessing
+    import time
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    started = time.perf_counter()
+    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
+    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context) as pool:
+        pending = {}
+        for k, name, config, run_dir in todo:
+            print(f"[{k}/{total}] {name}{_verb(run_dir)} (queued)", flush=True)
+            pending[pool.submit(_run_cell, config, run_dir, False, 1)] = (k, name)
+        done_count = 0
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                k, name = pending.pop(future)
+                if future.exception() is not None:  # a failed cell stops the experiment with its own error
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise future.exception()  # type: ignore[misc]
+                done_count += 1
+                elapsed = time.perf_counter() - started
+                eta = elapsed / done_count * (len(todo) - done_count)
+                print(f"[{k}/{total}] {name}: done ({done_count}/{len(todo)} cells, "
+                      f"{elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)

@@ -3,6 +3,7 @@
     fedaccel reproduce bherd                  # quick CPU scale: experiments/bherd/quick/*.yaml
     fedaccel reproduce bherd --scale paper    # paper scale (point data.root at MNIST / CIFAR-10)
     fedaccel reproduce bherd --only fig3_alpha
+    fedaccel reproduce fedumf --workers 2     # two cells at a time (one per core)
 
 Every experiment file of the paper and scale is run (resumable: finished cells are skipped),
 its curves, diagnostic plots and table are copied next to the report, and
@@ -62,6 +63,7 @@ def reproduce(
     out_root: Path = Path("runs/reproduce"),
     docs: Path = ROOT / "docs" / "reproductions",
     progress: bool | None = None,
+    workers: int = 1,
 ) -> Path:
     """Run the paper's experiments at ``scale`` and write its report; returns the report path."""
     from fedaccel.diagnostic_plots import plot_all_diagnostics
@@ -78,7 +80,7 @@ def reproduce(
         experiment.out_dir = out_root / f"{paper}-{scale}" / file.stem
         if only and file.stem not in only and not _finished(experiment):
             continue  # not asked for and not run before: its claims say "not run"
-        result = run_experiment(experiment, progress=progress)
+        result = run_experiment(experiment, progress=progress, workers=workers)
         runs_by_experiment[file.stem] = load_runs(result.run_dirs)
         images = [shutil.copy(result.plot, figures / f"{file.stem}.png")]
         for extra in plot_all_diagnostics(result.run_dirs, result.out_dir / "diag"):

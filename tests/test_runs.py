@@ -16,7 +16,7 @@ import yaml
 
 from fedaccel.cli import main
 from fedaccel.config import load_config
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, UserError
 from fedaccel.experiment import load_experiment, run_experiment
 from fedaccel.runner import resume, run
 
@@ -151,6 +151,34 @@ def test_experiment_runs_every_cell_then_skips_finished_ones(tmp_path: Path) -> 
     before = (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns
     run_experiment(load_experiment(path))
     assert (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns == before
+
+
+def test_parallel_cells_give_the_numbers_of_serial_cells(tmp_path: Path) -> None:
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+            "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+    results = {}
+    for workers in (1, 2):
+        path = tmp_path / f"exp{workers}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "tiny", "out_dir": str(tmp_path / f"out{workers}"), "base": base,
+            "grid": {"algorithm": ["fedavg", {"name": "bherd", "alpha": 0.5}, "scaffold"]},
+        }))
+        result = run_experiment(load_experiment(path), workers=workers)
+        results[workers] = {d.name: [(r["round"], r["test_acc"], r["test_loss"]) for r in metrics_of(d)]
+                            for d in result.run_dirs}
+    assert len(results[2]) == 3 and all(len(rows) == 3 for rows in results[2].values())
+    assert results[2] == results[1]
+
+
+def test_failing_parallel_cell_stops_the_experiment(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "broken", "out_dir": str(tmp_path / "out"),
+        "base": {"data": {"dataset": "mnist", "root": str(tmp_path / "nowhere")}, "run": {"progress": False}},
+        "grid": {"run.seed": [0, 1]},
+    }))
+    with pytest.raises(UserError, match="nowhere"):
+        run_experiment(load_experiment(path), workers=2)
 
 
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
