@@ -345,6 +345,41 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _label_parts(label: str) -> tuple[str, set[str]]:
+    """``"bherd (algorithm.alpha=1.0, data.split.name=case1)"`` -> ("bherd", {"algorithm.alpha=1.0", ...})."""
+    name, _, rest = label.partition(" (")
+    return name, set(rest[:-1].split(", ")) if rest.endswith(")") else set()
+
+
+def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None) -> list[int]:
+    """For every group, the index of the group it is measured against.
+
+    ``baseline`` is a label, or a label with fewer distinguishing values than the groups have
+    (``fedavg`` when the grid also varies the split): every group matching it is a baseline,
+    and each group is measured against the matching one whose config agrees with its own in
+    the most values — FedAvg on the same split, say.
+    """
+    labels = [label for label, _ in groups]
+    if baseline is None:
+        candidates = [i for i, (_, g) in enumerate(groups) if g[0].label == "fedavg"] or [0]
+    elif baseline in labels:
+        candidates = [labels.index(baseline)]
+    else:
+        name, wanted = _label_parts(baseline)
+        candidates = [
+            i for i, (label, g) in enumerate(groups)
+            if g[0].label == name and wanted <= _label_parts(label)[1]
+        ]
+        if not candidates:
+            raise UserError(f"unknown baseline {baseline!r}; the groups are: " + ", ".join(repr(s) for s in labels))
+    flats = [{k: _fmt_value(v) for k, v in _flatten(_grouping_config(g[0].config)).items()} for _, g in groups]
+
+    def agreement(i: int, j: int) -> int:
+        return sum(flats[i].get(k) == v for k, v in flats[j].items())
+
+    return [max(candidates, key=lambda c: (agreement(i, c), -c)) for i in range(len(groups))]
+
+
 def compare_table(
     runs: Sequence[Run] | Iterable[str | Path | Run],
     targets: Sequence[float],
@@ -356,26 +391,16 @@ def compare_table(
     Columns: method, seeds, best (mean over seeds of each seed's best), final (mean ± std at the
     last round common to the group's seeds), then per target ``T`` the rounds the mean curve
     needs to reach ``T`` and the speed-up ``baseline_rounds / rounds`` (``—`` when either is
-    missing). ``baseline`` is a group label; by default the first group labelled ``fedavg``,
-    else the first group. An unknown ``baseline`` raises :class:`UserError`.
+    missing). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
+    see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
     """
     runs = load_runs(runs)
     groups = group_runs(runs)
     if not groups:
         raise UserError("no runs to compare")
-    labels = [label for label, _ in groups]
-
-    if baseline is None:
-        base_idx = next((i for i, (_, g) in enumerate(groups) if g[0].label == "fedavg"), 0)
-    elif baseline in labels:
-        base_idx = labels.index(baseline)
-    else:
-        raise UserError(
-            f"unknown baseline {baseline!r}; the groups are: " + ", ".join(repr(s) for s in labels)
-        )
+    base_of = _baseline_indices(groups, baseline)
 
     rounds = [[rounds_to_target(g, t, metric) for t in targets] for _, g in groups]
-    base_rounds = rounds[base_idx]
     name = METRIC_NAMES.get(metric, metric)
     best_word = "best" if _higher_is_better(metric) else "lowest"
 
@@ -396,9 +421,9 @@ def compare_table(
                 final_cell += f" ± {_fmt_num(float(std[-1]))}"
         else:
             best_cell = final_cell = "—"
-        shown = label + (" (baseline)" if i == base_idx else "")
+        shown = label + (" (baseline)" if i in base_of else "")
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
-        for r, b in zip(rounds[i], base_rounds):
+        for r, b in zip(rounds[i], rounds[base_of[i]]):
             speed = f"{b / r:.2f}×" if r is not None and b is not None and r > 0 else "—"
             row += [_fmt_rounds(r), speed]
         lines.append("| " + " | ".join(row) + " |")

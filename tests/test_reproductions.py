@@ -14,7 +14,7 @@ import pytest
 from fedaccel import reproductions
 from fedaccel.experiment import load_experiment
 from fedaccel.reproduce import Claim
-from fedaccel.results import Run
+from fedaccel.results import Run, compare_table
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -62,6 +62,11 @@ def test_experiment_file_loads(path: Path) -> None:
     assert len(set(names)) == len(names), "two cells would share one run folder"
     first = path.read_text().splitlines()[0]
     assert first.startswith("# ") and first[2:].strip(), "the first line is the report's description"
+    # the table's baseline names groups of this grid (checked on runs made from the cells' configs)
+    runs = [Run(path=Path(name), config=config.to_dict(), metrics=[{"round": 1, "test_acc": 0.5}])
+            for name, config in experiment.cells]
+    table = compare_table(runs, experiment.targets or [0.5], baseline=experiment.baseline)
+    assert "(baseline)" in table
 
 
 # --- FedGSNR claim checks on hand-made runs -----------------------------------------------------

@@ -277,6 +277,29 @@ def test_compare_table_default_baseline_without_fedavg(tmp_path):
     assert rows["fedprox"][4:] == ["1", "2.00×"]
 
 
+def test_each_row_is_measured_against_the_baseline_of_its_own_split(tmp_path):
+    # FedAvg reaches 0.5 at round 4 on case1, round 2 on case2; BHerd at rounds 2 and 1.
+    for split, fedavg, bherd in (("case1", [0.1, 0.2, 0.3, 0.5], [0.2, 0.5, 0.6, 0.7]),
+                                 ("case2", [0.3, 0.5, 0.6, 0.7], [0.5, 0.6, 0.7, 0.8])):
+        write_run(tmp_path / "e" / f"{split}-fedavg", make_config("fedavg", split=split), fedavg)
+        write_run(tmp_path / "e" / f"{split}-bherd", make_config("bherd", split=split, alpha=0.5), bherd)
+        write_run(tmp_path / "e" / f"{split}-bherd1", make_config("bherd", split=split, alpha=1.0), fedavg)
+    runs = load_runs(tmp_path / "e")
+    for baseline in (None, "fedavg"):
+        rows = _rows(compare_table(runs, targets=[0.5], baseline=baseline))
+        assert rows["fedavg (data.split=case1) (baseline)"][4:] == ["4", "1.00×"]
+        assert rows["fedavg (data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
+        assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00×"]
+        assert rows["bherd (algorithm.alpha=0.5, data.split=case2)"][4:] == ["1", "2.00×"]
+    # a baseline named by some of its distinguishing values: one per split
+    rows = _rows(compare_table(runs, targets=[0.5], baseline="bherd (algorithm.alpha=1.0)"))
+    assert rows["bherd (algorithm.alpha=1.0, data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
+    assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00×"]
+    assert rows["fedavg (data.split=case2)"][4:] == ["2", "1.00×"]
+    with pytest.raises(UserError, match="unknown baseline 'bherd \\(algorithm.alpha=0.7\\)'"):
+        compare_table(runs, targets=[0.5], baseline="bherd (algorithm.alpha=0.7)")
+
+
 # ---------------------------------------------------------------------------- plots
 
 
