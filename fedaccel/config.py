@@ -47,6 +47,7 @@ class TrainConfig:
     lr: float = 0.01  # eta_0, local learning rate
     batch_size: int = 50  # B
     local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B)
+    local_steps: int | None = None  # tau for every client instead of E |D_i| / B (FedGSNR's baselines)
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
@@ -293,6 +294,7 @@ def local_options(config: Config) -> Any:
         lr=t.lr,
         batch_size=t.batch_size,
         local_epochs=t.local_epochs,
+        local_steps=t.local_steps,
         momentum=t.momentum,
         weight_decay=t.weight_decay,
         lr_decay=t.lr_decay,

@@ -98,7 +98,10 @@ def _check_same_config(run_dir: Path, config: Config) -> None:
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         return
-    stored = yaml.safe_load(stored_path.read_text())
+    try:  # through the current defaults: a key added since the run was made is not a difference
+        stored = from_dict(yaml.safe_load(stored_path.read_text())).to_dict()
+    except ConfigError:
+        stored = {}
     wanted = config.to_dict()
     for c in (stored, wanted):
         c.get("run", {}).pop("progress", None)

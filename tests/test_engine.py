@@ -86,6 +86,14 @@ def test_local_steps_and_batches() -> None:
     assert all(len(b) == 10 for b in batches)
 
 
+def test_fixed_local_steps_for_every_client_whatever_its_size() -> None:
+    x, y = torch.randn(130, 1), torch.zeros(130)
+    parts = [np.arange(0, 10), np.arange(10, 130)]
+    fed = Federation(Scalar(), x, y, parts, x, y, LocalOptions(batch_size=10, local_steps=4))
+    assert fed.steps.tolist() == [4, 4]
+    assert LocalOptions(batch_size=10).steps(120) == 12  # without it: E |D_i| / B
+
+
 def test_batch_order_fixed_or_reshuffled() -> None:
     x, y = torch.randn(30, 1), torch.zeros(30)
     parts = [np.arange(30)]
@@ -156,7 +164,8 @@ def test_parts_stages_run_in_order_with_explicit_state() -> None:
 
 
 def test_invalid_local_options_fail_with_one_line() -> None:
-    for kwargs in ({"lr": -0.1}, {"batch_size": 0}, {"momentum": 1.0}, {"lr_decay": 0.0}, {"local_epochs": 0}):
+    for kwargs in ({"lr": -0.1}, {"batch_size": 0}, {"momentum": 1.0}, {"lr_decay": 0.0}, {"local_epochs": 0},
+                   {"local_steps": 0}):
         with pytest.raises(ConfigError) as err:
             LocalOptions(**kwargs)
         assert "\n" not in str(err.value)

@@ -28,6 +28,7 @@ class LocalOptions:
     lr: float = 0.01  # eta_0
     batch_size: int = 50  # B
     local_epochs: float = 1.0  # E, fractional allowed
+    local_steps: int | None = None  # tau_i for every client, in place of E |D_i| / B
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_decay: float = 1.0  # gamma: eta_t = eta_0 * gamma^t
@@ -41,6 +42,8 @@ class LocalOptions:
             raise ConfigError(f"train.batch_size must be >= 1, got {self.batch_size}")
         if not self.local_epochs > 0:
             raise ConfigError(f"train.local_epochs must be > 0, got {self.local_epochs}")
+        if self.local_steps is not None and self.local_steps < 1:
+            raise ConfigError(f"train.local_steps must be >= 1 or null, got {self.local_steps}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
@@ -55,7 +58,9 @@ class LocalOptions:
         return self.lr * self.lr_decay**round_
 
     def steps(self, n_samples: int) -> int:
-        """tau_i = floor(E * |D_i| / B), at least 1."""
+        """tau_i = floor(E * |D_i| / B), at least 1; or ``local_steps`` when it is set."""
+        if self.local_steps is not None:
+            return self.local_steps
         return max(1, math.floor(self.local_epochs * n_samples / self.batch_size + 1e-9))
 
 

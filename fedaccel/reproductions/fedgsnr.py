@@ -25,10 +25,9 @@ are kept), 20 rounds for Table 1, 35 for Table 2, 15–20 for the figures, test 
 the attacked client is client 0, from round 5 (50 at paper scale), with labels l → (l + 3) mod 10
 as in Fig. 10, or U(−1, 1) inputs. One seed per cell.
 
-Same work: FedGSNR redistributes |S|·20 local steps per round; the baselines run
-τ_i = ⌊E·|D_i|/B⌋ steps, with E chosen so that Σ τ_i ≈ |S|·20 (exactly 20 per client on Label 2;
-on the unequal splits a baseline client's τ_i follows its data size, since there is no
-steps-per-client setting). The target is the paper's 0.5 test accuracy at both scales (on
+Same work: as in the paper, every baseline client runs E_const = 20 local steps a round
+(`train.local_steps: 20`, whatever its data size) and FedGSNR redistributes the same |S|·20 steps
+by n_k. The target is the paper's 0.5 test accuracy at both scales (on
 Fashion-MNIST it is reached earlier; the tables also list higher targets). SCAFFOLD on Pareto
 (> 1,000 rounds with and without FedGSNR in the paper) and Fig. 4/5 (E_const sweep; CIFAR-100 with
 VGG-16) are not reproduced; Fig. 5b's "GSNR follows the label distribution" is checked on
