@@ -171,9 +171,10 @@ def small_conv() -> nn.Module:
     )
 
 
-@pytest.mark.parametrize("model", ["svm", "conv", "lenet5"])
+@pytest.mark.parametrize("model", ["svm", "conv", "lenet5", "2nn", "softmax"])
 def test_statistics_equal_a_per_sample_loop(model: str) -> None:
-    """The SVM (its L2 term lives in ``loss``), a plain nn.Sequential conv net, and a Classifier CNN."""
+    """The SVM (its L2 term lives in ``loss``), a plain nn.Sequential conv net, a Classifier CNN
+    (all through vmap), and the 2NN and softmax regression (closed-form moments)."""
     g = torch.Generator().manual_seed(2)
     side = 12 if model == "lenet5" else 8
     x, y = torch.randn(60, 1, side, side, generator=g), torch.randint(0, 4, (60,), generator=g)
@@ -184,6 +185,8 @@ def test_statistics_equal_a_per_sample_loop(model: str) -> None:
     info = round_info(fed, 3)
     ctx = ClientContext(info, 1, 0, True)
     message = part.plan_client(ctx, w, None, None, fed.access(1))
+    closed_form = fed.access(1).gradient_moments(w, x[:4], y[:4]) is not None
+    assert closed_form == (model in ("2nn", "softmax"))
 
     xs, ys = fed.access(1).sample(16, info.rng("gsnr", 1))  # the same draw as plan_client's
     assert len(ys) == 16 and set(ys.tolist()) <= set(y[30:].tolist())

@@ -90,6 +90,10 @@ class ClientAccess(Protocol):
 
     def per_sample_grads(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor: ...
 
+    def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
+        """Sum and sum of squares of the per-sample gradients, where a closed form exists."""
+        ...
+
 
 class Estimator(Protocol):
     """Replaces the full local update by an estimate built from the local step directions."""

@@ -131,6 +131,16 @@ class ClientData:
         chosen = torch.from_numpy(rng.choice(index, size=min(n, len(index)), replace=False))
         return self.federation.x_train[chosen], self.federation.y_train[chosen]
 
+    def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
+        """(sum, sum of squares) of the per-sample gradients at ``theta`` in closed form, when the
+        model allows it (see :mod:`fedaccel.engine.linear_moments`); None otherwise."""
+        from fedaccel.engine.linear_moments import linear_gradient_moments
+
+        model = self.federation.model
+        model.load(theta)
+        model.module.eval()
+        return linear_gradient_moments(model.module, x, y)
+
     def per_sample_grads(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
         """Gradient of the loss of each sample at ``theta``: shape (n, d), via torch.func.vmap."""
         from torch.func import functional_call, grad, vmap
