@@ -80,17 +80,26 @@ def _save(fig: Any, out: Path) -> Path:
     return out
 
 
+def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None) -> np.ndarray:
+    """Rows: rounds from the first to the last (zero where the client did not train); columns:
+    the tau step indices (without tau, as recorded by older runs: up to the last selected step)."""
+    width = tau if tau is not None else max((max(c) + 1 for c in chosen if c), default=1)
+    image = np.zeros((rounds[-1] - rounds[0] + 1, width))
+    for round_, steps in zip(rounds, chosen):
+        image[round_ - rounds[0], steps] = 1.0
+    return image
+
+
 def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Path:
     """Heat map of selected local steps: rounds (y) x step index (x), one panel per client."""
     selected = per_client(read_diagnostics(run_dir), "selected")
     if not selected:
         raise UserError(f"{run_dir}: no 'selected' steps recorded (not a BHerd/GraB run)")
+    taus = per_client(read_diagnostics(run_dir), "tau")
     fig, axes = _figure(len(selected), height=3.6)
     for ax, (client, (rounds, chosen)) in zip(axes, selected.items()):
-        width = max((max(c) + 1 for c in chosen if c), default=1)
-        image = np.zeros((len(rounds), width))
-        for r, steps in enumerate(chosen):
-            image[r, steps] = 1.0
+        image = selection_image(rounds, chosen, max(taus[client][1]) if client in taus else None)
+        width = image.shape[1]
         ax.imshow(image, aspect="auto", interpolation="nearest", cmap="Greys",
                   extent=(-0.5, width - 0.5, rounds[-1] + 0.5, rounds[0] - 0.5))
         ax.set_title(f"client {client}")

@@ -158,7 +158,7 @@ def test_bherd_diagnostics_in_the_round_report() -> None:
         entry = clients[str(i)]
         assert len(entry["selected"]) == selected_count(0.5, tau)
         assert entry["selected"] == sorted(entry["selected"]) and all(0 <= s < tau for s in entry["selected"])
-        assert entry["memory_bytes"] == tau * d * 4
+        assert entry["memory_bytes"] == tau * d * 4 and entry["tau"] == tau
         assert entry["distance"] >= 0.0
 
 
@@ -437,3 +437,13 @@ def test_recipes_are_registered_by_composition() -> None:
     }
     for name, parts in expected.items():
         assert [p.name for p in build_algorithm(name).parts] == parts
+
+
+def test_selection_heat_map_spans_all_steps_and_rounds() -> None:
+    from fedaccel.diagnostic_plots import selection_image
+
+    image = selection_image([2, 3, 5], [[0, 3], [1], [4]], tau=6)  # did not train in round 4
+    expected = np.zeros((4, 6))
+    expected[0, [0, 3]] = expected[1, 1] = expected[3, 4] = 1.0
+    np.testing.assert_array_equal(image, expected)
+    assert selection_image([1], [[0, 2]], tau=None).shape == (1, 3)  # older runs: no tau recorded

@@ -110,7 +110,7 @@ class HerdingEstimator:
         g = mask @ z + k * mu  # sum of the selected raw directions (Eq. 6), without copying rows
         distance = float(torch.linalg.vector_norm(g / (self.alpha * self.steps) - mu))
         estimate = (g * (self.lr / self.alpha)).to(full_update.dtype)
-        diag = {"selected": sorted(chosen), "distance": distance, "memory_bytes": memory}
+        diag = {"selected": sorted(chosen), "tau": self.steps, "distance": distance, "memory_bytes": memory}
         return estimate, {}, diag
 
 
@@ -118,7 +118,7 @@ def bherd_selection(*, alpha: float = 0.5) -> Part:
     """BHerd's update estimator: upload (eta/alpha) times the sum of the herded k_i of tau_i local directions.
 
     ``alpha = 0.5`` is the paper's recommended proportion (Section 2.3). Diagnostics per client and
-    round: ``selected`` (sorted 0-based step indices), ``distance`` = ||g_i/(alpha tau_i) - mu_i|| (Fig. 4d)
+    round: ``selected`` (sorted 0-based step indices of the ``tau`` steps), ``distance`` = ||g_i/(alpha tau_i) - mu_i|| (Fig. 4d)
     and ``memory_bytes`` (the stored gradients, tau_i * d * 4).
 
     Example:

@@ -56,14 +56,14 @@ class BalancingEstimator:
         alpha_i = len(self.kept) / self.steps
         estimate = (self.g * self.lr).to(full_update.dtype)
         memory = 3 * self.g.numel() * self.g.element_size()
-        diag = {"selected": list(self.kept), "alpha": alpha_i, "memory_bytes": memory}
+        diag = {"selected": list(self.kept), "tau": self.steps, "alpha": alpha_i, "memory_bytes": memory}
         return estimate, {"alpha": torch.tensor([alpha_i], dtype=torch.float32)}, diag
 
 
 def grab_selection() -> Part:
     """GraB online selection on the client plus the server's 1/alpha_t rescaling (Algorithm 4).
 
-    Diagnostics per client and round: ``selected`` (0-based kept steps), ``alpha`` (alpha_i) and
+    Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha`` (alpha_i) and
     ``memory_bytes`` (the three d-vectors).
 
     Example:

@@ -40,19 +40,41 @@ def _rr_close(runs: list[Run]) -> tuple[bool | None, str]:
     return max(gaps) < 0.01, "final accuracy gap fixed vs RR per case: " + ", ".join(f"{g:.4f}" for g in gaps)
 
 
-def _distance_below_spread(runs: list[Run]) -> tuple[bool | None, str]:
-    """Fig. 4d: the herd's mean is close to the full mean — distance well below the mean gradient norm scale."""
-    values = []
+def _distance_does_not_grow(runs: list[Run]) -> tuple[bool | None, str]:
+    """Fig. 4d: per run and client, the distance late in training against early in training."""
+    ratios = []
+    for run in runs:
+        series_by_client: dict[str, list[float]] = {}
+        for row in run.metrics:
+            for client, values in (row.get("diag") or {}).get("clients", {}).items():
+                if "distance" in values:
+                    series_by_client.setdefault(client, []).append(values["distance"])
+        for values in series_by_client.values():
+            k = max(1, len(values) // 10)
+            first, last = sum(values[:k]) / k, sum(values[-k:]) / k
+            if len(values) > 1 and first > 0:
+                ratios.append(last / first)
+    if not ratios:
+        return None, "no distances recorded"
+    mean = sum(ratios) / len(ratios)
+    return mean <= 1.0, (f"distance in the last 10% of rounds / first 10%, per run and client: mean {mean:.3f} "
+                         f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} series)")
+
+
+def _memory_is_tau_d_floats(runs: list[Run]) -> tuple[bool | None, str]:
+    """Section 2: a client stores its tau_i local gradients of d floats (BHerd's memory cost)."""
+    per_float, largest = set(), 0
     for run in runs:
         for row in run.metrics:
-            for client in (row.get("diag") or {}).get("clients", {}).values():
-                if "distance" in client:
-                    values.append(client["distance"])
-    if not values:
-        return None, "no distances recorded"
-    first, last = values[: max(1, len(values) // 10)], values[-max(1, len(values) // 10):]
-    mean_first, mean_last = sum(first) / len(first), sum(last) / len(last)
-    return mean_last <= mean_first, f"mean distance, first 10% of records {mean_first:.4f}, last 10% {mean_last:.4f}"
+            for values in (row.get("diag") or {}).get("clients", {}).values():
+                if "memory_bytes" in values and "tau" in values:
+                    per_float.add(values["memory_bytes"] / (4 * values["tau"]))
+                    largest = max(largest, values["memory_bytes"])
+    if not per_float:
+        return None, "no memory recorded"
+    d = sorted(per_float)
+    return len(d) == 1, (f"memory_bytes / (4 tau_i) = {', '.join(f'{v:g}' for v in d)} (d of the model); "
+                         f"largest per client and round {largest / 2**20:.2f} MiB")
 
 
 CLAIMS = [
@@ -81,5 +103,7 @@ CLAIMS = [
     Claim("Random reshuffling makes little difference to herding (final accuracy within 1 point, Section 2.8)",
           "fig4_selection", _rr_close),
     Claim("The distance between the herd's mean and the local mean does not grow over training (Fig. 4d)",
-          "fig4_selection", _distance_below_spread),
+          "fig4_selection", _distance_does_not_grow),
+    Claim("A client's memory is its tau_i local gradients of d floats (tau_i x d x 4 bytes, Section 2)",
+          "fig4_selection", _memory_is_tau_d_floats),
 ]
