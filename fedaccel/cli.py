@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = run(load_config(args.config, args.set), args.out, progress=progress)
     ranking = contribution_ranking(path)
     if ranking:
-        print("contribution ranking (mean GSNR over the rounds a client was scored):")
+        print("contribution ranking (median GSNR over the rounds a client was scored):")
         for place, (client, score, rounds) in enumerate(ranking, start=1):
             print(f"  {place:>3}. client {client:>4}  GSNR {score:.4f}  ({rounds} rounds)")
     final = load_run(path).metrics[-1]

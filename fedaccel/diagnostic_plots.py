@@ -165,14 +165,16 @@ def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path) -> 
 
 
 def contribution_ranking(run_dir: str | Path, key: str = "gsnr") -> list[tuple[str, float, int]] | None:
-    """Clients ranked by their mean ``key`` (GSNR: the FedGSNR contribution score), best first.
+    """Clients ranked by their median ``key`` (GSNR: the FedGSNR contribution score), best first.
 
-    Returns (client, mean score, rounds scored), or None when the run recorded no such score.
+    The median, not the mean: one round where a client's GSNR hits the numerical cap would
+    otherwise decide its place. Returns (client, median score, rounds scored), or None when the
+    run recorded no such score.
     """
     if not (Path(run_dir) / "diagnostics.jsonl").is_file():
         return None
     series = per_client(read_diagnostics(run_dir), key)
     if not series:
         return None
-    ranking = [(c, float(np.mean(v)), len(v)) for c, (_, v) in series.items()]
+    ranking = [(c, float(np.median(v)), len(v)) for c, (_, v) in series.items()]
     return sorted(ranking, key=lambda item: -item[1])

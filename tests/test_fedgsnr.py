@@ -231,6 +231,25 @@ def test_a_client_against_the_others_does_not_train_and_bytes_are_counted() -> N
     assert report.bytes_down == 3 * 4 + 3 * 8
 
 
+def test_partial_participation_plans_only_the_sampled_clients() -> None:
+    """With half the clients a round, only the sampled ones plan and train, and they are the ones
+    FedAvg samples in that round (the same seeded draw); E_k sum to |S| * E_const."""
+    fed = scalar_federation([[2.0], [1.0], [3.0], [2.5], [1.5], [0.5]])
+    gsnr, fedavg = build_algorithm("fedgsnr", samples=2, e_const=3), build_algorithm("fedavg")
+    gsnr_state = init_state(gsnr, fed.model.theta.clone(), 6)
+    avg_state = init_state(fedavg, fed.model.theta.clone(), 6)
+    seen = set()
+    for _ in range(4):
+        gsnr_state, report = run_round(gsnr, gsnr_state, fed, fraction=0.5)
+        avg_state, avg_report = run_round(fedavg, avg_state, fed, fraction=0.5)
+        planned = sorted(int(k) for k in report.diag["steps"])
+        assert planned == sorted(report.participation.train) == sorted(avg_report.participation.train)
+        assert len(planned) == 3 and sum(report.diag["steps"].values()) == 3 * 3
+        assert report.bytes_up == 3 * 2 * 4 + sum(1 for e in report.diag["steps"].values() if e) * 4
+        seen.update(planned)
+    assert len(seen) > 3  # different clients in different rounds
+
+
 def duplicated_federation(local_epochs: float, copies: int = 3) -> Federation:
     """``copies`` clients holding identical data (20 samples each), a small non-linear model."""
     g = torch.Generator().manual_seed(5)

@@ -29,9 +29,10 @@ Same work: as in the paper, every baseline client runs E_const = 20 local steps 
 (`train.local_steps: 20`, whatever its data size) and FedGSNR redistributes the same |S|·20 steps
 by n_k. The target is the paper's 0.5 test accuracy at both scales (on
 Fashion-MNIST it is reached earlier; the tables also list higher targets). SCAFFOLD on Pareto
-(> 1,000 rounds with and without FedGSNR in the paper) and Fig. 4/5 (E_const sweep; CIFAR-100 with
-VGG-16) are not reproduced; Fig. 5b's "GSNR follows the label distribution" is checked on
-Table 1's Pareto FedGSNR run. GSNR statistics are per-client medians over rounds (Appendix:
+(> 1,000 rounds with and without FedGSNR in the paper) and Fig. 4 (E_const sweep) are not
+reproduced; Fig. 5 (CIFAR-100 with VGG-16) has a paper-scale grid only
+(`experiments/fedgsnr/paper/fig5_pareto_cifar100.yaml`), and Fig. 5b's "GSNR follows the label
+distribution" is checked here on Table 1's Pareto FedGSNR run. GSNR statistics are per-client medians over rounds (Appendix:
 "we need to observe its statistics, i.e. mean or median"). A claim "agrees" when the measured
 numbers go the way the paper says.
 """
