@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -284,6 +285,16 @@ def build_algorithm_from(config: Config) -> Any:
     if "fraction" in hyperparameters(name) and "fraction" not in params:
         params["fraction"] = config.train.client_fraction
     return build_algorithm(name, **params)
+
+
+def warn_if_fedavg_in_disguise(config: Config) -> None:
+    """FedUMF's C = 1 (the default fraction) authorises every client every round: plain FedAvg."""
+    from fedaccel.algorithms.registry import hyperparameters
+
+    name = config.algorithm["name"]
+    if "fraction" in hyperparameters(name) and config.algorithm.get("fraction", config.train.client_fraction) == 1:
+        print(f"note: {name} with C = 1 authorises every client every round: it is FedAvg; "
+              "set train.client_fraction below 1 for partial participation", file=sys.stderr)
 
 
 def local_options(config: Config) -> Any:

@@ -24,7 +24,15 @@ import torch
 
 from fedaccel.algorithms.base import Algorithm, make_rng
 from fedaccel.algorithms.registry import get_recipe
-from fedaccel.config import Config, build_algorithm_from, dump_config, from_dict, local_options, read_yaml
+from fedaccel.config import (
+    Config,
+    build_algorithm_from,
+    dump_config,
+    from_dict,
+    local_options,
+    read_yaml,
+    warn_if_fedavg_in_disguise,
+)
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
@@ -121,6 +129,7 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
         raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
     path.mkdir(parents=True, exist_ok=True)
     dump_config(config, path / "config.yaml")
+    warn_if_fedavg_in_disguise(config)
     setup = build_setup(config)
     state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
     run_loop(setup, state, path, wall=0.0, progress=progress)

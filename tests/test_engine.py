@@ -116,6 +116,8 @@ def test_client_sampling_is_seeded_and_sized() -> None:
     assert first == sample_clients(info, 0.25)
     assert first != sample_clients(replace(info, round=5), 0.25)
     assert len(sample_clients(info, 0.01)) == 1
+    assert len(sample_clients(info, 0.125)) == 3  # C N = 2.5 rounds up
+    assert len(sample_clients(info, 0.175)) == 4  # 3.5 too (Python's round would give 2 and 4)
 
 
 def test_compose_rejects_two_owners_of_an_exclusive_stage() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fedaccel.algorithms.base import Part, Participation, RoundInfo
@@ -9,9 +11,12 @@ from fedaccel.errors import ConfigError
 
 
 def sample_clients(info: RoundInfo, fraction: float) -> tuple[int, ...]:
-    """max(1, round(fraction * N)) clients drawn without replacement from (seed, round)."""
+    """max(1, round(fraction * N)) clients drawn without replacement from (seed, round).
+
+    Halves round up (C N = 2.5 gives 3), not to even as Python's ``round`` would.
+    """
     n = info.n_clients
-    m = max(1, int(round(fraction * n)))
+    m = max(1, math.floor(fraction * n + 0.5 + 1e-9))
     if m >= n:
         return tuple(range(n))
     chosen = info.rng("sampling").choice(n, size=m, replace=False)
