@@ -209,6 +209,9 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     if report is not None:
         row["clients"] = len(report.participation.train)
         row["uploaded"] = len(report.participation.upload)
+        row["round_bytes_up"] = report.bytes_up  # this round's own (the others are running totals)
+        row["round_bytes_down"] = report.bytes_down
+        row["round_local_steps"] = report.local_steps
         if report.diag:
             row["diag"] = report.diag
     return row

@@ -207,6 +207,12 @@ def test_fedumf_takes_its_fraction_from_train_client_fraction(tmp_path: Path) ->
     overrides = [*SMALL, "algorithm=fedumf", "train.client_fraction=0.5", "train.rounds=2"]
     rows = metrics_of(run(load_config(None, overrides), tmp_path / "u"))
     assert [(r["clients"], r["uploaded"]) for r in rows[1:]] == [(4, 2), (4, 2)]
+    # per round: every client downloads and trains, only the two authorised upload a model
+    d = 64 * 10 + 10  # softmax regression on 8x8 digits
+    for row in rows[1:]:
+        assert row["round_bytes_down"] == 4 * d * 4 and row["round_bytes_up"] == 2 * d * 4
+        assert row["round_local_steps"] > 0
+    assert rows[2]["bytes_up"] == 2 * rows[2]["round_bytes_up"]  # the running total
     explicit = metrics_of(run(load_config(None, [*overrides, "algorithm.fraction=0.25"]), tmp_path / "v"))
     assert [r["uploaded"] for r in explicit[1:]] == [1, 1]
 
