@@ -7,8 +7,9 @@ each part's server state, every client's part states, and running totals.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor
 
@@ -81,13 +82,78 @@ def choose_participants(algorithm: Algorithm, info: RoundInfo, fraction: float) 
     return Participation(train=chosen, upload=chosen)
 
 
+class ClientRuntime(Protocol):
+    """Where the client side of a round runs: in this process (:class:`InProcessClients`) or on
+    remote nodes (:mod:`fedaccel.flower`). Client states live with the runtime.
+
+    Both methods return what answered and a diagnostics dict (e.g. clients lost or rejected).
+    """
+
+    def plan(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[dict[int, dict[str, Tensor]], dict[str, Any]]: ...
+
+    def train(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        """Train every context's client; return the updates of those that upload."""
+        ...
+
+    def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
+        """The client states to keep in the server's FLState after the round."""
+        ...
+
+
+class InProcessClients:
+    """Every client trained in this process, one after another; states held here."""
+
+    def __init__(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> None:
+        self.algorithm, self.federation, self.client_states = algorithm, federation, list(states)
+
+    def plan(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[dict[int, dict[str, Tensor]], dict[str, Any]]:
+        k, part = self.algorithm.single("plan_server")  # type: ignore[misc]
+        return {
+            ctx.client: part.plan_client(  # type: ignore[misc]
+                ctx, w, server[k], self.client_states[ctx.client][k], self.federation.access(ctx.client)
+            )
+            for ctx in contexts
+        }, {}
+
+    def train(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        updates = []
+        for ctx in contexts:
+            i = ctx.client
+            self.client_states[i], update = train_client(
+                self.algorithm, ctx, w, server, self.client_states[i], self.federation
+            )
+            if ctx.uploads:
+                updates.append(update)
+        return updates, {}
+
+    def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
+        return self.client_states
+
+
 def run_round(
-    algorithm: Algorithm, state: FLState, federation: Federation, *, fraction: float = 1.0
+    algorithm: Algorithm,
+    state: FLState,
+    federation: Federation,
+    *,
+    fraction: float = 1.0,
+    runtime: ClientRuntime | None = None,
 ) -> tuple[FLState, RoundReport]:
-    """Advance ``state`` by one round; ``fraction`` is used when no part chooses participants."""
+    """Advance ``state`` by one round; ``fraction`` is used when no part chooses participants.
+
+    ``runtime`` runs the client side (default: in this process, with ``state.clients``).
+    """
+    runtime = runtime or InProcessClients(algorithm, federation, state.clients)
     info = round_info(federation, state.round)
     who = choose_participants(algorithm, info, fraction)
-    server, clients = state.server, list(state.clients)
+    server = state.server
     diag: dict[str, Any] = {}
     down_message = sum(
         (tensor_bytes(p.broadcast(server[k])) for k, p in algorithm.with_stage("broadcast")),
@@ -101,26 +167,21 @@ def run_round(
     planner = algorithm.single("plan_server")
     if planner is not None:
         k, part = planner
-        messages = {}
-        for i in who.train:
-            ctx = _context(info, federation, i, who, {})
-            messages[i] = part.plan_client(ctx, state.w, server[k], clients[i][k], federation.access(i))  # type: ignore[misc]
-            bytes_up += tensor_bytes(messages[i])
+        contexts = [_context(info, federation, i, who, {}) for i in who.train]
+        messages, plan_runtime_diag = runtime.plan(contexts, state.w, server)
+        bytes_up += sum(tensor_bytes(m) for m in messages.values())
         instructions, plan_diag = part.plan_server(info, messages, server[k])  # type: ignore[misc]
         bytes_down += sum(8 * len(v) for v in instructions.values())
         diag.update(plan_diag)
+        _merge(diag, plan_runtime_diag)
 
-    updates: list[ClientUpdate] = []
-    local_steps = 0
-    for i in who.train:
-        ctx = _context(info, federation, i, who, instructions.get(i, {}))
-        if ctx.steps == 0:
-            continue
-        clients[i], update = train_client(algorithm, ctx, state.w, server, clients[i], federation)
-        local_steps += ctx.steps
-        if ctx.uploads:
-            updates.append(update)
-            bytes_up += update.nbytes
+    contexts = [_context(info, federation, i, who, instructions.get(i, {})) for i in who.train]
+    contexts = [ctx for ctx in contexts if ctx.steps > 0]
+    updates, train_diag = runtime.train(contexts, state.w, server)
+    _merge(diag, train_diag)
+    lost = set(train_diag.get("lost", ())) | set(train_diag.get("rejected", {}))
+    local_steps = sum(ctx.steps for ctx in contexts if ctx.client not in lost)
+    bytes_up += sum(u.nbytes for u in updates)
 
     for k, part in algorithm.with_stage("server_adjust"):
         updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
@@ -138,10 +199,22 @@ def run_round(
         "local_steps": state.totals["local_steps"] + local_steps,
     }
     new_state = replace(
-        state, round=state.round + 1, w=w_next, server=tuple(server_list), clients=clients, totals=totals
+        state, round=state.round + 1, w=w_next, server=tuple(server_list),
+        clients=runtime.states(state.clients), totals=totals,
     )
     report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag)
     return new_state, report
+
+
+def _merge(diag: dict[str, Any], more: dict[str, Any]) -> None:
+    """Add a runtime's diagnostics (lists and dicts of lost / rejected clients accumulate)."""
+    for key, value in more.items():
+        if isinstance(value, list):
+            diag[key] = [*diag.get(key, []), *value]
+        elif isinstance(value, dict):
+            diag[key] = {**diag.get(key, {}), **value}
+        else:
+            diag[key] = value
 
 
 def _context(
