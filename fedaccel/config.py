@@ -68,7 +68,8 @@ class RunConfig:
     seed: int = 0
     out_dir: str = "runs"  # run folders are created under this
     checkpoint_every: int = 5  # rounds between checkpoints
-    runtime: str = "in-process"
+    runtime: str = "in-process"  # or flower-simulation, flower-deployment (fedaccel.flower)
+    timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
 
 
@@ -93,7 +94,7 @@ class Config:
         return self.name or str(self.algorithm["name"])
 
 
-RUNTIMES = ("in-process",)
+RUNTIMES = ("in-process", "flower-simulation", "flower-deployment")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
@@ -244,6 +245,7 @@ def validate(config: Config) -> None:
         (config.eval.every >= 1, "eval.every must be >= 1"),
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
+        (config.run.timeout > 0, "run.timeout must be > 0"),
         (config.data.subset is None or config.data.subset >= 1, "data.subset must be >= 1 or null"),
         (config.eval.train_samples is None or config.eval.train_samples >= 1, "eval.train_samples must be >= 1 or null"),
     ]

@@ -34,7 +34,7 @@ from fedaccel.config import (
     warn_if_fedavg_in_disguise,
 )
 from fedaccel.engine.federation import Federation
-from fedaccel.engine.round import FLState, RoundReport, init_state, run_round
+from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
 
 CHECKPOINT = "checkpoint.pt"
@@ -130,10 +130,20 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
     path.mkdir(parents=True, exist_ok=True)
     dump_config(config, path / "config.yaml")
     warn_if_fedavg_in_disguise(config)
+    if config.run.runtime != "in-process":
+        return _run_on_flower(config, path, progress)
     setup = build_setup(config)
     state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
     run_loop(setup, state, path, wall=0.0, progress=progress)
     return path
+
+
+def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:
+    if config.run.runtime == "flower-simulation":
+        from fedaccel.flower.simulation import simulate
+
+        return simulate(config, path, progress=progress)
+    raise UserError("run.runtime flower-deployment runs with `fedaccel deploy` (SuperLink + SuperNodes)")
 
 
 def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
@@ -142,7 +152,16 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
     if not (path / "config.yaml").is_file():
         raise UserError(f"{path} is not a run folder (no config.yaml)")
     config = from_dict(read_yaml(path / "config.yaml"))
+    if config.run.runtime != "in-process":
+        return _run_on_flower(config, path, progress)
     setup = build_setup(config)
+    state, wall = restore_state(setup, path)
+    run_loop(setup, state, path, wall=wall, progress=progress)
+    return path
+
+
+def restore_state(setup: Setup, path: Path) -> tuple[FLState, float]:
+    """The state of the last checkpoint in ``path`` (or the initial one), metrics cut to match."""
     checkpoint = path / CHECKPOINT
     if checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False)
@@ -152,8 +171,7 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
         wall = 0.0
     for name in (METRICS, DIAGNOSTICS):
         _truncate_metrics(path / name, state.round)
-    run_loop(setup, state, path, wall=wall, progress=progress)
-    return path
+    return state, wall
 
 
 def _truncate_metrics(path: Path, last_round: int) -> None:
@@ -171,7 +189,17 @@ def _truncate_metrics(path: Path, last_round: int) -> None:
     path.write_text("".join(k + "\n" for k in kept))
 
 
-def run_loop(setup: Setup, state: FLState, path: Path, *, wall: float, progress: bool | None) -> FLState:
+def run_loop(
+    setup: Setup,
+    state: FLState,
+    path: Path,
+    *,
+    wall: float,
+    progress: bool | None,
+    runtime: ClientRuntime | None = None,
+) -> FLState:
+    """Rounds until the configured number, with metrics, diagnostics and checkpoints written as
+    they come; ``runtime`` runs the client side (default: in this process)."""
     config, federation = setup.config, setup.federation
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
@@ -183,7 +211,7 @@ def run_loop(setup: Setup, state: FLState, path: Path, *, wall: float, progress:
         while state.round < rounds:
             apply_attacks(setup, state.round)
             started = time.perf_counter()
-            state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction)
+            state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction, runtime=runtime)
             wall += time.perf_counter() - started
             if report.diag:
                 _write(diag_file, {"round": state.round, **report.diag})

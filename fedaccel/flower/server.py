@@ -1,0 +1,165 @@
+"""The server side on Flower: the engine's round, with the client side sent to SuperNodes.
+
+:class:`FlowerClients` is a :class:`~fedaccel.engine.round.ClientRuntime`: the engine's
+``run_round`` does participation, planning, aggregation and server state exactly as in process,
+and asks this runtime to run ``plan_client`` / the local training on the clients' nodes. A
+client that does not answer within ``run.timeout`` seconds (killed, disconnected) is recorded
+in the round's diagnostics as ``lost`` and the round goes on with the others (the aggregators
+renormalise the weights over the updates they get). An answer that does not decode, has the
+wrong shape or non-finite values is ``rejected`` with its reason, logged and never aggregated.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from torch import Tensor
+
+from fedaccel.algorithms.base import ClientContext, ClientUpdate, State
+from fedaccel.config import Config, dump_config
+from fedaccel.errors import UserError
+from fedaccel.flower.client import PLAN, UPDATE, train_content
+from fedaccel.flower.wire import BadMessage, check_update, unpack
+from fedaccel.runner import CHECKPOINT, Setup, build_setup, restore_state, run_loop
+
+
+class FlowerClients:
+    """The client side of rounds on Flower nodes; ``nodes`` maps client id -> node id."""
+
+    def __init__(self, grid: Grid, setup: Setup, nodes: dict[int, int], timeout: float) -> None:
+        self.grid, self.setup, self.nodes, self.timeout = grid, setup, nodes, timeout
+        self.dim = setup.federation.model.size
+
+    def _exchange(
+        self, message_type: str, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[dict[int, Message], dict[str, Any]]:
+        """Send to every context's client, wait up to the timeout; (answers by client, diag)."""
+        by_node = {self.nodes[ctx.client]: ctx.client for ctx in contexts}
+        messages = [
+            Message(train_content(w, server, ctx), self.nodes[ctx.client], message_type,
+                    group_id=str(ctx.info.round))
+            for ctx in contexts
+        ]
+        answers: dict[int, Message] = {}
+        rejected: dict[str, str] = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout) if messages else []:
+            client = by_node.get(reply.metadata.src_node_id)
+            if client is None:
+                continue
+            if reply.has_error():
+                rejected[str(client)] = f"client error: {reply.error.reason}"
+            else:
+                answers[client] = reply
+        lost = sorted(set(by_node.values()) - set(answers) - {int(c) for c in rejected})
+        diag: dict[str, Any] = {}
+        if lost:
+            diag["lost"] = lost
+            _log(f"round {contexts[0].info.round + 1}: no answer from client(s) {lost} within "
+                 f"{self.timeout:g} s; going on without them")
+        if rejected:
+            diag["rejected"] = rejected
+        return answers, diag
+
+    def plan(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[dict[int, dict[str, Tensor]], dict[str, Any]]:
+        answers, diag = self._exchange("train.plan", contexts, w, server)
+        plans = {}
+        for client, reply in answers.items():
+            try:
+                plan = unpack(reply.content, prefix=PLAN)
+                if not isinstance(plan, dict):
+                    raise BadMessage("a plan must be a dict of tensors")
+                for name, tensor in plan.items():
+                    reason = check_update(tensor, {}, self.dim)
+                    if reason:
+                        raise BadMessage(f"{name}: {reason}")
+                plans[client] = plan
+            except BadMessage as exc:
+                self._reject(diag, client, str(exc), contexts[0].info.round)
+        return plans, diag
+
+    def train(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        answers, diag = self._exchange("train", contexts, w, server)
+        updates = []
+        for ctx in contexts:
+            reply = answers.get(ctx.client)
+            if reply is None or not ctx.uploads:
+                continue
+            try:
+                upload = unpack(reply.content, prefix=UPDATE)
+                if not isinstance(upload, dict):
+                    raise BadMessage("an upload must be a dict")
+                reason = check_update(upload.get("delta"), upload.get("extras"), self.dim)
+                if reason:
+                    raise BadMessage(reason)
+            except BadMessage as exc:
+                self._reject(diag, ctx.client, str(exc), ctx.info.round)
+                continue
+            weight = float(self.setup.federation.weights[ctx.client])  # the server's, not the client's word
+            diag_in = upload.get("diag") if isinstance(upload.get("diag"), dict) else {}
+            updates.append(ClientUpdate(ctx.client, weight, ctx.steps, upload["delta"], upload["extras"], diag_in))
+        return updates, diag
+
+    def _reject(self, diag: dict[str, Any], client: int, reason: str, round_: int) -> None:
+        diag.setdefault("rejected", {})[str(client)] = reason
+        _log(f"round {round_ + 1}: rejected the answer of client {client}: {reason}")
+
+    def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
+        return previous  # the real ones live on the clients
+
+
+def _log(text: str) -> None:
+    print(f"fedaccel server: {text}", file=sys.stderr, flush=True)
+
+
+def connect(grid: Grid, config_text: str, n_clients: int, timeout: float) -> dict[int, int]:
+    """Wait for ``n_clients`` nodes, send each the config; client id -> node id."""
+    deadline = time.monotonic() + timeout
+    nodes: list[int] = []
+    while len(nodes) < n_clients:
+        nodes = sorted(grid.get_node_ids())
+        if time.monotonic() > deadline:
+            raise UserError(f"only {len(nodes)} of {n_clients} SuperNodes connected within {timeout:g} s")
+        if len(nodes) < n_clients:
+            time.sleep(0.2)
+    hello = [Message(RecordDict({"config": ConfigRecord({"yaml": config_text})}), node, "query.hello")
+             for node in nodes]
+    mapping: dict[int, int] = {}
+    for reply in grid.send_and_receive(hello, timeout=timeout):
+        if reply.has_error():
+            raise UserError(f"node {reply.metadata.src_node_id} failed to start: {reply.error.reason}")
+        client = int(reply.content["hello"]["client"])
+        if client in mapping:
+            raise UserError(f"two SuperNodes claim partition-id {client}")
+        mapping[client] = reply.metadata.src_node_id
+    missing = sorted(set(range(n_clients)) - set(mapping))
+    if missing:
+        raise UserError(f"no SuperNode with partition-id {missing[0]} answered (need 0..{n_clients - 1})")
+    return mapping
+
+
+def serve(grid: Grid, config: Config, path: Path, *, progress: bool | None = None) -> Path:
+    """Run (or, if ``path`` has a checkpoint, resume) ``config`` with clients on ``grid``."""
+    import yaml
+
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / "config.yaml").is_file():
+        dump_config(config, path / "config.yaml")
+    setup = build_setup(config)
+    config_text = yaml.safe_dump(config.to_dict(), sort_keys=True)
+    nodes = connect(grid, config_text, setup.federation.n_clients, config.run.timeout)
+    runtime = FlowerClients(grid, setup, nodes, config.run.timeout)
+    state, wall = restore_state(setup, path)
+    if (path / CHECKPOINT).is_file():
+        _log(f"resuming {path} from round {state.round}")
+    run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)
+    return path

@@ -1,0 +1,51 @@
+"""``run.runtime: flower-simulation``: the run on Flower's simulation engine (Ray underneath).
+
+One virtual SuperNode per client; Ray runs their ClientApps in a pool of worker processes that
+stay alive for the whole run (one per core by default), so each builds the run's setup once.
+The ServerApp runs in this process and writes the usual run folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fedaccel.config import Config
+from fedaccel.errors import UserError
+
+for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1"),
+                     ("RAY_DEDUP_LOGS", "0")):
+    os.environ.setdefault(_key, _value)
+
+
+def simulate(config: Config, path: Path, *, progress: bool | None = None, workers: int | None = None) -> Path:
+    """Run ``config`` with its clients as virtual SuperNodes; returns the run folder."""
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    from fedaccel.flower.client import app as client_app
+    from fedaccel.flower.server import serve
+
+    failures: list[BaseException] = []
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: object) -> None:
+        try:
+            serve(grid, config, path, progress=progress)
+        except BaseException as exc:  # run_simulation only logs what a ServerApp raises
+            failures.append(exc)
+
+    cpus = workers or min(os.cpu_count() or 1, config.data.clients)
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=config.data.clients,
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                        "init_args": {"num_cpus": cpus, "include_dashboard": False}},
+    )
+    if failures:
+        raise failures[0]
+    if not (path / "summary.json").is_file():
+        raise UserError(f"the Flower simulation ended before the run finished; see the log above ({path})")
+    return path
