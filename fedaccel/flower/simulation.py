@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from fedaccel.config import Config
 from fedaccel.errors import UserError
@@ -18,12 +19,19 @@ for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_DISABLE_RUNTIME_DEP
     os.environ.setdefault(_key, _value)
 
 
-def simulate(config: Config, path: Path, *, progress: bool | None = None, workers: int | None = None) -> Path:
-    """Run ``config`` with its clients as virtual SuperNodes; returns the run folder."""
+def simulate(
+    config: Config, path: Path, *, progress: bool | None = None, workers: int | None = None,
+    client_app: Any = None,
+) -> Path:
+    """Run ``config`` with its clients as virtual SuperNodes; returns the run folder.
+
+    ``workers``: Ray worker processes for the ClientApps (default: one per core, at most one per
+    client); ``client_app``: another ClientApp (tests use a deliberately broken one).
+    """
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from fedaccel.flower.client import app as client_app
+    from fedaccel.flower.client import app as fedaccel_client_app
     from fedaccel.flower.server import serve
 
     failures: list[BaseException] = []
@@ -39,7 +47,7 @@ def simulate(config: Config, path: Path, *, progress: bool | None = None, worker
     cpus = workers or min(os.cpu_count() or 1, config.data.clients)
     run_simulation(
         server_app=server_app,
-        client_app=client_app,
+        client_app=client_app or fedaccel_client_app,
         num_supernodes=config.data.clients,
         backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                         "init_args": {"num_cpus": cpus, "include_dashboard": False}},

@@ -1,0 +1,120 @@
+"""The Flower runtimes give the in-process numbers, and the server gates what clients send.
+
+Each simulation starts Ray (10-20 s on 2 cores), so the cases are few and tiny: digits,
+softmax regression, 3 clients, 3 rounds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, Context, Message  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+
+from fedaccel.algorithms.base import ClientContext  # noqa: E402
+from fedaccel.config import load_config  # noqa: E402
+from fedaccel.engine.round import init_state, round_info, train_client  # noqa: E402
+from fedaccel.flower import client as fedaccel_client  # noqa: E402
+from fedaccel.flower.simulation import simulate  # noqa: E402
+from fedaccel.flower.wire import BadMessage, check_update, pack, unpack  # noqa: E402
+from fedaccel.runner import build_setup, run  # noqa: E402
+
+TINY = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=dirichlet", "data.split.alpha=0.5",
+        "train.rounds=3", "train.lr=0.1", "train.batch_size=20", "run.progress=false"]
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+CASES = {
+    "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
+    "scaffold": ["algorithm=scaffold"],
+    "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4"],
+    "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_flower_simulation_gives_the_in_process_numbers(case: str, tmp_path: Path) -> None:
+    overrides = [*TINY, *CASES[case]]
+    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
+    flower = rows(run(load_config(None, [*overrides, "run.runtime=flower-simulation"]), tmp_path / "flower"))
+    assert len(flower) == len(local) == 4
+    for a, b in zip(local, flower):
+        for key in ("test_acc", "test_loss", "train_loss"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (case, a["round"], key)
+        for key in ("bytes_up", "bytes_down", "local_steps", "clients", "uploaded"):
+            assert b.get(key) == a.get(key), (case, a["round"], key)
+    assert local[-1]["test_acc"] > local[0]["test_acc"]  # it learned something
+
+
+def broken_app() -> ClientApp:
+    """Client 1 uploads NaNs, client 2 an update of the wrong shape; client 0 is honest."""
+    app = ClientApp()
+
+    @app.query("hello")
+    def hello(message: Message, context: Context) -> Message:
+        return fedaccel_client.hello(message, context)
+
+    @app.train()
+    def train(message: Message, context: Context) -> Message:
+        reply = fedaccel_client.train(message, context)
+        client = int(context.node_config["partition-id"])
+        arrays = reply.content[fedaccel_client.UPDATE + "arrays"]
+        d = arrays["0"].numpy().shape[0]
+        if client == 1:
+            reply.content[fedaccel_client.UPDATE + "arrays"] = ArrayRecord(
+                {k: (Array(np.full(d, np.nan, dtype=np.float32)) if k == "0" else v) for k, v in arrays.items()})
+        if client == 2:
+            reply.content[fedaccel_client.UPDATE + "arrays"] = ArrayRecord(
+                {k: (Array(np.zeros(3, dtype=np.float32)) if k == "0" else v) for k, v in arrays.items()})
+        return reply
+
+    return app
+
+
+def test_broken_updates_are_rejected_with_a_reason_and_never_aggregated(tmp_path: Path) -> None:
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
+    config = load_config(None, [*TINY, "train.rounds=1", "algorithm=fedavg", "run.runtime=flower-simulation"])
+    path = simulate(config, tmp_path / "broken", client_app=broken_app())
+    last = rows(path)[-1]
+    assert set(last["diag"]["rejected"]) == {"1", "2"}
+    assert "non-finite" in last["diag"]["rejected"]["1"] and "shape (3,)" in last["diag"]["rejected"]["2"]
+    assert np.isfinite(last["test_loss"])
+    # only client 0's update was aggregated: the new global model is client 0's local model
+    setup = build_setup(config)
+    w0 = setup.federation.model.theta.clone()
+    state = init_state(setup.algorithm, w0, 3)
+    info = round_info(setup.federation, 0)
+    ctx = ClientContext(info, 0, int(setup.federation.steps[0]), True)
+    _, update = train_client(setup.algorithm, ctx, w0, state.server, state.clients[0], setup.federation)
+    w1 = torch.load(path / "model.pt")["w"]
+    torch.testing.assert_close(w1, w0 - update.delta, atol=1e-6, rtol=0)
+
+
+def test_wire_round_trip_and_gate() -> None:
+    from fedaccel.algorithms.fedumf import FedUMFClient
+
+    value = (None, {"c": torch.arange(3.0)}, FedUMFClient(torch.ones(2), 0.1, 4), [1, 2.5, "x"], (True,))
+    back = unpack(pack(value))
+    assert back[0] is None and torch.equal(back[1]["c"], torch.arange(3.0))
+    assert isinstance(back[2], FedUMFClient) and torch.equal(back[2].update, torch.ones(2))
+    assert back[2].update_lr == 0.1 and back[2].authorised_round == 4 and back[3] == [1, 2.5, "x"] and back[4] == (True,)
+    records = pack({"x": 1})
+    records["tree"]["json"] = json.dumps({"$dc": "os:system"})  # a hostile peer naming any callable
+    with pytest.raises(BadMessage, match="refusing"):
+        unpack(records)
+    assert check_update(torch.zeros(4), {}, 4) is None
+    assert "shape" in check_update(torch.zeros(3), {}, 4)
+    assert "non-finite" in check_update(torch.zeros(4), {"c": torch.tensor([float("inf")])}, 4)
+    assert "float32" in check_update(torch.zeros(4, dtype=torch.float64), {}, 4)
