@@ -7,6 +7,7 @@
     fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
     fedaccel split-report --set data.split=case3 --set data.clients=5
     fedaccel reproduce bherd [--scale paper]
+    fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
     fedaccel data [--install]
 
 A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
@@ -53,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("deploy", help="run a config on a SuperLink and SuperNodes started on this host")
+    p.add_argument("config", nargs="?", help="YAML config (defaults apply to what it leaves out)")
+    p.add_argument("--clients", type=int, help="SuperNodes to start (default and check: data.clients)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up")
+    p.set_defaults(handler=cmd_deploy)
 
     p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
     p.add_argument("file")
@@ -123,6 +132,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"round {final['round']}: test accuracy {final['test_acc']:.4f}, "
         f"test loss {final['test_loss']:.4f}, train loss {final['train_loss']:.4f}"
     )
+    print(f"run folder: {path}")
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from fedaccel.config import load_config
+    from fedaccel.flower.deploy import deploy
+    from fedaccel.results import load_run
+    from fedaccel.runner import new_run_dir
+
+    overrides = list(args.set) + ["run.runtime=flower-deployment"]
+    if args.clients is not None and not any(o.startswith("data.clients=") for o in args.set):
+        overrides.append(f"data.clients={args.clients}")
+    config = load_config(args.config, overrides)
+    path = deploy(config, Path(args.out) if args.out else new_run_dir(config), clients=args.clients,
+                  timeout=args.timeout)
+    final = load_run(path).metrics[-1]
+    print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
     print(f"run folder: {path}")
     return 0
 

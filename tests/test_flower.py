@@ -118,3 +118,39 @@ def test_wire_round_trip_and_gate() -> None:
     assert "shape" in check_update(torch.zeros(3), {}, 4)
     assert "non-finite" in check_update(torch.zeros(4), {"c": torch.tensor([float("inf")])}, 4)
     assert "float32" in check_update(torch.zeros(4, dtype=torch.float64), {}, 4)
+
+
+def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes(tmp_path: Path) -> None:
+    """`fedaccel deploy`: a real SuperLink and two SuperNode processes on 127.0.0.1, bounded in time."""
+    from fedaccel.cli import main
+
+    assert not live_flower_processes(), "Flower processes from elsewhere are running"
+
+    overrides = [*TINY, "data.clients=2", "train.rounds=2", "algorithm=scaffold", "run.timeout=120"]
+    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
+    argv = ["deploy", "--clients", "2", "--out", str(tmp_path / "deployed"), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    deployed = rows(tmp_path / "deployed")
+    for a, b in zip(local, deployed, strict=True):
+        for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
+    logs = sorted(p.name for p in (tmp_path / "deployed" / "flower").glob("*.log"))
+    assert logs == ["flwr-run.log", "superlink.log", "supernode0.log", "supernode1.log"]
+    assert not live_flower_processes(), "processes left running"
+
+
+def live_flower_processes() -> list[str]:
+    """Command lines of Flower processes that are alive (zombies, already dead, do not count)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue
+        names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp")
+        if state != "Z" and any(name in cmdline for name in names):
+            found.append(cmdline)
+    return found

@@ -1,0 +1,162 @@
+"""``fedaccel deploy``: a SuperLink and one SuperNode per client on this host, then the run.
+
+Every piece is a real Flower process (``flower-superlink``, ``flower-supernode``, ``flwr run``);
+the run folder is the in-process runtime's. Their logs go to ``RUN_DIR/flower/``. Every process
+started here is stopped when the run ends, fails or is interrupted.
+
+On several hosts, start the same pieces by hand (see docs/flower.md): the SuperLink on one host,
+``flower-supernode --superlink HOST:PORT --node-config "partition-id=i num-partitions=N"`` on
+each client host (with fedaccel installed and the data where the config says), then
+``flwr run`` of the app folder this module writes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fedaccel.config import Config, dump_config
+from fedaccel.errors import UserError
+
+ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+       "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
+
+APP_TOML = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "fedaccel-app"
+version = "1.0.0"
+description = "fedaccel's ServerApp and ClientApp (fedaccel must be installed on every node)"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "fedaccel"
+
+[tool.flwr.app.components]
+serverapp = "fedaccel_app:server_app"
+clientapp = "fedaccel_app:client_app"
+
+[tool.flwr.app.config]
+run-dir = ""
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_app(folder: Path) -> Path:
+    """The Flower App folder ``flwr run`` packages: a pyproject and a one-line module."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text(APP_TOML)
+    (folder / "fedaccel_app.py").write_text(
+        '"""fedaccel\'s Flower App components."""\nfrom fedaccel.flower.apps import client_app, server_app\n\n'
+        '__all__ = ["client_app", "server_app"]\n')
+    return folder
+
+
+def _tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        raise UserError(f"{name} not found: install the Flower extra (pip install 'fedaccel[flower]')")
+    return found
+
+
+class Processes:
+    """Started processes, stopped in reverse order (TERM, then KILL after a grace period)."""
+
+    def __init__(self, logs: Path, env: dict[str, str]) -> None:
+        self.logs, self.env, self.started = logs, env, []
+
+    def start(self, name: str, args: list[str], cwd: Path | None = None) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "w")
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=cwd,
+                                   start_new_session=True)
+        self.started.append((name, process, log))
+        return process
+
+    def stop(self, grace: float = 5.0) -> None:
+        for _, process, _ in reversed(self.started):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for _, process, log in reversed(self.started):
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            log.close()
+
+
+def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise UserError(f"{what} exited with status {process.returncode}; see its log")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise UserError(f"{what} did not listen on port {port} within {timeout:g} s")
+
+
+def deploy(config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0) -> Path:
+    """Run ``config`` on a SuperLink and ``clients`` SuperNodes started on localhost."""
+    n = clients or config.data.clients
+    if n != config.data.clients:
+        raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
+    if (run_dir / "metrics.jsonl").exists():
+        raise UserError(f"{run_dir} already holds a run; give another --out")
+    run_dir = run_dir.resolve()
+    flower = run_dir / "flower"
+    flower.mkdir(parents=True, exist_ok=True)
+    dump_config(config, run_dir / "config.yaml")
+    app = write_app(flower / "app")
+    link_port = free_port()
+    home = flower / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n')
+    bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
+    env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    procs = Processes(flower, env)
+    try:
+        link = procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                         "--port", str(link_port)], cwd=flower)
+        wait_for_port(link_port, link, "the SuperLink")
+        for i in range(n):
+            node_env_home = flower / f"node{i}"
+            node_env_home.mkdir(exist_ok=True)
+            procs.env = {**env, "FLWR_HOME": str(node_env_home)}
+            procs.start(f"supernode{i}", [
+                _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
+                "--host", "127.0.0.1", "--port", str(free_port()), "--isolation", "subprocess",
+                "--node-config", f"partition-id={i} num-partitions={n}"])
+        procs.env = env
+        runner = procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
+                                          "--run-config", f"run-dir='{run_dir}'"])
+        try:
+            runner.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise UserError(f"the deployed run did not finish within {timeout:g} s") from exc
+        for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write
+            if (run_dir / "summary.json").is_file():
+                break
+            time.sleep(0.1)
+    finally:
+        procs.stop()
+    if not (run_dir / "summary.json").is_file():
+        raise UserError(f"the deployed run did not finish; logs in {flower}")
+    return run_dir
