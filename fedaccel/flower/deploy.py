@@ -87,9 +87,13 @@ class Processes:
         return process
 
     def stop(self, grace: float = 5.0) -> None:
+        # Flower starts detached children of its own (superexec, serverapp, clientapps): find them
+        # first, then stop everything, ours last-started first.
+        children = descendants({process.pid for _, process, _ in self.started})
         for _, process, _ in reversed(self.started):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
+        _signal(children, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for _, process, log in reversed(self.started):
             try:
@@ -98,6 +102,42 @@ class Processes:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
             log.close()
+        while children and time.monotonic() < deadline:
+            children = [pid for pid in children if _alive(pid)]
+            time.sleep(0.1)
+        _signal(children, signal.SIGKILL)
+
+
+def descendants(roots: set[int]) -> list[int]:
+    """Every live process below ``roots`` (from /proc's parent links)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parent[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = [], set(roots)
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier}
+        found.extend(sorted(frontier))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
