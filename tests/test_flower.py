@@ -22,6 +22,7 @@ from fedaccel.algorithms.base import ClientContext  # noqa: E402
 from fedaccel.config import load_config  # noqa: E402
 from fedaccel.engine.round import init_state, round_info, train_client  # noqa: E402
 from fedaccel.flower import client as fedaccel_client  # noqa: E402
+from fedaccel.flower.deploy import descendants  # noqa: E402
 from fedaccel.flower.simulation import simulate  # noqa: E402
 from fedaccel.flower.wire import BadMessage, check_update, pack, unpack  # noqa: E402
 from fedaccel.runner import build_setup, run  # noqa: E402
@@ -154,3 +155,48 @@ def live_flower_processes() -> list[str]:
         if state != "Z" and any(name in cmdline for name in names):
             found.append(cmdline)
     return found
+
+
+def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Kill SuperNode 2 (and its ClientApp) after round 1: later rounds wait run.timeout, record
+    the client as lost (or its node as unavailable), aggregate the others and finish."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "deployed"
+    overrides = [*TINY, "data.clients=3", "train.rounds=4", "algorithm=fedavg", "run.timeout=20"]
+    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "3", "--out", str(out), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    deploy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+            (out / "metrics.jsonl").is_file() and len(rows(out)) >= 2
+        ):
+            assert deploy.poll() is None, deploy.stdout.read() if deploy.stdout else ""
+            time.sleep(0.2)
+        victims = [cmd for cmd in live_flower_processes() if "partition-id=2" in cmd]
+        assert victims, "SuperNode 2 not found"
+        for stat in Path("/proc").glob("[0-9]*/cmdline"):
+            cmdline = stat.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "flower-supernode" in cmdline and "partition-id=2" in cmdline:
+                node = int(stat.parent.name)  # the client host "dies": its SuperNode and children
+                for pid in [*descendants({node}), node]:
+                    os.kill(pid, signal.SIGKILL)
+        output, _ = deploy.communicate(timeout=300)
+    finally:
+        if deploy.poll() is None:
+            deploy.kill()
+    assert deploy.returncode == 0, output
+    metrics = rows(out)
+    assert [r["round"] for r in metrics] == [0, 1, 2, 3, 4]
+    later = [r["diag"] for r in metrics[2:]]
+    missing = [set(d.get("lost", [])) | {int(c) for c in d.get("rejected", {})} for d in later]
+    assert all(m == {2} for m in missing), missing
+    assert all(r["uploaded"] == 3 for r in metrics[1:])  # asked of all three, two answered
+    assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
+    assert not live_flower_processes()

@@ -29,6 +29,9 @@ from fedaccel.flower.wire import BadMessage, check_update, unpack
 from fedaccel.runner import CHECKPOINT, Setup, build_setup, restore_state, run_loop
 
 
+CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its first message
+
+
 class FlowerClients:
     """The client side of rounds on Flower nodes; ``nodes`` maps client id -> node id."""
 
@@ -175,7 +178,8 @@ def serve(grid: Grid, config: Config, path: Path, *, progress: bool | None = Non
         dump_config(config, path / "config.yaml")
     setup = build_setup(config)
     config_text = yaml.safe_dump(config.to_dict(), sort_keys=True)
-    nodes = connect(grid, config_text, setup.federation.n_clients, config.run.timeout)
+    # the first message starts every node's ClientApp and loads its data: give that time
+    nodes = connect(grid, config_text, setup.federation.n_clients, max(CONNECT_TIMEOUT, config.run.timeout))
     runtime = FlowerClients(grid, setup, nodes, config.run.timeout)
     state, wall = restore_state(setup, path)
     if (path / CHECKPOINT).is_file():
