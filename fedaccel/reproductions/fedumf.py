@@ -82,6 +82,16 @@ Check = Callable[[list[Run]], tuple[bool | None, str]]
 # ----------------------------------------------------------------------------------------------
 
 
+def overall(verdicts: list[bool | None], numbers: str) -> tuple[bool | None, str]:
+    """One verdict over several settings: "cannot tell" if any setting cannot tell (or none ran),
+    else whether every setting agrees."""
+    if not verdicts:
+        return None, "runs missing"
+    if None in verdicts:
+        return None, numbers
+    return all(verdicts), numbers
+
+
 def _dataset(runs: list[Run]) -> str | None:
     return value_at(runs[0].config, "data.dataset") if runs else None
 
@@ -234,11 +244,7 @@ def _fewer_rounds_band(experiment: str, split: Mapping[str, Any], lr: float, low
             cut = 1 - u / a
             parts.append(f"C = {c:g}: {cut:.0%} fewer at {_pct(t)} ({a:g}→{u:g})")
             verdicts.append(low <= cut <= high)
-        if not verdicts:
-            return None, "runs missing"
-        if None in verdicts:
-            return None, "; ".join(parts)
-        return all(verdicts), "; ".join(parts)
+        return overall(verdicts, "; ".join(parts))
 
     return check
 
@@ -269,11 +275,7 @@ def _gap_shrinks_with_c(experiment: str, split: Mapping[str, Any], lr: float | N
             parts.append(f"η = {eta:g}: speed-up C = 0.1 {low_c:.2f}×, C = 0.5 {high_c:.2f}× "
                          f"(geometric mean over {', '.join(_pct(t) for t in common)})")
             verdicts.append(low_c > high_c)
-        if not verdicts:
-            return None, "runs missing"
-        if None in verdicts:
-            return None, "; ".join(parts)
-        return all(verdicts), "; ".join(parts)
+        return overall(verdicts, "; ".join(parts))
 
     return check
 
@@ -295,9 +297,7 @@ def _final_higher(split: Mapping[str, Any], alpha: float = 1.0) -> Check:
                 continue
             parts.append(f"η = {eta:g}, C = {c:g}: {fa:.4f} vs {fu:.4f}")
             verdicts.append(fu > fa)
-        if not verdicts:
-            return None, "runs missing"
-        return all(verdicts), "final test accuracy FedAvg vs FedUMF: " + "; ".join(parts)
+        return overall(verdicts, "final test accuracy FedAvg vs FedUMF: " + "; ".join(parts))
 
     return check
 
@@ -313,11 +313,7 @@ def _all_cells_no_later(experiment: str, split: Mapping[str, Any], alpha: float)
                 continue
             parts.append(f"η = {eta:g}, C = {c:g}: {numbers.removeprefix('rounds FedAvg→FedUMF: ')}")
             verdicts.append(verdict)
-        if not verdicts:
-            return None, "runs missing"
-        if None in verdicts:
-            return None, "rounds FedAvg→FedUMF: " + "; ".join(parts)
-        return all(verdicts), "rounds FedAvg→FedUMF: " + "; ".join(parts)
+        return overall(verdicts, "rounds FedAvg→FedUMF: " + "; ".join(parts))
 
     return check
 
@@ -344,9 +340,7 @@ def _alpha_order(experiment: str, split: Mapping[str, Any], c: float, alphas: Se
                 text += f"; rounds to {_pct(t)}: " + ", ".join(f"α = {a:g} {r:g}" for a, r in zip(alphas, rounds))
             parts.append(f"η = {eta:g}: mean test accuracy over the rounds {text}")
             verdicts.append(all(x < y for x, y in itertools.pairwise(aucs)))
-        if not verdicts:
-            return None, "runs missing"
-        return all(verdicts), "; ".join(parts)
+        return overall(verdicts, "; ".join(parts))
 
     return check
 
@@ -361,9 +355,7 @@ def _alpha_pairs(runs: list[Run], split: Mapping[str, Any]) -> tuple[bool | None
             continue
         parts.append(f"η = {eta:g}, C = {c:g}: α = 0.5 {low:.4f}, α = 1 {high:.4f}")
         verdicts.append(high > low)
-    if not verdicts:
-        return None, "runs missing"
-    return all(verdicts), "mean test accuracy over the rounds: " + "; ".join(parts)
+    return overall(verdicts, "mean test accuracy over the rounds: " + "; ".join(parts))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -464,9 +456,7 @@ def _a1_best_final(c: float) -> Check:
             best = max(others, key=others.get)  # type: ignore[arg-type]
             parts.append(f"{name}: FedUmf {finals['FedUmf']:.4f}, best other {best} {others[best]:.4f}")
             verdicts.append(finals["FedUmf"] >= others[best])
-        if not verdicts:
-            return None, "runs missing"
-        return all(verdicts), "; ".join(parts)
+        return overall(verdicts, "; ".join(parts))
 
     return check
 
@@ -491,12 +481,7 @@ def _a2_fewest_rounds(c: float) -> Check:
                 verdicts.append(None)
             else:
                 verdicts.append(mine is not None and all(r is None or mine <= r for r in others))
-        if not verdicts:
-            return None, "runs missing"
-        numbers = f"rounds to {_pct(target)}: " + "; ".join(parts)
-        if None in verdicts:
-            return None, numbers
-        return all(verdicts), numbers
+        return overall(verdicts, f"rounds to {_pct(target)}: " + "; ".join(parts))
 
     return check
 
@@ -524,12 +509,7 @@ def _a2_sooner(methods: Sequence[str], baseline: str = "FedAvg", strict: bool = 
                 else:
                     verdicts.append(all(r is not None and (rb is None or r < rb or (not strict and r == rb))
                                         for r in rs.values()))
-        if not verdicts:
-            return None, "runs missing"
-        numbers = f"rounds to {_pct(target)}: " + "; ".join(parts)
-        if None in verdicts:
-            return None, numbers
-        return all(verdicts), numbers
+        return overall(verdicts, f"rounds to {_pct(target)}: " + "; ".join(parts))
 
     return check
 
@@ -547,9 +527,7 @@ def _a1_fedprox_like_fedavg(tolerance: float = 0.005) -> Check:
                     continue
                 parts.append(f"{c:.0%} {name}: {fa:.4f} vs {fp:.4f}")
                 verdicts.append(abs(fa - fp) <= tolerance)
-        if not verdicts:
-            return None, "runs missing"
-        return all(verdicts), "final test accuracy FedAvg vs FedProx: " + "; ".join(parts)
+        return overall(verdicts, "final test accuracy FedAvg vs FedProx: " + "; ".join(parts))
 
     return check
 
@@ -569,9 +547,7 @@ def _a1_cost(experiment: str) -> Check:
                     continue
                 parts.append(f"{name} {kind}: {numbers}")
                 verdicts.append(verdict)
-        if not verdicts:
-            return None, "runs missing"
-        return all(verdicts), "FedDC vs FedUmf — " + " | ".join(parts)
+        return overall(verdicts, "FedDC vs FedUmf — " + " | ".join(parts))
 
     return check
 
