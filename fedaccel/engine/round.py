@@ -179,7 +179,7 @@ def run_round(
     contexts = [ctx for ctx in contexts if ctx.steps > 0]
     updates, train_diag = runtime.train(contexts, state.w, server)
     _merge(diag, train_diag)
-    lost = set(train_diag.get("lost", ())) | set(train_diag.get("rejected", {}))
+    lost = set(train_diag.get("lost", ()))  # no answer: their steps are not known to have run
     local_steps = sum(ctx.steps for ctx in contexts if ctx.client not in lost)
     bytes_up += sum(u.nbytes for u in updates)
 
