@@ -200,3 +200,45 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     assert all(r["uploaded"] == 3 for r in metrics[1:])  # asked of all three, two answered
     assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
     assert not live_flower_processes()
+
+
+def numpy_client_app() -> ClientApp:
+    """A client written with Flower's public API and NumPy only (no fedaccel, no torch): softmax
+    regression on its own third of scikit-learn's digits, Flower's convention of answering
+    ``train`` with its new model in ``arrays``. It knows the model's layout (W: 10 x 64, then b)."""
+    app = ClientApp()
+
+    @app.train()
+    def train(message: Message, context: Context) -> Message:
+        from flwr.app import RecordDict
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        part = int(context.node_config["partition-id"])
+        x, y = x[part::3] / 16.0, y[part::3]
+        w = message.content["arrays"]["w"].numpy().astype(np.float64)
+        weight, bias = w[:640].reshape(10, 64), w[640:]
+        for step in range(int(message.content["config"]["steps"])):
+            batch = slice((step * 20) % len(y), (step * 20) % len(y) + 20)
+            logits = x[batch] @ weight.T + bias
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            p[np.arange(len(p)), y[batch]] -= 1.0
+            weight -= 0.1 * p.T @ x[batch] / len(p)
+            bias -= 0.1 * p.mean(axis=0)
+        new = np.concatenate([weight.ravel(), bias]).astype(np.float32)
+        reply = RecordDict({"arrays": ArrayRecord({"w": Array(new)})})
+        return Message(reply, reply_to=message)
+
+    return app
+
+
+def test_a_numpy_only_flower_client_joins_a_fedavg_federation(tmp_path: Path) -> None:
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))
+    config = load_config(None, [*TINY, "algorithm=fedavg", "run.runtime=flower-simulation"])
+    metrics = rows(simulate(config, tmp_path / "numpy", client_app=numpy_client_app()))
+    assert [r["uploaded"] for r in metrics[1:]] == [3, 3, 3]
+    assert not any("rejected" in r.get("diag", {}) or "lost" in r.get("diag", {}) for r in metrics)
+    assert metrics[-1]["test_acc"] > 0.6 > metrics[0]["test_acc"]

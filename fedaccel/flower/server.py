@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from torch import Tensor
@@ -98,7 +100,8 @@ class FlowerClients:
             if reply is None or not ctx.uploads:
                 continue
             try:
-                upload = unpack(reply.content, prefix=UPDATE)
+                upload = plain_upload(reply.content, w) if UPDATE + "tree" not in reply.content else \
+                    unpack(reply.content, prefix=UPDATE)
                 if not isinstance(upload, dict):
                     raise BadMessage("an upload must be a dict")
                 reason = check_update(upload.get("delta"), upload.get("extras"), self.dim)
@@ -156,17 +159,35 @@ def connect(grid: Grid, config_text: str, n_clients: int, timeout: float) -> dic
     hello = [Message(RecordDict({"config": ConfigRecord({"yaml": config_text})}), node, "query.hello")
              for node in nodes]
     mapping: dict[int, int] = {}
+    foreign: list[int] = []
     for reply in exchange(grid, hello, timeout):
-        if reply.has_error():
-            raise UserError(f"node {reply.metadata.src_node_id} failed to start: {reply.error.reason}")
+        if reply.has_error() or "hello" not in reply.content:
+            foreign.append(reply.metadata.src_node_id)  # a plain Flower ClientApp: no hello of ours
+            continue
         client = int(reply.content["hello"]["client"])
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
         mapping[client] = reply.metadata.src_node_id
+    for client, node in zip(sorted(set(range(n_clients)) - set(mapping)), sorted(foreign)):
+        _log(f"node {node} answers no fedaccel hello: it takes client id {client} (plain Flower protocol)")
+        mapping[client] = node
     missing = sorted(set(range(n_clients)) - set(mapping))
     if missing:
         raise UserError(f"no SuperNode with partition-id {missing[0]} answered (need 0..{n_clients - 1})")
     return mapping
+
+
+def plain_upload(content: RecordDict, w: Tensor) -> dict[str, Any]:
+    """A client speaking Flower's own convention (its new model in ``arrays``) for FedAvg-like
+    algorithms: the update is ``w - new model``; no extras, no diagnostics."""
+    try:
+        arrays = content["arrays"]
+        new = torch.from_numpy(np.array(arrays["w"].numpy() if "w" in arrays else
+                                        np.concatenate([a.numpy().ravel() for a in arrays.values()]), copy=True))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadMessage(f"no fedaccel upload and no model in 'arrays': {exc}") from exc
+    delta = w - new if new.shape == w.shape and new.dtype == w.dtype else new
+    return {"delta": delta, "extras": {}, "diag": {}}
 
 
 def serve(grid: Grid, config: Config, path: Path, *, progress: bool | None = None) -> Path:
