@@ -8,6 +8,7 @@
     fedaccel split-report --set data.split=case3 --set data.clients=5
     fedaccel reproduce bherd [--scale paper]
     fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
+    fedaccel certs tls --clients 5 && fedaccel deploy --tls tls --clients 5 configs/demo.yaml
     fedaccel data [--install]
 
 A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
@@ -61,7 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up")
+    p.add_argument("--tls", metavar="DIR", help="certificates and SuperNode keys from `fedaccel certs DIR`")
     p.set_defaults(handler=cmd_deploy)
+
+    p = sub.add_parser("certs", help="TLS certificates and SuperNode keys for `fedaccel deploy --tls`")
+    p.add_argument("folder")
+    p.add_argument("--clients", type=int, required=True, help="SuperNode key pairs to create")
+    p.add_argument("--host", action="append", default=[], help="SuperLink host name or IP (default 127.0.0.1, localhost)")
+    p.set_defaults(handler=cmd_certs)
 
     p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
     p.add_argument("file")
@@ -147,10 +155,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         overrides.append(f"data.clients={args.clients}")
     config = load_config(args.config, overrides)
     path = deploy(config, Path(args.out) if args.out else new_run_dir(config), clients=args.clients,
-                  timeout=args.timeout)
+                  timeout=args.timeout, tls=Path(args.tls) if args.tls else None)
     final = load_run(path).metrics[-1]
     print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
     print(f"run folder: {path}")
+    return 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from fedaccel.flower.security import make_certificates
+
+    folder = make_certificates(Path(args.folder), args.clients, args.host or ("127.0.0.1", "localhost"))
+    print(f"CA, SuperLink certificate and {args.clients} SuperNode key pairs in {folder}")
+    print(f"use them with: fedaccel deploy --tls {folder} --clients {args.clients} CONFIG")
     return 0
 
 

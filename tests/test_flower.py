@@ -242,3 +242,58 @@ def test_a_numpy_only_flower_client_joins_a_fedavg_federation(tmp_path: Path) ->
     assert [r["uploaded"] for r in metrics[1:]] == [3, 3, 3]
     assert not any("rejected" in r.get("diag", {}) or "lost" in r.get("diag", {}) for r in metrics)
     assert metrics[-1]["test_acc"] > 0.6 > metrics[0]["test_acc"]
+
+
+def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_path: Path) -> None:
+    """`fedaccel certs` + `fedaccel deploy --tls`: the run goes over TLS with registered SuperNode
+    keys; a SuperNode with a key of its own (or none) is refused by the SuperLink."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+
+    from fedaccel.cli import main
+    from fedaccel.flower.deploy import ENV, _tool, free_port
+    from fedaccel.flower.security import node_key
+
+    certs = tmp_path / "tls"
+    assert main(["certs", str(certs), "--clients", "2"]) == 0
+    intruder = node_key(tmp_path / "intruder_key")
+    out = tmp_path / "deployed"
+    # rounds enough to outlast the two refused SuperNodes (about 10 s each)
+    overrides = [*TINY, "data.clients=2", "train.rounds=12", "algorithm=fedavg"]
+    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--tls", str(certs), "--clients", "2",
+            "--out", str(out), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    deploy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    refused = {}
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
+            assert deploy.poll() is None, deploy.stdout.read() if deploy.stdout else ""
+            time.sleep(0.2)
+        toml = (out / "flower" / "home" / "config.toml").read_text()
+        address = re.search(r'address = "([^"]+)"', toml).group(1)  # type: ignore[union-attr]
+        env = {**os.environ, **ENV, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+        for name, key in (("intruder", ["--auth-supernode-private-key", str(intruder)]), ("keyless", [])):
+            (tmp_path / name).mkdir()
+            log = tmp_path / name / "supernode.log"
+            with open(log, "w") as sink:  # a file, not a pipe: the node's own children inherit it
+                node = subprocess.run(
+                    [_tool("flower-supernode"), "--root-certificates", str(certs / "ca.crt"), "--superlink", address,
+                     "--host", "127.0.0.1", "--port", str(free_port()), "--max-retries", "2",
+                     "--node-config", "partition-id=1 num-partitions=2", *key],
+                    env={**env, "FLWR_HOME": str(tmp_path / name)}, stdout=sink, stderr=subprocess.STDOUT, timeout=120)
+            refused[name] = (node.returncode, log.read_text())
+        output, _ = deploy.communicate(timeout=300)
+    finally:
+        if deploy.poll() is None:
+            deploy.kill()
+    assert deploy.returncode == 0, output
+    assert len(rows(out)) == 13
+    for name, (code, log) in refused.items():
+        assert code != 0, (name, log[-500:])
+        assert "Exit Code: 305" in log, (name, log[-500:])  # "Failed to activate" / "must be registered"
+    assert not live_flower_processes()

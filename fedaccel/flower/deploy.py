@@ -140,6 +140,17 @@ def _signal(pids: list[int], sig: int) -> None:
             pass
 
 
+def register(env: dict[str, str], public_key: Path, connection: str = "local", attempts: int = 30) -> None:
+    """``flwr supernode register``: the SuperLink will accept the SuperNode holding this key."""
+    for _ in range(attempts):  # the SuperLink's Control API may need a moment after its port opens
+        done = subprocess.run([_tool("flwr"), "supernode", "register", str(public_key), connection],
+                              env=env, capture_output=True, text=True, timeout=60)
+        if done.returncode == 0:
+            return
+        time.sleep(1.0)
+    raise UserError(f"could not register {public_key}: {(done.stdout + done.stderr).strip()[-300:]}")
+
+
 def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -152,8 +163,14 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
     raise UserError(f"{what} did not listen on port {port} within {timeout:g} s")
 
 
-def deploy(config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0) -> Path:
-    """Run ``config`` on a SuperLink and ``clients`` SuperNodes started on localhost."""
+def deploy(
+    config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0, tls: Path | None = None
+) -> Path:
+    """Run ``config`` on a SuperLink and ``clients`` SuperNodes started on localhost.
+
+    ``tls``: a folder from ``fedaccel certs`` — TLS everywhere, and only SuperNodes whose public
+    key was registered may join (see :mod:`fedaccel.flower.security`).
+    """
     n = clients or config.data.clients
     if n != config.data.clients:
         raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
@@ -165,23 +182,36 @@ def deploy(config: Config, run_dir: Path, *, clients: int | None = None, timeout
     dump_config(config, run_dir / "config.yaml")
     app = write_app(flower / "app")
     link_port = free_port()
+    if tls is not None:
+        from fedaccel.flower.security import check_certificates
+
+        tls = tls.resolve()
+        check_certificates(tls, n)
     home = flower / "home"
     home.mkdir(exist_ok=True)
+    security = f'root-certificates = "{tls / "ca.crt"}"' if tls else "insecure = true"
     (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n')
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link_port}"\n{security}\n')
     bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
     env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     procs = Processes(flower, env)
     try:
-        link = procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+        link_security = ["--insecure"] if tls is None else [
+            "--ssl-ca-certfile", str(tls / "ca.crt"), "--ssl-certfile", str(tls / "server.pem"),
+            "--ssl-keyfile", str(tls / "server.key"), "--enable-supernode-auth"]
+        link = procs.start("superlink", [_tool("flower-superlink"), *link_security, "--host", "127.0.0.1",
                                          "--port", str(link_port)], cwd=flower)
         wait_for_port(link_port, link, "the SuperLink")
+        for i in range(n if tls else 0):
+            register(env, tls / f"node{i}_key.pub")  # type: ignore[operator]
         for i in range(n):
             node_env_home = flower / f"node{i}"
             node_env_home.mkdir(exist_ok=True)
             procs.env = {**env, "FLWR_HOME": str(node_env_home)}
+            node_security = ["--insecure"] if tls is None else [
+                "--root-certificates", str(tls / "ca.crt"), "--auth-supernode-private-key", str(tls / f"node{i}_key")]
             procs.start(f"supernode{i}", [
-                _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
+                _tool("flower-supernode"), *node_security, "--superlink", f"127.0.0.1:{link_port}",
                 "--host", "127.0.0.1", "--port", str(free_port()), "--isolation", "subprocess",
                 "--node-config", f"partition-id={i} num-partitions={n}"])
         procs.env = env
