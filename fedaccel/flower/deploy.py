@@ -164,12 +164,17 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
 
 
 def deploy(
-    config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0, tls: Path | None = None
+    config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0, tls: Path | None = None,
+    stock: bool = False,
 ) -> Path:
     """Run ``config`` on a SuperLink and ``clients`` SuperNodes started on localhost.
 
     ``tls``: a folder from ``fedaccel certs`` — TLS everywhere, and only SuperNodes whose public
     key was registered may join (see :mod:`fedaccel.flower.security`).
+
+    By default every SuperNode runs with ``--isolation process`` and a long-lived ClientApp
+    process of ours (:mod:`fedaccel.flower.executor`), polling fast (:mod:`fedaccel.flower.node`);
+    ``stock`` uses Flower's own ``flower-supernode`` with a fresh ClientApp process per message.
     """
     n = clients or config.data.clients
     if n != config.data.clients:
@@ -210,10 +215,16 @@ def deploy(
             procs.env = {**env, "FLWR_HOME": str(node_env_home)}
             node_security = ["--insecure"] if tls is None else [
                 "--root-certificates", str(tls / "ca.crt"), "--auth-supernode-private-key", str(tls / f"node{i}_key")]
+            runtime_port = free_port()
+            command = [_tool("flower-supernode")] if stock else [sys.executable, "-m", "fedaccel.flower.node"]
             procs.start(f"supernode{i}", [
-                _tool("flower-supernode"), *node_security, "--superlink", f"127.0.0.1:{link_port}",
-                "--host", "127.0.0.1", "--port", str(free_port()), "--isolation", "subprocess",
+                *command, *node_security, "--superlink", f"127.0.0.1:{link_port}",
+                "--host", "127.0.0.1", "--port", str(runtime_port),
+                "--isolation", "subprocess" if stock else "process",
                 "--node-config", f"partition-id={i} num-partitions={n}"])
+            if not stock:
+                procs.start(f"clientapp{i}", [sys.executable, "-m", "fedaccel.flower.executor",
+                                              "--runtime-api-address", f"127.0.0.1:{runtime_port}"])
         procs.env = env
         runner = procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
                                           "--run-config", f"run-dir='{run_dir}'"])
