@@ -138,7 +138,8 @@ def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     logs = sorted(p.name for p in (tmp_path / "deployed" / "flower").glob("*.log"))
-    assert logs == ["flwr-run.log", "superlink.log", "supernode0.log", "supernode1.log"]
+    assert logs == ["clientapp0.log", "clientapp1.log", "flwr-run.log", "superlink.log", "supernode0.log",
+                    "supernode1.log"]  # a long-lived ClientApp process per SuperNode
     assert not live_flower_processes(), "processes left running"
 
 
@@ -151,7 +152,8 @@ def live_flower_processes() -> list[str]:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, IndexError):
             continue
-        names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp")
+        names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
+                 "fedaccel.flower.node", "fedaccel.flower.executor")
         if state != "Z" and any(name in cmdline for name in names):
             found.append(cmdline)
     return found
@@ -183,7 +185,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
         assert victims, "SuperNode 2 not found"
         for stat in Path("/proc").glob("[0-9]*/cmdline"):
             cmdline = stat.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "flower-supernode" in cmdline and "partition-id=2" in cmdline:
+            if "fedaccel.flower.node" in cmdline and "partition-id=2" in cmdline:
                 node = int(stat.parent.name)  # the client host "dies": its SuperNode and children
                 for pid in [*descendants({node}), node]:
                     os.kill(pid, signal.SIGKILL)
