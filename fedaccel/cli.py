@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up")
     p.add_argument("--tls", metavar="DIR", help="certificates and SuperNode keys from `fedaccel certs DIR`")
+    p.add_argument("--stock", action="store_true",
+                   help="Flower's own SuperNodes, a fresh ClientApp process per message (slow)")
     p.set_defaults(handler=cmd_deploy)
 
     p = sub.add_parser("certs", help="TLS certificates and SuperNode keys for `fedaccel deploy --tls`")
@@ -155,7 +157,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         overrides.append(f"data.clients={args.clients}")
     config = load_config(args.config, overrides)
     path = deploy(config, Path(args.out) if args.out else new_run_dir(config), clients=args.clients,
-                  timeout=args.timeout, tls=Path(args.tls) if args.tls else None)
+                  timeout=args.timeout, tls=Path(args.tls) if args.tls else None, stock=args.stock)
     final = load_run(path).metrics[-1]
     print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
     print(f"run folder: {path}")
