@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up")
     p.add_argument("--tls", metavar="DIR", help="certificates and SuperNode keys from `fedaccel certs DIR`")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a deployed run from its last checkpoint")
     p.add_argument("--stock", action="store_true",
                    help="Flower's own SuperNodes, a fresh ClientApp process per message (slow)")
     p.set_defaults(handler=cmd_deploy)
@@ -147,17 +148,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from fedaccel.config import load_config
+    from fedaccel.config import from_dict, load_config, read_yaml
     from fedaccel.flower.deploy import deploy
     from fedaccel.results import load_run
     from fedaccel.runner import new_run_dir
 
-    overrides = list(args.set) + ["run.runtime=flower-deployment"]
-    if args.clients is not None and not any(o.startswith("data.clients=") for o in args.set):
-        overrides.append(f"data.clients={args.clients}")
-    config = load_config(args.config, overrides)
-    path = deploy(config, Path(args.out) if args.out else new_run_dir(config), clients=args.clients,
-                  timeout=args.timeout, tls=Path(args.tls) if args.tls else None, stock=args.stock)
+    if args.resume:
+        if args.config or args.set or args.out:
+            raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
+        config = from_dict(read_yaml(Path(args.resume) / "config.yaml"))
+        out = Path(args.resume)
+    else:
+        overrides = list(args.set) + ["run.runtime=flower-deployment"]
+        if args.clients is not None and not any(o.startswith("data.clients=") for o in args.set):
+            overrides.append(f"data.clients={args.clients}")
+        config = load_config(args.config, overrides)
+        out = Path(args.out) if args.out else new_run_dir(config)
+    path = deploy(config, out, clients=args.clients, timeout=args.timeout, tls=Path(args.tls) if args.tls else None,
+                  stock=args.stock, resume=bool(args.resume))
     final = load_run(path).metrics[-1]
     print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
     print(f"run folder: {path}")

@@ -299,3 +299,44 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
         assert code != 0, (name, log[-500:])
         assert "Exit Code: 305" in log, (name, log[-500:])  # "Failed to activate" / "must be registered"
     assert not live_flower_processes()
+
+
+def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_state(tmp_path: Path) -> None:
+    """SCAFFOLD (client controls c_i) deployed for 4 rounds, checkpoint every 2; everything is
+    killed after round 3; `fedaccel deploy --resume` ends with the uninterrupted run's numbers."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fedaccel.cli import main
+
+    overrides = [*TINY, "data.clients=2", "train.rounds=4", "algorithm=scaffold", "run.checkpoint_every=2"]
+    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
+    out = tmp_path / "deployed"
+    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= 4):
+            assert first.poll() is None, "the first deployment ended early"
+            time.sleep(0.1)
+    finally:
+        for pid in [first.pid, *descendants({first.pid})]:  # the server host crashes: all of it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        first.wait()
+    time.sleep(1.0)
+    assert not (out / "summary.json").exists()
+    assert main(["deploy", "--resume", str(out), "--timeout", "400"]) == 0
+    resumed = rows(out)
+    assert [r["round"] for r in resumed] == [0, 1, 2, 3, 4]
+    for a, b in zip(local, resumed, strict=True):
+        for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
+    assert not live_flower_processes()

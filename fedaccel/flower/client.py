@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,12 +64,49 @@ def hello(message: Message, context: Context) -> Message:
     setup = setup_for(config_text)
     if not 0 <= client < setup.federation.n_clients:
         raise ValueError(f"partition-id {client} but the run has {setup.federation.n_clients} clients")
+    start_round = int(message.content["config"].get("round", 0))
     known = context.state.get("fedaccel")
-    if known is None or known["config"] != config_text:  # a new run: fresh part states
+    restored = False
+    if known is None or known["config"] != config_text:  # a new Flower run: the states of round start_round
         context.state["fedaccel"] = ConfigRecord({"config": config_text, "client": client})
-        pack(setup.algorithm.init_client(setup.federation.model.theta.clone()), into=context.state, prefix=STATE)
-    reply = RecordDict({"hello": ConfigRecord({"client": client, "pid": os.getpid()})})
+        states = saved_states(context, config_text, start_round) if start_round else None
+        restored = states is not None
+        if states is None:
+            states = setup.algorithm.init_client(setup.federation.model.theta.clone())
+        pack(states, into=context.state, prefix=STATE)
+    reply = RecordDict({"hello": ConfigRecord({"client": client, "pid": os.getpid(), "restored": restored})})
     return Message(reply, reply_to=message)
+
+
+def _state_folder(context: Context, config_text: str) -> Path | None:
+    """Where this node keeps its part states at checkpoint rounds (node config ``state-dir``)."""
+    folder = context.node_config.get("state-dir")
+    if not folder:
+        return None
+    return Path(str(folder)) / hashlib.sha256(config_text.encode()).hexdigest()[:16]
+
+
+def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, ...] | None:
+    folder = _state_folder(context, config_text)
+    file = folder / f"round-{round_}.pt" if folder else None
+    return tuple(torch.load(file, weights_only=False)) if file and file.is_file() else None  # our own file
+
+
+def save_states(context: Context, setup: Setup, round_done: int, states: tuple[Any, ...]) -> None:
+    """At the server's checkpoint rounds, keep this client's states on disk (the last two), so
+    that a restarted server resuming from its checkpoint finds them (a new Flower run)."""
+    config = setup.config
+    if round_done % config.run.checkpoint_every and round_done != config.train.rounds:
+        return
+    folder = _state_folder(context, str(context.state["fedaccel"]["config"]))
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"round-{round_done}.tmp"
+    torch.save(states, tmp)
+    os.replace(tmp, folder / f"round-{round_done}.pt")
+    for old in sorted(folder.glob("round-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-2]:
+        old.unlink()
 
 
 def _prepare(message: Message, context: Context) -> tuple[Setup, ClientContext, torch.Tensor, tuple[Any, ...]]:
@@ -102,6 +140,7 @@ def train(message: Message, context: Context) -> Message:
     client_state = tuple(unpack(context.state, prefix=STATE))
     new_state, update = train_client(setup.algorithm, ctx, w, server, client_state, setup.federation)
     pack(new_state, into=context.state, prefix=STATE)
+    save_states(context, setup, ctx.info.round + 1, new_state)
     reply = RecordDict({"metrics": MetricRecord({"num-examples": len(setup.federation.partition[ctx.client]),
                                                   "steps": ctx.steps})})
     if ctx.uploads:

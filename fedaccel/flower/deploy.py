@@ -165,7 +165,7 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
 
 def deploy(
     config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0, tls: Path | None = None,
-    stock: bool = False,
+    stock: bool = False, resume: bool = False,
 ) -> Path:
     """Run ``config`` on a SuperLink and ``clients`` SuperNodes started on localhost.
 
@@ -175,16 +175,21 @@ def deploy(
     By default every SuperNode runs with ``--isolation process`` and a long-lived ClientApp
     process of ours (:mod:`fedaccel.flower.executor`), polling fast (:mod:`fedaccel.flower.node`);
     ``stock`` uses Flower's own ``flower-supernode`` with a fresh ClientApp process per message.
+    ``resume``: continue the run in ``run_dir`` from its last checkpoint, with the clients' states
+    of that round (each SuperNode keeps them in ``RUN_DIR/flower/node<i>/state``).
     """
     n = clients or config.data.clients
     if n != config.data.clients:
         raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
-    if (run_dir / "metrics.jsonl").exists():
-        raise UserError(f"{run_dir} already holds a run; give another --out")
+    if resume and not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        raise UserError(f"{run_dir} already holds a run; give another --out, or --resume it")
     run_dir = run_dir.resolve()
     flower = run_dir / "flower"
     flower.mkdir(parents=True, exist_ok=True)
-    dump_config(config, run_dir / "config.yaml")
+    if not resume:
+        dump_config(config, run_dir / "config.yaml")
     app = write_app(flower / "app")
     link_port = free_port()
     if tls is not None:
@@ -221,7 +226,7 @@ def deploy(
                 *command, *node_security, "--superlink", f"127.0.0.1:{link_port}",
                 "--host", "127.0.0.1", "--port", str(runtime_port),
                 "--isolation", "subprocess" if stock else "process",
-                "--node-config", f"partition-id={i} num-partitions={n}"])
+                "--node-config", f"partition-id={i} num-partitions={n} state-dir='{node_env_home / 'state'}'"])
             if not stock:
                 procs.start(f"clientapp{i}", [sys.executable, "-m", "fedaccel.flower.executor",
                                               "--runtime-api-address", f"127.0.0.1:{runtime_port}"])

@@ -146,8 +146,12 @@ def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 
     return replies
 
 
-def connect(grid: Grid, config_text: str, n_clients: int, timeout: float) -> dict[int, int]:
-    """Wait for ``n_clients`` nodes, send each the config; client id -> node id."""
+def connect(grid: Grid, config_text: str, n_clients: int, timeout: float, start_round: int = 0) -> dict[int, int]:
+    """Wait for ``n_clients`` nodes, send each the config; client id -> node id.
+
+    ``start_round`` > 0 (a resumed run): nodes restore their part states of that round if they
+    kept them (node config ``state-dir``); the others start from fresh states, logged.
+    """
     deadline = time.monotonic() + timeout
     nodes: list[int] = []
     while len(nodes) < n_clients:
@@ -156,8 +160,8 @@ def connect(grid: Grid, config_text: str, n_clients: int, timeout: float) -> dic
             raise UserError(f"only {len(nodes)} of {n_clients} SuperNodes connected within {timeout:g} s")
         if len(nodes) < n_clients:
             time.sleep(0.2)
-    hello = [Message(RecordDict({"config": ConfigRecord({"yaml": config_text})}), node, "query.hello")
-             for node in nodes]
+    hello = [Message(RecordDict({"config": ConfigRecord({"yaml": config_text, "round": start_round})}), node,
+                     "query.hello") for node in nodes]
     mapping: dict[int, int] = {}
     foreign: list[int] = []
     for reply in exchange(grid, hello, timeout):
@@ -165,6 +169,8 @@ def connect(grid: Grid, config_text: str, n_clients: int, timeout: float) -> dic
             foreign.append(reply.metadata.src_node_id)  # a plain Flower ClientApp: no hello of ours
             continue
         client = int(reply.content["hello"]["client"])
+        if start_round and not reply.content["hello"].get("restored", False):
+            _log(f"client {client} kept no state of round {start_round}: it starts from a fresh state")
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
         mapping[client] = reply.metadata.src_node_id
@@ -199,11 +205,12 @@ def serve(grid: Grid, config: Config, path: Path, *, progress: bool | None = Non
         dump_config(config, path / "config.yaml")
     setup = build_setup(config)
     config_text = yaml.safe_dump(config.to_dict(), sort_keys=True)
-    # the first message starts every node's ClientApp and loads its data: give that time
-    nodes = connect(grid, config_text, setup.federation.n_clients, max(CONNECT_TIMEOUT, config.run.timeout))
-    runtime = FlowerClients(grid, setup, nodes, config.run.timeout)
     state, wall = restore_state(setup, path)
     if (path / CHECKPOINT).is_file():
         _log(f"resuming {path} from round {state.round}")
+    # the first message starts every node's ClientApp and loads its data: give that time
+    nodes = connect(grid, config_text, setup.federation.n_clients, max(CONNECT_TIMEOUT, config.run.timeout),
+                    start_round=state.round)
+    runtime = FlowerClients(grid, setup, nodes, config.run.timeout)
     run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)
     return path
