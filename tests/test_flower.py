@@ -121,13 +121,20 @@ def test_wire_round_trip_and_gate() -> None:
     assert "float32" in check_update(torch.zeros(4, dtype=torch.float64), {}, 4)
 
 
-def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes(tmp_path: Path) -> None:
+DEPLOYED = {
+    "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
+    "scaffold": ["algorithm=scaffold"],
+    "fedumf": ["algorithm=fedumf", "train.client_fraction=0.5"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEPLOYED))
+def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes(case: str, tmp_path: Path) -> None:
     """`fedaccel deploy`: a real SuperLink and two SuperNode processes on 127.0.0.1, bounded in time."""
     from fedaccel.cli import main
 
     assert not live_flower_processes(), "Flower processes from elsewhere are running"
-
-    overrides = [*TINY, "data.clients=2", "train.rounds=2", "algorithm=scaffold", "run.timeout=120"]
+    overrides = [*TINY, "data.clients=2", "train.rounds=2", *DEPLOYED[case], "run.timeout=120"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     argv = ["deploy", "--clients", "2", "--out", str(tmp_path / "deployed"), "--timeout", "400"]
     for item in overrides:
@@ -169,7 +176,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     import time
 
     out = tmp_path / "deployed"
-    overrides = [*TINY, "data.clients=3", "train.rounds=4", "algorithm=fedavg", "run.timeout=20"]
+    overrides = [*TINY, "data.clients=3", "train.rounds=4", "algorithm=fedavg", "run.timeout=10"]
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "3", "--out", str(out), "--timeout", "400"]
     for item in overrides:
         argv += ["--set", item]
