@@ -84,22 +84,30 @@ def _gsnr_rows(values: dict[str, float], rounds: int = 6) -> list[dict]:
     return [{"round": r, "gsnr": {c: v for c, v in values.items()}} for r in range(1, rounds + 1)]
 
 
-def _attack_config(kind: str | None, algorithm: str = "fedgsnr") -> dict:
+def _attack_config(kind: str | None, algorithm: str = "fedgsnr", split: str = "nonbalance") -> dict:
     attacks = [] if kind is None else [{"kind": kind, "clients": [0], "from_round": 2}]
-    return {"algorithm": {"name": algorithm}, "data": {"split": {"name": "nonbalance"}}, "attacks": attacks}
+    return {"algorithm": {"name": algorithm}, "data": {"split": {"name": split}}, "attacks": attacks}
 
 
 def test_attack_claims(tmp_path: Path) -> None:
     from fedaccel.reproductions import fedgsnr
 
     honest = {"1": 1.0, "2": 1.2, "3": 0.8}
+
+    def rows(attacked: float) -> list[dict]:
+        return _gsnr_rows({"0": attacked, **honest})
+
     runs = [
-        _run(tmp_path, "clean", _attack_config(None), _gsnr_rows({"0": 1.5, **honest}), [0.5, 0.6, 0.7]),
-        _run(tmp_path, "flip", _attack_config("label-flip"), _gsnr_rows({"0": 0.5, **honest}), [0.5, 0.6, 0.68]),
-        _run(tmp_path, "noise", _attack_config("noise"), _gsnr_rows({"0": 0.2, **honest}), [0.5, 0.6, 0.69]),
-        _run(tmp_path, "avg-clean", _attack_config(None, "fedavg"), [], [0.5, 0.6, 0.7]),
-        _run(tmp_path, "avg-flip", _attack_config("label-flip", "fedavg"), [], [0.4, 0.5, 0.6]),
-        _run(tmp_path, "avg-noise", _attack_config("noise", "fedavg"), [], [0.4, 0.5, 0.6]),
+        _run(tmp_path, f"{split}-{name}", _attack_config(kind, algorithm, split), rows(gsnr) if gsnr else [], accs)
+        for split in ("nonbalance", "iid")
+        for name, kind, algorithm, gsnr, accs in (
+            ("clean", None, "fedgsnr", 1.5, [0.5, 0.6, 0.7]),
+            ("flip", "label-flip", "fedgsnr", 0.5, [0.5, 0.6, 0.68]),
+            ("noise", "noise", "fedgsnr", 0.2, [0.5, 0.6, 0.69]),
+            ("avg-clean", None, "fedavg", None, [0.5, 0.6, 0.7]),
+            ("avg-flip", "label-flip", "fedavg", None, [0.4, 0.5, 0.6]),
+            ("avg-noise", "noise", "fedavg", None, [0.4, 0.5, 0.6]),
+        )
     ]
     claims = {c.text: c for c in fedgsnr.CLAIMS if c.experiment == "fig6_attacks"}
     verdicts = {text: c.check(runs) for text, c in claims.items()}
@@ -107,7 +115,7 @@ def test_attack_claims(tmp_path: Path) -> None:
 
     # the attacked client above the honest ones: the "lower than honest" claims disagree
     runs[1] = _run(tmp_path, "flip-high", _attack_config("label-flip"), _gsnr_rows({"0": 1.4, **honest}))
-    below = next(c for t, c in claims.items() if t.startswith("A label-flipping client"))
+    below = next(c for t, c in claims.items() if t.startswith("On non-IID data (Dirichlet 0.5, NonBalance) a label"))
     verdict, numbers = below.check(runs)
     assert verdict is False and "rank 4 lowest of 4" in numbers
 

@@ -2,7 +2,9 @@
 
 One virtual SuperNode per client; Ray runs their ClientApps in a pool of worker processes that
 stay alive for the whole run (one per core by default), so each builds the run's setup once.
-The ServerApp runs in this process and writes the usual run folder.
+The ServerApp runs in this process and writes the usual run folder. On a Ray cluster: start it
+with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and the data on every
+node) and run with ``RAY_ADDRESS=auto`` on the head.
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ def simulate(
             failures.append(exc)
 
     cpus = workers or min(os.cpu_count() or 1, config.data.clients)
+    # With RAY_ADDRESS set (e.g. "auto" on a node of a cluster started with `ray start`), Ray joins
+    # that cluster and its CPUs decide how many ClientApps run at once; otherwise a local Ray.
+    init_args = {} if os.environ.get("RAY_ADDRESS") else {"num_cpus": cpus, "include_dashboard": False}
     run_simulation(
         server_app=server_app,
         client_app=client_app or fedaccel_client_app,
         num_supernodes=config.data.clients,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                        "init_args": {"num_cpus": cpus, "include_dashboard": False}},
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args},
     )
     if failures:
         raise failures[0]

@@ -445,10 +445,15 @@ def _gsnr_drops(kind: str) -> Check:
     return check
 
 
-def _gsnr_below_honest(kind: str) -> Check:
+def _gsnr_below_honest(kind: str, iid: bool) -> Check:
+    """The attacked client's GSNR (median over the attacked rounds) below the honest clients'
+    median, on the IID split (``iid``) or on the non-IID ones."""
+
     def check(runs: list[Run]) -> tuple[bool | None, str]:
         results = []
         for split, cell in _attack_cells(runs, "fedgsnr").items():
+            if (split == "name=iid") != iid:
+                continue
             found = _attacked_gsnr(cell, kind)
             if found is not None and found[2]:
                 a, _, honest = found
@@ -544,10 +549,14 @@ CLAIMS = [
           "fig6_attacks", _gsnr_drops("label-flip")),
     Claim("Random U(-1, 1) inputs make the attacked client's GSNR drop (Fig. 10c-d)",
           "fig6_attacks", _gsnr_drops("noise")),
-    Claim("A label-flipping client gets a lower GSNR than the honest clients (below their median)",
-          "fig6_attacks", _gsnr_below_honest("label-flip")),
-    Claim("A client with random inputs gets a lower GSNR than the honest clients (below their median)",
-          "fig6_attacks", _gsnr_below_honest("noise")),
+    Claim("On IID data a label-flipping client gets a lower GSNR than the honest clients (below their median)",
+          "fig6_attacks", _gsnr_below_honest("label-flip", iid=True)),
+    Claim("On IID data a client with random inputs gets a lower GSNR than the honest clients (below their median)",
+          "fig6_attacks", _gsnr_below_honest("noise", iid=True)),
+    Claim("On non-IID data (Dirichlet 0.5, NonBalance) a label-flipping client gets a lower GSNR than the honest "
+          "clients (below their median)", "fig6_attacks", _gsnr_below_honest("label-flip", iid=False)),
+    Claim("On non-IID data (Dirichlet 0.5, NonBalance) a client with random inputs gets a lower GSNR than the "
+          "honest clients (below their median)", "fig6_attacks", _gsnr_below_honest("noise", iid=False)),
     Claim("Random inputs lower the GSNR more than label flipping: a drop, and a larger one (Appendix D.2)",
           "fig6_attacks", _noise_drops_more),
     Claim("FedGSNR is more robust to both attacks than FedAvg: smaller accuracy drop against the clean run (Section 5)",
