@@ -87,7 +87,12 @@ def main() -> None:
     parser.add_argument("--runtime-api-address", required=True, help="the SuperNode's --host:--port")
     parser.add_argument("--root-certificates", help="CA certificate, for a TLS Runtime API")
     parser.add_argument("--poll", type=float, default=0.02, help="seconds between empty polls")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: several SuperNodes usually share the cores)")
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     serve_tasks(args.runtime_api_address, insecure=args.root_certificates is None,
                 root_certificates=args.root_certificates, poll=args.poll)
 
