@@ -20,6 +20,9 @@ server_app = ServerApp()
 
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
+    from fedaccel.flower.node import shorten_object_pull_backoff
+
+    shorten_object_pull_backoff()  # this is the flwr-serverapp process: pull its replies promptly
     run_dir = Path(str(context.run_config["run-dir"]))
     serve(grid, from_dict(read_yaml(run_dir / "config.yaml")), run_dir, progress=False)
 

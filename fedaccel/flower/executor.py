@@ -92,7 +92,10 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    from fedaccel.flower.node import shorten_object_pull_backoff
+
     torch.set_num_threads(args.threads)
+    shorten_object_pull_backoff()
     serve_tasks(args.runtime_api_address, insecure=args.root_certificates is None,
                 root_certificates=args.root_certificates, poll=args.poll)
 
