@@ -148,13 +148,18 @@ def train(message: Message, context: Context) -> Message:
     return Message(reply, reply_to=message)
 
 
-def train_content(w: torch.Tensor, server: tuple[Any, ...], ctx: ClientContext) -> RecordDict:
-    """What the server sends with ``train`` and ``train.plan``."""
-    content = RecordDict({
-        "arrays": ArrayRecord({"w": Array(w.detach().numpy())}),
-        "config": ConfigRecord({
-            "round": ctx.info.round, "steps": ctx.steps, "uploads": ctx.uploads,
-            "instructions": json.dumps(dict(ctx.instructions)),
-        }),
-    })
+def shared_content(w: torch.Tensor, server: tuple[Any, ...]) -> RecordDict:
+    """What every client gets in a round: the global model and the parts' server states."""
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(w.detach().numpy())})})
     return pack(server, into=content, prefix=SERVER)
+
+
+def train_content(shared: RecordDict, ctx: ClientContext) -> RecordDict:
+    """What the server sends one client with ``train`` and ``train.plan``: the round's shared
+    records (packed once a round) and this client's instructions."""
+    content = RecordDict(dict(shared.items()))
+    content["config"] = ConfigRecord({
+        "round": ctx.info.round, "steps": ctx.steps, "uploads": ctx.uploads,
+        "instructions": json.dumps(dict(ctx.instructions)),
+    })
+    return content

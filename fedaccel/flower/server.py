@@ -26,7 +26,7 @@ from torch import Tensor
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, State
 from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
-from fedaccel.flower.client import PLAN, UPDATE, train_content
+from fedaccel.flower.client import PLAN, UPDATE, shared_content, train_content
 from fedaccel.flower.wire import BadMessage, check_update, unpack
 from fedaccel.runner import CHECKPOINT, Setup, build_setup, restore_state, run_loop
 
@@ -46,9 +46,9 @@ class FlowerClients:
     ) -> tuple[dict[int, Message], dict[str, Any]]:
         """Send to every context's client, wait up to the timeout; (answers by client, diag)."""
         by_node = {self.nodes[ctx.client]: ctx.client for ctx in contexts}
+        shared = shared_content(w, server)
         messages = [
-            Message(train_content(w, server, ctx), self.nodes[ctx.client], message_type,
-                    group_id=str(ctx.info.round))
+            Message(train_content(shared, ctx), self.nodes[ctx.client], message_type, group_id=str(ctx.info.round))
             for ctx in contexts
         ]
         answers: dict[int, Message] = {}

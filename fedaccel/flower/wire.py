@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import math
 from typing import Any
 
 import numpy as np
@@ -108,8 +107,3 @@ def check_update(delta: Any, extras: Any, dim: int) -> str | None:
             return f"non-finite values in {name}"
     return None
 
-
-def finite_number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadMessage(f"{what} is {value!r}, not a finite number")
-    return float(value)
