@@ -1,12 +1,12 @@
 """Runtime overhead: the demo workload in process, on Flower's simulation engine, and deployed.
 
-The demo config (FedAvg, squared-SVM, Fashion-MNIST, Case 2, 5 clients; ``--rounds`` of its
-60) runs three times in this one script: the in-process runtime, ``run.runtime:
+The demo config (FedAvg, squared-SVM, Fashion-MNIST, Case 2, 5 clients, its 60 rounds or
+``--rounds``) runs three times in this one script: the in-process runtime, ``run.runtime:
 flower-simulation`` and ``fedaccel deploy`` (a SuperLink and 5 SuperNode processes on
 loopback). Each is timed from the call to the finished run folder (start-up included), and by
 the run's own ``wall_s`` (the rounds only). The three must give the same test accuracy.
 
-    python benchmarks/runtime_overhead.py [--rounds 5] [--algorithm fedavg]
+    python benchmarks/runtime_overhead.py [--rounds 60] [--algorithm fedavg]
 
 Goal (issue 6): deployment at most 3x in process. Absolute times drift on a shared machine;
 the ratios of one run are what to compare.
@@ -34,10 +34,12 @@ def last_row(path: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, help="default: the demo's")
     parser.add_argument("--algorithm", default="fedavg")
     args = parser.parse_args()
-    overrides = [f"train.rounds={args.rounds}", f"algorithm={args.algorithm}", "run.progress=false"]
+    overrides = [f"algorithm={args.algorithm}", "run.progress=false"]
+    if args.rounds:
+        overrides.append(f"train.rounds={args.rounds}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, runtime in (("in-process", "in-process"), ("simulation", "flower-simulation"),

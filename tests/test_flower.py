@@ -69,14 +69,12 @@ def broken_app() -> ClientApp:
     def train(message: Message, context: Context) -> Message:
         reply = fedaccel_client.train(message, context)
         client = int(context.node_config["partition-id"])
-        arrays = reply.content[fedaccel_client.UPDATE + "arrays"]
-        d = arrays["0"].numpy().shape[0]
+        upload = unpack(reply.content, prefix=fedaccel_client.UPDATE)
         if client == 1:
-            reply.content[fedaccel_client.UPDATE + "arrays"] = ArrayRecord(
-                {k: (Array(np.full(d, np.nan, dtype=np.float32)) if k == "0" else v) for k, v in arrays.items()})
+            upload["delta"] = torch.full_like(upload["delta"], float("nan"))
         if client == 2:
-            reply.content[fedaccel_client.UPDATE + "arrays"] = ArrayRecord(
-                {k: (Array(np.zeros(3, dtype=np.float32)) if k == "0" else v) for k, v in arrays.items()})
+            upload["delta"] = torch.zeros(3)
+        pack(upload, into=reply.content, prefix=fedaccel_client.UPDATE)
         return reply
 
     return app
@@ -112,9 +110,18 @@ def test_wire_round_trip_and_gate() -> None:
     assert isinstance(back[2], FedUMFClient) and torch.equal(back[2].update, torch.ones(2))
     assert back[2].update_lr == 0.1 and back[2].authorised_round == 4 and back[3] == [1, 2.5, "x"] and back[4] == (True,)
     records = pack({"x": 1})
-    records["tree"]["json"] = json.dumps({"$dc": "os:system"})  # a hostile peer naming any callable
+    records["packed"]["json"] = json.dumps({"$dc": "os:system"})  # a hostile peer naming any callable
     with pytest.raises(BadMessage, match="refusing"):
         unpack(records)
+    records["packed"]["json"] = json.dumps({"$t": "0", "dtype": "object", "shape": [1]})  # no object arrays
+    with pytest.raises(BadMessage, match="dtype"):
+        unpack(records)
+    records["packed"]["json"] = json.dumps({"$t": "0", "dtype": "float32", "shape": [2]})
+    records["packed"]["0"] = b"\x00" * 4  # fewer bytes than the shape says
+    with pytest.raises(BadMessage, match="size"):
+        unpack(records)
+    big = unpack(pack({"w": torch.arange(300_000.0)}))["w"]  # 1.2 MB: a Flower Array, chunked by Flower
+    assert torch.equal(big, torch.arange(300_000.0))
     assert check_update(torch.zeros(4), {}, 4) is None
     assert "shape" in check_update(torch.zeros(3), {}, 4)
     assert "non-finite" in check_update(torch.zeros(4), {"c": torch.tensor([float("inf")])}, 4)
@@ -144,9 +151,11 @@ def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes
     for a, b in zip(local, deployed, strict=True):
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
-    logs = sorted(p.name for p in (tmp_path / "deployed" / "flower").glob("*.log"))
-    assert logs == ["clientapp0.log", "clientapp1.log", "flwr-run.log", "superlink.log", "supernode0.log",
-                    "supernode1.log"]  # a long-lived ClientApp process per SuperNode
+    flower = tmp_path / "deployed" / "flower"
+    assert sorted(p.name for p in flower.glob("*.log")) == ["flwr-run.log", "superlink.log", "supernode0.log",
+                                                            "supernode1.log"]
+    for node in ("supernode0.log", "supernode1.log"):  # one warm ClientApp per SuperNode served all 3 messages
+        assert (flower / node).read_text().count("built the run's setup") == 1
     assert not live_flower_processes(), "processes left running"
 
 
@@ -167,7 +176,7 @@ def live_flower_processes() -> list[str]:
 
 
 def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> None:
-    """Kill SuperNode 2 (and its ClientApp) after round 1: later rounds wait run.timeout, record
+    """Kill SuperNode 2 (its ClientApp runs inside) after round 1: later rounds wait run.timeout, record
     the client as lost (or its node as unavailable), aggregate the others and finish."""
     import os
     import signal
@@ -270,14 +279,15 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     assert main(["certs", str(certs), "--clients", "2"]) == 0
     intruder = node_key(tmp_path / "intruder_key")
     out = tmp_path / "deployed"
-    # rounds enough to outlast the two refused SuperNodes (about 10 s each)
-    overrides = [*TINY, "data.clients=2", "train.rounds=12", "algorithm=fedavg"]
+    # rounds enough to outlast the two refused SuperNodes (about 10 s, side by side)
+    overrides = [*TINY, "data.clients=2", "train.rounds=40", "algorithm=fedavg"]
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--tls", str(certs), "--clients", "2",
             "--out", str(out), "--timeout", "400"]
     for item in overrides:
         argv += ["--set", item]
     deploy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    refused = {}
+    refused: dict[str, tuple[int, str]] = {}
+    nodes: dict[str, subprocess.Popen] = {}
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
@@ -288,20 +298,22 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
         env = {**os.environ, **ENV, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
         for name, key in (("intruder", ["--auth-supernode-private-key", str(intruder)]), ("keyless", [])):
             (tmp_path / name).mkdir()
-            log = tmp_path / name / "supernode.log"
-            with open(log, "w") as sink:  # a file, not a pipe: the node's own children inherit it
-                node = subprocess.run(
+            with open(tmp_path / name / "supernode.log", "w") as sink:  # `process`: no children of its own
+                nodes[name] = subprocess.Popen(
                     [_tool("flower-supernode"), "--root-certificates", str(certs / "ca.crt"), "--superlink", address,
-                     "--host", "127.0.0.1", "--port", str(free_port()), "--max-retries", "2",
+                     "--host", "127.0.0.1", "--port", str(free_port()), "--max-retries", "2", "--isolation", "process",
                      "--node-config", "partition-id=1 num-partitions=2", *key],
-                    env={**env, "FLWR_HOME": str(tmp_path / name)}, stdout=sink, stderr=subprocess.STDOUT, timeout=120)
-            refused[name] = (node.returncode, log.read_text())
+                    env={**env, "FLWR_HOME": str(tmp_path / name)}, stdout=sink, stderr=subprocess.STDOUT)
+        for name, node in nodes.items():
+            refused[name] = (node.wait(timeout=120), (tmp_path / name / "supernode.log").read_text())
+        assert deploy.poll() is None, "the deployment ended before the refused SuperNodes were refused"
         output, _ = deploy.communicate(timeout=300)
     finally:
-        if deploy.poll() is None:
-            deploy.kill()
+        for process in [deploy, *nodes.values()]:
+            if process.poll() is None:
+                process.kill()
     assert deploy.returncode == 0, output
-    assert len(rows(out)) == 13
+    assert len(rows(out)) == 41
     for name, (code, log) in refused.items():
         assert code != 0, (name, log[-500:])
         assert "Exit Code: 305" in log, (name, log[-500:])  # "Failed to activate" / "must be registered"

@@ -10,6 +10,10 @@ Message types (Flower's ``<category>.<action>``):
   steps and whether to upload; the answer carries the update only if the client uploads
   (FedUMF's unauthorised clients train, store, and answer with an acknowledgement).
 
+A train message holds the round's ``shared`` value (packed once a round, so Flower sends it
+once) and the client's ``config``. A node that answers no ``hello`` (a plain Flower ClientApp)
+gets Flower's convention instead: the model in ``arrays``, see :func:`plain_content`.
+
 Per-client state (SCAFFOLD's c_i, FedDyn/FedDC drifts, FedUMF's stored update) never leaves the
 client: it lives in Flower's ``Context`` between rounds.
 """
@@ -19,12 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedaccel.algorithms.base import ClientContext
@@ -34,7 +39,7 @@ from fedaccel.flower.wire import pack, unpack
 from fedaccel.runner import Setup, apply_attacks, build_setup
 
 STATE = "fedaccel.client."  # prefix of the client's part states in context.state
-SERVER = "fedaccel.server."  # prefix of the parts' server states in a train message
+SHARED = "fedaccel.shared."  # prefix of the round's model and the parts' server states in a train message
 UPDATE = "fedaccel.update."  # prefix of an upload
 PLAN = "fedaccel.plan."  # prefix of a planning answer
 
@@ -47,11 +52,8 @@ def setup_for(config_text: str) -> Setup:
     if key not in _SETUPS:
         _SETUPS.clear()
         _SETUPS[key] = build_setup(from_dict(yaml.safe_load(config_text)))
+        print(f"fedaccel client: built the run's setup in process {os.getpid()}", file=sys.stderr, flush=True)
     return _SETUPS[key]
-
-
-def global_model(content: RecordDict) -> torch.Tensor:
-    return torch.from_numpy(content["arrays"]["w"].numpy().copy())
 
 
 app = ClientApp()
@@ -122,7 +124,8 @@ def _prepare(message: Message, context: Context) -> tuple[Setup, ClientContext, 
         bool(content["config"]["uploads"]),
         json.loads(str(content["config"]["instructions"])),
     )
-    return setup, ctx, global_model(content), tuple(unpack(content, prefix=SERVER))
+    shared = unpack(content, prefix=SHARED)
+    return setup, ctx, shared["w"], tuple(shared["server"])
 
 
 @app.train("plan")
@@ -141,8 +144,7 @@ def train(message: Message, context: Context) -> Message:
     new_state, update = train_client(setup.algorithm, ctx, w, server, client_state, setup.federation)
     pack(new_state, into=context.state, prefix=STATE)
     save_states(context, setup, ctx.info.round + 1, new_state)
-    reply = RecordDict({"metrics": MetricRecord({"num-examples": len(setup.federation.partition[ctx.client]),
-                                                  "steps": ctx.steps})})
+    reply = RecordDict()
     if ctx.uploads:
         pack({"delta": update.delta, "extras": update.extras, "diag": update.diag}, into=reply, prefix=UPDATE)
     return Message(reply, reply_to=message)
@@ -150,13 +152,17 @@ def train(message: Message, context: Context) -> Message:
 
 def shared_content(w: torch.Tensor, server: tuple[Any, ...]) -> RecordDict:
     """What every client gets in a round: the global model and the parts' server states."""
-    content = RecordDict({"arrays": ArrayRecord({"w": Array(w.detach().numpy())})})
-    return pack(server, into=content, prefix=SERVER)
+    return pack({"w": w, "server": server}, prefix=SHARED)
+
+
+def plain_content(w: torch.Tensor) -> RecordDict:
+    """The round's model for a plain Flower ClientApp: Flower's convention, ``arrays["w"]``."""
+    return RecordDict({"arrays": ArrayRecord({"w": Array(w.detach().numpy())})})
 
 
 def train_content(shared: RecordDict, ctx: ClientContext) -> RecordDict:
     """What the server sends one client with ``train`` and ``train.plan``: the round's shared
-    records (packed once a round) and this client's instructions."""
+    records (built once a round) and this client's instructions."""
     content = RecordDict(dict(shared.items()))
     content["config"] = ConfigRecord({
         "round": ctx.info.round, "steps": ctx.steps, "uploads": ctx.uploads,

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
@@ -163,6 +164,47 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
     raise UserError(f"{what} did not listen on port {port} within {timeout:g} s")
 
 
+def watch(runner: subprocess.Popen, procs: Processes, timeout: float) -> None:
+    """Wait for ``runner`` (``flwr run``) to end. Fail early, with the log's last lines, if the
+    SuperLink or every SuperNode has exited; a SuperNode that exits alone is a lost client (the
+    run goes on without it), said once."""
+    deadline = time.monotonic() + timeout
+    told: set[str] = set()
+    while runner.poll() is None:
+        if time.monotonic() > deadline:
+            raise UserError(f"the deployed run did not finish within {timeout:g} s")
+        ended = {name: process.returncode for name, process, _ in procs.started if process.poll() is not None}
+        nodes = [name for name, _, _ in procs.started if name.startswith("supernode")]
+        if "superlink" in ended or (nodes and all(name in ended for name in nodes)):
+            name = "superlink" if "superlink" in ended else nodes[0]
+            raise UserError(f"{name} exited with status {ended[name]} before the run ended; the end of "
+                            f"{procs.logs / (name + '.log')}:\n{tail(procs.logs / (name + '.log'))}")
+        for name in sorted(set(ended) & set(nodes) - told):
+            print(f"fedaccel deploy: {name} exited with status {ended[name]}; the run goes on without it",
+                  file=sys.stderr, flush=True)
+            told.add(name)
+        time.sleep(0.5)
+
+
+def tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop_on_sigterm() -> tuple[Any] | None:
+    """Turn SIGTERM into SystemExit while deploying, so that every started process is stopped;
+    the handler it replaced (None off the main thread, where signals are left alone)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        return (signal.signal(signal.SIGTERM, stop),)
+    except ValueError:
+        return None
+
+
 def deploy(
     config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0, tls: Path | None = None,
     stock: bool = False, resume: bool = False,
@@ -172,8 +214,8 @@ def deploy(
     ``tls``: a folder from ``fedaccel certs`` — TLS everywhere, and only SuperNodes whose public
     key was registered may join (see :mod:`fedaccel.flower.security`).
 
-    By default every SuperNode runs with ``--isolation process`` and a long-lived ClientApp
-    process of ours (:mod:`fedaccel.flower.executor`), polling fast (:mod:`fedaccel.flower.node`);
+    By default every SuperNode runs with ``--isolation process`` and fedaccel's ClientApp
+    executor as a thread of the SuperNode process, warm across rounds (:mod:`fedaccel.flower.node`);
     ``stock`` uses Flower's own ``flower-supernode`` with a fresh ClientApp process per message.
     ``resume``: continue the run in ``run_dir`` from its last checkpoint, with the clients' states
     of that round (each SuperNode keeps them in ``RUN_DIR/flower/node<i>/state``).
@@ -205,6 +247,7 @@ def deploy(
     bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
     env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     procs = Processes(flower, env)
+    previous = _stop_on_sigterm()
     try:
         link_security = ["--insecure"] if tls is None else [
             "--ssl-ca-certfile", str(tls / "ca.crt"), "--ssl-certfile", str(tls / "server.pem"),
@@ -227,22 +270,18 @@ def deploy(
                 "--host", "127.0.0.1", "--port", str(runtime_port),
                 "--isolation", "subprocess" if stock else "process",
                 "--node-config", f"partition-id={i} num-partitions={n} state-dir='{node_env_home / 'state'}'"])
-            if not stock:
-                procs.start(f"clientapp{i}", [sys.executable, "-m", "fedaccel.flower.executor",
-                                              "--runtime-api-address", f"127.0.0.1:{runtime_port}"])
         procs.env = env
         runner = procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
                                           "--run-config", f"run-dir='{run_dir}'"])
-        try:
-            runner.wait(timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise UserError(f"the deployed run did not finish within {timeout:g} s") from exc
+        watch(runner, procs, timeout)
         for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write
             if (run_dir / "summary.json").is_file():
                 break
             time.sleep(0.1)
     finally:
         procs.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous[0] if previous[0] is not None else signal.SIG_DFL)
     if not (run_dir / "summary.json").is_file():
         raise UserError(f"the deployed run did not finish; logs in {flower}")
     return run_dir

@@ -12,14 +12,18 @@ It uses Flower's Runtime API client (``flwr.supercore``, ``flwr.supernode.runtim
 not part of Flower's public API: pinned to flwr 1.41.0 (the ``flower`` extra). The ClientApp is
 fedaccel's own (no FAB is installed or imported per message).
 
-``--fast-poll`` also shortens the SuperNode's own waits (3 s between empty polls of the
-SuperLink): see :mod:`fedaccel.flower.node`.
+``fedaccel deploy`` runs it as a thread of each SuperNode process (:mod:`fedaccel.flower.node`),
+woken when a message arrives instead of polling; ``python -m fedaccel.flower.executor`` runs it
+as a process of its own beside a ``flower-supernode --isolation process``, polling.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
 import time
+import traceback
 from typing import Any
 
 from flwr.app import Message
@@ -36,6 +40,8 @@ from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, 
 
 from fedaccel.flower.client import app as fedaccel_client_app
 
+IDLE_WAIT = 1.0  # seconds a woken executor waits before asking for a task anyway
+
 
 def _client(address: str, insecure: bool, certificates: bytes | None, component: str, *extra: Any) -> RuntimeHttpClient:
     return RuntimeHttpClient.from_server_address(
@@ -45,8 +51,10 @@ def _client(address: str, insecure: bool, certificates: bytes | None, component:
     )
 
 
-def run_task(address: str, token: str, insecure: bool, certificates: bytes | None, client_app: Any) -> None:
-    """One message: pull it with its context, run the ClientApp here, push the reply and context."""
+def run_task(address: str, token: str, insecure: bool, certificates: bytes | None, client_app: Any,
+             done: threading.Event | None = None) -> None:
+    """One message: pull it with its context, run the ClientApp here, push the reply and context;
+    ``done`` is set once the reply is pushed."""
     client = _client(address, insecure, certificates, "flwr-clientapp", RuntimeTokenHttpInterceptor(token))
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     heartbeat.start()
@@ -62,6 +70,8 @@ def run_task(address: str, token: str, insecure: bool, certificates: bytes | Non
             reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
             details = reason
         push_message(client, reply, context)
+        if done is not None:
+            done.set()
     finally:
         push_task_output(client=client, context=context, sub_status=status, details=details)
         heartbeat.stop()
@@ -69,15 +79,28 @@ def run_task(address: str, token: str, insecure: bool, certificates: bytes | Non
 
 
 def serve_tasks(address: str, *, insecure: bool = True, root_certificates: str | None = None,
-                poll: float = 0.02, client_app: Any = fedaccel_client_app) -> None:
-    """Acquire and run the SuperNode's ClientApp tasks, one after another, until killed."""
+                poll: float = 0.02, client_app: Any = fedaccel_client_app,
+                wake: threading.Event | None = None, done: threading.Event | None = None) -> None:
+    """Acquire and run the SuperNode's ClientApp tasks, one after another, until killed.
+
+    Without a task it sleeps ``poll`` s, or, given ``wake`` (set when the SuperNode stores a
+    message), waits for it (at most ``IDLE_WAIT`` s)."""
     certificates = validate_and_resolve_root_certificates(root_certificates, insecure)
     client = _client(address, insecure, certificates, "SuperExec")
     request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
     while True:
-        task = client.AcquireTask(request)
-        if task.HasField("task") and task.token:
-            run_task(address, task.token, insecure, certificates, client_app)
+        try:
+            task = client.AcquireTask(request)
+            if task.HasField("task") and task.token:
+                run_task(address, task.token, insecure, certificates, client_app, done)
+                continue
+        except Exception:  # the node not up yet, a task lost on the way: the server sees it lost
+            print(f"fedaccel executor: {traceback.format_exc()}", file=sys.stderr, flush=True)
+            time.sleep(IDLE_WAIT)
+            continue
+        if wake is not None:
+            wake.wait(IDLE_WAIT)
+            wake.clear()
         else:
             time.sleep(poll)
 

@@ -1,30 +1,71 @@
-"""``python -m fedaccel.flower.node [flower-supernode arguments]``: Flower's SuperNode, polling faster.
+"""``python -m fedaccel.flower.node [flower-supernode arguments]``: Flower's SuperNode, kept warm.
 
-Flower 1.41's SuperNode sleeps 3 s after every poll of the SuperLink that brings no message, and
-0.5 s between checks for its ClientApp's reply (``flwr.supernode.start_client_internal``). For
-FL rounds of a second or less these waits are most of a round. This launcher runs the unchanged
-``flower-supernode`` command with those waits capped at ``FEDACCEL_NODE_POLL`` seconds
-(default 0.05): the module's ``time`` is replaced by one whose ``sleep`` is capped; and the
-backoff of its object pulls starts at 20 ms instead of 1 s. Everything else — protocol, TLS,
-authentication, heartbeats — is Flower's.
+Flower 1.41's SuperNode sleeps 3 s after every poll of the SuperLink that brings no message,
+0.5 s between checks for its ClientApp's reply, and starts the ClientApp in a fresh process per
+message (``flower-superexec``). For FL rounds of a second or less those waits and start-ups
+are most of a round. This launcher runs the unchanged ``flower-supernode`` command with:
+
+* its polls of the SuperLink capped at ``FEDACCEL_NODE_POLL`` seconds (default 0.05);
+* with ``--isolation process``, fedaccel's ClientApp executor (:mod:`fedaccel.flower.executor`)
+  as a thread of this process, in place of ``flower-superexec``: it serves every message of the
+  run with the setup kept warm, talks to the SuperNode through Flower's Runtime API like any
+  executor, and is woken the moment a message is stored (no polling); the SuperNode's wait for
+  the reply is woken the moment the executor has pushed it;
+* the backoff of its object pulls started at 20 ms instead of 1 s.
+
+The executor thread trains with ``FEDACCEL_TORCH_THREADS`` torch threads (default 1: the
+SuperNodes of one host share its cores).
+
+Everything else — protocol, TLS, authentication, heartbeats — is Flower's.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+import threading
 import time
 from typing import Any
 
+LINK_POLL = float(os.environ.get("FEDACCEL_NODE_POLL", "0.05"))  # seconds between empty polls of the SuperLink
+LOCAL_WAIT = 0.5  # the SuperNode's sleep while its ClientApp works (Flower's value; woken early by `replied`)
 
-class _CappedTime:
-    """The ``time`` module, with ``sleep`` capped at ``cap`` seconds."""
 
-    def __init__(self, cap: float) -> None:
-        self.cap = cap
+class _NodeClock:
+    """The ``time`` module of Flower's SuperNode loop, with its sleeps shortened.
+
+    Its 0.5 s sleeps (waiting for the ClientApp's reply or its objects) end as soon as
+    ``replied`` is set. Its 3 s sleeps (no message from the SuperLink) become polls every
+    ``poll`` s, except right after a message: FL rounds come at a steady pace, so the node
+    first sleeps through ``AHEAD`` of the shortest of its last ``PERIODS`` intervals between
+    messages (each poll costs the SuperLink a request, and all nodes share its time). The
+    interval after a run's first message (the server's hello, then its set-up) is not a round's.
+    """
+
+    AHEAD, PERIODS = 0.7, 5
+
+    def __init__(self, poll: float, replied: threading.Event) -> None:
+        self.poll, self.replied = poll, replied
+        self.last_message: float | None = None
+        self.messages = 0
+        self.periods: list[float] = []
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(min(seconds, self.cap))
+        if seconds <= LOCAL_WAIT:
+            self.replied.wait(min(seconds, self.poll))
+            self.replied.clear()
+            return
+        now = time.monotonic()
+        quiet_until = self.last_message + self.AHEAD * min(self.periods) if self.periods else now  # type: ignore[operator]
+        time.sleep(max(min(seconds, self.poll), quiet_until - now))
+
+    def message_stored(self) -> None:
+        now = time.monotonic()
+        self.messages += 1
+        if self.messages > 2:
+            self.periods = [*self.periods[1 - self.PERIODS:], now - self.last_message]  # type: ignore[operator]
+        self.last_message = now
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
@@ -41,13 +82,45 @@ def shorten_object_pull_backoff(initial: float = 0.02, cap: float = 0.5) -> None
 
 
 def main() -> int:
-    import flwr.supernode.start_client_internal as loop
-    from flwr.supernode.cli import flower_supernode
+    cli = importlib.import_module("flwr.supernode.cli.flower_supernode")
+    loop = importlib.import_module("flwr.supernode.start_client_internal")  # the module, not its function
 
-    loop.time = _CappedTime(float(os.environ.get("FEDACCEL_NODE_POLL", "0.05")))  # type: ignore[assignment]
+    stored, replied = threading.Event(), threading.Event()
+    clock = _NodeClock(LINK_POLL, replied)
+    loop.time = clock  # type: ignore[assignment]
     shorten_object_pull_backoff()
+
+    pull_and_store = loop._pull_and_store_message
+
+    def pull_and_store_then_wake(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull_and_store(*args, **kwargs)
+        if run_id is not None:  # a message and all its objects are in the SuperNode's store
+            clock.message_stored()
+            stored.set()
+        return run_id
+
+    loop._pull_and_store_message = pull_and_store_then_wake
+    start = cli.start_client_internal
+
+    def start_with_executor(**kwargs: Any) -> None:
+        if kwargs.get("isolation") == "process":
+            import torch
+
+            from fedaccel.flower.executor import serve_tasks
+
+            torch.set_num_threads(int(os.environ.get("FEDACCEL_TORCH_THREADS", "1")))
+            executor = threading.Thread(
+                target=serve_tasks, name="fedaccel-executor", daemon=True,
+                args=(kwargs["runtime_api_address"],),
+                kwargs={"insecure": kwargs.get("runtime_certificates") is None,
+                        "root_certificates": kwargs.get("runtime_root_certificates_path"),
+                        "wake": stored, "done": replied})
+            executor.start()
+        start(**kwargs)
+
+    cli.start_client_internal = start_with_executor
     sys.argv[0] = "flower-supernode"
-    return int(flower_supernode() or 0)
+    return int(cli.flower_supernode() or 0)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ from torch import Tensor
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, State
 from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
-from fedaccel.flower.client import PLAN, UPDATE, shared_content, train_content
-from fedaccel.flower.wire import BadMessage, check_update, unpack
+from fedaccel.flower.client import PLAN, UPDATE, plain_content, shared_content, train_content
+from fedaccel.flower.wire import BadMessage, check_update, packed_in, unpack
 from fedaccel.runner import CHECKPOINT, Setup, build_setup, restore_state, run_loop
 
 
@@ -35,10 +35,12 @@ CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its
 
 
 class FlowerClients:
-    """The client side of rounds on Flower nodes; ``nodes`` maps client id -> node id."""
+    """The client side of rounds on Flower nodes; ``nodes`` maps client id -> node id, ``plain``
+    are the clients whose node runs a plain Flower ClientApp (Flower's message convention)."""
 
-    def __init__(self, grid: Grid, setup: Setup, nodes: dict[int, int], timeout: float) -> None:
-        self.grid, self.setup, self.nodes, self.timeout = grid, setup, nodes, timeout
+    def __init__(self, grid: Grid, setup: Setup, nodes: dict[int, int], timeout: float,
+                 plain: frozenset[int] = frozenset()) -> None:
+        self.grid, self.setup, self.nodes, self.timeout, self.plain = grid, setup, nodes, timeout, plain
         self.dim = setup.federation.model.size
 
     def _exchange(
@@ -46,9 +48,12 @@ class FlowerClients:
     ) -> tuple[dict[int, Message], dict[str, Any]]:
         """Send to every context's client, wait up to the timeout; (answers by client, diag)."""
         by_node = {self.nodes[ctx.client]: ctx.client for ctx in contexts}
-        shared = shared_content(w, server)
+        clients = set(by_node.values())
+        shared = shared_content(w, server) if clients - self.plain else RecordDict()  # each built once
+        model = plain_content(w) if clients & self.plain else RecordDict()
         messages = [
-            Message(train_content(shared, ctx), self.nodes[ctx.client], message_type, group_id=str(ctx.info.round))
+            Message(train_content(model if ctx.client in self.plain else shared, ctx),
+                    self.nodes[ctx.client], message_type, group_id=str(ctx.info.round))
             for ctx in contexts
         ]
         answers: dict[int, Message] = {}
@@ -100,8 +105,8 @@ class FlowerClients:
             if reply is None or not ctx.uploads:
                 continue
             try:
-                upload = plain_upload(reply.content, w) if UPDATE + "tree" not in reply.content else \
-                    unpack(reply.content, prefix=UPDATE)
+                upload = unpack(reply.content, prefix=UPDATE) if packed_in(reply.content, UPDATE) else \
+                    plain_upload(reply.content, w)
                 if not isinstance(upload, dict):
                     raise BadMessage("an upload must be a dict")
                 reason = check_update(upload.get("delta"), upload.get("extras"), self.dim)
@@ -127,7 +132,7 @@ def _log(text: str) -> None:
     print(f"fedaccel server: {text}", file=sys.stderr, flush=True)
 
 
-def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.02) -> list[Message]:
+def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.05) -> list[Message]:
     """Push ``messages``, collect replies until all answered or ``timeout`` s passed.
 
     Like ``Grid.send_and_receive``, which on a SuperLink waits 3 s between polls.
@@ -146,8 +151,11 @@ def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 
     return replies
 
 
-def connect(grid: Grid, config_text: str, n_clients: int, timeout: float, start_round: int = 0) -> dict[int, int]:
-    """Wait for ``n_clients`` nodes, send each the config; client id -> node id.
+def connect(
+    grid: Grid, config_text: str, n_clients: int, timeout: float, start_round: int = 0
+) -> tuple[dict[int, int], frozenset[int]]:
+    """Wait for ``n_clients`` nodes, send each the config; (client id -> node id, the clients
+    whose node answered no hello: plain Flower ClientApps).
 
     ``start_round`` > 0 (a resumed run): nodes restore their part states of that round if they
     kept them (node config ``state-dir``); the others start from fresh states, logged.
@@ -174,13 +182,15 @@ def connect(grid: Grid, config_text: str, n_clients: int, timeout: float, start_
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
         mapping[client] = reply.metadata.src_node_id
+    plain = set()
     for client, node in zip(sorted(set(range(n_clients)) - set(mapping)), sorted(foreign)):
         _log(f"node {node} answers no fedaccel hello: it takes client id {client} (plain Flower protocol)")
         mapping[client] = node
+        plain.add(client)
     missing = sorted(set(range(n_clients)) - set(mapping))
     if missing:
         raise UserError(f"no SuperNode with partition-id {missing[0]} answered (need 0..{n_clients - 1})")
-    return mapping
+    return mapping, frozenset(plain)
 
 
 def plain_upload(content: RecordDict, w: Tensor) -> dict[str, Any]:
@@ -209,8 +219,8 @@ def serve(grid: Grid, config: Config, path: Path, *, progress: bool | None = Non
     if (path / CHECKPOINT).is_file():
         _log(f"resuming {path} from round {state.round}")
     # the first message starts every node's ClientApp and loads its data: give that time
-    nodes = connect(grid, config_text, setup.federation.n_clients, max(CONNECT_TIMEOUT, config.run.timeout),
+    nodes, plain = connect(grid, config_text, setup.federation.n_clients, max(CONNECT_TIMEOUT, config.run.timeout),
                     start_round=state.round)
-    runtime = FlowerClients(grid, setup, nodes, config.run.timeout)
+    runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
     run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)
     return path
