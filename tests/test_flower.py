@@ -169,7 +169,7 @@ def live_flower_processes() -> list[str]:
         except (OSError, IndexError):
             continue
         names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
-                 "fedaccel.flower.node", "fedaccel.flower.executor")
+                 "fedaccel.flower.node")
         if state != "Z" and any(name in cmdline for name in names):
             found.append(cmdline)
     return found

@@ -75,7 +75,9 @@ def _tool(name: str) -> str:
 
 
 class Processes:
-    """Started processes, stopped in reverse order (TERM, then KILL after a grace period)."""
+    """Started processes, stopped in reverse order (TERM, then KILL after a grace period): the
+    later ones (SuperNodes, the run) first, so that they can still say goodbye to the first
+    one (the SuperLink), which goes last."""
 
     def __init__(self, logs: Path, env: dict[str, str]) -> None:
         self.logs, self.env, self.started = logs, env, []
@@ -89,14 +91,19 @@ class Processes:
 
     def stop(self, grace: float = 5.0) -> None:
         # Flower starts detached children of its own (superexec, serverapp, clientapps): find them
-        # first, then stop everything, ours last-started first.
+        # first, then stop everything.
         children = descendants({process.pid for _, process, _ in self.started})
-        for _, process, _ in reversed(self.started):
+        self._stop(self.started[1:], [], grace)
+        self._stop(self.started[:1], children, grace)
+
+    @staticmethod
+    def _stop(started: list[tuple[str, subprocess.Popen, Any]], children: list[int], grace: float) -> None:
+        for _, process, _ in reversed(started):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
         _signal(children, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        for _, process, log in reversed(self.started):
+        for _, process, log in reversed(started):
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
