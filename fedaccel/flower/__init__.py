@@ -4,3 +4,8 @@
 deploy`` on a SuperLink and SuperNodes (separate processes, or hosts). Both write the run folder
 of the in-process runtime. :mod:`fedaccel.flower.wire` is what crosses the network.
 """
+
+# For every Flower process: no telemetry, no update check, and no `uv` re-install of the app's
+# dependencies at run time (it would fetch a CUDA torch).
+ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+       "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}

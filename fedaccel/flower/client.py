@@ -46,9 +46,14 @@ PLAN = "fedaccel.plan."  # prefix of a planning answer
 _SETUPS: dict[str, Setup] = {}  # per process: a SuperNode's ClientApp process serves many rounds
 
 
+def config_key(config_text: str) -> str:
+    """A run's config, as a name for its setup and its saved states."""
+    return hashlib.sha256(config_text.encode()).hexdigest()
+
+
 def setup_for(config_text: str) -> Setup:
     """The run's setup, built once per process and config."""
-    key = hashlib.sha256(config_text.encode()).hexdigest()
+    key = config_key(config_text)
     if key not in _SETUPS:
         _SETUPS.clear()
         _SETUPS[key] = build_setup(from_dict(yaml.safe_load(config_text)))
@@ -85,7 +90,7 @@ def _state_folder(context: Context, config_text: str) -> Path | None:
     folder = context.node_config.get("state-dir")
     if not folder:
         return None
-    return Path(str(folder)) / hashlib.sha256(config_text.encode()).hexdigest()[:16]
+    return Path(str(folder)) / config_key(config_text)[:16]
 
 
 def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, ...] | None:

@@ -24,9 +24,8 @@ from typing import Any
 
 from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
+from fedaccel.flower import ENV
 
-ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-       "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
 
 APP_TOML = """[build-system]
 requires = ["setuptools>=68"]

@@ -44,41 +44,29 @@ IDLE_WAIT = 1.0  # seconds a woken executor waits before asking for a task anywa
 Runtime = Callable[[str | None], Any]  # task token (None: the executor's own) -> a Runtime API client
 
 
+def _for_task(handler: Callable[[Any, Any, Any], Any]) -> Callable[[LocalRuntime, Any], Any]:
+    return lambda runtime, request: handler(request, runtime.state, runtime.task)
+
+
 class LocalRuntime:
-    """A SuperNode's Runtime API called in its own process: each method is the handler its HTTP
-    route runs, on the node's state, for the task of ``token``."""
+    """A SuperNode's Runtime API called in its own process: each method (Flower's names) is the
+    handler its HTTP route runs, on the node's state, for the task of ``token``."""
 
     def __init__(self, state: Any, token: str | None = None) -> None:
         self.state = state
         self.task = state.get_task_by_token(token) if token else None
 
-    # Flower's method names; each is the handler of the HTTP route of the same name
     def AcquireTask(self, request: Any) -> Any:  # noqa: N802
         return handlers.acquire_task(request, self.state)
 
-    def SendTaskHeartbeat(self, request: Any) -> Any:  # noqa: N802
-        return send_task_heartbeat(request, self.state, self.task)
-
-    def PullTaskInput(self, request: Any) -> Any:  # noqa: N802
-        return handlers.pull_task_input(request, self.state, self.task)
-
-    def PullMessages(self, request: Any) -> Any:  # noqa: N802
-        return handlers.pull_messages(request, self.state, self.task)
-
-    def PullObject(self, request: Any) -> Any:  # noqa: N802
-        return handlers.pull_object(request, self.state, self.task)
-
-    def ConfirmMessageReceived(self, request: Any) -> Any:  # noqa: N802
-        return handlers.confirm_message_received(request, self.state, self.task)
-
-    def PushMessages(self, request: Any) -> Any:  # noqa: N802
-        return handlers.push_messages(request, self.state, self.task)
-
-    def PushObject(self, request: Any) -> Any:  # noqa: N802
-        return handlers.push_object(request, self.state, self.task)
-
-    def PushTaskOutput(self, request: Any) -> Any:  # noqa: N802
-        return handlers.push_task_output(request, self.state, self.task)
+    SendTaskHeartbeat = _for_task(send_task_heartbeat)
+    PullTaskInput = _for_task(handlers.pull_task_input)
+    PullMessages = _for_task(handlers.pull_messages)
+    PullObject = _for_task(handlers.pull_object)
+    ConfirmMessageReceived = _for_task(handlers.confirm_message_received)
+    PushMessages = _for_task(handlers.push_messages)
+    PushObject = _for_task(handlers.push_object)
+    PushTaskOutput = _for_task(handlers.push_task_output)
 
     def close(self) -> None:
         pass

@@ -15,9 +15,9 @@ from typing import Any
 
 from fedaccel.config import Config
 from fedaccel.errors import UserError
+from fedaccel.flower import ENV
 
-for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1"),
-                     ("RAY_DEDUP_LOGS", "0")):
+for _key, _value in {**ENV, "RAY_DEDUP_LOGS": "0"}.items():
     os.environ.setdefault(_key, _value)
 
 
