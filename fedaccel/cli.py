@@ -18,6 +18,7 @@ the traceback.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,20 +28,37 @@ from fedaccel.errors import UserError
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    from fedaccel.stopping import Interrupted
+
     try:
         return int(args.handler(args) or 0)
+    except Interrupted as exc:
+        print(exc.how_to_continue(continue_command(args, argv, exc.run_dir)), file=sys.stderr)
+        return 130
     except UserError as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; `fedaccel run --resume RUN_DIR` continues from the last checkpoint", file=sys.stderr)
+        if args.command in ("run", "deploy") and not args.resume:
+            print("interrupted before the first round: nothing to continue", file=sys.stderr)
+        else:
+            print(f"interrupted; `{continue_command(args, argv, None)}` continues", file=sys.stderr)
         return 130
+
+
+def continue_command(args: argparse.Namespace, argv: Sequence[str], run_dir: Path | None) -> str:
+    """The command that continues an interrupted one: ``--resume RUN_DIR`` for a single run, the
+    same command line for grids and reproductions (they resume their unfinished cells)."""
+    if args.command in ("run", "deploy") and (run_dir is not None or args.resume):
+        return f"fedaccel {args.command} --resume {shlex.quote(str(run_dir or args.resume))}"
+    return shlex.join(["fedaccel", *argv])
 
 
 def build_parser() -> argparse.ArgumentParser:

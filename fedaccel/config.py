@@ -71,6 +71,7 @@ class RunConfig:
     runtime: str = "in-process"  # or flower-simulation, flower-deployment (fedaccel.flower)
     timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
+    threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: README)
 
 
 @dataclass
@@ -246,6 +247,7 @@ def validate(config: Config) -> None:
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
         (config.run.timeout > 0, "run.timeout must be > 0"),
+        (config.run.threads is None or config.run.threads >= 1, "run.threads must be >= 1 or null (auto)"),
         (config.data.subset is None or config.data.subset >= 1, "data.subset must be >= 1 or null"),
         (config.eval.train_samples is None or config.eval.train_samples >= 1, "eval.train_samples must be >= 1 or null"),
     ]

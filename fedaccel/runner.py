@@ -2,18 +2,22 @@
 
 A run folder holds ``config.yaml`` (resolved), ``metrics.jsonl`` (one line per evaluated
 round, flushed as it is written), ``checkpoint.pt`` (every ``run.checkpoint_every`` rounds,
-written atomically), ``model.pt`` (the final flat parameter vector) and ``summary.json``.
+written atomically; the one before it is kept as ``checkpoint.prev.pt``), ``model.pt`` (the final flat parameter vector) and ``summary.json``.
 ``resume(run_dir)`` continues a killed run from its checkpoint and reaches the same numbers as
 an uninterrupted run: every random draw derives from (seed, round, client), never from the
-history of the process.
+history of the process. SIGINT/SIGTERM finish the current round and checkpoint it
+(:mod:`fedaccel.stopping`); a damaged checkpoint falls back to the previous one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,8 +40,10 @@ from fedaccel.config import (
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
+from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
 CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"  # the one before; resume falls back to it if the newest is damaged
 METRICS = "metrics.jsonl"
 DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round, evaluated or not
 
@@ -113,6 +119,26 @@ def apply_attacks(setup: Setup, round_: int) -> None:
     setup.active_attacks = active
 
 
+LARGE_MODEL = 1_000_000  # parameters; below this, extra intra-op threads lost in benchmarks/threads.py
+
+
+def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
+    """Torch threads for a run, and why: ``run.threads`` if set; 1 in a parallel worker
+    (``FEDACCEL_TORCH_THREADS``, set by ``experiment -j`` and Flower nodes); else the measured rule
+    (benchmarks/threads.py, 2 shared cores: one thread was 4.5-7x faster than two for the SVM and
+    the BHerd CNN): 1 for a model under a million parameters, otherwise the cores the other
+    processes leave idle (one per core minus the 1-minute load average, at least 1)."""
+    if config.run.threads is not None:
+        return config.run.threads, "run.threads"
+    if os.environ.get("FEDACCEL_TORCH_THREADS"):
+        return max(1, int(os.environ["FEDACCEL_TORCH_THREADS"])), "parallel worker"
+    if n_params < LARGE_MODEL:
+        return 1, f"auto: {n_params:,} parameters < {LARGE_MODEL:,}"
+    cores = os.cpu_count() or 1
+    idle = max(1, cores - round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else cores)
+    return idle, f"auto: large model, {idle} of {cores} cores idle"
+
+
 def new_run_dir(config: Config) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(config.run.out_dir) / f"{config.label}-s{config.run.seed}-{stamp}"
@@ -127,15 +153,34 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
     if (path / METRICS).exists():
         raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
-    path.mkdir(parents=True, exist_ok=True)
-    dump_config(config, path / "config.yaml")
     warn_if_fedavg_in_disguise(config)
-    if config.run.runtime != "in-process":
-        return _run_on_flower(config, path, progress)
-    setup = build_setup(config)
+    with _removed_on_failed_start(path):
+        path.mkdir(parents=True, exist_ok=True)
+        dump_config(config, path / "config.yaml")
+        if config.run.runtime != "in-process":
+            return _run_on_flower(config, path, progress)
+        setup = build_setup(config)  # data or split errors surface here: nothing is left behind
     state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
     run_loop(setup, state, path, wall=0.0, progress=progress)
     return path
+
+
+@contextmanager
+def _removed_on_failed_start(path: Path) -> Iterator[None]:
+    """Remove the run folder (or the files this start put in an existing one) if the start fails
+    before the first metrics line: a failed start leaves no folder holding only ``config.yaml``."""
+    existed = path.exists()
+    before = set(path.iterdir()) if existed else set()
+    try:
+        yield
+    except BaseException:
+        if not (path / METRICS).exists():
+            if existed:
+                for item in set(path.iterdir()) - before if path.is_dir() else ():
+                    shutil.rmtree(item) if item.is_dir() else item.unlink()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:
@@ -161,17 +206,43 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
 
 
 def restore_state(setup: Setup, path: Path) -> tuple[FLState, float]:
-    """The state of the last checkpoint in ``path`` (or the initial one), metrics cut to match."""
-    checkpoint = path / CHECKPOINT
-    if checkpoint.is_file():
-        saved = torch.load(checkpoint, weights_only=False)
-        state, wall = saved["state"], saved["wall_s"]
+    """The state of the newest checkpoint in ``path`` that loads (or the initial one), metrics
+    cut to match; says on stderr which round the run continues from."""
+    loaded = load_checkpoint(path)
+    if loaded is not None:
+        state, wall = loaded["state"], loaded["wall_s"]
+        print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
     else:
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         wall = 0.0
     for name in (METRICS, DIAGNOSTICS):
         _truncate_metrics(path / name, state.round)
     return state, wall
+
+
+def load_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The newest of ``checkpoint.pt`` and ``checkpoint.prev.pt`` in ``path`` that loads; None if
+    neither exists. A damaged file is named in one line on stderr and skipped; if every
+    checkpoint there is damaged, that is a :class:`UserError`."""
+    damaged = []
+    for name in (CHECKPOINT, PREVIOUS_CHECKPOINT):
+        file = path / name
+        if not file.is_file():
+            continue
+        try:
+            saved = torch.load(file, weights_only=False, map_location="cpu")  # our own file
+            if not isinstance(saved, dict) or not isinstance(saved.get("state"), FLState):
+                raise ValueError("not a fedaccel checkpoint")
+        except Exception as exc:  # truncated zip, 0 bytes (EOFError), pickle garbage, ...
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            damaged.append(f"{file} ({reason[:120]})")
+            print(f"warning: {file} is damaged and is skipped ({reason[:120]})", file=sys.stderr, flush=True)
+            continue
+        return saved
+    if damaged:
+        raise UserError(f"no checkpoint in {path} loads: {'; '.join(damaged)}; "
+                        f"delete them to start the run again from round 0")
+    return None
 
 
 def _truncate_metrics(path: Path, last_round: int) -> None:
@@ -203,30 +274,51 @@ def run_loop(
     config, federation = setup.config, setup.federation
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
+    threads, why = choose_threads(config, federation.model.theta.numel())
+    torch.set_num_threads(threads)
+    if show:
+        print(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
+              f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
+              f"[runtime {_runtime_name(config, runtime)}, device cpu, {threads} torch thread"
+              f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr, flush=True)
     bar = _progress_bar(rounds, state.round, config.label, show)
-    with open(path / METRICS, "a") as metrics_file, open(path / DIAGNOSTICS, "a") as diag_file:
-        if state.round == 0:
-            _write(metrics_file, _metrics(setup, state, None, wall))
-        last: dict[str, Any] = {}
-        while state.round < rounds:
-            apply_attacks(setup, state.round)
-            started = time.perf_counter()
-            state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction, runtime=runtime)
-            wall += time.perf_counter() - started
-            if report.diag:
-                _write(diag_file, {"round": state.round, **report.diag})
-            if state.round % config.eval.every == 0 or state.round == rounds:
-                last = _metrics(setup, state, report, wall)
-                _write(metrics_file, last)
-                bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
-            if state.round % config.run.checkpoint_every == 0 or state.round == rounds:
-                save_checkpoint(path / CHECKPOINT, state, wall)
-            bar.update(1)
-    bar.close()
+    checkpointed = state.round
+    try:
+        with stop_signals(), open(path / METRICS, "a") as metrics_file, open(path / DIAGNOSTICS, "a") as diag_file:
+            if state.round == 0:
+                _write(metrics_file, _metrics(setup, state, None, wall))
+            last: dict[str, Any] = {}
+            while state.round < rounds:
+                apply_attacks(setup, state.round)
+                started = time.perf_counter()
+                state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction, runtime=runtime)
+                wall += time.perf_counter() - started
+                if report.diag:
+                    _write(diag_file, {"round": state.round, **report.diag})
+                if state.round % config.eval.every == 0 or state.round == rounds:
+                    last = _metrics(setup, state, report, wall)
+                    _write(metrics_file, last)
+                    bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
+                stopping = STOP.is_set() and state.round < rounds
+                if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
+                    save_checkpoint(path / CHECKPOINT, state, wall)
+                    checkpointed = state.round
+                bar.update(1)
+                if stopping:
+                    raise Interrupted(path, state.round, signal_name())
+    except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
+        raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
+    finally:
+        clear_stop()
+        bar.close()  # before anything else is printed: no message in the middle of the bar
     torch.save({"w": state.w, "config": config.to_dict()}, path / "model.pt")
     final = last or _last_metrics(path / METRICS)
     (path / "summary.json").write_text(json.dumps({"finished": True, "rounds": rounds, "final": final}, indent=1))
     return state
+
+
+def _runtime_name(config: Config, runtime: ClientRuntime | None) -> str:
+    return config.run.runtime if runtime is not None else "in-process"
 
 
 def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: float) -> dict[str, Any]:
@@ -267,9 +359,14 @@ def _last_metrics(path: Path) -> dict[str, Any]:
 
 
 def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
-    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+    """Write atomically and keep the one before as ``checkpoint.prev.pt``: a kill during the write
+    leaves the previous checkpoint intact, and a damaged newest one still has a predecessor."""
     tmp = path.with_suffix(".tmp")
     torch.save({"state": state, "wall_s": wall}, tmp)
+    with open(tmp, "rb") as file:
+        os.fsync(file.fileno())
+    if path.exists():
+        os.replace(path, path.with_name(PREVIOUS_CHECKPOINT))
     os.replace(tmp, path)
 
 

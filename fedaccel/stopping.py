@@ -1,0 +1,73 @@
+"""Stopping a run cleanly: SIGINT/SIGTERM finish the current round, checkpoint it, then stop.
+
+While :func:`stop_signals` is active (``run_loop`` holds it), the first SIGINT or SIGTERM sets
+:data:`STOP`; the loop checks it after every round, writes a checkpoint of that round and raises
+:class:`Interrupted`. A second signal stops at once (``KeyboardInterrupt``), losing only the
+rounds since the last checkpoint. Signal handlers can only be set in the main thread; elsewhere
+(a Flower ServerApp thread, a notebook's worker) the handlers are left alone and ``STOP`` can be
+set by whoever owns the process.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fedaccel.errors import UserError
+
+STOP = threading.Event()
+
+
+class Interrupted(UserError):
+    """A run stopped on request; its checkpoint in ``run_dir`` continues from round ``round``."""
+
+    def __init__(self, run_dir: Path, round_: int, reason: str = "a stop request") -> None:
+        self.run_dir, self.round, self.reason = Path(run_dir), round_, reason
+        super().__init__(f"interrupted by {reason}; {run_dir} continues from round {round_}")
+
+    def how_to_continue(self, command: str) -> str:
+        """One line for the user: what stopped, and the command that continues."""
+        return f"interrupted by {self.reason}; `{command}` continues from round {self.round}"
+
+
+_received: list[str] = []
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    name = signal.Signals(signum).name
+    if STOP.is_set():  # the second signal: stop now
+        raise KeyboardInterrupt
+    _received.append(name)
+    STOP.set()
+    print(f"\n{name}: finishing the current round and checkpointing it (again to stop at once)",
+          file=sys.stderr, flush=True)
+
+
+def clear_stop() -> None:
+    """Forget a handled stop request (the next run in this process starts afresh)."""
+    STOP.clear()
+    _received.clear()
+
+
+def signal_name() -> str:
+    """The signal that set :data:`STOP` (or a generic phrase when it was set otherwise)."""
+    return _received[-1] if _received else "a stop request"
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """Turn SIGINT/SIGTERM into :data:`STOP` for the duration (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -1,0 +1,149 @@
+"""Stopping and restarting: Ctrl-C and SIGTERM checkpoint the current round, damaged checkpoints
+fall back to the previous one, failed starts leave no folder, and torch threads follow a rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedaccel.cli import main
+from fedaccel.config import load_config
+from fedaccel.errors import ConfigError
+from fedaccel.runner import CHECKPOINT, PREVIOUS_CHECKPOINT, choose_threads, resume, run
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["data.dataset=digits", "model=softmax", "data.split=dirichlet", "data.split.alpha=0.5", "data.clients=4",
+         "train.lr=0.1", "train.batch_size=20", "train.client_fraction=0.75", "run.progress=false"]
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("wall_s")
+    return rows
+
+
+def cli(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "fedaccel.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rounds(run_dir: Path, rounds: int, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.is_file() and len(metrics.read_text().splitlines()) > rounds:
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"{run_dir} did not reach round {rounds}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_checkpoints_the_current_round_and_names_the_real_resume_command(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    config = [*SMALL, "train.rounds=3000", "run.checkpoint_every=100000", "eval.train_samples=200"]
+    run_dir = tmp_path / "run"
+    process = cli("run", *sum((["--set", c] for c in config), []), "--out", str(run_dir))
+    wait_for_rounds(run_dir, 3, process)
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    rounds = [row["round"] for row in rows_of(run_dir)]
+    # the rounds since the start are kept (checkpoint_every is never reached): the checkpoint is that round's
+    assert last == (f"interrupted by {sig.name}; `fedaccel run --resume {run_dir}` continues "
+                    f"from round {rounds[-1]}"), last
+    assert rounds[-1] >= 3 and (run_dir / CHECKPOINT).is_file()
+    import torch
+
+    assert torch.load(run_dir / CHECKPOINT, weights_only=False)["state"].round == rounds[-1]
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fedaccel.runner as runner
+    from fedaccel import stopping
+
+    config = load_config(None, [*SMALL, "train.rounds=6", "run.checkpoint_every=100"])
+    whole = run(config, tmp_path / "whole")
+    real = runner.run_round
+
+    def stop_during_round_4(algorithm, state, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if state.round == 3:
+            stopping.STOP.set()  # as the signal handler does
+        return real(algorithm, state, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_round", stop_during_round_4)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(config, tmp_path / "cut")
+    monkeypatch.setattr(runner, "run_round", real)
+    assert stopped.value.round == 4 and not stopping.STOP.is_set()  # round 4 finished and checkpointed
+    resume(tmp_path / "cut")
+    assert rows_of(tmp_path / "cut") == rows_of(whole)
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = load_config(None, [*SMALL, "train.rounds=4", "run.checkpoint_every=1"])
+    whole = run(config, tmp_path / "whole")
+    expected = rows_of(whole)
+    assert (whole / PREVIOUS_CHECKPOINT).is_file()
+    newest = whole / CHECKPOINT
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated: torch's zip reader fails
+    capsys.readouterr()
+    assert main(["run", "--resume", str(whole), "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"warning: {newest} is damaged") and err[1] == f"resuming {whole} from round 3"
+    assert rows_of(whole) == expected  # round 4 done again, to the same numbers
+
+
+def test_no_loadable_checkpoint_is_one_line_naming_the_files(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = load_config(None, [*SMALL, "train.rounds=2", "run.checkpoint_every=1"])
+    path = run(config, tmp_path / "run")
+    (path / CHECKPOINT).write_bytes(b"")  # 0 bytes: EOFError in torch.load
+    (path / PREVIOUS_CHECKPOINT).write_bytes(b"garbage")
+    capsys.readouterr()
+    assert main(["run", "--resume", str(path)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"error: no checkpoint in {path} loads: {path / CHECKPOINT}") and "Traceback" not in last
+
+
+def test_a_failed_start_leaves_no_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bad_data = ["data.dataset=mnist", f"data.root={tmp_path / 'nowhere'}", f"run.out_dir={tmp_path / 'runs'}"]
+    assert main(["run", *sum((["--set", c] for c in bad_data), [])]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    impossible = [*SMALL, "data.split=label-k", "data.split.k=11"]  # digits has 10 classes
+    assert main(["run", *sum((["--set", c] for c in impossible), []), "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()
+    existing = tmp_path / "mine"  # a folder of the user's: kept, with only what was there before
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    assert main(["run", *sum((["--set", c] for c in bad_data), []), "--out", str(existing)]) == 2
+    assert sorted(p.name for p in existing.iterdir()) == ["notes.txt"]
+
+
+def test_threads_follow_the_config_then_workers_then_the_measured_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FEDACCEL_TORCH_THREADS", raising=False)
+    assert choose_threads(load_config(None, ["run.threads=3"]), 10)[0] == 3
+    assert choose_threads(load_config(None, []), 784) == (1, "auto: 784 parameters < 1,000,000")
+    assert choose_threads(load_config(None, []), 10**7)[0] >= 1
+    monkeypatch.setenv("FEDACCEL_TORCH_THREADS", "1")
+    assert choose_threads(load_config(None, []), 10**7) == (1, "parallel worker")
+    with pytest.raises(ConfigError, match="run.threads must be >= 1"):
+        load_config(None, ["run.threads=0"])
+
+
+def test_the_run_says_its_runtime_device_and_threads_first(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = load_config(None, [*SMALL, "train.rounds=1", "run.progress=true", "run.threads=1"])
+    run(config, tmp_path / "run")
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "runtime in-process" in first and "device cpu" in first and "1 torch thread (run.threads)" in first
