@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
     p.add_argument("--no-progress", action="store_true")
+    add_tensorboard_option(p)
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("deploy", help="run a config on a SuperLink and SuperNodes started on this host")
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override in every cell")
     p.add_argument("--no-progress", action="store_true")
     add_workers_option(p)
+    add_tensorboard_option(p)
     p.set_defaults(handler=cmd_experiment)
 
     p = sub.add_parser("plot", help="accuracy and loss curves of runs, and their diagnostics (PNG)")
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_workers_option(p)
     p.set_defaults(handler=cmd_reproduce)
 
+    p = sub.add_parser("tensorboard", help="TensorBoard event files for finished runs (a run or a grid folder)")
+    p.add_argument("folder")
+    p.set_defaults(handler=cmd_tensorboard)
+
     p = sub.add_parser("data", help="list datasets and where they are")
     p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
     p.set_defaults(handler=cmd_data)
@@ -136,6 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
 def add_workers_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--workers", type=int, default=1, metavar="N",
                         help="cells run at once, each in its own process with one torch thread (default 1)")
+
+
+def add_tensorboard_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tensorboard", dest="set", action="append_const", const="run.tensorboard=true",
+                        help="write TensorBoard event files into the run folder (run.tensorboard=true)")
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from fedaccel.tensorboard import convert
+
+    runs = convert(args.folder)
+    print(f"event files written for {len(runs)} run{'s' if len(runs) != 1 else ''}; "
+          f"view them with: tensorboard --logdir {args.folder}")
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -71,6 +71,7 @@ class RunConfig:
     runtime: str = "in-process"  # or flower-simulation, flower-deployment (fedaccel.flower)
     timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
+    tensorboard: bool = False  # TensorBoard event files in the run folder, written as the run goes
     threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: README)
 
 

@@ -283,10 +283,12 @@ def run_loop(
               f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr, flush=True)
     bar = _progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
+    events = _event_log(config, path, state.round)
     try:
         with stop_signals(), open(path / METRICS, "a") as metrics_file, open(path / DIAGNOSTICS, "a") as diag_file:
             if state.round == 0:
-                _write(metrics_file, _metrics(setup, state, None, wall))
+                _write(metrics_file, first := _metrics(setup, state, None, wall))
+                events.metrics(first)
             last: dict[str, Any] = {}
             while state.round < rounds:
                 apply_attacks(setup, state.round)
@@ -294,10 +296,12 @@ def run_loop(
                 state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction, runtime=runtime)
                 wall += time.perf_counter() - started
                 if report.diag:
-                    _write(diag_file, {"round": state.round, **report.diag})
+                    _write(diag_file, diag_row := {"round": state.round, **report.diag})
+                    events.diagnostics(diag_row)
                 if state.round % config.eval.every == 0 or state.round == rounds:
                     last = _metrics(setup, state, report, wall)
                     _write(metrics_file, last)
+                    events.metrics(last)
                     bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
@@ -311,10 +315,17 @@ def run_loop(
     finally:
         clear_stop()
         bar.close()  # before anything else is printed: no message in the middle of the bar
+        events.close()
     torch.save({"w": state.w, "config": config.to_dict()}, path / "model.pt")
     final = last or _last_metrics(path / METRICS)
     (path / "summary.json").write_text(json.dumps({"finished": True, "rounds": rounds, "final": final}, indent=1))
     return state
+
+
+def _event_log(config: Config, path: Path, start_round: int) -> Any:
+    from fedaccel.tensorboard import EventLog, NoEvents
+
+    return EventLog(path, start_round) if config.run.tensorboard else NoEvents()
 
 
 def _runtime_name(config: Config, runtime: ClientRuntime | None) -> str:
