@@ -8,6 +8,7 @@
     fedaccel split-report --set data.split=case3 --set data.clients=5
     fedaccel reproduce bherd [--scale paper]
     fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
+    fedaccel deploy --prepare configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
     fedaccel certs tls --clients 5 && fedaccel deploy --tls tls --clients 5 configs/demo.yaml
     fedaccel data [--install]
 
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a deployed run from its last checkpoint")
     p.add_argument("--stock", action="store_true",
                    help="Flower's own SuperNodes, a fresh ClientApp process per message (slow)")
+    p.add_argument("--prepare", action="store_true",
+                   help="only make the run folder (--out) and print the commands for SuperNodes on other hosts")
+    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=cmd_deploy)
 
     p = sub.add_parser("certs", help="TLS certificates and SuperNode keys for `fedaccel deploy --tls`")
@@ -187,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from fedaccel.config import from_dict, load_config, read_yaml
-    from fedaccel.flower.deploy import deploy
+    from fedaccel.flower.deploy import deploy, prepare
     from fedaccel.results import load_run
     from fedaccel.runner import new_run_dir
 
@@ -202,12 +206,30 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             overrides.append(f"data.clients={args.clients}")
         config = load_config(args.config, overrides)
         out = Path(args.out) if args.out else new_run_dir(config)
+    if args.prepare:
+        if args.resume:
+            raise UserError("--prepare makes a new run folder; to continue one, run the same `flwr run` again")
+        print_multi_host_commands(prepare(config, out.resolve(), clients=args.clients), config.data.clients)
+        return 0
     path = deploy(config, out, clients=args.clients, timeout=args.timeout, tls=Path(args.tls) if args.tls else None,
-                  stock=args.stock, resume=bool(args.resume))
+                  stock=args.stock, resume=bool(args.resume), progress=False if args.no_progress else None)
     final = load_run(path).metrics[-1]
     print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
     print(f"run folder: {path}")
     return 0
+
+
+def print_multi_host_commands(app: Path, clients: int) -> None:
+    """What to run on each host for the run folder ``app.parent.parent`` (see README)."""
+    run_dir = app.parent.parent
+    print(f"run folder: {run_dir} (config.yaml: data.clients = {clients}, so {clients} SuperNodes)")
+    print("server host:  flower-superlink --insecure --host 0.0.0.0 --port 9093")
+    print(f"client host i = 0..{clients - 1}:  python -m fedaccel.flower.node --insecure --superlink SERVER:9093 "
+          f"--port 9094 --isolation process --node-config \"partition-id=i num-partitions={clients} "
+          "state-dir='/var/tmp/fedaccel'\"")
+    print(f"then:  flwr run {app} CONNECTION --stream --run-config \"run-dir='{run_dir}'\"")
+    print("(CONNECTION: a [superlink.CONNECTION] entry naming SERVER:9093 in $FLWR_HOME/config.toml; "
+          "TLS: docs/flower.md)")
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -47,7 +47,6 @@ PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"  # the one before; resume falls back 
 METRICS = "metrics.jsonl"
 DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round, evaluated or not
 
-
 @dataclass
 class Setup:
     """Everything built from a config before the first round."""
@@ -266,7 +265,7 @@ def run_loop(
     path: Path,
     *,
     wall: float,
-    progress: bool | None,
+    progress: Any,
     runtime: ClientRuntime | None = None,
 ) -> FLState:
     """Rounds until the configured number, with metrics, diagnostics and checkpoints written as
@@ -381,9 +380,13 @@ def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
     os.replace(tmp, path)
 
 
-def _progress_bar(total: int, done: int, label: str, show: bool) -> Any:
+def _progress_bar(total: int, done: int, label: str, show: Any) -> Any:
+    """tqdm's bar on stderr; ``show`` may instead be a class with tqdm's interface (``update``,
+    ``set_postfix``, ``close``) that reports rounds another way, e.g. one log line each."""
     from tqdm import tqdm
 
+    if not isinstance(show, bool):
+        return show(total=total, initial=done, desc=label)
     return tqdm(
         total=total,
         initial=done,

@@ -7,6 +7,7 @@ softmax regression, 3 clients, 3 rounds.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -159,18 +160,22 @@ def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes
     assert not live_flower_processes(), "processes left running"
 
 
-def live_flower_processes() -> list[str]:
-    """Command lines of Flower processes that are alive (zombies, already dead, do not count)."""
+def live_flower_processes(within: Path | None = None) -> list[str]:
+    """Command lines of Flower processes that are alive (zombies, already dead, do not count);
+    ``within``: only those whose command line or working directory is under that folder (other
+    people's runs on a shared machine do not count)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             state = stat.read_text().rsplit(")", 1)[1].split()[0]
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(stat.parent / "cwd") if within else ""
         except (OSError, IndexError):
             continue
         names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
                  "fedaccel.flower.node")
-        if state != "Z" and any(name in cmdline for name in names):
+        if state != "Z" and any(name in cmdline for name in names) and (
+                within is None or str(within) in cmdline or cwd.startswith(str(within))):
             found.append(cmdline)
     return found
 
@@ -359,3 +364,146 @@ def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_sta
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     assert not live_flower_processes()
+
+
+class ScriptedGrid:
+    """A Grid whose connected nodes change over time: ``script[k]`` answers the k-th poll (the
+    last one answers every later poll)."""
+
+    def __init__(self, script: list[list[int]]) -> None:
+        self.script, self.polls = script, 0
+
+    def get_node_ids(self) -> list[int]:
+        self.polls += 1
+        return self.script[min(self.polls - 1, len(self.script) - 1)]
+
+
+def test_waiting_for_supernodes_says_how_many_once_per_change_and_fails_in_one_line(capsys) -> None:
+    from fedaccel.errors import UserError
+    from fedaccel.flower.server import wait_for_nodes
+
+    grid = ScriptedGrid([[7], [7], [7, 8, 9]])  # one of two, then one too many
+    with pytest.raises(UserError) as failed:
+        wait_for_nodes(grid, 2, timeout=1.0, quiet=0.0)  # type: ignore[arg-type]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "fedaccel server: 1 of 2 SuperNodes connected (data.clients = 2); waiting up to 1 s",
+        "fedaccel server: 3 SuperNodes connected, more than data.clients = 2 (one per client, partition-id 0..1); "
+        "waiting up to 1 s",
+    ]
+    assert str(failed.value) == ("3 SuperNodes connected, more than data.clients = 2 (one per client, partition-id "
+                                 "0..1) after 1 s: start one SuperNode per client, or set data.clients to the number "
+                                 "of SuperNodes")
+    assert grid.polls > 3  # it kept polling, and said nothing more while the count stayed
+
+
+def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails_in_one_line(
+    tmp_path: Path, capsys
+) -> None:
+    """`fedaccel deploy --prepare` makes the run folder for SuperNodes on other hosts; with a
+    real SuperLink, one SuperNode and data.clients = 2, the printed `flwr run` command streams
+    the node count after a few seconds of waiting, and at the deadline one error line."""
+    import shlex
+    import sys
+    import time
+
+    from fedaccel.cli import main
+    from fedaccel.flower.deploy import ENV, Processes, _tool, free_port, wait_for_port
+
+    run_dir = tmp_path / "run"
+    argv = ["deploy", "--prepare", "--out", str(run_dir)]
+    for item in [*TINY, "data.clients=2", "algorithm=fedavg"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "partition-id=i num-partitions=2" in printed and (run_dir / "config.yaml").is_file()
+    command = shlex.split(next(line for line in printed.splitlines() if line.startswith("then:")).split(":", 1)[1])
+    assert command[:3] == ["flwr", "run", str(run_dir / "flower" / "app")]
+
+    port = free_port()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
+    env = {**os.environ, **ENV, "FLWR_HOME": str(home),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    procs = Processes(tmp_path, env)
+    try:
+        link = procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                         "--port", str(port)], cwd=tmp_path)
+        wait_for_port(port, link, "the SuperLink")
+        procs.env = {**env, "FLWR_HOME": str(tmp_path / "node0")}
+        procs.start("supernode0", [sys.executable, "-m", "fedaccel.flower.node", "--insecure", "--superlink",
+                                   f"127.0.0.1:{port}", "--host", "127.0.0.1", "--port", str(free_port()),
+                                   "--isolation", "process", "--node-config", "partition-id=0 num-partitions=2"],
+                    cwd=tmp_path)
+        deadline = time.monotonic() + 120
+        while "Activated node_id" not in (tmp_path / "superlink.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        procs.env = env
+        command[1 + command.index("--run-config")] += " connect-timeout=6"
+        command[command.index("CONNECTION")] = "local"
+        runner = procs.start("flwr-run", [_tool("flwr"), *command[1:]])
+        runner.wait(timeout=180)
+    finally:
+        procs.stop()
+    stream = (tmp_path / "flwr-run.log").read_text()
+    waiting = "fedaccel server: 1 of 2 SuperNodes connected (data.clients = 2); waiting up to 6 s"
+    error = ("fedaccel server: error: 1 of 2 SuperNodes connected (data.clients = 2) after 6 s: start one SuperNode "
+             "per client, or set data.clients to the number of SuperNodes")
+    assert waiting in stream and error in stream, stream[-2000:]
+    assert stream.index(waiting) < stream.index(error)  # said after QUIET (3 s), before the 6 s deadline
+    assert stream.count("SuperNodes connected") == 2 and "Traceback" not in stream, stream[-2000:]
+    assert not live_flower_processes(within=tmp_path)
+
+
+def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_resume_finishes(
+    tmp_path: Path,
+) -> None:
+    """SIGINT to `fedaccel deploy` (SCAFFOLD: client controls c_i; no checkpoint before the end
+    by rhythm) during the rounds: the run finishes its round, checkpoints it, the nodes keep
+    their clients' states of it, every process stops, and it names the folder and `fedaccel
+    deploy --resume`, which ends with the uninterrupted run's numbers. Meanwhile stderr showed
+    `fedaccel run`'s progress bar, and the stream one line per round."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fedaccel.cli import main
+
+    overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=scaffold", "run.checkpoint_every=100"]
+    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
+    out = tmp_path / "deployed"
+    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
+    for item in [*overrides, "run.progress=true"]:
+        argv += ["--set", item]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= 3):
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.1)
+        first.send_signal(signal.SIGINT)
+        _, stderr = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    stopped_at = torch.load(out / "checkpoint.pt", weights_only=False)["state"].round
+    assert first.returncode == 130, stderr[-2000:]
+    assert stderr.splitlines()[-1] == f"interrupted at round {stopped_at}; `fedaccel deploy --resume {out}` continues"
+    assert 2 <= stopped_at < 20 and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
+    assert not live_flower_processes(within=tmp_path)
+    assert re.search(rf"\| {stopped_at}/20 \[.*round.*acc=0\.\d+\]", stderr), stderr[-2000:]  # the bar, as in process
+    assert "fedaccel server: round" not in stderr  # the bar instead of the lines, not both
+    stream = (out / "flower" / "flwr-run.log").read_text()
+    assert re.search(r"^fedaccel server: round 2/20  test_acc 0\.\d{4}  \(\d+\.\d s\)$", stream, re.M), stream[-2000:]
+
+    assert main(["deploy", "--resume", str(out), "--timeout", "400", "--no-progress"]) == 0
+    resumed = rows(out)
+    assert [r["round"] for r in resumed] == list(range(21))
+    for a, b in zip(local, resumed, strict=True):
+        for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
+    assert not live_flower_processes(within=tmp_path)

@@ -1,7 +1,11 @@
-"""The Flower App components for the deployment runtime (``fedaccel deploy``).
+"""The Flower App components for the deployment runtime (``fedaccel deploy``, or by hand).
 
 ``server_app`` reads the run folder from the run config (``run-dir``: the resolved config is
-its ``config.yaml``) and serves the run there; ``client_app`` is :mod:`fedaccel.flower.client`'s.
+its ``config.yaml``, e.g. from ``fedaccel deploy --prepare``) and serves the run there; it logs
+one line per round, and a user's mistake as one ``error: ...`` line (no traceback), which
+``flwr run --stream`` shows. Run config ``connect-timeout``: seconds to wait for the SuperNodes
+(0: the default, see :func:`fedaccel.flower.server.serve`). ``client_app`` is
+:mod:`fedaccel.flower.client`'s.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedaccel.config import from_dict, read_yaml
+from fedaccel.errors import UserError
 from fedaccel.flower.client import app as client_app
-from fedaccel.flower.server import serve
+from fedaccel.flower.server import RoundLines, log, serve
+from fedaccel.runner import Interrupted
 
 server_app = ServerApp()
 
@@ -24,7 +30,17 @@ def main(grid: Grid, context: Context) -> None:
 
     shorten_object_pull_backoff()  # this is the flwr-serverapp process: pull its replies promptly
     run_dir = Path(str(context.run_config["run-dir"]))
-    serve(grid, from_dict(read_yaml(run_dir / "config.yaml")), run_dir, progress=False)
+    try:
+        if not str(context.run_config["run-dir"]):
+            raise UserError("no run folder: flwr run APP CONNECTION --run-config \"run-dir='RUN_DIR'\" "
+                            "(`fedaccel deploy --prepare CONFIG --out RUN_DIR` makes one)")
+        timeout = float(context.run_config.get("connect-timeout", 0)) or None  # type: ignore[arg-type]
+        serve(grid, from_dict(read_yaml(run_dir / "config.yaml")), run_dir, progress=RoundLines,
+              connect_timeout=timeout)
+    except Interrupted as stopped:
+        log(f"interrupted at round {stopped.round}; the same `flwr run` (run-dir '{run_dir}') continues")
+    except UserError as exc:
+        log(f"error: {exc}")
 
 
 __all__ = ["client_app", "server_app"]

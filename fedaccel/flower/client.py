@@ -9,6 +9,7 @@ Message types (Flower's ``<category>.<action>``):
 * ``train``        one round of local training: global model ``w``, the parts' server states,
   steps and whether to upload; the answer carries the update only if the client uploads
   (FedUMF's unauthorised clients train, store, and answer with an acknowledgement).
+* ``query.keep``   keep the part states of the round the server stopped at (its checkpoint).
 
 A train message holds the round's ``shared`` value (packed once a round, so Flower sends it
 once) and the client's ``config``. A node that answers no ``hello`` (a plain Flower ClientApp)
@@ -100,20 +101,31 @@ def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, 
 
 
 def save_states(context: Context, setup: Setup, round_done: int, states: tuple[Any, ...]) -> None:
-    """At the server's checkpoint rounds, keep this client's states on disk (the last two), so
-    that a restarted server resuming from its checkpoint finds them (a new Flower run)."""
+    """At the server's checkpoint rounds, keep this client's states on disk, so that a restarted
+    server resuming from its checkpoint finds them (a new Flower run)."""
     config = setup.config
-    if round_done % config.run.checkpoint_every and round_done != config.train.rounds:
-        return
+    if round_done % config.run.checkpoint_every == 0 or round_done == config.train.rounds:
+        keep_states(context, round_done, states)
+
+
+def keep_states(context: Context, round_: int, states: tuple[Any, ...]) -> None:
+    """Write the states of ``round_`` (the last two rounds kept) where node config ``state-dir`` says."""
     folder = _state_folder(context, str(context.state["fedaccel"]["config"]))
     if folder is None:
         return
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"round-{round_done}.tmp"
+    tmp = folder / f"round-{round_}.tmp"
     torch.save(states, tmp)
-    os.replace(tmp, folder / f"round-{round_done}.pt")
+    os.replace(tmp, folder / f"round-{round_}.pt")
     for old in sorted(folder.glob("round-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-2]:
         old.unlink()
+
+
+@app.query("keep")
+def keep(message: Message, context: Context) -> Message:
+    """The server stopped after a round (a checkpoint out of its rhythm): keep the states of it."""
+    keep_states(context, int(message.content["config"]["round"]), tuple(unpack(context.state, prefix=STATE)))
+    return Message(RecordDict(), reply_to=message)
 
 
 def _prepare(message: Message, context: Context) -> tuple[Setup, ClientContext, torch.Tensor, tuple[Any, ...]]:

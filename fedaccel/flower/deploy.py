@@ -1,13 +1,16 @@
 """``fedaccel deploy``: a SuperLink and one SuperNode per client on this host, then the run.
 
 Every piece is a real Flower process (``flower-superlink``, ``flower-supernode``, ``flwr run``);
-the run folder is the in-process runtime's. Their logs go to ``RUN_DIR/flower/``. Every process
-started here is stopped when the run ends, fails or is interrupted.
+the run folder is the in-process runtime's. Their logs go to ``RUN_DIR/flower/``. The
+ServerApp's round lines in ``flwr run``'s stream drive the same progress bar as ``fedaccel run``.
+Ctrl-C or SIGTERM: the run finishes its round, checkpoints it and stops (a second one stops at
+once); every process started here is stopped when the run ends, fails or is interrupted.
 
-On several hosts, start the same pieces by hand (see docs/flower.md): the SuperLink on one host,
-``flower-supernode --superlink HOST:PORT --node-config "partition-id=i num-partitions=N"`` on
-each client host (with fedaccel installed and the data where the config says), then
-``flwr run`` of the app folder this module writes.
+On several hosts, start the same pieces by hand (see docs/flower.md): :func:`prepare` makes the
+run folder and the app (``fedaccel deploy --prepare``), then the SuperLink on one host,
+``python -m fedaccel.flower.node --superlink HOST:PORT --node-config "partition-id=i
+num-partitions=N"`` on each client host (with fedaccel installed and the data where the config
+says), then ``flwr run RUN_DIR/flower/app ...``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,8 @@ from typing import Any
 from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV
+from fedaccel.flower.server import ROUND_LINE, SERVER_PREFIX, STOP_FILE
+from fedaccel.runner import CHECKPOINT, Interrupted
 
 
 APP_TOML = """[build-system]
@@ -46,6 +52,7 @@ clientapp = "fedaccel_app:client_app"
 
 [tool.flwr.app.config]
 run-dir = ""
+connect-timeout = 0
 """
 
 
@@ -170,14 +177,24 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
     raise UserError(f"{what} did not listen on port {port} within {timeout:g} s")
 
 
-def watch(runner: subprocess.Popen, procs: Processes, timeout: float) -> None:
-    """Wait for ``runner`` (``flwr run``) to end. Fail early, with the log's last lines, if the
-    SuperLink or every SuperNode has exited; a SuperNode that exits alone is a lost client (the
-    run goes on without it), said once."""
+def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: Stream, stop: Interrupts,
+          grace: float) -> None:
+    """Wait for ``runner`` (``flwr run``) to end, following its ``stream``. Fail early, with the
+    log's last lines, if the SuperLink or every SuperNode has exited; a SuperNode that exits
+    alone is a lost client (the run goes on without it), said once. Once ``stop`` is asked,
+    write its stop file and give the run ``grace`` s to finish its round."""
     deadline = time.monotonic() + timeout
     told: set[str] = set()
+    stopping = False
     while runner.poll() is None:
+        stream.follow()
+        if stop.asked.is_set() and not stopping:
+            stop.file.touch()  # the ServerApp takes it (fedaccel.flower.server.serve)
+            stream.say("fedaccel deploy: stopping after the current round (Ctrl-C again: at once)")
+            deadline, stopping = min(deadline, time.monotonic() + grace), True
         if time.monotonic() > deadline:
+            if stopping:
+                raise KeyboardInterrupt  # the round did not end in time: stop at once
             raise UserError(f"the deployed run did not finish within {timeout:g} s")
         ended = {name: process.returncode for name, process, _ in procs.started if process.poll() is not None}
         nodes = [name for name, _, _ in procs.started if name.startswith("supernode")]
@@ -186,10 +203,82 @@ def watch(runner: subprocess.Popen, procs: Processes, timeout: float) -> None:
             raise UserError(f"{name} exited with status {ended[name]} before the run ended; the end of "
                             f"{procs.logs / (name + '.log')}:\n{tail(procs.logs / (name + '.log'))}")
         for name in sorted(set(ended) & set(nodes) - told):
-            print(f"fedaccel deploy: {name} exited with status {ended[name]}; the run goes on without it",
-                  file=sys.stderr, flush=True)
+            stream.say(f"fedaccel deploy: {name} exited with status {ended[name]}; the run goes on without it")
             told.add(name)
-        time.sleep(0.5)
+        time.sleep(0.2)
+    stream.follow()
+
+
+class Stream:
+    """``flwr run --stream``'s output as it grows (its log file): the ServerApp's round lines
+    move a progress bar (:func:`fedaccel.runner._progress_bar`, as ``fedaccel run`` shows), its
+    ``error: ...`` line is kept for the one-line error, and its other lines are shown."""
+
+    def __init__(self, log: Path, bar: Any) -> None:
+        self.log, self.bar = log, bar
+        self.position, self.error, self.rounds_seen = 0, "", False
+
+    def follow(self) -> None:
+        try:
+            with open(self.log, "rb") as file:
+                file.seek(self.position)
+                data = file.read()
+        except OSError:
+            return
+        complete = data[:data.rfind(b"\n") + 1]
+        self.position += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        found = ROUND_LINE.match(line)
+        if found:
+            if not self.rounds_seen:  # the bar's clock: rounds only, not the processes' start (as in process)
+                done = self.bar.n
+                self.bar.reset()
+                self.bar.n, self.rounds_seen = done, True
+            if found.group(3):
+                self.bar.set_postfix(acc=found.group(3), refresh=False)
+            self.bar.update(int(found.group(1)) - self.bar.n)
+        elif line.startswith(SERVER_PREFIX):
+            text = line[len(SERVER_PREFIX):]
+            if text.startswith("error: "):
+                self.error = text[len("error: "):]
+            elif not text.startswith(("interrupted at round", "stop asked")):  # deploy says these its way
+                self.say(line)
+
+    def say(self, text: str) -> None:
+        self.bar.write(text, file=sys.stderr)
+
+
+class Interrupts:
+    """SIGINT and SIGTERM while deploying. Once the run is under way (``graceful``), the first
+    one asks it to stop after its round (``asked``; :func:`watch` then writes ``file``, the
+    run's stop file); any later one, or one before, stops at once (KeyboardInterrupt); while
+    the processes are being stopped (``stopping``) they wait."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.asked = threading.Event()
+        self.graceful = self.stopping = False
+        self.previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.stopping:
+            return
+        if self.graceful and not self.asked.is_set():
+            self.asked.set()
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():  # elsewhere signals are left alone
+            self.previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def tail(log: Path, lines: int = 15) -> str:
@@ -199,21 +288,66 @@ def tail(log: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _stop_on_sigterm() -> tuple[Any] | None:
-    """Turn SIGTERM into SystemExit while deploying, so that every started process is stopped;
-    the handler it replaced (None off the main thread, where signals are left alone)."""
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+def checkpoint_round(run_dir: Path) -> int:
+    """The round ``--resume`` continues from: the last checkpoint's, 0 without one."""
+    import torch
 
-    try:
-        return (signal.signal(signal.SIGTERM, stop),)
-    except ValueError:
-        return None
+    path = run_dir / CHECKPOINT
+    return int(torch.load(path, weights_only=False)["state"].round) if path.is_file() else 0
+
+
+def prepare(config: Config, run_dir: Path, *, clients: int | None = None, resume: bool = False) -> Path:
+    """Make ``run_dir`` ready for a deployed run: its ``config.yaml`` (unless resumed) and the
+    Flower App folder ``RUN_DIR/flower/app`` for ``flwr run``; returns the app folder."""
+    n = clients or config.data.clients
+    if n != config.data.clients:
+        raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
+    if resume and not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        raise UserError(f"{run_dir} already holds a run; give another --out, or --resume it")
+    (run_dir / "flower").mkdir(parents=True, exist_ok=True)
+    if not resume:
+        dump_config(config, run_dir / "config.yaml")
+    (run_dir / STOP_FILE).unlink(missing_ok=True)  # a stop asked of a run that is over
+    return write_app(run_dir / "flower" / "app")
+
+
+def start_processes(
+    procs: Processes, app: Path, run_dir: Path, n: int, link_port: int, *, tls: Path | None, stock: bool,
+) -> subprocess.Popen:
+    """The SuperLink, ``n`` SuperNodes and ``flwr run`` of ``app`` on ``run_dir`` (returned)."""
+    env = procs.env
+    flower = run_dir / "flower"
+    link_security = ["--insecure"] if tls is None else [
+        "--ssl-ca-certfile", str(tls / "ca.crt"), "--ssl-certfile", str(tls / "server.pem"),
+        "--ssl-keyfile", str(tls / "server.key"), "--enable-supernode-auth"]
+    link = procs.start("superlink", [_tool("flower-superlink"), *link_security, "--host", "127.0.0.1",
+                                     "--port", str(link_port)], cwd=flower)
+    wait_for_port(link_port, link, "the SuperLink")
+    for i in range(n if tls else 0):
+        register(env, tls / f"node{i}_key.pub")  # type: ignore[operator]
+    for i in range(n):
+        node_env_home = flower / f"node{i}"
+        node_env_home.mkdir(exist_ok=True)
+        procs.env = {**env, "FLWR_HOME": str(node_env_home)}
+        node_security = ["--insecure"] if tls is None else [
+            "--root-certificates", str(tls / "ca.crt"), "--auth-supernode-private-key", str(tls / f"node{i}_key")]
+        runtime_port = free_port()
+        command = [_tool("flower-supernode")] if stock else [sys.executable, "-m", "fedaccel.flower.node"]
+        procs.start(f"supernode{i}", [
+            *command, *node_security, "--superlink", f"127.0.0.1:{link_port}",
+            "--host", "127.0.0.1", "--port", str(runtime_port),
+            "--isolation", "subprocess" if stock else "process",
+            "--node-config", f"partition-id={i} num-partitions={n} state-dir='{node_env_home / 'state'}'"])
+    procs.env = env
+    return procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
+                                    "--run-config", f"run-dir='{run_dir}'"])
 
 
 def deploy(
     config: Config, run_dir: Path, *, clients: int | None = None, timeout: float = 3600.0, tls: Path | None = None,
-    stock: bool = False, resume: bool = False,
+    stock: bool = False, resume: bool = False, progress: bool | None = None,
 ) -> Path:
     """Run ``config`` on a SuperLink and ``clients`` SuperNodes started on localhost.
 
@@ -225,20 +359,15 @@ def deploy(
     ``stock`` uses Flower's own ``flower-supernode`` with a fresh ClientApp process per message.
     ``resume``: continue the run in ``run_dir`` from its last checkpoint, with the clients' states
     of that round (each SuperNode keeps them in ``RUN_DIR/flower/node<i>/state``).
+    ``progress``: the progress bar on stderr (default: ``run.progress``).
+    Ctrl-C / SIGTERM raise :class:`~fedaccel.runner.Interrupted` with the checkpoint's round.
     """
-    n = clients or config.data.clients
-    if n != config.data.clients:
-        raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
-    if resume and not (run_dir / "config.yaml").is_file():
-        raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
-    if not resume and (run_dir / "metrics.jsonl").exists():
-        raise UserError(f"{run_dir} already holds a run; give another --out, or --resume it")
+    from fedaccel.runner import _progress_bar
+
     run_dir = run_dir.resolve()
+    app = prepare(config, run_dir, clients=clients, resume=resume)
+    n = config.data.clients
     flower = run_dir / "flower"
-    flower.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        dump_config(config, run_dir / "config.yaml")
-    app = write_app(flower / "app")
     link_port = free_port()
     if tls is not None:
         from fedaccel.flower.security import check_certificates
@@ -253,41 +382,26 @@ def deploy(
     bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
     env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     procs = Processes(flower, env)
-    previous = _stop_on_sigterm()
-    try:
-        link_security = ["--insecure"] if tls is None else [
-            "--ssl-ca-certfile", str(tls / "ca.crt"), "--ssl-certfile", str(tls / "server.pem"),
-            "--ssl-keyfile", str(tls / "server.key"), "--enable-supernode-auth"]
-        link = procs.start("superlink", [_tool("flower-superlink"), *link_security, "--host", "127.0.0.1",
-                                         "--port", str(link_port)], cwd=flower)
-        wait_for_port(link_port, link, "the SuperLink")
-        for i in range(n if tls else 0):
-            register(env, tls / f"node{i}_key.pub")  # type: ignore[operator]
-        for i in range(n):
-            node_env_home = flower / f"node{i}"
-            node_env_home.mkdir(exist_ok=True)
-            procs.env = {**env, "FLWR_HOME": str(node_env_home)}
-            node_security = ["--insecure"] if tls is None else [
-                "--root-certificates", str(tls / "ca.crt"), "--auth-supernode-private-key", str(tls / f"node{i}_key")]
-            runtime_port = free_port()
-            command = [_tool("flower-supernode")] if stock else [sys.executable, "-m", "fedaccel.flower.node"]
-            procs.start(f"supernode{i}", [
-                *command, *node_security, "--superlink", f"127.0.0.1:{link_port}",
-                "--host", "127.0.0.1", "--port", str(runtime_port),
-                "--isolation", "subprocess" if stock else "process",
-                "--node-config", f"partition-id={i} num-partitions={n} state-dir='{node_env_home / 'state'}'"])
-        procs.env = env
-        runner = procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
-                                          "--run-config", f"run-dir='{run_dir}'"])
-        watch(runner, procs, timeout)
-        for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write
-            if (run_dir / "summary.json").is_file():
-                break
-            time.sleep(0.1)
-    finally:
-        procs.stop()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous[0] if previous[0] is not None else signal.SIG_DFL)
-    if not (run_dir / "summary.json").is_file():
-        raise UserError(f"the deployed run did not finish; logs in {flower}")
-    return run_dir
+    show = config.run.progress if progress is None else progress
+    bar = _progress_bar(config.train.rounds, checkpoint_round(run_dir) if resume else 0, config.label, show)
+    stream = Stream(flower / "flwr-run.log", bar)
+    with Interrupts(run_dir / STOP_FILE) as stop:
+        try:
+            runner = start_processes(procs, app, run_dir, n, link_port, tls=tls, stock=stock)
+            stop.graceful = True
+            watch(runner, procs, timeout, stream, stop, grace=config.run.timeout + 60.0)
+            for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write
+                if (run_dir / "summary.json").is_file() or stop.asked.is_set() or stream.error:
+                    break
+                time.sleep(0.1)
+        except KeyboardInterrupt:  # at once: the last checkpoint is what there is
+            stop.asked.set()
+        finally:
+            stop.stopping = True
+            bar.close()
+            procs.stop()
+    if (run_dir / "summary.json").is_file():
+        return run_dir
+    if stop.asked.is_set():
+        raise Interrupted(run_dir, checkpoint_round(run_dir))
+    raise UserError(stream.error or f"the deployed run did not finish; logs in {flower}")

@@ -11,7 +11,9 @@ wrong shape or non-finite values is ``rejected`` with its reason, logged and nev
 
 from __future__ import annotations
 
+import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,10 +30,14 @@ from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
 from fedaccel.flower.client import PLAN, UPDATE, plain_content, shared_content, train_content
 from fedaccel.flower.wire import BadMessage, check_update, packed_in, unpack
-from fedaccel.runner import CHECKPOINT, Setup, build_setup, restore_state, run_loop
+from fedaccel.runner import CHECKPOINT, STOP, Interrupted, Setup, build_setup, restore_state, run_loop
 
 
 CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its first message
+QUIET = 3.0  # seconds of waiting for SuperNodes before saying how many are connected
+STOP_FILE = "stop"  # RUN_DIR/stop: finish the current round, checkpoint it and stop
+SERVER_PREFIX = "fedaccel server: "  # what the server's lines start with
+ROUND_LINE = re.compile(rf"^{re.escape(SERVER_PREFIX)}round (\d+)/(\d+)(?:  test_acc (\S+))?")
 
 
 class FlowerClients:
@@ -70,8 +76,8 @@ class FlowerClients:
         diag: dict[str, Any] = {}
         if lost:
             diag["lost"] = lost
-            _log(f"round {contexts[0].info.round + 1}: no answer from client(s) {lost} within "
-                 f"{self.timeout:g} s; going on without them")
+            log(f"round {contexts[0].info.round + 1}: no answer from client(s) {lost} within "
+                f"{self.timeout:g} s; going on without them")
         if rejected:
             diag["rejected"] = rejected
         return answers, diag
@@ -122,14 +128,50 @@ class FlowerClients:
 
     def _reject(self, diag: dict[str, Any], client: int, reason: str, round_: int) -> None:
         diag.setdefault("rejected", {})[str(client)] = reason
-        _log(f"round {round_ + 1}: rejected the answer of client {client}: {reason}")
+        log(f"round {round_ + 1}: rejected the answer of client {client}: {reason}")
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
         return previous  # the real ones live on the clients
 
+    def keep_states(self, round_: int) -> None:
+        """Ask every fedaccel node to keep its clients' states of ``round_`` (a checkpoint out of
+        the ``run.checkpoint_every`` rhythm: a run stopped there resumes with them)."""
+        nodes = [node for client, node in self.nodes.items() if client not in self.plain]
+        messages = [Message(RecordDict({"config": ConfigRecord({"round": round_})}), node, "query.keep")
+                    for node in nodes]
+        kept = {reply.metadata.src_node_id for reply in exchange(self.grid, messages, self.timeout)
+                if not reply.has_error()}
+        missing = sorted(client for client, node in self.nodes.items() if node in set(nodes) - kept)
+        if missing:
+            log(f"client(s) {missing} kept no state of round {round_}: they start fresh on resume")
 
-def _log(text: str) -> None:
-    print(f"fedaccel server: {text}", file=sys.stderr, flush=True)
+
+def log(text: str) -> None:
+    print(f"{SERVER_PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+class RoundLines:
+    """A progress bar as log lines, for the ServerApp of a deployment: one line per round,
+    ``fedaccel server: round 3/60  test_acc 0.9132  (1.4 s)`` (``test_acc`` on evaluated
+    rounds). It has the part of tqdm's interface that :func:`fedaccel.runner.run_loop` uses;
+    ``fedaccel deploy`` turns the lines back into a bar (:data:`ROUND_LINE`)."""
+
+    def __init__(self, total: int, initial: int = 0, **_: Any) -> None:
+        self.total, self.n, self.acc = total, initial, None
+        self.since = time.perf_counter()
+
+    def set_postfix(self, acc: str | None = None, **_: Any) -> None:
+        self.acc = acc
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.perf_counter()
+        acc = f"  test_acc {self.acc}" if self.acc is not None else ""
+        log(f"round {self.n}/{self.total}{acc}  ({now - self.since:.1f} s)")
+        self.acc, self.since = None, now
+
+    def close(self) -> None:
+        pass
 
 
 def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.05) -> list[Message]:
@@ -151,23 +193,39 @@ def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 
     return replies
 
 
+def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float = QUIET) -> list[int]:
+    """The ids of the connected nodes, once there are exactly ``n_clients`` (one per client).
+
+    After ``quiet`` s of waiting it says how many are connected, and again whenever that
+    changes (more nodes than clients is a mismatch too); after ``timeout`` s it fails with one line.
+    """
+    started = time.monotonic()
+    told = None
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) == n_clients:
+            return nodes
+        waited = time.monotonic() - started
+        if waited > timeout:
+            raise UserError(f"{_node_count(len(nodes), n_clients)} after {timeout:g} s: start one SuperNode "
+                            "per client, or set data.clients to the number of SuperNodes")
+        if waited >= quiet and len(nodes) != told:
+            log(f"{_node_count(len(nodes), n_clients)}; waiting up to {timeout:g} s")
+            told = len(nodes)
+        if STOP.is_set():
+            raise UserError("stopped while waiting for SuperNodes, before the first round")
+        time.sleep(0.2)
+
+
 def connect(
-    grid: Grid, config_text: str, n_clients: int, timeout: float, start_round: int = 0
+    grid: Grid, config_text: str, nodes: list[int], n_clients: int, timeout: float, start_round: int = 0
 ) -> tuple[dict[int, int], frozenset[int]]:
-    """Wait for ``n_clients`` nodes, send each the config; (client id -> node id, the clients
-    whose node answered no hello: plain Flower ClientApps).
+    """Send every node the config; (client id -> node id for the run's ``n_clients`` clients,
+    the clients whose node answered no hello: plain Flower ClientApps).
 
     ``start_round`` > 0 (a resumed run): nodes restore their part states of that round if they
     kept them (node config ``state-dir``); the others start from fresh states, logged.
     """
-    deadline = time.monotonic() + timeout
-    nodes: list[int] = []
-    while len(nodes) < n_clients:
-        nodes = sorted(grid.get_node_ids())
-        if time.monotonic() > deadline:
-            raise UserError(f"only {len(nodes)} of {n_clients} SuperNodes connected within {timeout:g} s")
-        if len(nodes) < n_clients:
-            time.sleep(0.2)
     hello = [Message(RecordDict({"config": ConfigRecord({"yaml": config_text, "round": start_round})}), node,
                      "query.hello") for node in nodes]
     mapping: dict[int, int] = {}
@@ -178,19 +236,27 @@ def connect(
             continue
         client = int(reply.content["hello"]["client"])
         if start_round and not reply.content["hello"].get("restored", False):
-            _log(f"client {client} kept no state of round {start_round}: it starts from a fresh state")
+            log(f"client {client} kept no state of round {start_round}: it starts from a fresh state")
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
         mapping[client] = reply.metadata.src_node_id
     plain = set()
     for client, node in zip(sorted(set(range(n_clients)) - set(mapping)), sorted(foreign)):
-        _log(f"node {node} answers no fedaccel hello: it takes client id {client} (plain Flower protocol)")
+        log(f"node {node} answers no fedaccel hello: it takes client id {client} (plain Flower protocol)")
         mapping[client] = node
         plain.add(client)
     missing = sorted(set(range(n_clients)) - set(mapping))
     if missing:
         raise UserError(f"no SuperNode with partition-id {missing[0]} answered (need 0..{n_clients - 1})")
     return mapping, frozenset(plain)
+
+
+def _node_count(connected: int, needed: int) -> str:
+    """How many SuperNodes are connected, against the one per client the run needs."""
+    if connected > needed:
+        return (f"{connected} SuperNodes connected, more than data.clients = {needed} "
+                f"(one per client, partition-id 0..{needed - 1})")
+    return f"{connected} of {needed} SuperNodes connected (data.clients = {needed})"
 
 
 def plain_upload(content: RecordDict, w: Tensor) -> dict[str, Any]:
@@ -206,21 +272,51 @@ def plain_upload(content: RecordDict, w: Tensor) -> dict[str, Any]:
     return {"delta": delta, "extras": {}, "diag": {}}
 
 
-def serve(grid: Grid, config: Config, path: Path, *, progress: bool | None = None) -> Path:
-    """Run (or, if ``path`` has a checkpoint, resume) ``config`` with clients on ``grid``."""
+def serve(
+    grid: Grid, config: Config, path: Path, *, progress: Any = None, connect_timeout: float | None = None,
+) -> Path:
+    """Run (or, if ``path`` has a checkpoint, resume) ``config`` with clients on ``grid``.
+
+    ``progress``: as :func:`fedaccel.runner.run_loop`'s (a deployment's ServerApp gives
+    :class:`RoundLines`); ``connect_timeout``: seconds to wait for the SuperNodes (default
+    ``max(CONNECT_TIMEOUT, run.timeout)``). A file ``path/stop`` (``fedaccel deploy`` writes it
+    on Ctrl-C) makes the run finish its round, checkpoint it and raise
+    :class:`~fedaccel.runner.Interrupted`; the nodes keep their clients' states of that round.
+    """
     import yaml
 
     path.mkdir(parents=True, exist_ok=True)
     if not (path / "config.yaml").is_file():
         dump_config(config, path / "config.yaml")
-    setup = build_setup(config)
-    config_text = yaml.safe_dump(config.to_dict(), sort_keys=True)
-    state, wall = restore_state(setup, path)
-    if (path / CHECKPOINT).is_file():
-        _log(f"resuming {path} from round {state.round}")
-    # the first message starts every node's ClientApp and loads its data: give that time
-    nodes, plain = connect(grid, config_text, setup.federation.n_clients, max(CONNECT_TIMEOUT, config.run.timeout),
-                    start_round=state.round)
-    runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
-    run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)
+    done = threading.Event()
+    threading.Thread(target=_stop_when_asked, args=(path / STOP_FILE, done), daemon=True).start()
+    try:
+        # the first message starts every node's ClientApp and loads its data: give that time
+        timeout = connect_timeout or max(CONNECT_TIMEOUT, config.run.timeout)
+        node_ids = wait_for_nodes(grid, config.data.clients, timeout)  # before the set-up: said at once
+        setup = build_setup(config)
+        state, wall = restore_state(setup, path)
+        if (path / CHECKPOINT).is_file():
+            log(f"resuming {path} from round {state.round}")
+        config_text = yaml.safe_dump(config.to_dict(), sort_keys=True)
+        nodes, plain = connect(grid, config_text, node_ids, setup.federation.n_clients, timeout,
+                               start_round=state.round)
+        runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
+        try:
+            run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)
+        except Interrupted as stopped:
+            runtime.keep_states(stopped.round)
+            raise
+    finally:
+        done.set()
     return path
+
+
+def _stop_when_asked(file: Path, done: threading.Event, poll: float = 0.2) -> None:
+    """Set STOP when ``file`` appears (and remove it: the request is taken), until ``done``."""
+    while not done.wait(poll):
+        if file.exists():
+            log(f"stop asked ({file}): stopping after the current round")
+            STOP.set()
+            file.unlink(missing_ok=True)
+            return
