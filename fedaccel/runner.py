@@ -53,6 +53,11 @@ class Setup:
     num_classes: int = 0
     active_attacks: int = 0  # how many of config.attacks are applied to the training data now
 
+    @property
+    def schedule(self) -> list[list[int]] | None:
+        """Who takes part in each round when ``train.participation`` fixes it (else sampled)."""
+        return self.config.train.participation
+
 
 def build_partition(config: Config) -> tuple[Any, list[np.ndarray]]:
     """Load the dataset and split it over the clients (one client for centralized SGD)."""
@@ -211,7 +216,9 @@ def run_loop(
         while state.round < rounds:
             apply_attacks(setup, state.round)
             started = time.perf_counter()
-            state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction, runtime=runtime)
+            state, report = run_round(
+                setup.algorithm, state, federation, fraction=setup.fraction, schedule=setup.schedule, runtime=runtime
+            )
             wall += time.perf_counter() - started
             if report.diag:
                 _write(diag_file, {"round": state.round, **report.diag})
