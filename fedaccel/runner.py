@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -202,16 +203,20 @@ def run_loop(
     wall: float,
     progress: bool | None,
     runtime: ClientRuntime | None = None,
+    on_eval: Callable[[FLState, dict[str, Any]], None] | None = None,
 ) -> FLState:
     """Rounds until the configured number, with metrics, diagnostics and checkpoints written as
-    they come; ``runtime`` runs the client side (default: in this process)."""
+    they come; ``runtime`` runs the client side (default: in this process); ``on_eval(state, row)``
+    is called after every metrics row written (round 0 included)."""
     config, federation = setup.config, setup.federation
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
     bar = _progress_bar(rounds, state.round, config.label, show)
     with open(path / METRICS, "a") as metrics_file, open(path / DIAGNOSTICS, "a") as diag_file:
         if state.round == 0:
-            _write(metrics_file, _metrics(setup, state, None, wall))
+            _write(metrics_file, first := _metrics(setup, state, None, wall))
+            if on_eval:
+                on_eval(state, first)
         last: dict[str, Any] = {}
         while state.round < rounds:
             apply_attacks(setup, state.round)
@@ -225,6 +230,8 @@ def run_loop(
             if state.round % config.eval.every == 0 or state.round == rounds:
                 last = _metrics(setup, state, report, wall)
                 _write(metrics_file, last)
+                if on_eval:
+                    on_eval(state, last)
                 bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
             if state.round % config.run.checkpoint_every == 0 or state.round == rounds:
                 save_checkpoint(path / CHECKPOINT, state, wall)
