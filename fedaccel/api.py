@@ -18,29 +18,46 @@ they are used, else cross-entropy and argmax accuracy.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm
-from fedaccel.algorithms.registry import build_algorithm
-from fedaccel.config import Config, EvalConfig, RunConfig, TrainConfig, local_options
+from fedaccel.algorithms.sampling import check_schedule
+from fedaccel.config import (
+    Config,
+    DataConfig,
+    EvalConfig,
+    RunConfig,
+    TrainConfig,
+    _build,
+    _named,
+    build_algorithm_from,
+    check_participation,
+    dump_config,
+    local_options,
+    warn_if_fedavg_in_disguise,
+)
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
-from fedaccel.runner import Setup, run_loop
+from fedaccel.errors import UserError
+from fedaccel.runner import METRICS, Setup, new_run_dir, restore_state, run_loop
 
 
 @dataclass
 class History:
-    """The outcome of :func:`train`: metrics per evaluated round and the final state."""
+    """The outcome of :func:`train`: metrics per evaluated round, the final state and, with
+    ``keep_models=True``, the global model of every evaluated round."""
 
     metrics: list[dict[str, Any]]
     state: FLState
     run_dir: Path
+    models: dict[int, Tensor] = field(default_factory=dict)  # round -> flat w; empty unless keep_models
 
     @property
     def w(self) -> Tensor:
@@ -56,42 +73,119 @@ def train(
     x_test: Tensor,
     y_test: Tensor,
     *,
-    algorithm: str | Algorithm = "fedavg",
+    algorithm: str | Mapping[str, Any] | Algorithm = "fedavg",
     rounds: int = 10,
     seed: int = 0,
     run_dir: str | Path | None = None,
+    resume: bool = False,
     eval_every: int = 1,
+    keep_models: bool = False,
     progress: bool = True,
     **train_options: Any,
 ) -> History:
     """Federated training of ``module`` over ``partition`` (one index array per client).
 
-    ``train_options`` are the keys of :class:`fedaccel.config.TrainConfig` (lr, batch_size,
-    local_epochs, momentum, weight_decay, lr_decay, clip, reshuffle, client_fraction).
-    A run folder is written to ``run_dir`` (default: a temporary one under ``runs/api``).
+    ``algorithm`` is a recipe name (``"fedumf"``), a name with its hyperparameters as in a config
+    (``{"name": "fedumf", "fraction": 0.5}``) or a composed :class:`Algorithm`. A recipe with a
+    ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given.
+
+    ``train_options`` are the keys of :class:`fedaccel.config.TrainConfig`: lr, batch_size,
+    local_epochs, local_steps, momentum, weight_decay, lr_decay, clip, client_fraction,
+    order (``"fixed"``, ``"reshuffle"`` or ``"given"``: each client's index array in the order
+    given, cut into consecutive batches) and participation (the clients selected in each round,
+    e.g. ``[[0, 1], [2, 3]]``; round t uses entry (t - 1) mod its length).
+
+    A run folder is written to ``run_dir`` (default: a new one under ``runs/api``). A folder that
+    holds a run already is refused, unless ``resume=True``: then its run continues from the last
+    checkpoint, with the same settings, to the numbers of an uninterrupted run.
+    ``keep_models=True`` keeps the global model of every round evaluated here in ``History.models``.
     """
-    algo = build_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
-    config = Config(
-        name=algo.name,
-        algorithm={"name": algo.name},
-        model={"name": type(module).__name__},
-        train=TrainConfig(rounds=rounds, **train_options),
-        eval=EvalConfig(every=eval_every, train_samples=None),
-        run=RunConfig(seed=seed, progress=progress, out_dir="runs/api"),
-    )
-    config.data.dataset = "custom"
-    config.data.clients = len(partition)
+    config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options)
+    if isinstance(algorithm, Algorithm):
+        algo = algorithm
+    else:
+        algo = build_algorithm_from(config)
+        warn_if_fedavg_in_disguise(config)
     federation = Federation(
         module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed
     )
-    from fedaccel.config import dump_config
-    from fedaccel.runner import new_run_dir
+    setup = Setup(config, federation, algo, config.train.client_fraction)
+    path, state, wall = _start_or_resume(setup, run_dir, resume)
+    models: dict[int, Tensor] = {}
 
+    def keep(state: FLState, row: dict[str, Any]) -> None:
+        models[state.round] = state.w.clone()
+
+    final = run_loop(setup, state, path, wall=wall, progress=progress, on_eval=keep if keep_models else None)
+    metrics = [json.loads(line) for line in (path / METRICS).read_text().splitlines()]
+    return History(metrics, final, path, models)
+
+
+def _config(
+    module: nn.Module,
+    partition: Sequence[np.ndarray],
+    algorithm: str | Mapping[str, Any] | Algorithm,
+    rounds: int,
+    seed: int,
+    eval_every: int,
+    progress: bool,
+    train_options: dict[str, Any],
+) -> Config:
+    """The run's config, checked as a config file would be (one-line ConfigErrors)."""
+    if isinstance(algorithm, Algorithm):
+        section: dict[str, Any] = {"name": algorithm.name}
+    else:
+        section = _named(dict(algorithm) if isinstance(algorithm, Mapping) else algorithm, "algorithm", "fedavg")
+    options = {"rounds": rounds, **train_options}
+    if options.get("participation") is not None:  # tuples and arrays too, stored as lists
+        options["participation"] = check_schedule(options["participation"], len(partition))
+    config = Config(
+        name=str(section["name"]),
+        algorithm=section,
+        model={"name": type(module).__name__},
+        data=DataConfig(dataset="custom", clients=len(partition)),
+        train=_build(TrainConfig, options, "train."),
+        eval=EvalConfig(every=eval_every, train_samples=None),
+        run=RunConfig(seed=seed, progress=progress, out_dir="runs/api"),
+    )
+    check_participation(config, len(partition))
+    return config
+
+
+def _start_or_resume(setup: Setup, run_dir: str | Path | None, resume: bool) -> tuple[Path, FLState, float]:
+    """The run folder, the state to start from and the wall time so far: everything train() does
+    with its folder happens here."""
+    config = setup.config
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    if (path / METRICS).exists():
+        if not resume:
+            raise UserError(f"{path} already holds a run; pass resume=True to continue it, or use another folder")
+        _check_same_settings(path, config)
+        state, wall = restore_state(setup, path)
+        return path, state, wall
     path.mkdir(parents=True, exist_ok=True)
     dump_config(config, path / "config.yaml")
-    state = init_state(algo, federation.model.theta.clone(), federation.n_clients)
-    setup = Setup(config, federation, algo, config.train.client_fraction)
-    final = run_loop(setup, state, path, wall=0.0, progress=progress)
-    metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-    return History(metrics, final, path)
+    fed = setup.federation
+    return path, init_state(setup.algorithm, fed.model.theta.clone(), fed.n_clients), 0.0
+
+
+def _check_same_settings(path: Path, config: Config) -> None:
+    """A run continues only with the settings it was started with (the progress bar aside)."""
+    stored = _flat(_build(Config, yaml.safe_load((path / "config.yaml").read_text()) or {}, "").to_dict())
+    wanted = _flat(config.to_dict())
+    for key in sorted(set(stored) | set(wanted)):
+        if key != "run.progress" and stored.get(key) != wanted.get(key):
+            raise UserError(
+                f"{path} holds a run with {key} = {stored.get(key)!r}, not {wanted.get(key)!r}; "
+                "resume it with its settings or use another folder"
+            )
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat

@@ -53,8 +53,17 @@ class TrainConfig:
     weight_decay: float = 0.0
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
     clip: float | None = None  # max gradient norm per mini-batch
-    reshuffle: bool = False  # new batch order every round (RR); default: fixed order
+    order: str = "fixed"  # batch order: fixed (seeded, once per client), reshuffle (every round, RR) or given
+    reshuffle: bool = False  # older spelling of order: reshuffle (kept for existing configs and run folders)
     client_fraction: float = 1.0  # fraction of clients selected per round (FedUMF's C unless algorithm.fraction is set)
+    # who is selected each round instead of sampling: a list of client lists, round t uses entry (t-1) mod its length
+    participation: list[list[int]] | None = None
+
+    def __post_init__(self) -> None:
+        from fedaccel.engine.local import batch_order
+
+        self.order = batch_order(self.order, self.reshuffle)  # one spelling in the resolved config
+        self.reshuffle = self.order == "reshuffle"
 
 
 @dataclass
@@ -257,7 +266,25 @@ def validate(config: Config) -> None:
             raise ConfigError(message)
     for attack in config.attacks:
         validate_attack(attack, config.data.clients)
+    from fedaccel.algorithms.registry import get_recipe
+
+    check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
     del LocalOptions
+
+
+def check_participation(config: Config, n_clients: int) -> list[list[int]] | None:
+    """``train.participation`` checked against the clients; it replaces the selection, so a client
+    fraction beside it would be silently ignored and is refused."""
+    from fedaccel.algorithms.sampling import check_schedule
+
+    if config.train.participation is None:
+        return None
+    schedule = check_schedule(config.train.participation, n_clients)
+    if config.train.client_fraction != 1:
+        raise ConfigError("train.participation fixes who is selected each round; leave train.client_fraction at 1")
+    if "fraction" in config.algorithm:
+        raise ConfigError("train.participation fixes who is selected each round; drop algorithm.fraction")
+    return schedule
 
 
 ATTACK_KEYS = {"kind": str, "clients": list, "from_round": int, "shift": int}
@@ -297,6 +324,8 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
     from fedaccel.algorithms.registry import hyperparameters
 
     name = config.algorithm["name"]
+    if config.train.participation is not None:
+        return  # the schedule selects the uploaders, not C
     if "fraction" in hyperparameters(name) and config.algorithm.get("fraction", config.train.client_fraction) == 1:
         print(f"note: {name} with C = 1 authorises every client every round: it is FedAvg; "
               "set train.client_fraction below 1 for partial participation", file=sys.stderr)
@@ -315,7 +344,7 @@ def local_options(config: Config) -> Any:
         weight_decay=t.weight_decay,
         lr_decay=t.lr_decay,
         clip=t.clip,
-        reshuffle=t.reshuffle,
+        order=t.order,
     )
 
 

@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,6 +57,11 @@ class Setup:
     fraction: float
     num_classes: int = 0
     active_attacks: int = 0  # how many of config.attacks are applied to the training data now
+
+    @property
+    def schedule(self) -> list[list[int]] | None:
+        """Who takes part in each round when ``train.participation`` fixes it (else sampled)."""
+        return self.config.train.participation
 
 
 def build_partition(config: Config) -> tuple[Any, list[np.ndarray]]:
@@ -267,9 +272,11 @@ def run_loop(
     wall: float,
     progress: Any,
     runtime: ClientRuntime | None = None,
+    on_eval: Callable[[FLState, dict[str, Any]], None] | None = None,
 ) -> FLState:
     """Rounds until the configured number, with metrics, diagnostics and checkpoints written as
-    they come; ``runtime`` runs the client side (default: in this process)."""
+    they come; ``runtime`` runs the client side (default: in this process); ``on_eval(state, row)``
+    is called after every metrics row written (round 0 included)."""
     config, federation = setup.config, setup.federation
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
@@ -288,11 +295,16 @@ def run_loop(
             if state.round == 0:
                 _write(metrics_file, first := _metrics(setup, state, None, wall))
                 events.metrics(first)
+                if on_eval:
+                    on_eval(state, first)
             last: dict[str, Any] = {}
             while state.round < rounds:
                 apply_attacks(setup, state.round)
                 started = time.perf_counter()
-                state, report = run_round(setup.algorithm, state, federation, fraction=setup.fraction, runtime=runtime)
+                state, report = run_round(
+                    setup.algorithm, state, federation, fraction=setup.fraction, schedule=setup.schedule,
+                    runtime=runtime,
+                )
                 wall += time.perf_counter() - started
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
@@ -301,6 +313,8 @@ def run_loop(
                     last = _metrics(setup, state, report, wall)
                     _write(metrics_file, last)
                     events.metrics(last)
+                    if on_eval:
+                        on_eval(state, last)
                     bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:

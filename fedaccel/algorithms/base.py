@@ -5,7 +5,8 @@ An FL algorithm is a chain of small :class:`Part` objects, in the spirit of opta
 holds every client's state and hands it in and out explicitly. One round, in stage order:
 
 1. ``participation``  who trains and who uploads (default: a seeded fraction does both;
-   FedUMF: everybody trains, a fraction uploads).
+   FedUMF: everybody trains, a fraction uploads). A participation schedule fixes the selected
+   clients instead (``RoundInfo.scheduled``, honoured by :func:`~fedaccel.algorithms.sampling.sample_clients`).
 2. ``plan_client`` / ``plan_server``  an optional planning message round (FedGSNR): clients
    send statistics at the global model, the server answers each with instructions
    (e.g. ``{"steps": 7}``; ``steps == 0`` means "do not train this round").
@@ -48,6 +49,7 @@ class RoundInfo:
     seed: int
     momentum: float = 0.0  # local optimiser settings, for parts whose maths depends on them
     weight_decay: float = 0.0
+    scheduled: tuple[int, ...] | None = None  # the clients a participation schedule selects now (None: sampled)
 
     @property
     def n_clients(self) -> int:

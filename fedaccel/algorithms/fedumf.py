@@ -23,7 +23,8 @@ SCAFFOLD, FedDC) and aggregator. Choices where the paper is silent (also in
 - The stored update is the end of the local trajectory minus the *fused* start, so a fused
   client's next stored update does not contain the fused part again (Algorithm 1, line 113).
 - S_t is drawn exactly as FedAvg's sampling (:func:`~fedaccel.algorithms.sampling.sample_clients`,
-  stream "sampling"): with the same seed and C, FedAvg and FedUMF authorise the same clients.
+  stream "sampling"): with the same seed and C, FedAvg and FedUMF authorise the same clients; a
+  participation schedule (``train.participation``) fixes S_t for both alike.
 """
 
 from __future__ import annotations

@@ -78,10 +78,13 @@ class Federation:
         return torch.from_numpy(np.sort(chosen))
 
     def order(self, client: int, round_: int) -> np.ndarray:
-        """The client's sample order: fixed across rounds, or reshuffled every round (RR)."""
-        keys = (client, round_) if self.options.reshuffle else (client,)
-        rng = make_rng(self.seed, "order", *keys)
-        return self.partition[client][rng.permutation(len(self.partition[client]))]
+        """The client's sample order: its index array as given, one seeded permutation of it for all
+        rounds (fixed), or a new one every round (reshuffle, RR)."""
+        index = self.partition[client]
+        if self.options.order == "given":
+            return index
+        keys = (client, round_) if self.options.order == "reshuffle" else (client,)
+        return index[make_rng(self.seed, "order", *keys).permutation(len(index))]
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
         return batch_positions(self.order(client, round_), steps, self.options.batch_size)

@@ -21,6 +21,23 @@ from fedaccel.errors import ConfigError
 from fedaccel.flat import FlatModel
 
 
+ORDERS = ("fixed", "reshuffle", "given")
+
+
+def batch_order(order: str, reshuffle: bool = False) -> str:
+    """The batch order, with ``reshuffle: true`` read as the older spelling of ``order: reshuffle``.
+
+    fixed: one seeded permutation of the client's samples for all rounds (BHerd's default);
+    reshuffle: a new permutation every round (RR); given: the client's index array as it is.
+    """
+    if order not in ORDERS:
+        raise ConfigError(f"train.order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if reshuffle and order == "given":
+        raise ConfigError("train.reshuffle: true (the old spelling of train.order: reshuffle) contradicts "
+                          "train.order: given; set train.order alone")
+    return "reshuffle" if reshuffle else order
+
+
 @dataclass(frozen=True)
 class LocalOptions:
     """Client optimiser settings (the same on every client)."""
@@ -33,9 +50,12 @@ class LocalOptions:
     weight_decay: float = 0.0
     lr_decay: float = 1.0  # gamma: eta_t = eta_0 * gamma^t
     clip: float | None = None  # max L2 norm of each mini-batch gradient
-    reshuffle: bool = False  # RR: new batch order every round; else fixed order (BHerd's default)
+    order: str = "fixed"  # batches of the sample order: fixed, reshuffle (RR) or given (see batch_order)
+    reshuffle: bool = False  # the older spelling of order="reshuffle"; always equal to order == "reshuffle"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "order", batch_order(self.order, self.reshuffle))
+        object.__setattr__(self, "reshuffle", self.order == "reshuffle")
         if not self.lr > 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
         if self.batch_size < 1:

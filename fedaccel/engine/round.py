@@ -22,7 +22,7 @@ from fedaccel.algorithms.base import (
     State,
     tensor_bytes,
 )
-from fedaccel.algorithms.sampling import sample_clients
+from fedaccel.algorithms.sampling import sample_clients, scheduled_clients
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import train_local
 
@@ -61,7 +61,8 @@ def init_state(algorithm: Algorithm, w0: Tensor, n_clients: int) -> FLState:
     )
 
 
-def round_info(federation: Federation, round_: int) -> RoundInfo:
+def round_info(federation: Federation, round_: int, schedule: Sequence[Sequence[int]] | None = None) -> RoundInfo:
+    """What the stages may read about round ``round_``; ``schedule`` fixes who is selected."""
     options = federation.options
     return RoundInfo(
         round=round_,
@@ -71,6 +72,7 @@ def round_info(federation: Federation, round_: int) -> RoundInfo:
         seed=federation.seed,
         momentum=options.momentum,
         weight_decay=options.weight_decay,
+        scheduled=scheduled_clients(schedule, round_),
     )
 
 
@@ -144,14 +146,17 @@ def run_round(
     federation: Federation,
     *,
     fraction: float = 1.0,
+    schedule: Sequence[Sequence[int]] | None = None,
     runtime: ClientRuntime | None = None,
 ) -> tuple[FLState, RoundReport]:
     """Advance ``state`` by one round; ``fraction`` is used when no part chooses participants.
 
-    ``runtime`` runs the client side (default: in this process, with ``state.clients``).
+    ``schedule`` (a list of client lists, round t (0-based) uses entry t mod its length) fixes the
+    selected clients in place of sampling, for every algorithm: who trains and uploads, or with
+    FedUMF, who uploads. ``runtime`` runs the client side (default: in this process, with ``state.clients``).
     """
     runtime = runtime or InProcessClients(algorithm, federation, state.clients)
-    info = round_info(federation, state.round)
+    info = round_info(federation, state.round, schedule)
     who = choose_participants(algorithm, info, fraction)
     server = state.server
     diag: dict[str, Any] = {}

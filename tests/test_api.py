@@ -1,0 +1,164 @@
+"""fedaccel.train: run folders (refuse or resume), the algorithm argument, schedules, kept models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from fedaccel import History, compose, runner, train
+from fedaccel.algorithms.fedprox import fedprox
+from fedaccel.algorithms.mean import mean_aggregate
+from fedaccel.errors import ConfigError, UserError
+
+G = torch.Generator().manual_seed(0)
+X = torch.randn(120, 6, generator=G)
+Y = (X[:, 0] - X[:, 1] > 0).long()
+CLIENTS = np.array_split(np.argsort(Y.numpy(), kind="stable"), 4)  # label-sorted: non-IID
+
+
+def model() -> nn.Module:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return nn.Linear(6, 2)
+
+
+def fit(run_dir: Path | None = None, **options: Any) -> History:
+    settings: dict[str, Any] = {"rounds": 3, "lr": 0.2, "batch_size": 10, "progress": False, **options}
+    return train(model(), X, Y, CLIENTS, X, Y, run_dir=run_dir, **settings)
+
+
+def without_wall(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# The run folder: refuse a second run, resume on request
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_second_train_into_the_same_folder_is_refused_and_appends_nothing(tmp_path: Path) -> None:
+    first = fit(tmp_path / "run", rounds=5)
+    assert len(first.metrics) == 6
+    with pytest.raises(UserError, match="already holds a run; pass resume=True") as err:
+        fit(tmp_path / "run", rounds=5)
+    assert "\n" not in str(err.value)
+    assert len((tmp_path / "run/metrics.jsonl").read_text().splitlines()) == 6
+
+
+def test_resume_continues_an_interrupted_run_to_the_uninterrupted_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {"rounds": 7, "algorithm": "scaffold", "client_fraction": 0.5}  # checkpoints at 5 and 7
+    whole = fit(tmp_path / "whole", **options)
+
+    real_round = runner.run_round
+
+    def dies_in_round_7(algorithm, state, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if state.round == 6:
+            raise KeyboardInterrupt
+        return real_round(algorithm, state, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_round", dies_in_round_7)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path / "cut", **options)
+    monkeypatch.undo()
+    assert len((tmp_path / "cut/metrics.jsonl").read_text().splitlines()) == 7  # rounds 0-6, checkpoint at 5
+
+    resumed = fit(tmp_path / "cut", resume=True, **options)
+    assert without_wall(resumed.metrics) == without_wall(whole.metrics)
+    assert torch.equal(resumed.w, whole.w)
+    assert torch.equal(resumed.state.server[0], whole.state.server[0])  # SCAFFOLD's c
+    for mine, theirs in zip(resumed.state.clients, whole.state.clients, strict=True):  # the c_i
+        assert (mine[0] is None and theirs[0] is None) or torch.equal(mine[0], theirs[0])
+
+
+def test_resume_needs_the_same_settings_and_starts_afresh_in_an_empty_folder(tmp_path: Path) -> None:
+    fit(tmp_path / "run")
+    with pytest.raises(UserError, match="holds a run with train.lr = 0.2, not 0.3") as err:
+        fit(tmp_path / "run", resume=True, lr=0.3)
+    assert "\n" not in str(err.value)
+    assert len(fit(tmp_path / "new", resume=True).metrics) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# algorithm=: a name, a name with hyperparameters, or an Algorithm
+# ---------------------------------------------------------------------------------------------
+
+
+def uploads(history: History) -> list[int]:
+    return [row["uploaded"] for row in history.metrics[1:]]
+
+
+def test_fedumf_by_name_takes_c_from_client_fraction(tmp_path: Path) -> None:
+    by_name = fit(tmp_path / "a", algorithm="fedumf", client_fraction=0.5)
+    assert uploads(by_name) == [2, 2, 2]  # C = 0.5 of 4 clients, as docs/algorithms.md says
+    assert [row["clients"] for row in by_name.metrics[1:]] == [4, 4, 4]
+    spelled_out = fit(tmp_path / "b", algorithm={"name": "fedumf", "fraction": 0.5}, client_fraction=0.5)
+    assert torch.equal(by_name.w, spelled_out.w)
+    assert uploads(fit(tmp_path / "c", algorithm={"name": "fedumf", "fraction": 0.25})) == [1, 1, 1]
+
+
+def test_an_algorithm_object_is_used_as_it_is(tmp_path: Path) -> None:
+    composed = compose("my-prox", fedprox(mu=0.1), mean_aggregate())
+    mine = fit(tmp_path / "a", algorithm=composed)
+    named = fit(tmp_path / "b", algorithm={"name": "fedprox", "mu": 0.1})
+    assert torch.equal(mine.w, named.w)
+    assert "name: my-prox" in (tmp_path / "a/config.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"algorithm": "fedumff"}, "unknown algorithm 'fedumff'"),
+        ({"algorithm": {"name": "fedumf", "C": 0.5}}, "algorithm 'fedumf' has no hyperparameter 'C'"),
+        ({"algorithm": 3}, "algorithm must be a name or a mapping"),
+        ({"lrr": 0.1}, "unknown config key 'train.lrr'"),
+        ({"order": "sorted"}, "train.order must be one of"),
+        ({"participation": [[0, 9]]}, "names client 9"),
+    ],
+)
+def test_bad_arguments_are_one_line_config_errors(options: dict[str, Any], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        fit(tmp_path / "x", **options)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "x").exists()  # refused before any folder is made
+
+
+# ---------------------------------------------------------------------------------------------
+# participation and order through the API; keep_models
+# ---------------------------------------------------------------------------------------------
+
+
+def test_participation_schedule_from_the_api(tmp_path: Path) -> None:
+    schedule = (np.array([2]), (0, 3))  # any sequences of client ids; round t uses entry (t - 1) mod 2
+    avg = fit(tmp_path / "a", participation=schedule)
+    assert [row["clients"] for row in avg.metrics[1:]] == [1, 2, 1]
+    umf = fit(tmp_path / "b", algorithm="fedumf", participation=schedule)
+    assert uploads(umf) == [1, 2, 1] and [row["clients"] for row in umf.metrics[1:]] == [4, 4, 4]
+    stored = yaml.safe_load((tmp_path / "b/config.yaml").read_text())
+    assert stored["train"]["participation"] == [[2], [0, 3]]  # plain lists in the run's config
+
+
+def test_given_order_reaches_the_clients(tmp_path: Path) -> None:
+    given = fit(tmp_path / "a", order="given", batch_size=30, local_epochs=0.5)
+    fixed = fit(tmp_path / "b", batch_size=30, local_epochs=0.5)
+    assert not torch.equal(given.w, fixed.w)  # one batch of 15 per client: which 15 differs
+    assert "order: given" in (tmp_path / "a/config.yaml").read_text()
+
+
+def test_keep_models_keeps_the_global_model_of_every_evaluated_round(tmp_path: Path) -> None:
+    w0 = torch.cat([p.detach().reshape(-1) for p in model().parameters()])
+    history = fit(tmp_path / "a", rounds=5, eval_every=2, keep_models=True)
+    assert sorted(history.models) == [row["round"] for row in history.metrics] == [0, 2, 4, 5]
+    assert torch.equal(history.models[0], w0)
+    assert torch.equal(history.models[5], history.w)
+    assert not torch.equal(history.models[2], history.models[4])
+    shorter = fit(tmp_path / "b", rounds=2, keep_models=True)
+    assert torch.equal(shorter.models[2], history.models[2])  # the round-2 model, not a later one
+    assert fit(tmp_path / "c").models == {}
