@@ -15,6 +15,7 @@ from fedaccel import History, compose, runner, train
 from fedaccel.algorithms.fedprox import fedprox
 from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.errors import ConfigError, UserError
+from fedaccel.stopping import Interrupted
 
 G = torch.Generator().manual_seed(0)
 X = torch.randn(120, 6, generator=G)
@@ -65,7 +66,7 @@ def test_resume_continues_an_interrupted_run_to_the_uninterrupted_numbers(
         return real_round(algorithm, state, *args, **kwargs)
 
     monkeypatch.setattr(runner, "run_round", dies_in_round_7)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted, match="continues from round 5"):  # Ctrl-C: the last checkpoint is round 5
         fit(tmp_path / "cut", **options)
     monkeypatch.undo()
     assert len((tmp_path / "cut/metrics.jsonl").read_text().splitlines()) == 7  # rounds 0-6, checkpoint at 5
