@@ -3,6 +3,8 @@
 A run folder holds ``config.yaml`` (resolved), ``metrics.jsonl`` (one line per evaluated
 round, flushed as it is written), ``checkpoint.pt`` (every ``run.checkpoint_every`` rounds,
 written atomically), ``model.pt`` (the final flat parameter vector) and ``summary.json``.
+``run`` and ``resume`` hold the folder's lock (:mod:`fedaccel.runlock`) while they write: a
+second writer of the same folder stops with one line naming the first one's PID.
 ``resume(run_dir)`` continues a killed run from its checkpoint and reaches the same numbers as
 an uninterrupted run: every random draw derives from (seed, round, client), never from the
 history of the process.
@@ -36,6 +38,7 @@ from fedaccel.config import (
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
+from fedaccel.runlock import lock_run_dir
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
@@ -125,16 +128,16 @@ def new_run_dir(config: Config) -> Path:
 def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | None = None) -> Path:
     """Run ``config`` into ``run_dir`` (default: a new folder under ``run.out_dir``)."""
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
-    if (path / METRICS).exists():
-        raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
-    path.mkdir(parents=True, exist_ok=True)
-    dump_config(config, path / "config.yaml")
-    warn_if_fedavg_in_disguise(config)
-    if config.run.runtime != "in-process":
-        return _run_on_flower(config, path, progress)
-    setup = build_setup(config)
-    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-    run_loop(setup, state, path, wall=0.0, progress=progress)
+    with lock_run_dir(path):  # before anything is read or written: one writer per folder
+        if (path / METRICS).exists():
+            raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
+        dump_config(config, path / "config.yaml")
+        warn_if_fedavg_in_disguise(config)
+        if config.run.runtime != "in-process":
+            return _run_on_flower(config, path, progress)
+        setup = build_setup(config)
+        state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+        run_loop(setup, state, path, wall=0.0, progress=progress)
     return path
 
 
@@ -151,12 +154,13 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
     path = Path(run_dir)
     if not (path / "config.yaml").is_file():
         raise UserError(f"{path} is not a run folder (no config.yaml)")
-    config = from_dict(read_yaml(path / "config.yaml"))
-    if config.run.runtime != "in-process":
-        return _run_on_flower(config, path, progress)
-    setup = build_setup(config)
-    state, wall = restore_state(setup, path)
-    run_loop(setup, state, path, wall=wall, progress=progress)
+    with lock_run_dir(path):  # before restore_state cuts the metrics back
+        config = from_dict(read_yaml(path / "config.yaml"))
+        if config.run.runtime != "in-process":
+            return _run_on_flower(config, path, progress)
+        setup = build_setup(config)
+        state, wall = restore_state(setup, path)
+        run_loop(setup, state, path, wall=wall, progress=progress)
     return path
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV
+from fedaccel.runlock import lock_run_dir
 
 
 APP_TOML = """[build-system]
@@ -231,6 +232,7 @@ def deploy(
         raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
     if resume and not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
+    lock = lock_run_dir(run_dir)  # held until deploy returns (its ServerApp writes the folder, unlocked)
     if not resume and (run_dir / "metrics.jsonl").exists():
         raise UserError(f"{run_dir} already holds a run; give another --out, or --resume it")
     run_dir = run_dir.resolve()
