@@ -170,11 +170,12 @@ def restore_state(setup: Setup, path: Path) -> tuple[FLState, float]:
     if checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False)
         state, wall = saved["state"], saved["wall_s"]
+        kept = state.round
     else:
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-        wall = 0.0
+        wall, kept = 0.0, -1  # from scratch: run_loop writes round 0 again
     for name in (METRICS, DIAGNOSTICS):
-        _truncate_metrics(path / name, state.round)
+        _truncate_metrics(path / name, kept)
     return state, wall
 
 
