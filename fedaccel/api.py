@@ -46,6 +46,8 @@ from fedaccel.config import (
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError
+from fedaccel.results import load_run
+from fedaccel.runlock import lock_run_dir
 from fedaccel.runner import METRICS, Setup, new_run_dir, restore_state, run_loop
 
 
@@ -110,15 +112,16 @@ def train(
         module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed
     )
     setup = Setup(config, federation, algo, config.train.client_fraction)
-    path, state, wall = _start_or_resume(setup, run_dir, resume)
+    path = Path(run_dir) if run_dir is not None else new_run_dir(config)
     models: dict[int, Tensor] = {}
 
     def keep(state: FLState, row: dict[str, Any]) -> None:
         models[state.round] = state.w.clone()
 
-    final = run_loop(setup, state, path, wall=wall, progress=progress, on_eval=keep if keep_models else None)
-    metrics = [json.loads(line) for line in (path / METRICS).read_text().splitlines()]
-    return History(metrics, final, path, models)
+    with lock_run_dir(path):  # one writer per run folder, as for the CLI
+        state, wall = _start_or_resume(setup, path, resume)
+        final = run_loop(setup, state, path, wall=wall, progress=progress, on_eval=keep if keep_models else None)
+    return History(load_run(path).metrics, final, path, models)
 
 
 def _config(
@@ -152,21 +155,18 @@ def _config(
     return config
 
 
-def _start_or_resume(setup: Setup, run_dir: str | Path | None, resume: bool) -> tuple[Path, FLState, float]:
-    """The run folder, the state to start from and the wall time so far: everything train() does
-    with its folder happens here."""
+def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, float]:
+    """The state to start from and the wall time so far: everything train() does with its
+    (locked) folder before the rounds happens here."""
     config = setup.config
-    path = Path(run_dir) if run_dir is not None else new_run_dir(config)
     if (path / METRICS).exists():
         if not resume:
             raise UserError(f"{path} already holds a run; pass resume=True to continue it, or use another folder")
         _check_same_settings(path, config)
-        state, wall = restore_state(setup, path)
-        return path, state, wall
-    path.mkdir(parents=True, exist_ok=True)
+        return restore_state(setup, path)
     dump_config(config, path / "config.yaml")
     fed = setup.federation
-    return path, init_state(setup.algorithm, fed.model.theta.clone(), fed.n_clients), 0.0
+    return init_state(setup.algorithm, fed.model.theta.clone(), fed.n_clients), 0.0
 
 
 def _check_same_settings(path: Path, config: Config) -> None:

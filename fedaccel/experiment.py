@@ -18,15 +18,23 @@ resumes cells that were interrupted, then writes ``curves.png`` and ``table.md``
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from fedaccel.config import Config, from_dict, read_yaml, set_path
 from fedaccel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description"}
 
@@ -164,14 +172,20 @@ def _run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int
 
 
 def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int) -> None:
-    """Cells in ``workers`` processes; a line per cell as it starts and as it ends, no bars."""
+    """Cells in ``workers`` processes; a line per cell as it starts and as it ends, no bars.
+
+    The workers end with this process however it ends (see :func:`_die_with_parent`); when it
+    stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell killed
+    mid-round loses nothing: the next run resumes it from its checkpoint.
+    """
     import multiprocessing
-    import time
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+                               initializer=_die_with_parent, initargs=(os.getpid(),))
+    try:
         pending = {}
         for k, name, config, run_dir in todo:
             print(f"[{k}/{total}] {name}{_verb(run_dir)} (queued)", flush=True)
@@ -182,10 +196,46 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int
             for future in finished:
                 k, name = pending.pop(future)
                 if future.exception() is not None:  # a failed cell stops the experiment with its own error
-                    pool.shutdown(wait=False, cancel_futures=True)
                     raise future.exception()  # type: ignore[misc]
                 done_count += 1
                 elapsed = time.perf_counter() - started
                 eta = elapsed / done_count * (len(todo) - done_count)
                 print(f"[{k}/{total}] {name}: done ({done_count}/{len(todo)} cells, "
                       f"{elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
+    except BaseException:
+        _kill_pool(pool)
+        raise
+    pool.shutdown()
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued cells and kill the running ones now, rather than wait for them."""
+    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]  # public in 3.14: kill_workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool worker initializer: end this worker as soon as the experiment's process ``parent`` ends.
+
+    On Linux the kernel kills the worker when the thread that started it exits
+    (``PR_SET_PDEATHSIG``; the pool starts its workers from the thread that submits the cells,
+    which waits for them to the end), even after ``kill -9``. A watchdog thread covers other
+    systems and a parent that died before the request was made: it exits once the worker's
+    parent is no longer ``parent``.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
+
+
+def _watch_parent(parent: int, every: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)

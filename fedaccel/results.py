@@ -101,7 +101,8 @@ def load_run(path: str | Path) -> Run:
     """Read one run folder. Raises :class:`UserError` if it is not a readable run folder.
 
     An incomplete last line of ``metrics.jsonl`` (left by a killed run) is skipped; an invalid
-    line anywhere else is an error.
+    line anywhere else is an error, and so are rounds that do not strictly increase (two
+    processes that wrote the same folder at once).
     """
     path = Path(path)
     if not path.is_dir():
@@ -143,6 +144,7 @@ def _read_jsonl(file: Path) -> list[dict]:
         raise UserError(f"{file}: not a UTF-8 text file ({e})") from e
     numbered = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
     rows: list[dict] = []
+    previous = None
     for k, (lineno, line) in enumerate(numbered):
         try:
             row = json.loads(line)
@@ -152,8 +154,22 @@ def _read_jsonl(file: Path) -> list[dict]:
             raise UserError(f"{file}:{lineno}: not valid JSON ({e.msg})") from e
         if not isinstance(row, dict):
             raise UserError(f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        previous = _check_round(file, lineno, row, previous)
         rows.append(row)
     return rows
+
+
+def _check_round(file: Path, lineno: int, row: dict, previous: int | None) -> int:
+    """``row``'s round, which must be an integer above the one before it."""
+    rnd = row.get("round")
+    if not isinstance(rnd, int) or isinstance(rnd, bool):
+        raise UserError(f"{file}:{lineno}: no integer 'round' in this row")
+    if previous is not None and rnd <= previous:
+        raise UserError(
+            f"{file}:{lineno}: round {rnd} after round {previous}; rounds must increase (two processes "
+            "wrote this run at once?): delete the run folder and run it again"
+        )
+    return rnd
 
 
 def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]:
@@ -272,7 +288,7 @@ def _run_curve(run: Run, metric: str) -> dict[int, float]:
         rnd = row.get("round")
         if rnd is None or value is None or isinstance(value, (bool, dict, list, str)):
             continue
-        curve[int(rnd)] = float(value)  # a repeated round (resumed run): the last one wins
+        curve[int(rnd)] = float(value)  # rounds are unique: load_run checks they increase
     return curve
 
 

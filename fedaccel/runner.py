@@ -2,7 +2,10 @@
 
 A run folder holds ``config.yaml`` (resolved), ``metrics.jsonl`` (one line per evaluated
 round, flushed as it is written), ``checkpoint.pt`` (every ``run.checkpoint_every`` rounds,
-written atomically; the one before it is kept as ``checkpoint.prev.pt``), ``model.pt`` (the final flat parameter vector) and ``summary.json``.
+written atomically; the one before it is kept as ``checkpoint.prev.pt``),
+``model.pt`` (the final flat parameter vector) and ``summary.json``.
+``run`` and ``resume`` hold the folder's lock (:mod:`fedaccel.runlock`) while they write: a
+second writer of the same folder stops with one line naming the first one's PID.
 ``resume(run_dir)`` continues a killed run from its checkpoint and reaches the same numbers as
 an uninterrupted run: every random draw derives from (seed, round, client), never from the
 history of the process. SIGINT/SIGTERM finish the current round and checkpoint it
@@ -40,6 +43,7 @@ from fedaccel.config import (
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
+from fedaccel.runlock import lock_run_dir
 from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
 CHECKPOINT = "checkpoint.pt"
@@ -155,35 +159,34 @@ def new_run_dir(config: Config) -> Path:
 def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | None = None) -> Path:
     """Run ``config`` into ``run_dir`` (default: a new folder under ``run.out_dir``)."""
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
-    if (path / METRICS).exists():
-        raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
     warn_if_fedavg_in_disguise(config)
-    with _removed_on_failed_start(path):
-        path.mkdir(parents=True, exist_ok=True)
-        dump_config(config, path / "config.yaml")
-        if config.run.runtime != "in-process":
-            return _run_on_flower(config, path, progress)
-        setup = build_setup(config)  # data or split errors surface here: nothing is left behind
-    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-    run_loop(setup, state, path, wall=0.0, progress=progress)
+    before = set(path.iterdir()) if path.is_dir() else None
+    with lock_run_dir(path):  # before anything is read or written: one writer per folder
+        if (path / METRICS).exists():
+            raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
+        with _removed_on_failed_start(path, before):
+            dump_config(config, path / "config.yaml")
+            if config.run.runtime != "in-process":
+                return _run_on_flower(config, path, progress)
+            setup = build_setup(config)  # data or split errors surface here: nothing is left behind
+        state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+        run_loop(setup, state, path, wall=0.0, progress=progress)
     return path
 
 
 @contextmanager
-def _removed_on_failed_start(path: Path) -> Iterator[None]:
-    """Remove the run folder (or the files this start put in an existing one) if the start fails
-    before the first metrics line: a failed start leaves no folder holding only ``config.yaml``."""
-    existed = path.exists()
-    before = set(path.iterdir()) if existed else set()
+def _removed_on_failed_start(path: Path, before: set[Path] | None) -> Iterator[None]:
+    """Remove the run folder (``before`` is None: it did not exist) or what this start added to it
+    if the start fails before the first metrics line: no folder left holding only ``config.yaml``."""
     try:
         yield
     except BaseException:
         if not (path / METRICS).exists():
-            if existed:
-                for item in set(path.iterdir()) - before if path.is_dir() else ():
-                    shutil.rmtree(item) if item.is_dir() else item.unlink()
-            else:
+            if before is None:
                 shutil.rmtree(path, ignore_errors=True)
+            else:
+                for item in set(path.iterdir()) - before:
+                    shutil.rmtree(item) if item.is_dir() else item.unlink()
         raise
 
 
@@ -200,12 +203,13 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
     path = Path(run_dir)
     if not (path / "config.yaml").is_file():
         raise UserError(f"{path} is not a run folder (no config.yaml)")
-    config = from_dict(read_yaml(path / "config.yaml"))
-    if config.run.runtime != "in-process":
-        return _run_on_flower(config, path, progress)
-    setup = build_setup(config)
-    state, wall = restore_state(setup, path)
-    run_loop(setup, state, path, wall=wall, progress=progress)
+    with lock_run_dir(path):  # before restore_state cuts the metrics back
+        config = from_dict(read_yaml(path / "config.yaml"))
+        if config.run.runtime != "in-process":
+            return _run_on_flower(config, path, progress)
+        setup = build_setup(config)
+        state, wall = restore_state(setup, path)
+        run_loop(setup, state, path, wall=wall, progress=progress)
     return path
 
 
@@ -216,11 +220,12 @@ def restore_state(setup: Setup, path: Path) -> tuple[FLState, float]:
     if loaded is not None:
         state, wall = loaded["state"], loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
+        kept = state.round
     else:
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-        wall = 0.0
+        wall, kept = 0.0, -1  # from scratch: run_loop writes round 0 again
     for name in (METRICS, DIAGNOSTICS):
-        _truncate_metrics(path / name, state.round)
+        _truncate_metrics(path / name, kept)
     return state, wall
 
 

@@ -123,6 +123,22 @@ def test_invalid_line_in_the_middle_is_an_error(tmp_path):
         load_run(folder)
 
 
+def test_rounds_that_do_not_increase_are_refused_by_every_reader(tmp_path):
+    """Two writers of one folder interleave their rows (26, 26, 27, 28, 27, ...): no table from that."""
+    folder = write_run(tmp_path / "exp" / "r", make_config(), [0.1, 0.2, 0.3, 0.4])
+    lines = (folder / "metrics.jsonl").read_text().splitlines()  # rounds 1, 2, 3, 4
+    (folder / "metrics.jsonl").write_text("\n".join([lines[0], lines[1], lines[2], lines[1], lines[3]]) + "\n")
+    message = r"metrics.jsonl:4: round 2 after round 3; .*delete the run folder"
+    for read in (load_run, lambda f: compare_table([f.parent], [0.5]),
+                 lambda f: plot_curves([f], tmp_path / "c.png")):
+        with pytest.raises(UserError, match=message) as info:
+            read(folder)
+        assert "\n" not in str(info.value)
+    (folder / "metrics.jsonl").write_text("\n".join([lines[0], lines[0]]) + "\n")  # a repeated round too
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: round 1 after round 1"):
+        load_run(folder)
+
+
 def test_missing_folder_and_missing_files_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_run(tmp_path / "nope")

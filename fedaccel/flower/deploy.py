@@ -31,6 +31,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower import ENV
 from fedaccel.flower.server import ROUND_LINE, SERVER_PREFIX, STOP_FILE
 from fedaccel.runner import CHECKPOINT, Interrupted
+from fedaccel.runlock import lock_run_dir
 
 
 APP_TOML = """[build-system]
@@ -362,10 +363,13 @@ def deploy(
     ``progress``: the progress bar on stderr (default: ``run.progress``).
     Ctrl-C / SIGTERM raise :class:`~fedaccel.runner.Interrupted` with the checkpoint's round.
     """
-    from fedaccel.runner import _progress_bar
+    from fedaccel.runner import _progress_bar, _removed_on_failed_start
 
+    before = set(run_dir.iterdir()) if run_dir.is_dir() else None
+    lock = lock_run_dir(run_dir)  # noqa: F841 - held until deploy returns (its ServerApp writes unlocked)
     run_dir = run_dir.resolve()
-    app = prepare(config, run_dir, clients=clients, resume=resume)
+    with _removed_on_failed_start(run_dir, before):
+        app = prepare(config, run_dir, clients=clients, resume=resume)
     n = config.data.clients
     flower = run_dir / "flower"
     link_port = free_port()

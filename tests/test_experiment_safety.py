@@ -1,0 +1,133 @@
+"""A run folder has one writer: workers die with their experiment, a second writer is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedaccel.config import load_config
+from fedaccel.errors import UserError
+from fedaccel.experiment import load_experiment, run_experiment
+from fedaccel.runlock import lock_run_dir
+from fedaccel.runner import resume, run
+
+ROUNDS = 30
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root``, from /proc's parent links."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = [], {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier}
+        found.extend(frontier)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def rounds(run_dir: Path) -> list[int]:
+    return [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["KILL", "TERM", "INT"])
+def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig: int, tmp_path: Path) -> None:
+    """`experiment -j 2` on three cells gets ``sig`` while two cells are mid-run (the third
+    queued): 5 s later none of its processes lives and no cell went on to its end; after kill -9,
+    a re-run ends every cell with rounds 0..ROUNDS, each once."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": ROUNDS, "lr": 0.1, "batch_size": 20},
+            "run": {"progress": False, "checkpoint_every": 5}}
+    path.write_text(yaml.safe_dump({"name": "killed", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"run.seed": [0, 1, 2]}}))
+    cells = [tmp_path / "out" / f"run.seed={seed}" for seed in range(3)]
+    parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "-j", "2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            running = [c for c in cells if (c / "metrics.jsonl").is_file() and len(rounds(c)) >= 2
+                       and not (c / "summary.json").is_file()]
+            if len(running) >= 2 or parent.poll() is not None:
+                break
+            time.sleep(0.02)
+        assert len(running) >= 2, "two cells were not running at once in time"
+        workers = descendants(parent.pid)
+        assert len(workers) >= 2, workers  # the pool's two workers (and multiprocessing's resource tracker)
+        os.kill(parent.pid, sig)
+        parent.wait(timeout=60)
+
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in workers):
+            time.sleep(0.1)
+        assert not [pid for pid in workers if alive(pid)], "processes of the killed experiment still run"
+        assert not all((c / "summary.json").is_file() for c in cells), "the cells ran to their end"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait()
+        for pid in workers:  # leave no orphan behind when the test fails
+            if alive(pid) and b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+
+    if sig != signal.SIGKILL:
+        return
+    result = run_experiment(load_experiment(path), workers=1)
+    for cell in cells:
+        assert rounds(cell) == list(range(ROUNDS + 1)), cell.name
+    assert "| fedavg (baseline) | 3 |" in result.table
+
+
+def test_a_second_writer_of_a_run_folder_is_refused_with_one_line_naming_the_holder(tmp_path: Path) -> None:
+    """The lock is per open file, so this process holding it through another open is a second writer;
+    resume must refuse before it cuts the metrics back to the checkpoint."""
+    config = load_config(None, ["data.dataset=digits", "model=svm", "data.clients=2", "train.rounds=2",
+                                "run.progress=false"])
+    folder = run(config, tmp_path / "r")
+    metrics = folder / "metrics.jsonl"
+    with open(metrics, "a") as f:
+        f.write(json.dumps({"round": 3}) + "\n")  # after the checkpoint: resume would drop it
+    written = metrics.read_text()
+    fresh = tmp_path / "fresh"
+    with lock_run_dir(folder), lock_run_dir(fresh):
+        for write in (lambda: resume(folder), lambda: run(config, fresh)):
+            with pytest.raises(UserError, match=rf"is being written by process {os.getpid()}; ") as info:
+                write()
+            assert "\n" not in str(info.value)
+        assert metrics.read_text() == written
+        assert not (fresh / "config.yaml").exists()
+    resume(folder)  # released on leaving the block
+    assert rounds(folder) == [0, 1, 2]
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_without_repeating_round_0(tmp_path: Path) -> None:
+    config = load_config(None, ["data.dataset=digits", "model=svm", "data.clients=2", "train.rounds=2",
+                                "run.progress=false"])
+    folder = run(config, tmp_path / "r")
+    for name in ("checkpoint.pt", "summary.json", "model.pt"):
+        (folder / name).unlink()
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines()[0] + "\n")  # killed after writing round 0
+    resume(folder)
+    assert rounds(folder) == [0, 1, 2]
