@@ -17,7 +17,6 @@ they are used, else cross-entropy and argmax accuracy.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -159,16 +159,37 @@ def _verb(run_dir: Path) -> str:
 
 
 def _run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None) -> Path:
-    """Run one cell, or resume it when an earlier, interrupted run left its folder."""
+    """Run one cell, or resume it when an earlier, interrupted run left its folder. ``threads``
+    is given in a parallel worker: it uses that many torch threads, and once asked to stop it
+    starts no further cell (one may already wait in the pool's queue)."""
     from fedaccel.runner import resume, run
+    from fedaccel.stopping import Interrupted
 
-    if threads is not None:
-        import torch
+    global _worker_stopped
+    if threads is not None:  # run_loop's thread rule reads this (fedaccel.runner.choose_threads)
+        os.environ["FEDACCEL_TORCH_THREADS"] = str(threads)
+        if _worker_stopped:
+            raise Interrupted(run_dir, None)
+    try:
+        if (run_dir / "config.yaml").is_file():
+            return resume(run_dir, progress=progress)
+        return run(config, run_dir, progress=progress)
+    except Interrupted:
+        _worker_stopped = threads is not None
+        raise
 
-        torch.set_num_threads(threads)
-    if (run_dir / "config.yaml").is_file():
-        return resume(run_dir, progress=progress)
-    return run(config, run_dir, progress=progress)
+
+_worker_stopped = False  # a parallel worker was asked to stop (SIGTERM from the experiment)
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    """A worker's SIGTERM outside a run: start no further cell (within a run, run_loop's handler
+    finishes the round and checkpoints it first)."""
+    global _worker_stopped
+    _worker_stopped = True
+    from fedaccel.stopping import STOP
+
+    STOP.set()
 
 
 def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int) -> None:
@@ -181,31 +202,52 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
+
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                initializer=_die_with_parent, initargs=(os.getpid(),))
     try:
-        pending = {}
-        for k, name, config, run_dir in todo:
-            print(f"[{k}/{total}] {name}{_verb(run_dir)} (queued)", flush=True)
-            pending[pool.submit(_run_cell, config, run_dir, False, 1)] = (k, name)
-        done_count = 0
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                k, name = pending.pop(future)
-                if future.exception() is not None:  # a failed cell stops the experiment with its own error
-                    raise future.exception()  # type: ignore[misc]
-                done_count += 1
-                elapsed = time.perf_counter() - started
-                eta = elapsed / done_count * (len(todo) - done_count)
-                print(f"[{k}/{total}] {name}: done ({done_count}/{len(todo)} cells, "
-                      f"{elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
+        with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
+            pending = {}
+            for k, name, config, run_dir in todo:
+                print(f"[{k}/{total}] {name}{_verb(run_dir)} (queued)", flush=True)
+                pending[pool.submit(_run_cell, config, run_dir, False, 1)] = (k, name)
+            done_count, stopping = 0, False
+            while pending:
+                if STOP.is_set() and not stopping:
+                    stopping = True
+                    _stop_pool(pool)
+                finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    k, name = pending.pop(future)
+                    if future.cancelled() or (stopping and future.exception() is not None):
+                        continue  # stopped (Interrupted), or killed before its first round: resumed next time
+                    if future.exception() is not None:  # a failed cell stops the experiment with its own error
+                        raise future.exception()  # type: ignore[misc]
+                    done_count += 1
+                    elapsed = time.perf_counter() - started
+                    eta = elapsed / done_count * (len(todo) - done_count)
+                    print(f"[{k}/{total}] {name}: done ({done_count}/{len(todo)} cells, "
+                          f"{elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
+            if stopping:
+                reason = signal_name()
+                clear_stop()
+                raise Interrupted(todo[0][3].parent, None, reason)
     except BaseException:
         _kill_pool(pool)
         raise
     pool.shutdown()
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued cells and ask the running ones (SIGTERM) to finish their round and checkpoint it."""
+    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]  # None after shutdown
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
@@ -227,6 +269,8 @@ def _die_with_parent(parent: int) -> None:
     systems and a parent that died before the request was made: it exits once the worker's
     parent is no longer ``parent``.
     """
+    os.setpgrp()  # Ctrl-C at a terminal reaches only the experiment, which asks its workers to stop once
+    signal.signal(signal.SIGTERM, _stop_worker)
     if sys.platform.startswith("linux"):
         import ctypes
 

@@ -24,15 +24,24 @@ STOP = threading.Event()
 
 
 class Interrupted(UserError):
-    """A run stopped on request; its checkpoint in ``run_dir`` continues from round ``round``."""
+    """A run stopped on request; its checkpoint in ``run_dir`` continues from round ``round``
+    (``round`` None: a grid of runs stopped, each cell at its own checkpoint)."""
 
-    def __init__(self, run_dir: Path, round_: int, reason: str = "a stop request") -> None:
+    def __init__(self, run_dir: Path, round_: int | None, reason: str = "a stop request") -> None:
         self.run_dir, self.round, self.reason = Path(run_dir), round_, reason
-        super().__init__(f"interrupted by {reason}; {run_dir} continues from round {round_}")
+        where = f"continues from round {round_}" if round_ is not None else "holds the checkpoint of every cell"
+        super().__init__(f"interrupted by {reason}; {run_dir} {where}")
+
+    def __reduce__(self) -> tuple[type, tuple[Path, int | None, str]]:  # crosses process pools intact
+        return type(self), (self.run_dir, self.round, self.reason)
 
     def how_to_continue(self, command: str) -> str:
         """One line for the user: what stopped, and the command that continues."""
-        return f"interrupted by {self.reason}; `{command}` continues from round {self.round}"
+        if self.round is None:
+            return f"interrupted by {self.reason}; `{command}` continues every unfinished cell from its checkpoint"
+        if "--resume" in command:
+            return f"interrupted by {self.reason}; `{command}` continues from round {self.round}"
+        return f"interrupted by {self.reason}; `{command}` continues ({self.run_dir.name} from round {self.round})"
 
 
 _received: list[str] = []

@@ -62,7 +62,7 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
                                     "grid": {"run.seed": [0, 1, 2]}}))
     cells = [tmp_path / "out" / f"run.seed={seed}" for seed in range(3)]
     parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "-j", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 180
@@ -76,13 +76,13 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
         workers = descendants(parent.pid)
         assert len(workers) >= 2, workers  # the pool's two workers (and multiprocessing's resource tracker)
         os.kill(parent.pid, sig)
-        parent.wait(timeout=60)
+        _, err = parent.communicate(timeout=60)
 
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(alive(pid) for pid in workers):
             time.sleep(0.1)
         assert not [pid for pid in workers if alive(pid)], "processes of the killed experiment still run"
-        assert not all((c / "summary.json").is_file() for c in cells), "the cells ran to their end"
+        assert not all((c / "summary.json").is_file() for c in cells), f"the cells ran to their end: {err}"
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -91,7 +91,16 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
             if alive(pid) and b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
 
-    if sig != signal.SIGKILL:
+    if sig != signal.SIGKILL:  # asked to stop: each running cell finished its round and checkpointed it
+        assert err.strip().splitlines()[-1] == (
+            f"interrupted by {signal.Signals(sig).name}; `fedaccel experiment {path} -j 2` continues every "
+            "unfinished cell from its checkpoint")
+        import torch
+
+        for cell in running:
+            assert (cell / "checkpoint.pt").is_file(), (err, sorted(p.name for p in cell.iterdir()), rounds(cell))
+            saved = torch.load(cell / "checkpoint.pt", weights_only=False)["state"].round
+            assert saved == rounds(cell)[-1] and not (cell / "summary.json").is_file(), cell.name
         return
     result = run_experiment(load_experiment(path), workers=1)
     for cell in cells:
