@@ -105,9 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_tensorboard_option(p)
     p.set_defaults(handler=cmd_experiment)
 
-    p = sub.add_parser("plot", help="accuracy and loss curves of runs, and their diagnostics (PNG)")
+    p = sub.add_parser("plot", help="accuracy and loss curves of runs (PNG), and their diagnostics on request")
     p.add_argument("runs", nargs="+", help="run folders or experiment folders")
-    p.add_argument("-o", "--out", default="curves.png")
+    p.add_argument("-o", "--out", default="curves.png", help="the PNG to write (nothing else is written)")
+    p.add_argument("--diagnostics", action="store_true",
+                   help="also the algorithms' diagnostic plots, beside -o as <name>-<diagnostic>.png")
     p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
     p.add_argument("--title", default="")
     p.set_defaults(handler=cmd_plot)
@@ -261,8 +263,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs)
     out = Path(args.out)
     print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title))
-    for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix("")):
-        print(path)
+    if args.diagnostics:
+        for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix("")):
+            print(path)
     return 0
 
 

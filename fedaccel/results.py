@@ -393,7 +393,10 @@ def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None)
     def agreement(i: int, j: int) -> int:
         return sum(flats[i].get(k) == v for k, v in flats[j].items())
 
-    return [max(candidates, key=lambda c: (agreement(i, c), -c)) for i in range(len(groups))]
+    base_of = [max(candidates, key=lambda c: (agreement(i, c), -c)) for i in range(len(groups))]
+    if len(groups) > 1 and all(b == i for i, b in enumerate(base_of)):  # every group its own baseline
+        base_of = [candidates[0]] * len(groups)  # (runs of one method, other settings): the first one
+    return base_of
 
 
 def compare_table(
@@ -437,7 +440,8 @@ def compare_table(
                 final_cell += f" ± {_fmt_num(float(std[-1]))}"
         else:
             best_cell = final_cell = "—"
-        shown = label + (" (baseline)" if i in base_of else "")
+        is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
+        shown = label + (" (baseline)" if is_baseline else "")
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
         for r, b in zip(rounds[i], rounds[base_of[i]]):
             speed = f"{b / r:.2f}×" if r is not None and b is not None and r > 0 else "—"

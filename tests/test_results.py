@@ -343,3 +343,17 @@ def test_figure_has_one_panel_per_metric(experiment):
 def test_plot_unknown_metric_is_user_error(experiment, tmp_path):
     with pytest.raises(UserError, match="test_accuracy.*available: test_acc"):
         plot_curves([experiment], tmp_path / "x.png", metrics=["test_accuracy"])
+
+
+def test_compare_marks_only_the_real_baseline_among_runs_of_one_method(tmp_path):
+    # three FedAvg runs that differ in their learning rate: each used to be its own "(baseline)"
+    for k, (lr, curve) in enumerate(((0.1, [0.2, 0.6]), (0.2, [0.6, 0.7]), (0.4, [0.1, 0.2]))):
+        config = make_config("fedavg")
+        config["train"] = {"lr": lr}
+        write_run(tmp_path / "e" / f"r{k}", config, curve)
+    table = compare_table(load_runs(tmp_path / "e"), targets=[0.6])
+    assert table.count("(baseline)") == 1
+    rows = _rows(table)
+    marked = [label for label in rows if label.endswith("(baseline)")]
+    assert marked == ["fedavg (train.lr=0.1) (baseline)"]
+    assert rows["fedavg (train.lr=0.2)"][4:] == ["1", "2.00×"]

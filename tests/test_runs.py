@@ -233,8 +233,11 @@ def test_label_flip_attack_gets_the_lowest_gsnr_and_plots(tmp_path: Path, capsys
     clean = metrics_of(run(load_config(None, [*overrides[:-1]]), tmp_path / "clean"))
     assert clean[-1]["train_loss"] != metrics_of(out)[-1]["train_loss"]
 
-    assert main(["plot", str(out), "-o", str(tmp_path / "p.png")]) == 0
-    for name in ("p.png", "p-gsnr.png", "p-steps.png", "p-entropy.png"):
+    plots = tmp_path / "plots"
+    assert main(["plot", str(out), "-o", str(plots / "p.png")]) == 0
+    assert [p.name for p in plots.iterdir()] == ["p.png"]  # only what -o says
+    assert main(["plot", str(out), "-o", str(plots / "p.png"), "--diagnostics"]) == 0
+    for name in ("plots/p.png", "plots/p-gsnr.png", "plots/p-steps.png", "plots/p-entropy.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
