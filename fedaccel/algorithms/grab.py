@@ -21,7 +21,7 @@ and is left as it is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -66,6 +66,69 @@ class BalancingEstimator:
         return estimate, {"alpha": full_update.new_tensor([alpha_i])}, diag
 
 
+class BatchedBalancing:
+    """:class:`BalancingEstimator` for K clients: three (K, d) matrices and a (K, T) record of the kept steps.
+
+    The sign choice is one row-wise dot product and ``torch.where`` per step, for every client at once;
+    inactive rows (clients past their tau_i) are left as they are. Tensors follow the given dtype and device.
+    """
+
+    def __init__(
+        self, steps: Sequence[int], dim: int, lrs: Sequence[float], dtype: torch.dtype, device: Any
+    ) -> None:
+        if any(tau < 1 for tau in steps):
+            raise ValueError(f"batched GraB needs every client to take at least one step, got steps {list(steps)}")
+        self.steps, self.dim, self.lrs = list(steps), dim, list(lrs)
+        n = len(self.steps)
+        self.m, self.s, self.g = (torch.zeros(n, dim, dtype=dtype, device=device) for _ in range(3))
+        self._inv_tau = torch.tensor([[1.0 / tau] for tau in self.steps], dtype=dtype, device=device)
+        self._kept = torch.zeros(n, max(self.steps, default=0), dtype=torch.bool, device=device)
+        self._seen = torch.zeros(n, dtype=torch.int64, device=device)
+
+    def observe(self, step: int, directions: Tensor, active: Tensor) -> None:
+        on = active.to(self._seen.device)[:, None]
+        z = torch.where(on, directions, 0)  # inactive rows add nothing to m, whatever they hold
+        self.m.addcmul_(z, self._inv_tau)
+        c = torch.sub(z, self.m).masked_fill_(~on, 0.0)  # inactive rows: c = 0, never kept, s - 0 = s
+        keep = torch.linalg.vecdot(self.s, c)[:, None] < 0.0  # ||s + c|| < ||s - c||, row by row
+        self.s.addcmul_(c, keep.to(c.dtype) * 2.0 - 1.0)  # s + c or s - c, exactly
+        self.g.add_(torch.where(keep, z, 0))
+        self._kept[:, step] = keep[:, 0]
+        self._seen += on[:, 0]
+
+    def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
+        """Per client (eta g_i, {"alpha": [alpha_i]}, diagnostics), as :class:`BalancingEstimator`."""
+        seen = self._seen.tolist()
+        if seen != self.steps:
+            raise RuntimeError(f"batched GraB saw {seen} local steps, expected {self.steps}")
+        lrs = torch.tensor([[lr] for lr in self.lrs], dtype=self.g.dtype, device=self.g.device)
+        estimates = (self.g * lrs).to(updates.dtype)
+        kept = self._kept.cpu()
+        memory = 3 * self.dim * self.g.element_size()
+        out = []
+        for i, tau in enumerate(self.steps):
+            selected = torch.nonzero(kept[i]).flatten().tolist()
+            alpha_i = len(selected) / tau
+            diag = {"selected": selected, "tau": tau, "alpha": alpha_i, "memory_bytes": memory}
+            out.append((estimates[i], {"alpha": updates.new_tensor([alpha_i])}, diag))
+        return out
+
+
+@dataclass(frozen=True)
+class BatchedBalancingFactory:
+    """``Part.batched_estimator`` of :func:`grab_selection`: builds :class:`BatchedBalancing` for a chunk."""
+
+    def __call__(
+        self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: Any
+    ) -> BatchedBalancing:
+        return BatchedBalancing([ctx.steps for ctx in contexts], dim, [ctx.info.lr for ctx in contexts], dtype, device)
+
+    def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
+        """m, s, g and at most three (K, d) temporaries of a step (one spare), plus the (K, T) record."""
+        element = torch.empty((), dtype=dtype).element_size()
+        return clients * (7 * dim * element + steps)
+
+
 def grab_selection() -> Part:
     """GraB online selection on the client plus the server's 1/alpha_t rescaling (Algorithm 4).
 
@@ -91,4 +154,6 @@ def grab_selection() -> Part:
             return list(updates)
         return [replace(u, delta=u.delta / alpha_t) for u in updates]
 
-    return Part(name="grab", estimator=estimator, server_adjust=server_adjust)
+    return Part(
+        name="grab", estimator=estimator, batched_estimator=BatchedBalancingFactory(), server_adjust=server_adjust
+    )
