@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, Estimator, Part
+from fedaccel.algorithms.batched import Workspace, copy_active_rows, row_blocks
 from fedaccel.errors import ConfigError
 
 
@@ -169,49 +170,58 @@ class BatchedHerding:
     """
 
     def __init__(
-        self, steps: Sequence[int], dim: int, alpha: float, lrs: Sequence[float], dtype: torch.dtype, device: Any
+        self,
+        steps: Sequence[int],
+        dim: int,
+        alpha: float,
+        lrs: Sequence[float],
+        dtype: torch.dtype,
+        device: Any,
+        workspace: Workspace | None = None,
     ) -> None:
         if any(tau < 1 for tau in steps):
             raise ValueError(f"batched BHerd needs every client to take at least one step, got steps {list(steps)}")
         self.steps, self.dim, self.alpha, self.lrs = list(steps), dim, alpha, list(lrs)
         self._tau = torch.tensor(self.steps, device=device)
-        self._z: Tensor | None = torch.zeros(len(self.steps), max(self.steps, default=0), dim, dtype=dtype, device=device)
+        shape = (len(self.steps), max(self.steps, default=0), dim)
+        self._workspace = workspace or Workspace()
+        self._flat = self._workspace.take(math.prod(shape), dtype, device)  # observe writes every column
+        self._z: Tensor | None = self._flat[: math.prod(shape)].view(shape)
+        self._observed: set[int] = set()
         self._seen = torch.zeros(len(self.steps), dtype=torch.int64, device=device)
+        self._zero = torch.zeros((), dtype=dtype, device=device)
 
     def observe(self, step: int, directions: Tensor, active: Tensor) -> None:
         assert self._z is not None, "observe after finish"
         active = active.to(self._seen.device)
-        self._z[:, step] = torch.where(active[:, None], directions, 0)  # inactive rows stay zero padding
+        copy_active_rows(self._z[:, step], directions, active, self._zero)  # inactive rows: zero padding
+        self._observed.add(step)
         self._seen += active
 
     def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
         """Herd every client; per client ((lr/alpha) g_i, no extras, diagnostics), as :class:`HerdingEstimator`."""
-        z, self._z = self._z, None  # the store is freed when this returns
+        z, self._z = self._z, None  # the store goes back to the workspace below
         assert z is not None, "finish called twice"
         seen = self._seen.tolist()
-        if seen != self.steps:
+        if seen != self.steps or len(self._observed) != z.shape[1]:
             raise RuntimeError(f"batched BHerd saw {seen} local steps, expected {self.steps}")
-        tau = self._tau.to(z.dtype)
-        valid = torch.arange(z.shape[1], device=z.device)[None, :] < self._tau[:, None]  # (K, T)
-        mu = z.sum(dim=1) / tau[:, None]  # mu_i (Eq. 5); padded rows are zero
-        z.sub_(mu[:, None, :]).masked_fill_(~valid[:, :, None], 0.0)  # centre the real rows in place, padding to 0
-        gram = torch.bmm(z, z.transpose(1, 2))  # (K, T, T): the only O(K T^2 d) work
-        counts = torch.tensor([selected_count(self.alpha, tau_i) for tau_i in self.steps])
-        chosen = herd_select_batched(gram, self._tau, counts, tie_tolerance(z.dtype, self.dim))
-        mask = chosen.to(device=z.device, dtype=z.dtype)
-        g = torch.bmm(mask[:, None, :], z).squeeze(1)  # sum of the selected centred rows
-        g.add_(mu * counts.to(device=z.device, dtype=z.dtype)[:, None])  # + k_i mu_i: the raw directions (Eq. 6)
-        herd_steps = torch.tensor([self.alpha * tau_i for tau_i in self.steps], dtype=z.dtype, device=z.device)
-        distances = torch.linalg.vector_norm(g / herd_steps[:, None] - mu, dim=1).tolist()
-        scale = torch.tensor([lr / self.alpha for lr in self.lrs], dtype=z.dtype, device=z.device)[:, None]
-        estimates = (g * scale).to(updates.dtype)
-        element = z.element_size()
+        element, t = z.element_size(), z.shape[1]
+        estimates = torch.empty(len(self.steps), self.dim, dtype=updates.dtype, device=z.device)
+        selected: list[list[int]] = []
+        distances: list[float] = []
+        # A block of clients at a time: on the CPU blocks whose stored rows stay in cache through the passes
+        # below (one client at d = 100k), on an accelerator all of them at once.
+        for rows in row_blocks(len(self.steps), (t + 2) * self.dim * element, z.device):
+            block_selected, block_distances = self._herd(z[rows], rows, estimates[rows])
+            selected += block_selected
+            distances += block_distances
+        self._workspace.give(self._flat)
         return [
             (
                 estimates[i],
                 {},
                 {
-                    "selected": torch.nonzero(chosen[i]).flatten().tolist(),
+                    "selected": selected[i],
                     "tau": tau_i,
                     "distance": distances[i],
                     "memory_bytes": tau_i * self.dim * element,
@@ -220,23 +230,53 @@ class BatchedHerding:
             for i, tau_i in enumerate(self.steps)
         ]
 
+    def _herd(self, z: Tensor, rows: slice, out: Tensor) -> tuple[list[list[int]], list[float]]:
+        """Herd the clients ``rows`` (their store z, (B, T, d), is centred in place); their estimates go to ``out``.
+
+        Two (B, d) allocations (mu, g): everything else is in place or in the store, since fresh large
+        temporaries cost page faults on the CPU and count against ``chunk_bytes``.
+        """
+        steps, lrs = self.steps[rows], self.lrs[rows]
+
+        def column(values: list[float]) -> Tensor:
+            return torch.tensor(values, dtype=z.dtype, device=z.device)[:, None]
+
+        mu = z.sum(dim=1).div_(column([float(tau_i) for tau_i in steps]))  # mu_i (Eq. 5); padding is zero
+        z.sub_(mu[:, None, :])  # centre in place
+        if min(steps) < z.shape[1]:  # padding back to zero
+            valid = torch.arange(z.shape[1], device=z.device)[None, :] < self._tau[rows, None]  # (B, T)
+            z.masked_fill_(~valid[:, :, None], 0.0)
+        gram = torch.bmm(z, z.transpose(1, 2))  # (B, T, T): the only O(B T^2 d) work
+        counts = [selected_count(self.alpha, tau_i) for tau_i in steps]
+        rtol = tie_tolerance(z.dtype, self.dim)
+        chosen = herd_select_batched(gram, self._tau[rows], torch.tensor(counts), rtol)
+        mask = chosen.to(device=z.device, dtype=z.dtype)
+        g = torch.bmm(mask[:, None, :], z).squeeze(1)  # sum of the selected centred rows
+        g.addcmul_(mu, column([float(k) for k in counts]))  # + k_i mu_i: the raw directions (Eq. 6)
+        gap = torch.div(g, column([self.alpha * tau_i for tau_i in steps]), out=z[:, 0]).sub_(mu)
+        distances = torch.linalg.vector_norm(gap, dim=1).tolist()  # ||g_i/(alpha tau_i) - mu_i||
+        out.copy_(g.mul_(column([lr / self.alpha for lr in lrs])))
+        return [torch.nonzero(row).flatten().tolist() for row in chosen], distances
+
 
 @dataclass(frozen=True)
 class BatchedHerdingFactory:
     """``Part.batched_estimator`` of :func:`bherd_selection`: builds :class:`BatchedHerding` for a chunk."""
 
     alpha: float
+    workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)  # the store, between rounds
 
     def __call__(
         self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: Any
     ) -> BatchedHerding:
         lrs = [ctx.info.lr for ctx in contexts]
-        return BatchedHerding([ctx.steps for ctx in contexts], dim, self.alpha, lrs, dtype, device)
+        return BatchedHerding([ctx.steps for ctx in contexts], dim, self.alpha, lrs, dtype, device, self.workspace)
 
     def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
-        """The (K, T, d) store, at most four (K, d) vectors at the end, the Gram matrices (and float64 copies)."""
+        """The (K, T, d) store (kept for the next round), the (K, d) estimates, a block's two (B, d) vectors and
+        the Gram matrices (with their float64 copies)."""
         element = torch.empty((), dtype=dtype).element_size()
-        return clients * ((steps + 4) * dim * element + steps * steps * (element + 4 * 8))
+        return clients * ((steps + 3) * dim * element + steps * steps * (element + 4 * 8))
 
 
 def bherd_selection(*, alpha: float = 0.5) -> Part:
