@@ -16,9 +16,10 @@ import pytest
 import torch
 from torch import Tensor
 
+from fedaccel.algorithms import batched as batched_module
 from fedaccel.algorithms.base import ClientContext, Part, RoundInfo
 from fedaccel.algorithms.bherd import bherd_selection, herd_order, herd_select_batched, selected_count
-from fedaccel.algorithms.grab import grab_selection
+from fedaccel.algorithms.grab import BatchedBalancing, grab_selection
 from fedaccel.algorithms.registry import build_algorithm
 
 DTYPES = [torch.float32, torch.float64]
@@ -132,6 +133,46 @@ def test_ties_break_the_same_way(alpha: float | None, dtype: torch.dtype) -> Non
         assert single[1][2]["selected"] == [0, 1][: selected_count(alpha, 4)]  # v, u, v, u: first of each tie
 
 
+@pytest.mark.parametrize("budget", [1, 3 * 14 * 41 * 4])  # one client per block; blocks of 1 to 7 clients
+@pytest.mark.parametrize("alpha", [0.5, None])  # None: GraB
+def test_cpu_row_blocks_give_the_same_results(
+    alpha: float | None, budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long rows are handled a cache-sized block of clients at a time on the CPU (one client: GraB's row path)."""
+    monkeypatch.setattr(batched_module, "CPU_BLOCK_BYTES", budget)
+    rows_seen: list[int] = []
+    observe_row = BatchedBalancing._observe_row
+
+    def counted(self: BatchedBalancing, i: int, *rest: Any) -> None:
+        rows_seen.append(i)
+        observe_row(self, i, *rest)
+
+    monkeypatch.setattr(BatchedBalancing, "_observe_row", counted)
+    part = grab_selection() if alpha is None else bherd_selection(alpha=alpha)
+    for dtype in DTYPES:
+        z = random_directions(TAUS, 41, dtype, seed=3)
+        batched, single = both_forms(part, TAUS, z)
+        for b, s in zip(batched, single, strict=True):
+            assert_same(b, s)
+    assert (len(rows_seen) == 2 * len(TAUS) * max(TAUS)) == (alpha is None and budget == 1)
+
+
+@pytest.mark.parametrize("alpha", [0.5, None])  # None: GraB
+def test_reused_workspace_leaks_nothing_between_rounds(alpha: float | None) -> None:
+    """The second round gets the first one's memory (poisoned with NaN here) and still equals the per-client form."""
+    part = grab_selection() if alpha is None else bherd_selection(alpha=alpha)
+    assert part.batched_estimator is not None
+    workspace = part.batched_estimator.workspace  # type: ignore[attr-defined]
+    both_forms(part, [12] * 9, random_directions([12] * 9, 37, torch.float32, seed=1))
+    kept = workspace._buffer
+    assert kept is not None
+    kept.fill_(torch.nan)
+    batched, single = both_forms(part, TAUS, random_directions(TAUS, 37, torch.float32, seed=2))
+    assert workspace._buffer is not None and workspace._buffer.data_ptr() == kept.data_ptr()  # reused
+    for b, s in zip(batched, single, strict=True):
+        assert_same(b, s)
+
+
 def test_herd_select_batched_is_herd_order_row_by_row() -> None:
     """The vectorised greedy loop on padded Gram matrices picks what herd_order picks on each one."""
     taus, dim = [7, 1, 4, 7, 2], 6
@@ -165,8 +206,10 @@ def test_chunk_bytes_covers_the_state_and_is_linear(part: Part) -> None:
     assert factory.chunk_bytes(20, 12, 784, torch.float32) == 20 * one
     assert factory.chunk_bytes(1, 12, 784, torch.float64) > 1.9 * one
     estimator = factory(contexts([12, 5]), 784, torch.float32, torch.device("cpu"))
-    state = [v for v in vars(estimator).values() if isinstance(v, Tensor)]
-    assert sum(t.numel() * t.element_size() for t in state) <= factory.chunk_bytes(2, 12, 784, torch.float32)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in vars(estimator).values()
+                if isinstance(t, Tensor)}
+    assert sum(storages.values()) >= (2 * 12 * 784 * 4 if part.name == "bherd" else 3 * 2 * 784 * 4)
+    assert sum(storages.values()) <= factory.chunk_bytes(2, 12, 784, torch.float32)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here: peak memory is measured on CUDA only")
