@@ -4,7 +4,9 @@ K = 20 clients, tau = 12 steps each, d = 784 (the squared SVM) and d = 100,000; 
 out in advance, so only the estimators are timed: the per-client form builds K estimators and feeds each its
 12 directions, then finishes them one by one; the batched form (``Part.batched_estimator``) gets 12 (K, d)
 steps and finishes once. Each contender runs once untimed (warm-up), then ``--repeats`` times alternating;
-the ratio is of the medians. Torch threads are pinned (1 by default, ``--threads``).
+the ratio is of the medians. Torch threads are pinned (1 by default, ``--threads``). Times are the process's
+CPU time on the CPU (``time.process_time``: a shared, loaded machine disturbs it less than wall time) and wall
+time with synchronisation on a GPU.
 
     python benchmarks/batched_estimators.py [--repeats 7] [--threads 1] [--device cpu]
 
@@ -53,12 +55,15 @@ def batched(part: Part, z: torch.Tensor, steps: list[torch.Tensor]) -> None:
 
 
 def seconds(run: Callable[[], None], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    """CPU seconds of this process on the CPU (less disturbed by other processes on a shared machine), else wall."""
+    if device.type == "cpu":
+        started = time.process_time()
+        run()
+        return time.process_time() - started
+    torch.cuda.synchronize()
     started = time.perf_counter()
     run()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    torch.cuda.synchronize()
     return time.perf_counter() - started
 
 
