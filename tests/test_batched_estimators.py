@@ -204,7 +204,8 @@ def test_chunk_bytes_covers_the_state_and_is_linear(part: Part) -> None:
     assert factory is not None
     one = factory.chunk_bytes(1, 12, 784, torch.float32)
     assert factory.chunk_bytes(20, 12, 784, torch.float32) == 20 * one
-    assert factory.chunk_bytes(1, 12, 784, torch.float64) > 1.9 * one
+    vectors = 12 if part.name == "bherd" else 3  # the store; GraB's m, s, g
+    assert factory.chunk_bytes(1, 12, 784, torch.float64) - one >= vectors * 784 * 4  # twice the bytes in float64
     estimator = factory(contexts([12, 5]), 784, torch.float32, torch.device("cpu"))
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in vars(estimator).values()
                 if isinstance(t, Tensor)}

@@ -9,6 +9,9 @@ from torch import Tensor
 # (K, d) rows out of cache ran slower than one client after another in cache: at K = 20, d = 100k, 4.9x for
 # GraB's step and 2.3x for BHerd's finish (benchmarks/batched_estimators.py).
 CPU_BLOCK_BYTES = 1 << 20
+# Per client, in chunk_bytes: the small tensors (masks, counters, per-row scalars) and allocator rounding
+# (CUDA's caching allocator rounds every block up to 512 bytes).
+SMALL_BYTES = 4096
 
 
 def row_blocks(rows: int, row_bytes: int, device: torch.device | str, budget: int | None = None) -> list[slice]:

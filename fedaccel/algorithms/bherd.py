@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, Estimator, Part
-from fedaccel.algorithms.batched import Workspace, copy_active_rows, row_blocks
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, copy_active_rows, row_blocks
 from fedaccel.errors import ConfigError
 
 
@@ -276,7 +276,7 @@ class BatchedHerdingFactory:
         """The (K, T, d) store (kept for the next round), the (K, d) estimates, a block's two (B, d) vectors and
         the Gram matrices (with their float64 copies)."""
         element = torch.empty((), dtype=dtype).element_size()
-        return clients * ((steps + 3) * dim * element + steps * steps * (element + 4 * 8))
+        return clients * ((steps + 3) * dim * element + steps * steps * (element + 4 * 8) + SMALL_BYTES)
 
 
 def bherd_selection(*, alpha: float = 0.5) -> Part:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, Estimator, Part, RoundInfo, State
-from fedaccel.algorithms.batched import Workspace, copy_active_rows, row_blocks
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, copy_active_rows, row_blocks
 from fedaccel.algorithms.mean import renormalised_weights
 
 
@@ -164,7 +164,7 @@ class BatchedBalancingFactory:
     def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
         """m, s, g and two step buffers (kept for the next round), the (K, d) estimates, the (K, T) record."""
         element = torch.empty((), dtype=dtype).element_size()
-        return clients * (6 * dim * element + steps)
+        return clients * (6 * dim * element + steps + SMALL_BYTES)
 
 
 def grab_selection() -> Part:
