@@ -107,6 +107,30 @@ class Estimator(Protocol):
         ...
 
 
+class BatchedEstimator(Protocol):
+    """An :class:`Estimator` for K clients at once (the stacked runtime): row k is client ``contexts[k]``."""
+
+    def observe(self, step: int, directions: Tensor, active: Tensor) -> None:
+        """Step ``step``'s (K, d) directions; rows where the (K,) bool ``active`` is False are ignored."""
+        ...
+
+    def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
+        """Per client, what :meth:`Estimator.finish` gives for its row of the (K, d) ``updates``."""
+        ...
+
+
+class BatchedEstimatorFactory(Protocol):
+    """``Part.batched_estimator``: builds a :class:`BatchedEstimator` and says what one costs in memory."""
+
+    def __call__(
+        self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: torch.device
+    ) -> BatchedEstimator: ...
+
+    def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
+        """Peak bytes the estimator allocates for ``clients`` clients of at most ``steps`` steps (linear in clients)."""
+        ...
+
+
 @dataclass
 class ClientUpdate:
     """One client's upload: ``delta = w_t - theta_end`` (or its estimate) plus extras."""
@@ -137,6 +161,8 @@ class Part:
     - ``start(ctx, w, theta0, ss, cs) -> theta0``
     - ``local_term(ctx, w, ss, cs) -> LocalTerm | None``
     - ``estimator(ctx, d) -> Estimator`` (d = number of parameters)
+    - ``batched_estimator(contexts, d, dtype, device) -> BatchedEstimator``: the estimator for K clients at
+      once (optional; a :class:`BatchedEstimatorFactory`, which also gives ``chunk_bytes``)
     - ``client_end(ctx, w, theta0, theta_end, ss, cs) -> (cs, extras: dict[str, Tensor])``
     - ``server_adjust(info, updates, ss) -> updates``
     - ``aggregate(info, w, updates) -> w_next``
@@ -153,6 +179,7 @@ class Part:
     start: Callable[..., Tensor] | None = None
     local_term: Callable[..., LocalTerm | None] | None = None
     estimator: Callable[..., Estimator] | None = None
+    batched_estimator: BatchedEstimatorFactory | None = None
     client_end: Callable[..., tuple[State, dict[str, Tensor]]] | None = None
     server_adjust: Callable[..., list[ClientUpdate]] | None = None
     aggregate: Callable[..., Tensor] | None = None

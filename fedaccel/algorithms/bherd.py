@@ -21,12 +21,15 @@ Python's ``round`` would send 2.5 to 2. The step indices in the diagnostics are 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, Estimator, Part
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, copy_active_rows, row_blocks
 from fedaccel.errors import ConfigError
 
 
@@ -45,11 +48,19 @@ def centred_gram(gram: Tensor) -> Tensor:
     return gram - row[:, None] - row[None, :] + row.mean()
 
 
-def herd_order(gram: Tensor, k: int) -> list[int]:
+def tie_tolerance(dtype: torch.dtype, dim: int) -> float:
+    """Relative score gap under which two herding candidates are tied: 8 eps sqrt(d), the rounding of d-long dot
+    products in ``dtype``. Identical directions then tie whatever kernel computed their Gram matrix."""
+    return 8.0 * torch.finfo(dtype).eps * math.sqrt(dim)
+
+
+def herd_order(gram: Tensor, k: int, rtol: float = 0.0) -> list[int]:
     """Algorithm 2 on the vectors whose Gram matrix is ``gram``: the first k indices of the greedy herding order.
 
     The vectors are centred (through :func:`centred_gram`); then, with s the running sum of the centred
     vectors already chosen, each pick is the unused j minimising ``||s + z_bar_j||`` (ties: lowest index).
+    Scores within ``rtol (2p + 1) max_j ||z_bar_j||^2`` of the minimum at pick p count as tied (the
+    estimators pass :func:`tie_tolerance`, so rounding noise does not split an exact tie).
     Bookkeeping in float64, O(k tau) after the Gram matrix.
 
     Example:
@@ -67,11 +78,13 @@ def herd_order(gram: Tensor, k: int) -> list[int]:
     sq_norms = centred.diagonal().clone()  # ||z_bar_j||^2
     inner = torch.zeros(tau, dtype=torch.float64)  # <s, z_bar_j>
     used = torch.zeros(tau, dtype=torch.bool)
+    slack = rtol * float(sq_norms.max().clamp_min(0.0))
     order: list[int] = []
-    for _ in range(k):
+    for pick in range(k):
         # ||s + z_bar_j||^2 - ||s||^2; ||s||^2 is the same for every candidate
         score = (2.0 * inner + sq_norms).masked_fill(used, math.inf)
-        j = int(torch.argmin(score))  # first minimum: lowest index on ties
+        tied = score <= score.min() + slack * (2 * pick + 1)
+        j = int(torch.argmax(tied.to(torch.uint8)))  # first (near-)minimum: lowest index on ties
         order.append(j)
         used[j] = True
         inner += centred[j]
@@ -109,7 +122,7 @@ class HerdingEstimator:
         z.sub_(mu)  # centre in place: exact centred inner products, no second matrix
         gram = z @ z.T  # (tau, tau): the only O(tau^2 d) work
         k = selected_count(self.alpha, self.steps)
-        chosen = herd_order(gram, k)
+        chosen = herd_order(gram, k, tie_tolerance(z.dtype, self.dim))
         mask = z.new_zeros(self.steps)
         mask[chosen] = 1.0
         g = mask @ z + k * mu  # sum of the selected raw directions (Eq. 6), without copying rows
@@ -117,6 +130,153 @@ class HerdingEstimator:
         estimate = (g * (self.lr / self.alpha)).to(full_update.dtype)
         diag = {"selected": sorted(chosen), "tau": self.steps, "distance": distance, "memory_bytes": memory}
         return estimate, {}, diag
+
+
+def herd_select_batched(gram: Tensor, steps: Tensor, counts: Tensor, rtol: float = 0.0) -> Tensor:
+    """:func:`herd_order` for K clients at once: the (K, T) bool mask of each client's first k_i picks.
+
+    ``gram`` is (K, T, T), the Gram matrices of the clients' vectors padded with zero rows beyond their
+    ``steps`` tau_i (a (K,) int tensor); ``counts`` are the k_i. The greedy loop runs max k_i times over all
+    clients, with padded and used candidates masked and finished clients frozen; ties go to the lowest
+    index within ``rtol``, as in :func:`herd_order`. Bookkeeping in float64 on the CPU, like :func:`herd_order`.
+    """
+    centred = gram.to(device="cpu", dtype=torch.float64)
+    taus = steps.to(device="cpu", dtype=torch.float64)
+    counts = counts.to(device="cpu")
+    n, t = centred.shape[0], centred.shape[1]
+    valid = torch.arange(t)[None, :] < steps.to("cpu")[:, None]  # (K, T)
+    row = centred.sum(dim=2) / taus[:, None]  # r_j over the valid columns (padded entries are 0)
+    centred = centred - row[:, :, None] - row[:, None, :] + (row.sum(dim=1) / taus)[:, None, None]
+    sq_norms = centred.diagonal(dim1=1, dim2=2)  # ||z_bar_j||^2
+    inner = torch.zeros(n, t, dtype=torch.float64)  # <s, z_bar_j>
+    chosen = torch.zeros(n, t, dtype=torch.bool)
+    slack = rtol * sq_norms.masked_fill(~valid, 0.0).amax(dim=1, keepdim=True).clamp_min(0.0)  # (K, 1)
+    rows = torch.arange(n)
+    for pick in range(int(counts.max()) if n else 0):
+        score = (2.0 * inner + sq_norms).masked_fill(chosen | ~valid, math.inf)
+        tied = score <= score.amin(dim=1, keepdim=True) + slack * (2 * pick + 1)
+        j = torch.argmax(tied.to(torch.uint8), dim=1)  # first (near-)minimum: lowest index on ties
+        live = counts > pick  # clients still picking
+        chosen[rows, j] |= live
+        inner += centred[rows, j] * live[:, None]
+    return chosen
+
+
+class BatchedHerding:
+    """:class:`HerdingEstimator` for K clients: one (K, T, d) store (T = max tau_i), zero beyond each tau_i.
+
+    Every tensor is made with the given dtype and device (those of the step directions); the (K, T, T) Gram
+    matrices are one ``bmm``, the greedy selection is :func:`herd_select_batched`.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[int],
+        dim: int,
+        alpha: float,
+        lrs: Sequence[float],
+        dtype: torch.dtype,
+        device: Any,
+        workspace: Workspace | None = None,
+    ) -> None:
+        if any(tau < 1 for tau in steps):
+            raise ValueError(f"batched BHerd needs every client to take at least one step, got steps {list(steps)}")
+        self.steps, self.dim, self.alpha, self.lrs = list(steps), dim, alpha, list(lrs)
+        self._tau = torch.tensor(self.steps, device=device)
+        shape = (len(self.steps), max(self.steps, default=0), dim)
+        self._workspace = workspace or Workspace()
+        self._flat = self._workspace.take(math.prod(shape), dtype, device)  # observe writes every column
+        self._z: Tensor | None = self._flat[: math.prod(shape)].view(shape)
+        self._observed: set[int] = set()
+        self._seen = torch.zeros(len(self.steps), dtype=torch.int64, device=device)
+        self._zero = torch.zeros((), dtype=dtype, device=device)
+
+    def observe(self, step: int, directions: Tensor, active: Tensor) -> None:
+        assert self._z is not None, "observe after finish"
+        active = active.to(self._seen.device)
+        copy_active_rows(self._z[:, step], directions, active, self._zero)  # inactive rows: zero padding
+        self._observed.add(step)
+        self._seen += active
+
+    def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
+        """Herd every client; per client ((lr/alpha) g_i, no extras, diagnostics), as :class:`HerdingEstimator`."""
+        z, self._z = self._z, None  # the store goes back to the workspace below
+        assert z is not None, "finish called twice"
+        seen = self._seen.tolist()
+        if seen != self.steps or len(self._observed) != z.shape[1]:
+            raise RuntimeError(f"batched BHerd saw {seen} local steps, expected {self.steps}")
+        element, t = z.element_size(), z.shape[1]
+        estimates = torch.empty(len(self.steps), self.dim, dtype=updates.dtype, device=z.device)
+        selected: list[list[int]] = []
+        distances: list[float] = []
+        # A block of clients at a time: on the CPU blocks whose stored rows stay in cache through the passes
+        # below (one client at d = 100k), on an accelerator all of them at once.
+        for rows in row_blocks(len(self.steps), (t + 2) * self.dim * element, z.device):
+            block_selected, block_distances = self._herd(z[rows], rows, estimates[rows])
+            selected += block_selected
+            distances += block_distances
+        self._workspace.give(self._flat)
+        return [
+            (
+                estimates[i],
+                {},
+                {
+                    "selected": selected[i],
+                    "tau": tau_i,
+                    "distance": distances[i],
+                    "memory_bytes": tau_i * self.dim * element,
+                },
+            )
+            for i, tau_i in enumerate(self.steps)
+        ]
+
+    def _herd(self, z: Tensor, rows: slice, out: Tensor) -> tuple[list[list[int]], list[float]]:
+        """Herd the clients ``rows`` (their store z, (B, T, d), is centred in place); their estimates go to ``out``.
+
+        Two (B, d) allocations (mu, g): everything else is in place or in the store, since fresh large
+        temporaries cost page faults on the CPU and count against ``chunk_bytes``.
+        """
+        steps, lrs = self.steps[rows], self.lrs[rows]
+
+        def column(values: list[float]) -> Tensor:
+            return torch.tensor(values, dtype=z.dtype, device=z.device)[:, None]
+
+        mu = z.sum(dim=1).div_(column([float(tau_i) for tau_i in steps]))  # mu_i (Eq. 5); padding is zero
+        z.sub_(mu[:, None, :])  # centre in place
+        if min(steps) < z.shape[1]:  # padding back to zero
+            valid = torch.arange(z.shape[1], device=z.device)[None, :] < self._tau[rows, None]  # (B, T)
+            z.masked_fill_(~valid[:, :, None], 0.0)
+        gram = torch.bmm(z, z.transpose(1, 2))  # (B, T, T): the only O(B T^2 d) work
+        counts = [selected_count(self.alpha, tau_i) for tau_i in steps]
+        rtol = tie_tolerance(z.dtype, self.dim)
+        chosen = herd_select_batched(gram, self._tau[rows], torch.tensor(counts), rtol)
+        mask = chosen.to(device=z.device, dtype=z.dtype)
+        g = torch.bmm(mask[:, None, :], z).squeeze(1)  # sum of the selected centred rows
+        g.addcmul_(mu, column([float(k) for k in counts]))  # + k_i mu_i: the raw directions (Eq. 6)
+        gap = torch.div(g, column([self.alpha * tau_i for tau_i in steps]), out=z[:, 0]).sub_(mu)
+        distances = torch.linalg.vector_norm(gap, dim=1).tolist()  # ||g_i/(alpha tau_i) - mu_i||
+        out.copy_(g.mul_(column([lr / self.alpha for lr in lrs])))
+        return [torch.nonzero(row).flatten().tolist() for row in chosen], distances
+
+
+@dataclass(frozen=True)
+class BatchedHerdingFactory:
+    """``Part.batched_estimator`` of :func:`bherd_selection`: builds :class:`BatchedHerding` for a chunk."""
+
+    alpha: float
+    workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)  # the store, between rounds
+
+    def __call__(
+        self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: Any
+    ) -> BatchedHerding:
+        lrs = [ctx.info.lr for ctx in contexts]
+        return BatchedHerding([ctx.steps for ctx in contexts], dim, self.alpha, lrs, dtype, device, self.workspace)
+
+    def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
+        """The (K, T, d) store (kept for the next round), the (K, d) estimates, a block's two (B, d) vectors and
+        the Gram matrices (with their float64 copies)."""
+        element = torch.empty((), dtype=dtype).element_size()
+        return clients * ((steps + 3) * dim * element + steps * steps * (element + 4 * 8) + SMALL_BYTES)
 
 
 def bherd_selection(*, alpha: float = 0.5) -> Part:
@@ -138,4 +298,4 @@ def bherd_selection(*, alpha: float = 0.5) -> Part:
     def estimator(ctx: ClientContext, dim: int) -> Estimator:
         return HerdingEstimator(ctx.steps, dim, alpha, ctx.info.lr)
 
-    return Part(name="bherd", estimator=estimator)
+    return Part(name="bherd", estimator=estimator, batched_estimator=BatchedHerdingFactory(alpha))

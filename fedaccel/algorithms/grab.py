@@ -21,13 +21,14 @@ and is left as it is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, Estimator, Part, RoundInfo, State
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, copy_active_rows, row_blocks
 from fedaccel.algorithms.mean import renormalised_weights
 
 
@@ -66,6 +67,106 @@ class BalancingEstimator:
         return estimate, {"alpha": full_update.new_tensor([alpha_i])}, diag
 
 
+class BatchedBalancing:
+    """:class:`BalancingEstimator` for K clients: m, s, g as (K, d) matrices and a (K, T) record of the kept steps.
+
+    The sign choice is one row-wise dot product and ``torch.where`` per step, for every client at once;
+    inactive rows (clients past their tau_i) are left as they are. Tensors follow the given dtype and device.
+    On the CPU, rows too long to share a cache-sized block run the per-client code row by row.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[int],
+        dim: int,
+        lrs: Sequence[float],
+        dtype: torch.dtype,
+        device: Any,
+        workspace: Workspace | None = None,
+    ) -> None:
+        if any(tau < 1 for tau in steps):
+            raise ValueError(f"batched GraB needs every client to take at least one step, got steps {list(steps)}")
+        self.steps, self.dim, self.lrs = list(steps), dim, list(lrs)
+        n = len(self.steps)
+        self._workspace = workspace or Workspace()
+        self._flat = self._workspace.take(5 * n * dim, dtype, device)
+        self.m, self.s, self.g, self._z, self._c = self._flat[: 5 * n * dim].view(5, n, dim).unbind(0)
+        self._flat[: 3 * n * dim].zero_()  # m, s, g; z and c are per-step buffers
+        self._inv_tau = torch.tensor([[1.0 / tau] for tau in self.steps], dtype=dtype, device=device)
+        self._kept = torch.zeros(n, max(self.steps, default=0), dtype=torch.bool, device=device)
+        self._seen = torch.zeros(n, dtype=torch.int64, device=device)
+        self._zero = torch.zeros((), dtype=dtype, device=device)
+        element = self.m.element_size()
+        self._blocks = row_blocks(n, 6 * dim * element, device)  # rows of m, s, g, z, c and the directions
+
+    def observe(self, step: int, directions: Tensor, active: Tensor) -> None:
+        # Every (K, d) result goes to a preallocated buffer (fresh large tensors cost page faults on the CPU),
+        # a block of rows at a time (on the CPU, blocks that stay in cache; one block on an accelerator).
+        on = active.to(self._seen.device)[:, None]
+        on_float = on.to(self.m.dtype)
+        for rows in self._blocks:
+            if rows.stop - rows.start == 1 and self.m.device.type == "cpu":
+                self._observe_row(rows.start, step, directions[rows.start], bool(on[rows.start]))
+                continue
+            m, s, g = self.m[rows], self.s[rows], self.g[rows]
+            z = copy_active_rows(self._z[rows], directions[rows], on[rows, 0], self._zero)  # inactive rows: 0
+            m.addcmul_(z, self._inv_tau[rows])
+            c = torch.addcmul(z, m, on_float[rows], value=-1.0, out=self._c[rows])  # z - m; inactive rows: 0
+            keep = torch.linalg.vecdot(s, c)[:, None] < 0.0  # ||s + c|| < ||s - c||, row by row
+            s.addcmul_(c, keep.to(c.dtype) * 2.0 - 1.0)  # s + c or s - c, exactly
+            g.add_(torch.where(keep, z, self._zero, out=z))
+            self._kept[rows, step] = keep[:, 0]
+        self._seen += on[:, 0]
+
+    def _observe_row(self, i: int, step: int, direction: Tensor, active: bool) -> None:
+        """One client's step on the CPU, for rows too long to share a cache-sized block: the per-client code."""
+        if not active:
+            return
+        self.m[i].add_(direction, alpha=1.0 / self.steps[i])
+        c = torch.sub(direction, self.m[i], out=self._c[i])
+        keep = float(torch.dot(self.s[i], c)) < 0.0
+        self.s[i].add_(c, alpha=1.0 if keep else -1.0)
+        if keep:
+            self.g[i].add_(direction)
+        self._kept[i, step] = keep
+
+    def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
+        """Per client (eta g_i, {"alpha": [alpha_i]}, diagnostics), as :class:`BalancingEstimator`."""
+        seen = self._seen.tolist()
+        if seen != self.steps:
+            raise RuntimeError(f"batched GraB saw {seen} local steps, expected {self.steps}")
+        lrs = torch.tensor([[lr] for lr in self.lrs], dtype=self.g.dtype, device=self.g.device)
+        estimates = (self.g * lrs).to(updates.dtype)
+        self._workspace.give(self._flat)
+        kept = self._kept.cpu()
+        memory = 3 * self.dim * self.g.element_size()
+        out = []
+        for i, tau in enumerate(self.steps):
+            selected = torch.nonzero(kept[i]).flatten().tolist()
+            alpha_i = len(selected) / tau
+            diag = {"selected": selected, "tau": tau, "alpha": alpha_i, "memory_bytes": memory}
+            out.append((estimates[i], {"alpha": updates.new_tensor([alpha_i])}, diag))
+        return out
+
+
+@dataclass(frozen=True)
+class BatchedBalancingFactory:
+    """``Part.batched_estimator`` of :func:`grab_selection`: builds :class:`BatchedBalancing` for a chunk."""
+
+    workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)  # the vectors, between rounds
+
+    def __call__(
+        self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: Any
+    ) -> BatchedBalancing:
+        lrs = [ctx.info.lr for ctx in contexts]
+        return BatchedBalancing([ctx.steps for ctx in contexts], dim, lrs, dtype, device, self.workspace)
+
+    def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
+        """m, s, g and two step buffers (kept for the next round), the (K, d) estimates, the (K, T) record."""
+        element = torch.empty((), dtype=dtype).element_size()
+        return clients * (6 * dim * element + steps + SMALL_BYTES)
+
+
 def grab_selection() -> Part:
     """GraB online selection on the client plus the server's 1/alpha_t rescaling (Algorithm 4).
 
@@ -91,4 +192,6 @@ def grab_selection() -> Part:
             return list(updates)
         return [replace(u, delta=u.delta / alpha_t) for u in updates]
 
-    return Part(name="grab", estimator=estimator, server_adjust=server_adjust)
+    return Part(
+        name="grab", estimator=estimator, batched_estimator=BatchedBalancingFactory(), server_adjust=server_adjust
+    )
