@@ -492,7 +492,8 @@ def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_
             first.kill()
     stopped_at = torch.load(out / "checkpoint.pt", weights_only=False)["state"].round
     assert first.returncode == 130, stderr[-2000:]
-    assert stderr.splitlines()[-1] == f"interrupted at round {stopped_at}; `fedaccel deploy --resume {out}` continues"
+    assert stderr.splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel deploy --resume {out}` continues "
+                                       f"from round {stopped_at}")
     assert 2 <= stopped_at < 20 and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
     assert not live_flower_processes(within=tmp_path)
     assert re.search(rf"\| {stopped_at}/20 \[.*round.*acc=0\.\d+\]", stderr), stderr[-2000:]  # the bar, as in process

@@ -30,7 +30,7 @@ from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV
 from fedaccel.flower.server import ROUND_LINE, SERVER_PREFIX, STOP_FILE
-from fedaccel.runner import CHECKPOINT, Interrupted
+from fedaccel.runner import Interrupted
 from fedaccel.runlock import lock_run_dir
 
 
@@ -261,6 +261,7 @@ class Interrupts:
     def __init__(self, file: Path) -> None:
         self.file = file
         self.asked = threading.Event()
+        self.reason = "a stop request"  # the signal that asked, for the user's message
         self.graceful = self.stopping = False
         self.previous: dict[int, Any] = {}
 
@@ -268,8 +269,10 @@ class Interrupts:
         if self.stopping:
             return
         if self.graceful and not self.asked.is_set():
+            self.reason = signal.Signals(signum).name
             self.asked.set()
             return
+        self.reason = "a second signal" if self.asked.is_set() else signal.Signals(signum).name
         raise KeyboardInterrupt
 
     def __enter__(self) -> Interrupts:
@@ -290,11 +293,11 @@ def tail(log: Path, lines: int = 15) -> str:
 
 
 def checkpoint_round(run_dir: Path) -> int:
-    """The round ``--resume`` continues from: the last checkpoint's, 0 without one."""
-    import torch
+    """The round ``--resume`` continues from: the newest checkpoint that loads, 0 without one."""
+    from fedaccel.runner import load_checkpoint
 
-    path = run_dir / CHECKPOINT
-    return int(torch.load(path, weights_only=False)["state"].round) if path.is_file() else 0
+    saved = load_checkpoint(run_dir)
+    return int(saved["state"].round) if saved is not None else 0
 
 
 def prepare(config: Config, run_dir: Path, *, clients: int | None = None, resume: bool = False) -> Path:
@@ -407,5 +410,5 @@ def deploy(
     if (run_dir / "summary.json").is_file():
         return run_dir
     if stop.asked.is_set():
-        raise Interrupted(run_dir, checkpoint_round(run_dir))
+        raise Interrupted(run_dir, checkpoint_round(run_dir), stop.reason)
     raise UserError(stream.error or f"the deployed run did not finish; logs in {flower}")
