@@ -332,7 +332,8 @@ def test_figure_has_one_panel_per_metric(experiment):
     acc_ax = fig.axes[0]
     assert acc_ax.get_xlabel() == "round"
     assert acc_ax.get_ylabel() == "test accuracy"
-    assert [t.get_text() for t in acc_ax.get_legend().get_texts()] == ["fast", "fedavg"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend, below the panels
+    assert legend[:2] == ["fast", "fedavg"] and legend[2].startswith("band: 95% CI")
     assert len(acc_ax.lines) == 2
     assert len(acc_ax.collections) == 2  # one std band per multi-seed group
     fig = _make_figure(runs[:1], ["test_acc", "test_loss", "train_loss"])
