@@ -521,45 +521,78 @@ def _determines(a: list[str], b: list[str]) -> bool:
     return all(seen.setdefault(x, y) == y for x, y in zip(a, b))
 
 
+#: Shorter names of long config keys in legend labels.
+KEY_ABBREVIATIONS: dict[str, str] = {
+    "client_fraction": "frac",
+    "local_epochs": "epochs",
+    "local_steps": "steps",
+    "batch_size": "batch",
+    "weight_decay": "wd",
+}
+
+
 def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABEL_MAX) -> list[str]:
     """Short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them.
 
-    A label is the group's name (``Run.label``) and ``key=value`` for the config values that
-    differ between the groups shown, leaving out values that follow from the name or from
-    another value shown (a split's ``alpha`` when the split's name is shown), unset values, and
-    the path of a key (``data.split.name`` is ``split``). Long values are cut, attack lists are
-    named by their kinds, and a label is at most ``limit`` characters; labels stay distinct.
+    A label is the group's name (``Run.label``) and, for the config values that differ between
+    the groups shown, ``key=value`` (a ``...name`` entry, e.g. the split's, by its value alone).
+    Left out: values that follow from the name or from another value shown (the Dirichlet
+    ``alpha`` next to the split's name), unset values, and a key's path (``train.client_fraction``
+    is ``frac``, see :data:`KEY_ABBREVIATIONS`). Attack lists are named by their kinds; long
+    values are cut until the label has at most ``limit`` characters; labels stay distinct.
     """
     if not groups:
         return []
     names = [members[0].label for _, members in groups]
-    flats = [{k: v for k, v in _flatten(_grouping_config(m[0].config)).items()} for _, m in groups]
+    flats = [_flatten(_grouping_config(m[0].config)) for _, m in groups]
     keys: list[str] = []
     for flat in flats:
         keys.extend(k for k in flat if k not in keys)
     full = {k: [_fmt_value(f.get(k, _MISSING)) for f in flats] for k in keys}
     differing = [k for k in keys if len(set(full[k])) > 1]
+    differing.sort(key=lambda k: not _is_name_key(k))  # a split's name explains more than its alpha
     kept: list[str] = []
-    for k in differing:  # first pass: drop what the name or an earlier kept value determines
+    for k in differing:  # drop what the name or a value already kept determines
         if not any(_determines(d, full[k]) for d in [names, *(full[j] for j in kept)]):
             kept.append(k)
-    kept = [k for k in kept if not any(j != k and _determines(full[j], full[k]) for j in kept)]
+    kept = [k for k in keys if k in kept and (_is_name_key(k) or not any(
+        j != k and _determines(full[j], full[k]) for j in kept))]
 
     shown: dict[str, list[str | None]] = {}
     for k in kept:
         short = [_short_value(f.get(k, _MISSING)) for f in flats]
         if len(set(short)) < len(set(full[k])):  # shortening merged values: show them in full
             short = [None if v == "unset" else v for v in full[k]]
-        shown[k] = [None if v is None else _clip(v, 16) for v in short]
+        shown[k] = short
     short_keys = _short_keys(kept)
     labels = []
     for i, name in enumerate(names):
-        parts = [f"{short_keys[k]}={shown[k][i]}" for k in kept if shown[k][i] is not None]
-        labels.append(_clip(" ".join([name, *parts]), limit))
+        parts = [("" if _is_name_key(k) else f"{short_keys[k]}=", shown[k][i])
+                 for k in kept if shown[k][i] is not None]
+        labels.append(_fit(name, parts, limit))
     for i, label in enumerate(labels):  # still equal (cut, or differing only in unset values)
         if labels.count(label) > 1:
             labels[i] = _clip(label, limit - len(f" #{i + 1}")) + f" #{i + 1}"
     return labels
+
+
+def _is_name_key(key: str) -> bool:
+    return key.endswith(".name")
+
+
+def _fit(name: str, parts: list[tuple[str, str]], limit: int) -> str:
+    """``name key=value ...``, cutting the longest value a character at a time (down to 5) to fit."""
+    values = [v for _, v in parts]
+
+    def text() -> str:
+        return " ".join([name, *(k + v for (k, _), v in zip(parts, values))])
+
+    while len(text()) > limit and values:
+        longest = max(range(len(values)), key=lambda j: len(values[j]))
+        if len(values[longest]) <= 5:
+            break
+        values[longest] = values[longest][: len(values[longest]) - 2] + "…"
+    return _clip(text(), limit)
 
 
 def _short_keys(keys: Sequence[str]) -> dict[str, str]:
@@ -568,6 +601,8 @@ def _short_keys(keys: Sequence[str]) -> dict[str, str]:
         parts = key.split(".")
         if len(parts) > 1 and parts[-1] == "name":
             parts = parts[:-1]
+        if n == 1:
+            return KEY_ABBREVIATIONS.get(parts[-1], parts[-1])
         return ".".join(parts[-n:])
 
     out = {}
@@ -664,6 +699,7 @@ def _make_figure(
     grid = fig.add_gridspec(2 if overview else 1, n, height_ratios=[1, 3.2] if overview else [1])
 
     handles: dict[int, Any] = {}
+    target_line = None
     for j, (metric, plan) in enumerate(zip(metrics, plans)):
         ax = fig.add_subplot(grid[-1, j])
         over = fig.add_subplot(grid[0, j], sharex=ax) if plan["overview"] else None
@@ -687,10 +723,10 @@ def _make_figure(
             ax.set_yscale("log")
         if plan["ylim"] is not None:
             ax.set_ylim(*plan["ylim"])
-        for t in plan["targets"]:
-            ax.axhline(t, linestyle=":", color="0.3", linewidth=1.0, zorder=2)
-            ax.text(0.995, t, f"target {t:g}", transform=blended_transform_factory(ax.transAxes, ax.transData),
-                    ha="right", va="bottom", fontsize="x-small", color="0.3")
+        for t in plan["targets"]:  # labelled at the right, outside the data
+            target_line = ax.axhline(t, linestyle=":", color="0.3", linewidth=1.0, zorder=2)
+            ax.text(1.01, t, f"{t:g}", transform=blended_transform_factory(ax.transAxes, ax.transData),
+                    ha="left", va="center", fontsize="x-small", color="0.3")
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(METRIC_NAMES.get(metric, metric))
@@ -709,6 +745,9 @@ def _make_figure(
     if any(len(g) > 1 for _, g in groups):
         legend_handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
         legend_texts.append("band: 95% CI of the mean over seeds (t)")
+    if target_line is not None:
+        legend_handles.append(target_line)
+        legend_texts.append("target (grid's targets)")
     fig.legend(legend_handles, legend_texts, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False)
     if title:
         fig.suptitle(title)
