@@ -535,7 +535,8 @@ def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABE
     """Short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them.
 
     A label is the group's name (``Run.label``) and, for the config values that differ between
-    the groups shown, ``key=value`` (a ``...name`` entry, e.g. the split's, by its value alone).
+    the groups shown, ``key=value`` (a ``...name`` entry, e.g. the split's, by its value alone,
+    right after the name: ``fedavg dirichlet attacks=noise``).
     Left out: values that follow from the name or from another value shown (the Dirichlet
     ``alpha`` next to the split's name), unset values, and a key's path (``train.client_fraction``
     is ``frac``, see :data:`KEY_ABBREVIATIONS`). Attack lists are named by their kinds; long
@@ -555,8 +556,8 @@ def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABE
     for k in differing:  # drop what the name or a value already kept determines
         if not any(_determines(d, full[k]) for d in [names, *(full[j] for j in kept)]):
             kept.append(k)
-    kept = [k for k in keys if k in kept and (_is_name_key(k) or not any(
-        j != k and _determines(full[j], full[k]) for j in kept))]
+    kept = [k for k in sorted(kept, key=lambda k: (not _is_name_key(k), keys.index(k)))  # bare values first
+            if _is_name_key(k) or not any(j != k and _determines(full[j], full[k]) for j in kept)]
 
     shown: dict[str, list[str | None]] = {}
     for k in kept:
