@@ -3,7 +3,8 @@
 A run folder holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one JSON object per
 evaluated round, ``round`` 1-based with an optional round 0 for the initial model) and, once
 finished, ``summary.json``. Runs whose configs differ only in ``run.seed`` (and ``name``) form
-one *group*; curves and tables report the mean over a group's seeds, with the standard deviation.
+one *group*; tables report the mean over a group's seeds with the standard deviation, curves the
+mean with its 95% confidence interval (:func:`mean_ci`).
 
 Example:
     >>> runs = load_runs(["results/exp1"])          # doctest: +SKIP

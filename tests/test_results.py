@@ -534,3 +534,15 @@ def test_many_long_labels_keep_the_panels_and_warn_of_nothing(tmp_path, recwarn)
             assert position.height * fig.get_figheight() > 2.0  # inches: no sliver axes
             assert position.width * fig.get_figwidth() > 3.0
             assert fig.legends[0].get_window_extent().y1 <= ax.get_window_extent().y0  # legend below the panels
+
+
+def test_plot_command_draws_the_targets_it_is_given(experiment, tmp_path, monkeypatch):
+    from fedaccel.cli import main
+
+    out = tmp_path / "p.png"
+    assert main(["plot", str(experiment), "-o", str(out), "--targets", "0.5", "0.8"]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    seen = {}
+    monkeypatch.setattr(results, "plot_curves", lambda *a, **kw: seen.update(kw) or out)
+    main(["plot", str(experiment), "-o", str(out), "--targets", "0.5", "0.8"])
+    assert seen["targets"] == [0.5, 0.8]
