@@ -693,8 +693,9 @@ def _make_figure(
     width = max(5.0 * n, 6.0)
     char_in = 0.075  # inches per character of a "small" legend label
     entry_in = max(len(s) for s in labels) * char_in + 0.9
-    ncols = max(1, min(len(labels), int(width // entry_in)))
-    legend_rows = math.ceil((len(labels) + 1) / ncols)
+    entries = len(labels) + bool(targets) + any(len(g) > 1 for _, g in groups)  # + target, band
+    ncols = max(1, min(entries, int(width // entry_in)))
+    legend_rows = math.ceil(entries / ncols)
     height = 3.6 + (1.0 if overview else 0.0) + 0.25 * legend_rows + (0.3 if title else 0.0)
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -761,16 +762,18 @@ def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarr
     present = [(x, m, h) for x, m, h in curves if x.size]
     every = np.concatenate([np.concatenate([m - h, m + h]) for _, m, h in present])
     every = every[np.isfinite(every)]
-    plan: dict[str, Any] = {"log": False, "ylim": None, "overview": False, "targets": []}
-    if not every.size:
-        return plan
-    lo_all, hi_all = float(every.min()), float(every.max())
     means = np.concatenate([m for _, m, _ in present])
     means = means[np.isfinite(means)]
+    plan: dict[str, Any] = {"log": False, "ylim": None, "overview": False, "targets": []}
     plan["log"] = bool(
         "loss" in metric.rsplit(".", 1)[-1] and means.size and means.min() > 0
         and math.log10(means.max() / means.min()) > LOG_DECADES
     )
+    if plan["log"]:
+        every = every[every > 0]  # a band reaching below 0 is cut at the axis
+    if not every.size:
+        return plan
+    lo_all, hi_all = float(every.min()), float(every.max())
     first = _first_shown_round(np.concatenate([x for x, _, _ in present]))
     late = np.concatenate([np.concatenate([m - h, m + h])[np.concatenate([x, x]) >= first] for x, m, h in present])
     late = late[np.isfinite(late)]
