@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also the algorithms' diagnostic plots, beside -o as <name>-<diagnostic>.png")
     p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
     p.add_argument("--title", default="")
+    p.add_argument("--targets", nargs="*", type=float, default=[], help="dotted lines on the test accuracy panel")
     p.set_defaults(handler=cmd_plot)
 
     p = sub.add_parser("compare", help="rounds to target accuracy and speed-ups (Markdown)")
@@ -262,7 +263,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     runs = load_runs(args.runs)
     out = Path(args.out)
-    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title))
+    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets))
     if args.diagnostics:
         for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix("")):
             print(path)

@@ -150,7 +150,8 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     targets = experiment.targets or [0.5]
     table = compare_table(run_dirs, targets, baseline=experiment.baseline)
     (experiment.out_dir / "table.md").write_text(table + "\n")
-    plot = plot_curves(run_dirs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name)
+    plot = plot_curves(run_dirs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
+                       targets=experiment.targets)
     return ExperimentResult(experiment.out_dir, run_dirs, table, plot)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from fedaccel import results
 from fedaccel.errors import UserError
 from fedaccel.results import (
     _make_figure,
@@ -332,7 +333,8 @@ def test_figure_has_one_panel_per_metric(experiment):
     acc_ax = fig.axes[0]
     assert acc_ax.get_xlabel() == "round"
     assert acc_ax.get_ylabel() == "test accuracy"
-    assert [t.get_text() for t in acc_ax.get_legend().get_texts()] == ["fast", "fedavg"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend, below the panels
+    assert legend[:2] == ["fast", "fedavg"] and legend[2].startswith("band: 95% CI")
     assert len(acc_ax.lines) == 2
     assert len(acc_ax.collections) == 2  # one std band per multi-seed group
     fig = _make_figure(runs[:1], ["test_acc", "test_loss", "train_loss"])
@@ -357,3 +359,190 @@ def test_compare_marks_only_the_real_baseline_among_runs_of_one_method(tmp_path)
     marked = [label for label in rows if label.endswith("(baseline)")]
     assert marked == ["fedavg (train.lr=0.1) (baseline)"]
     assert rows["fedavg (train.lr=0.2)"][4:] == ["1", "2.00×"]
+
+
+# ---------------------------------------------------------------------------- curves that show the difference
+
+
+def _panel(fig, ylabel):
+    """The main panel of a metric (the overview above it has no y label)."""
+    (ax,) = [a for a in fig.axes if a.get_ylabel() == ylabel]
+    return ax
+
+
+def _curve_lines(ax):
+    return [line for line in ax.lines if line.get_linestyle() != ":"]
+
+
+def _close_pair(tmp_path, rounds=40):
+    """The demo's shape: round 0 at 0.0, then two methods within 0.001 of each other in 0.90-0.96."""
+    accs = [0.0] + [0.96 - 0.06 * 0.9 ** r for r in range(1, rounds + 1)]
+    write_run(tmp_path / "e" / "a", make_config("fedavg"), accs, start_round=0)
+    write_run(tmp_path / "e" / "b", make_config("bherd", alpha=0.5), [a + 0.0005 * (r > 0) for r, a in enumerate(accs)],
+              start_round=0)
+    return load_runs([tmp_path / "e" / "a", tmp_path / "e" / "b"])
+
+
+def test_y_range_comes_from_the_rounds_after_the_first_with_all_values_above(tmp_path):
+    fig = _make_figure(_close_pair(tmp_path), ["test_acc"])
+    ax = _panel(fig, "test accuracy")
+    # from round max(1, 5% of 40) = 2 on the curves span fedavg's round 2 to bherd's round 40 (0.9114 to
+    # 0.9596); the panel shows that with a 5% margin either side, round 0's 0.0 and round 1's 0.906 left out
+    low, high = 0.96 - 0.06 * 0.9**2, 0.96 - 0.06 * 0.9**40 + 0.0005
+    np.testing.assert_allclose(ax.get_ylim(), [low - 0.05 * (high - low), high + 0.05 * (high - low)])
+    (over,) = [a for a in fig.axes if a is not ax]  # the thin full-range panel above it
+    assert over.get_ylim()[0] <= 0.0 and over.get_position().height < ax.get_position().height / 2
+
+
+def test_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path):
+    rounds = np.arange(1, 21)
+    write_run(tmp_path / "e" / "a", make_config("fedavg"), [0.5] * 20, losses=list(2.0 * 0.7 ** rounds))  # 3 decades
+    write_run(tmp_path / "f" / "a", make_config("fedavg"), [0.5] * 20, losses=list(0.5 - 0.02 * rounds))  # 0.5 -> 0.1
+    fig = _make_figure(load_runs(tmp_path / "e"), ["test_loss", "test_acc"])
+    assert _panel(fig, "test loss").get_yscale() == "log"
+    assert _panel(fig, "test accuracy").get_yscale() == "linear"
+    fig = _make_figure(load_runs(tmp_path / "f"), ["test_loss"])
+    assert _panel(fig, "test loss").get_yscale() == "linear"
+
+
+def test_targets_are_dotted_labelled_lines_on_the_accuracy_panel(tmp_path):
+    fig = _make_figure(_close_pair(tmp_path), ["test_acc", "test_loss"], targets=[0.93, 0.95, 0.99])
+    ax = _panel(fig, "test accuracy")
+    dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
+    assert sorted(line.get_ydata()[0] for line in dotted) == [0.93, 0.95]  # 0.99: no curve gets there
+    assert {t.get_text() for t in ax.texts} == {"0.93", "0.95"}
+    lo, hi = ax.get_ylim()
+    assert lo < 0.93 and 0.95 < hi
+    assert not [line for line in _panel(fig, "test loss").lines if line.get_linestyle() == ":"]
+    assert "target (grid's targets)" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_experiment_draws_its_grid_targets(tmp_path, monkeypatch):
+    """run_experiment hands the grid's ``targets`` to the curves (cells finished earlier are not rerun)."""
+    from fedaccel.config import dump_config
+    from fedaccel.experiment import load_experiment, run_experiment
+
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump({
+        "name": "g", "out_dir": str(tmp_path / "out"), "base": {"train": {"rounds": 2}},
+        "grid": {"algorithm": ["fedavg", "fedprox"]}, "targets": [0.6, 0.8],
+    }))
+    experiment = load_experiment(tmp_path / "grid.yaml")
+    for name, config in experiment.cells:
+        folder = write_run(experiment.out_dir / name, {}, [0.5, 0.7])
+        dump_config(config, folder / "config.yaml")
+    seen = {}
+    monkeypatch.setattr(results, "plot_curves", lambda *a, **kw: seen.update(kw) or tmp_path / "c.png")
+    run_experiment(experiment, progress=False)
+    assert list(seen["targets"]) == [0.6, 0.8]
+
+
+def test_overlapping_curves_stay_visible_in_a_documented_order(tmp_path):
+    """Groups are drawn in legend order, each later one on top and thinner, with its own dashes and
+    markers at staggered rounds: FedAvg under an equal BHerd line shows as a halo around it."""
+    runs = _close_pair(tmp_path)
+    write_run(tmp_path / "e" / "c", make_config("scaffold"), [0.0] + [0.95] * 40, start_round=0)
+    runs = runs + load_runs(tmp_path / "e" / "c")
+    fig = _make_figure(runs, ["test_acc"])
+    lines = _curve_lines(_panel(fig, "test accuracy"))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["fedavg", "bherd", "scaffold"]
+    widths = [line.get_linewidth() for line in lines]
+    orders = [line.get_zorder() for line in lines]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3
+    assert orders == sorted(orders) and len(set(orders)) == 3
+    dashes = [line._unscaled_dash_pattern for line in lines]  # (offset, on-off sequence or None)
+    assert len({str(d) for d in dashes}) == 3
+    assert len({line.get_marker() for line in lines}) == 3
+    starts = [line.get_markevery()[0] for line in lines]
+    assert len(set(starts)) == 3  # markers of equal curves do not sit on each other
+
+
+def test_band_is_the_95_percent_t_interval_of_the_mean(tmp_path):
+    from scipy.stats import t as student_t
+
+    from fedaccel.results import mean_ci
+
+    seeds = {0: [0.50, 0.60, 0.70], 1: [0.52, 0.66, 0.71], 2: [0.57, 0.63, 0.75]}
+    for seed, accs in seeds.items():
+        write_run(tmp_path / "e" / f"s{seed}", make_config("fedavg", seed), accs)
+    runs = load_runs(tmp_path / "e")
+    values = np.array(list(seeds.values()))
+    half = student_t.ppf(0.975, 2) * values.std(axis=0, ddof=1) / np.sqrt(3)  # 4.30 * s / sqrt(3)
+    x, mean, h = mean_ci(runs, "test_acc")
+    np.testing.assert_allclose(mean, values.mean(axis=0))
+    np.testing.assert_allclose(h, half)
+    ax = _panel(_make_figure(runs, ["test_acc"]), "test accuracy")
+    (band,) = ax.collections
+    vertices = band.get_paths()[0].vertices
+    for rnd, m, w in zip(x, mean, half):
+        ys = vertices[np.isclose(vertices[:, 0], rnd), 1]
+        np.testing.assert_allclose([ys.min(), ys.max()], [m - w, m + w])
+    assert mean_ci(runs[:1], "test_acc")[2].tolist() == [0.0, 0.0, 0.0]
+
+
+def _attack_grid(tmp_path):
+    """fig6_attacks' grid: splits (IID with a timeout, Dirichlet with its alpha) x attacks x algorithms."""
+    attacks = [[], [{"kind": "label-flip", "clients": [0], "from_round": 5, "shift": 3}],
+               [{"kind": "noise", "clients": [0], "from_round": 5}]]
+    splits = [{"name": "iid"}, {"name": "dirichlet", "alpha": 0.5}, {"name": "nonbalance"}]
+    k = 0
+    for split in splits:
+        for attack in attacks:
+            for algorithm in ("fedavg", "fedgsnr"):
+                config = make_config(algorithm, split=split)
+                config["attacks"] = attack
+                config["train"]["client_fraction"] = 0.5
+                if split["name"] == "iid":
+                    config["run"]["timeout"] = 300.0
+                write_run(tmp_path / "e" / f"{k:02d}", config, [0.1 + 0.01 * k, 0.5 + 0.01 * k])
+                k += 1
+    return load_runs(tmp_path / "e")
+
+
+def test_legend_labels_name_only_what_differs_and_stay_short(tmp_path):
+    from fedaccel.results import legend_labels
+
+    runs = _attack_grid(tmp_path)
+    groups = group_runs(runs)
+    labels = legend_labels(groups)
+    assert labels[:6] == [
+        "fedavg iid attacks=none", "fedgsnr iid attacks=none",
+        "fedavg iid attacks=label-flip", "fedgsnr iid attacks=label-flip",
+        "fedavg iid attacks=noise", "fedgsnr iid attacks=noise",
+    ]  # no timeout (it follows from the split), no alpha, no client_fraction (the same everywhere)
+    assert labels[6] == "fedavg dirichlet attacks=none"
+    assert len(set(labels)) == len(labels) and max(map(len, labels)) <= 40
+    assert max(len(label) for label, _ in groups) > 100  # compare's table keeps the full keys
+    fig = _make_figure(runs, ["test_acc"])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    # a long value is cut before the label is, and labels that would be equal stay apart
+    short = legend_labels(groups, limit=24)
+    assert len(set(short)) == len(short) and max(map(len, short)) <= 24
+    assert legend_labels(group_runs(runs[:1])) == ["fedavg"]
+
+
+def test_many_long_labels_keep_the_panels_and_warn_of_nothing(tmp_path, recwarn):
+    import io
+
+    runs = _attack_grid(tmp_path)
+    for metrics in (["test_acc"], ["test_acc", "test_loss", "train_loss"]):
+        fig = _make_figure(runs, metrics, title="fig6_attacks")
+        fig.savefig(io.BytesIO(), format="png", dpi=40)
+        assert not [w for w in recwarn if "layout" in str(w.message)]  # "constrained_layout not applied"
+        for metric in metrics:
+            ax = _panel(fig, results.METRIC_NAMES[metric])
+            position = ax.get_position()
+            assert position.height * fig.get_figheight() > 2.0  # inches: no sliver axes
+            assert position.width * fig.get_figwidth() > 3.0
+            assert fig.legends[0].get_window_extent().y1 <= ax.get_window_extent().y0  # legend below the panels
+
+
+def test_plot_command_draws_the_targets_it_is_given(experiment, tmp_path, monkeypatch):
+    from fedaccel.cli import main
+
+    out = tmp_path / "p.png"
+    assert main(["plot", str(experiment), "-o", str(out), "--targets", "0.5", "0.8"]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    seen = {}
+    monkeypatch.setattr(results, "plot_curves", lambda *a, **kw: seen.update(kw) or out)
+    main(["plot", str(experiment), "-o", str(out), "--targets", "0.5", "0.8"])
+    assert seen["targets"] == [0.5, 0.8]
