@@ -1,0 +1,149 @@
+"""The stacked-client runtime gives the numbers of the in-process runtime, for every recipe and model kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedaccel.algorithms.registry import RECIPES, build_algorithm, hyperparameters
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.local import LocalOptions
+from fedaccel.engine.round import init_state, run_round
+from fedaccel.engine.stacked import StackedClients, kernel_kind
+from fedaccel.models import build_model
+
+SIZES = [3, 5, 8, 11, 6, 9]  # unequal tau_i; client 0 holds fewer samples than a batch
+
+
+def federation(model: str | nn.Module, shape: tuple[int, ...] = (8,), **options: Any) -> Federation:
+    g = torch.Generator().manual_seed(3)
+    n = sum(SIZES)
+    x, y = torch.randn(n, *shape, generator=g), torch.randint(0, 3, (n,), generator=g)
+    bounds = np.cumsum([0, *SIZES])
+    parts = [np.arange(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    module = build_model(model, shape, 3, seed=1, **({"hidden": 5} if model == "2nn" else {})) \
+        if isinstance(model, str) else model
+    defaults: dict[str, Any] = {"lr": 0.1, "batch_size": 4, "local_epochs": 1.5}
+    return Federation(module, x, y, parts, x, y, LocalOptions(**{**defaults, **options}))
+
+
+def algorithm_for(name: str) -> Any:
+    params: dict[str, Any] = {}
+    known = hyperparameters(name)
+    if "fraction" in known:
+        params["fraction"] = 0.5  # FedUMF: all train, half upload
+    if "samples" in known:
+        params.update(samples=4, e_const=3)  # FedGSNR: unequal planned steps, some 0
+    for key in ("mu", "alpha", "feddc_alpha"):
+        if key in known and name not in ("bherd", "bherd-fedavg", "bherd-fednova", "bherd-scaffold", "fedumf",
+                                         "fedumf-fedprox", "fedumf-scaffold"):
+            params[key] = 0.3  # local terms strong enough to matter
+    if name.startswith("bherd"):
+        params["alpha"] = 0.75  # k = tau - 1 from tau = 3: at tau = 2, k = 1 the two steps tie exactly
+    if name == "fedumf-feddc":
+        params["feddc_alpha"] = 0.3
+    if name == "fednova":
+        params["mu"] = 0.2
+    return build_algorithm(name, **params)
+
+
+def run_both(algorithm: Any, make_fed: Any, rounds: int = 3) -> None:
+    runs = []
+    for stacked in (False, True):
+        fed = make_fed()
+        state = init_state(algorithm, fed.model.theta.clone(), fed.n_clients)
+        runtime = StackedClients(algorithm, fed, state.clients, stack_size=4) if stacked else None
+        reports = []
+        for _ in range(rounds):
+            state, report = run_round(algorithm, state, fed, fraction=0.7, runtime=runtime)
+            reports.append(report)
+        runs.append((state, reports))
+    (a, ra), (b, rb) = runs
+    torch.testing.assert_close(b.w, a.w, atol=1e-5, rtol=1e-4)
+    assert not torch.equal(a.w, make_fed().model.theta)  # it trained
+    assert_states_close(b.clients, a.clients)
+    assert_states_close(b.server, a.server)
+    assert [r.local_steps for r in rb] == [r.local_steps for r in ra]
+    assert [r.bytes_up for r in rb] == [r.bytes_up for r in ra]
+    assert [sorted(r.diag) for r in rb] == [sorted(r.diag) for r in ra]
+    for x, y in zip(ra, rb):
+        for client, diag in x.diag.get("clients", {}).items():
+            assert y.diag["clients"][client].get("selected") == diag.get("selected")
+
+
+def assert_states_close(got: Any, want: Any) -> None:
+    if isinstance(want, torch.Tensor):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_states_close(g, w)
+    elif hasattr(want, "__dataclass_fields__"):
+        for name in want.__dataclass_fields__:
+            assert_states_close(getattr(got, name), getattr(want, name))
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_stacked_equals_in_process(name: str) -> None:
+    """A 2NN (batched matmul kernel), unequal tau_i and batch sizes, chunks of 4: the same model,
+    client and server states, steps, bytes and herding choices as in process."""
+    run_both(algorithm_for(name), lambda: federation("2nn"))
+
+
+@pytest.mark.parametrize("model", ["svm", "softmax"])
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedgsnr-fedprox"])
+def test_linear_models_stacked_equal_in_process(model: str, name: str) -> None:
+    run_both(algorithm_for(name), lambda: federation(model))
+
+
+@pytest.mark.parametrize("options", [{"momentum": 0.5}, {"weight_decay": 0.05, "clip": 0.5},
+                                     {"reshuffle": True, "lr_decay": 0.9}])
+@pytest.mark.parametrize("name", ["fedavg", "feddc", "bherd-scaffold"])
+def test_optimiser_options_per_row(options: dict[str, Any], name: str) -> None:
+    run_both(algorithm_for(name), lambda: federation("2nn", **options))
+
+
+class UsersModel(nn.Module):
+    """A user's own module (no Classifier, conv + its own loss): the torch.func path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self.conv, self.fc = nn.Conv2d(1, 2, 3), nn.Linear(2 * 2 * 2, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.tanh(self.conv(x)).flatten(1))
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out, y) + 0.01 * self.fc.weight.square().sum()
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedumf-feddc"])
+def test_users_module_through_torch_func(name: str) -> None:
+    assert kernel_kind(UsersModel()) == "functional"
+    run_both(algorithm_for(name), lambda: federation(UsersModel(), (1, 4, 4), momentum=0.3), rounds=2)
+
+
+def test_kernels_chosen_per_model() -> None:
+    assert kernel_kind(build_model("svm", (8,), 3)) == "svm"
+    assert kernel_kind(build_model("2nn", (8,), 3)) == "linear"
+    assert kernel_kind(build_model("cnn", (1, 28, 28), 10)) == "functional"
+    assert kernel_kind(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))) is None
+
+
+def test_model_with_buffers_falls_back_one_client_at_a_time(capsys: pytest.CaptureFixture[str]) -> None:
+    def make() -> Federation:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            module = nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+        return federation(module)
+
+    run_both(algorithm_for("scaffold"), make, rounds=2)
+    assert "no batched form" in capsys.readouterr().err
