@@ -147,3 +147,62 @@ def test_model_with_buffers_falls_back_one_client_at_a_time(capsys: pytest.Captu
 
     run_both(algorithm_for("scaffold"), make, rounds=2)
     assert "no batched form" in capsys.readouterr().err
+
+
+SMALL = ["data.dataset=digits", "model=softmax", "data.split=dirichlet", "data.split.alpha=0.5", "data.clients=4",
+         "train.lr=0.1", "train.batch_size=20", "train.client_fraction=0.75", "train.rounds=2", "run.threads=1"]
+
+
+def test_a_run_on_the_stacked_runtime_says_so_and_matches_in_process(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fedaccel.config import load_config
+    from fedaccel.runner import run
+
+    rows = {}
+    for runtime in ("in-process", "stacked", "auto"):
+        path = run(load_config(None, [*SMALL, f"run.runtime={runtime}", "run.stack_size=2"]), tmp_path / runtime,
+                   progress=True)
+        first = capsys.readouterr().err.splitlines()[0]
+        rows[runtime] = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        if runtime == "auto":
+            assert "[runtime stacked (auto: linear model, 650 parameters on cpu)," in first
+        else:
+            assert f"[runtime {runtime}," in first
+    for runtime in ("stacked", "auto"):
+        for got, want in zip(rows[runtime], rows["in-process"], strict=True):
+            assert got["test_acc"] == want["test_acc"] and got["local_steps"] == want["local_steps"]
+            assert got["test_loss"] == pytest.approx(want["test_loss"], rel=1e-5)
+
+
+def test_auto_runtime_follows_the_measured_rule() -> None:
+    from fedaccel.runner import choose_runtime
+
+    assert choose_runtime("in-process", federation("svm"), 6) == ("in-process", "run.runtime")
+    assert choose_runtime("auto", federation("svm"), 6)[0] == "stacked"
+    assert choose_runtime("auto", federation("2nn"), 6)[0] == "stacked"
+    assert choose_runtime("auto", federation("svm"), 1) == ("in-process", "auto: one client a round")
+    cnn = federation(build_model("cnn", (1, 8, 8), 3), (1, 8, 8))
+    assert choose_runtime("auto", cnn, 6)[0] == "in-process"  # on a CPU a CNN stacked loses (README "Speed")
+    big = federation(build_model("2nn", (8,), 3, hidden=600))
+    assert choose_runtime("auto", big, 6)[0] == "in-process"
+    with pytest.raises(Exception, match="run.stack_size must be >= 1"):
+        from fedaccel.config import load_config
+
+        load_config(None, ["run.stack_size=0"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the stacked GPU path is tested on CPU")
+def test_stacked_on_a_gpu_equals_in_process_on_the_cpu() -> None:
+    algorithm = algorithm_for("scaffold")
+    cpu = federation("2nn")
+    gpu = federation("2nn")
+    gpu.x_train, gpu.y_train = gpu.x_train.cuda(), gpu.y_train.cuda()
+    a = init_state(algorithm, cpu.model.theta.clone(), cpu.n_clients)
+    b = init_state(algorithm, gpu.model.theta.clone().cuda(), gpu.n_clients)
+    runtime = StackedClients(algorithm, gpu, b.clients)
+    for _ in range(2):
+        a, _ = run_round(algorithm, a, cpu, fraction=0.7)
+        b, _ = run_round(algorithm, b, gpu, fraction=0.7, runtime=runtime)
+    torch.testing.assert_close(b.w.cpu(), a.w, atol=1e-5, rtol=1e-4)
