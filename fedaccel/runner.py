@@ -172,11 +172,14 @@ def local_runtime(setup: Setup, state: FLState) -> tuple[ClientRuntime | None, s
     clients = max(1, round(setup.fraction * federation.n_clients))
     if setup.algorithm.single("participation") is not None:
         clients = federation.n_clients  # e.g. FedUMF: every client trains
+    from fedaccel.engine.stacked import StackedClients, current_seed_stack
+
+    stack = current_seed_stack()
+    if stack is not None:  # fedaccel experiment --stack-seeds: this run's seeds train as one computation
+        return stack.member(setup.algorithm, federation, state.clients), "stacked", "seeds stacked"
     name, why = choose_runtime(config.run.runtime, federation, clients)
     if name != "stacked":
         return None, name, why
-    from fedaccel.engine.stacked import StackedClients
-
     runtime = StackedClients(setup.algorithm, federation, state.clients, stack_size=config.run.stack_size)
     return runtime, name, why
 

@@ -206,3 +206,41 @@ def test_stacked_on_a_gpu_equals_in_process_on_the_cpu() -> None:
         a, _ = run_round(algorithm, a, cpu, fraction=0.7)
         b, _ = run_round(algorithm, b, gpu, fraction=0.7, runtime=runtime)
     torch.testing.assert_close(b.w.cpu(), a.w, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("algorithm", ["scaffold", "fedgsnr"])
+def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
+        tmp_path: Any, algorithm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import yaml
+
+    import fedaccel.engine.stacked as stacked
+    from fedaccel.cli import main
+
+    batched: list[int] = []  # how many runs each stacked computation trained
+    train_jobs = stacked.train_jobs
+    monkeypatch.setattr(stacked, "train_jobs", lambda jobs, **kw: (batched.append(len(jobs)), train_jobs(jobs, **kw)))
+
+    spec = {"name": "seeds", "base": {"data": {"dataset": "digits", "split": {"name": "dirichlet", "alpha": 0.5},
+                                               "clients": 4},
+                                      "model": "softmax", "train": {"rounds": 2, "lr": 0.1, "batch_size": 20,
+                                                                    "client_fraction": 0.75}},
+            "grid": {"algorithm": [algorithm], "run.seed": [0, 1, 2]}}
+    metrics = {}
+    for mode in ("separate", "stacked"):
+        spec["out_dir"] = str(tmp_path / mode)
+        path = tmp_path / f"{mode}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        flags = ["--stack-seeds"] if mode == "stacked" else []
+        assert main(["experiment", str(path), "--no-progress", *flags]) == 0
+        metrics[mode] = {d.name: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+                         for d in sorted((tmp_path / mode).iterdir()) if d.is_dir()}
+    assert len(metrics["stacked"]) == 3 and batched == [3, 3]  # 2 rounds, the 3 seeds in one computation each
+    accs = set()
+    for cell, rows in metrics["separate"].items():
+        for got, want in zip(metrics["stacked"][cell], rows, strict=True):
+            assert got["test_acc"] == want["test_acc"] and got["local_steps"] == want["local_steps"]
+            assert got["test_loss"] == pytest.approx(want["test_loss"], rel=1e-5)
+        accs.add(rows[-1]["test_loss"])
+    assert len(accs) == 3  # the seeds differ

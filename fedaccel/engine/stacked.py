@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,22 +243,22 @@ def _chunk_size(group: Sequence[_Row], stack_size: int | None, memory_cap: int) 
     return max(1, min(len(group), fits, stack_size or len(group)))
 
 
-def _gather(rows: Sequence[_Row], index: Tensor, active: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The batches of the active rows: (m, b, *features) and (m, b), from each row's own data."""
-    feds = {id(r.job.federation): r.job.federation for r in rows}
-    if len(feds) == 1:
-        fed = rows[0].job.federation
-        idx = index if active is None else index.index_select(0, active)
-        flat = idx.reshape(-1)
-        x, y = fed.x_train.index_select(0, flat), fed.y_train.index_select(0, flat)
-        return x.view(*idx.shape, *x.shape[1:]), y.view(idx.shape)
-    chosen = range(len(rows)) if active is None else active.tolist()
+def _gather(segments: Sequence[tuple[Job, int, int]], index: Tensor, live: list[int] | None
+            ) -> tuple[Tensor, Tensor]:
+    """The batches of the live rows (all if None): (m, b, *features) and (m, b), each job's rows
+    from its own federation's data (several jobs: stacked seeds)."""
     xs, ys = [], []
-    for k in chosen:  # several federations (stacked seeds): one gather per row, then one stack
-        fed = rows[k].job.federation
-        xs.append(fed.x_train.index_select(0, index[k]))
-        ys.append(fed.y_train.index_select(0, index[k]))
-    return torch.stack(xs), torch.stack(ys)
+    for job, lo, hi in segments:
+        rows = index[lo:hi] if live is None else index[[k for k in live if lo <= k < hi]]
+        if len(rows) == 0:
+            continue
+        flat = rows.reshape(-1)
+        x, y = job.federation.x_train.index_select(0, flat), job.federation.y_train.index_select(0, flat)
+        xs.append(x.view(*rows.shape, *x.shape[1:]))
+        ys.append(y.view(rows.shape))
+    if len(xs) == 1:
+        return xs[0], ys[0]
+    return torch.cat(xs), torch.cat(ys)
 
 
 def _segments(rows: Sequence[_Row]) -> list[tuple[Job, int, int]]:
@@ -323,8 +324,9 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
     for step in range(tau_max):
         live = steps > step
         all_live = step < tau_min
-        active = None if all_live else torch.tensor([k for k in range(K) if counts[k] > step], device=device)
-        x, y = _gather(rows, index[:, step], active)
+        alive = None if all_live else [k for k in range(K) if counts[k] > step]
+        active = None if alive is None else torch.tensor(alive, device=device)
+        x, y = _gather(segments, index[:, step], alive)
         if all_live:
             grad = kernel(theta, x, y)
         else:
@@ -412,3 +414,85 @@ class StackedClients:
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
         return self.client_states
+
+
+# --- seeds stacked: several runs' client sides in one computation -------------------------------
+
+
+class SeedStack:
+    """Runs in lockstep, one per thread (``fedaccel experiment --stack-seeds``): each run's ``train``
+    waits until every live run has handed in its round, then one :func:`train_jobs` trains them all.
+    A run that ends (or fails) leaves, so the others never wait for it."""
+
+    def __init__(self, members: int, *, stack_size: int | None = None) -> None:
+        self.live, self.stack_size = members, stack_size
+        self.pending: list[Job] = []
+        self.generation = 0
+        self.errors: dict[int, BaseException] = {}
+        self.cond = threading.Condition()
+
+    def member(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> StackedMember:
+        return StackedMember(self, algorithm, federation, states)
+
+    def train(self, job: Job) -> None:
+        with self.cond:
+            self.pending.append(job)
+            generation = self.generation
+            if len(self.pending) >= self.live:
+                self._run()
+            while self.generation == generation:
+                self.cond.wait()
+            if generation in self.errors:
+                raise self.errors[generation]
+
+    def leave(self) -> None:
+        with self.cond:
+            self.live -= 1
+            if self.pending and len(self.pending) >= self.live:
+                self._run()
+
+    def _run(self) -> None:  # holding the lock; the waiting runs are woken when it is done
+        jobs, self.pending = self.pending, []
+        try:
+            train_jobs(jobs, stack_size=self.stack_size)
+        except BaseException as exc:  # every run of this round raises it
+            self.errors[self.generation] = exc
+        self.generation += 1
+        self.cond.notify_all()
+
+
+class StackedMember(StackedClients):
+    """One run's client runtime inside a :class:`SeedStack`."""
+
+    def __init__(self, stack: SeedStack, algorithm: Algorithm, federation: Federation,
+                 states: list[tuple[State, ...]]) -> None:
+        super().__init__(algorithm, federation, states, stack_size=stack.stack_size)
+        self.stack = stack
+
+    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+              ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states)
+        self.stack.train(job)
+        return job.updates, {}
+
+
+_CURRENT = threading.local()
+
+
+def current_seed_stack() -> SeedStack | None:
+    """The seed stack this thread's run belongs to (set by :func:`in_seed_stack`), if any."""
+    return getattr(_CURRENT, "stack", None)
+
+
+def in_seed_stack(stack: SeedStack, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run as a member of ``stack`` (in its own thread), leaving the stack when it ends."""
+
+    def member() -> Any:
+        _CURRENT.stack = stack
+        try:
+            return fn()
+        finally:
+            _CURRENT.stack = None
+            stack.leave()
+
+    return member
