@@ -140,15 +140,18 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
     return idle, f"auto: large model, {idle} of {cores} cores idle"
 
 
-STACKED_LINEAR_MAX = 250_000  # parameters: Linear/ReLU chains up to this size train faster stacked on a CPU
+# Parameters up to which a Linear/ReLU chain trains faster stacked on a CPU (benchmarks/stacked.py):
+# the SVM (784) and softmax (7,850) pay; the 2NN (199,210) did not (0.69-1.11x in process): each
+# stacked step streams all K clients' weights through the cache, one client after another keeps its own.
+STACKED_LINEAR_MAX = 50_000
 
 
 def choose_runtime(requested: str, federation: Federation, clients: int) -> tuple[str, str]:
     """The client runtime of a local run, and why: ``run.runtime`` unless it is ``auto``; then the
     measured rule of benchmarks/stacked.py (README "Speed"): stacked for any model with a batched
-    form on a GPU, and on a CPU for the SVM and Linear/ReLU chains (softmax, 2NN) up to
-    ``STACKED_LINEAR_MAX`` parameters, with at least two clients a round; in process otherwise
-    (on a CPU a CNN stacked was slower than one client after another)."""
+    form on a GPU, and on a CPU for the SVM and small Linear/ReLU chains (softmax; up to
+    ``STACKED_LINEAR_MAX`` parameters), with at least two clients a round; in process otherwise
+    (on a CPU the 2NN stacked was no faster and the CNN slower than one client after another)."""
     from fedaccel.engine.stacked import kernel_kind
 
     if requested != "auto":

@@ -42,6 +42,8 @@ from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Sta
 from fedaccel.engine.federation import Federation
 
 MEMORY_CAP = 1 << 30  # bytes one chunk of stacked clients may hold (parameters, batches, estimator store)
+CPU_BATCH_BYTES = 8 << 20  # on a CPU, by default a chunk's batches of one step: near cache size (measured:
+# SVM, 100 clients of batch 100, chunks of 10-20 rows were 1.2-1.6x faster per client-step than one of 100)
 Kernel = Callable[[Tensor, Tensor, Tensor], Tensor]  # (theta (m, d), x (m, b, ...), y (m, b)) -> grad (m, d)
 
 _SAID: set[str] = set()
@@ -240,25 +242,36 @@ def _chunk_size(group: Sequence[_Row], stack_size: int | None, memory_cap: int) 
     activations = 1 if kernel_kind(fed.model.module) == "svm" else 16  # rough: a forward's activations
     per_row = 4 * (8 * d + b * features * (1 + activations) + (tau * d if has_estimator else 0))
     fits = max(1, memory_cap // per_row)
+    if stack_size is None and group[0].job.w.device.type == "cpu":
+        fits = min(fits, max(1, CPU_BATCH_BYTES // (4 * b * features)))
     return max(1, min(len(group), fits, stack_size or len(group)))
 
 
 def _gather(segments: Sequence[tuple[Job, int, int]], index: Tensor, live: list[int] | None
             ) -> tuple[Tensor, Tensor]:
     """The batches of the live rows (all if None): (m, b, *features) and (m, b), each job's rows
-    from its own federation's data (several jobs: stacked seeds)."""
-    xs, ys = [], []
+    from its own federation's data (several jobs: stacked seeds), gathered straight into place."""
+    parts = []
     for job, lo, hi in segments:
         rows = index[lo:hi] if live is None else index[[k for k in live if lo <= k < hi]]
-        if len(rows) == 0:
-            continue
+        if len(rows):
+            parts.append((job.federation, rows))
+    if len(parts) == 1:
+        fed, rows = parts[0]
         flat = rows.reshape(-1)
-        x, y = job.federation.x_train.index_select(0, flat), job.federation.y_train.index_select(0, flat)
-        xs.append(x.view(*rows.shape, *x.shape[1:]))
-        ys.append(y.view(rows.shape))
-    if len(xs) == 1:
-        return xs[0], ys[0]
-    return torch.cat(xs), torch.cat(ys)
+        x, y = fed.x_train.index_select(0, flat), fed.y_train.index_select(0, flat)
+        return x.view(*rows.shape, *x.shape[1:]), y.view(rows.shape)
+    first = parts[0][0]
+    m, b = sum(len(rows) for _, rows in parts), index.shape[1]
+    x = first.x_train.new_empty((m * b, *first.x_train.shape[1:]))
+    y = first.y_train.new_empty((m * b,))
+    at = 0
+    for fed, rows in parts:
+        n = rows.numel()
+        torch.index_select(fed.x_train, 0, rows.reshape(-1), out=x[at : at + n])
+        torch.index_select(fed.y_train, 0, rows.reshape(-1), out=y[at : at + n])
+        at += n
+    return x.view(m, b, *x.shape[1:]), y.view(m, b)
 
 
 def _segments(rows: Sequence[_Row]) -> list[tuple[Job, int, int]]:
