@@ -244,3 +244,38 @@ def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
             assert got["test_loss"] == pytest.approx(want["test_loss"], rel=1e-5)
         accs.add(rows[-1]["test_loss"])
     assert len(accs) == 3  # the seeds differ
+
+
+def test_a_parts_batched_estimator_is_called_with_the_active_rows() -> None:
+    """The interface the BHerd/GraB batched estimators implement: observe(step, (K, d), active (K,)),
+    finish((K, d)) -> one (estimate, extras, diag) per client. Here it wraps per-client estimators."""
+    from dataclasses import dataclass
+    from typing import Callable
+
+    from fedaccel.algorithms.base import Part, compose
+    from fedaccel.algorithms.bherd import HerdingEstimator
+    from fedaccel.algorithms.mean import mean_aggregate
+
+    seen: list[tuple[int, list[bool]]] = []
+
+    class Wrapped:
+        def __init__(self, contexts: Any, dim: int, dtype: torch.dtype, device: torch.device) -> None:
+            self.each = [HerdingEstimator(c.steps, dim, 0.75, c.info.lr) for c in contexts]
+
+        def observe(self, step: int, directions: torch.Tensor, active: torch.Tensor) -> None:
+            seen.append((step, active.tolist()))
+            for estimator, row, on in zip(self.each, directions, active.tolist()):
+                if on:
+                    estimator.observe(step, row)
+
+        def finish(self, updates: torch.Tensor) -> list[Any]:
+            return [e.finish(u) for e, u in zip(self.each, updates)]
+
+    @dataclass(frozen=True)
+    class WithBatched(Part):
+        batched_estimator: Callable[..., Any] | None = None
+
+    plain = build_algorithm("bherd", alpha=0.75).parts[0]
+    part = WithBatched(name="bherd", estimator=plain.estimator, batched_estimator=Wrapped)
+    run_both(compose("bherd", part, mean_aggregate()), lambda: federation("2nn"))
+    assert any(not all(active) for _, active in seen)  # unequal tau: some rows finished early
