@@ -202,10 +202,19 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], total: int) -> N
                 errors.append(exc)
 
         threads.append(threading.Thread(target=in_seed_stack(stack, one), name=name))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    from fedaccel.stopping import STOP, clear_stop, stop_signals
+
+    with stop_signals():  # SIGINT/SIGTERM: every seed finishes its round, checkpoints and stops
+        stopping = STOP.is_set()
+        for thread in threads:
+            thread.start()
+        while alive := [thread for thread in threads if thread.is_alive()]:
+            stopping = stopping or STOP.is_set()
+            if stopping:
+                STOP.set()  # again: a run that stopped first clears it on its way out
+            alive[0].join(0.1)
+    if stopping:
+        clear_stop()
     if errors:
         raise errors[0]
 

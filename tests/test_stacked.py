@@ -279,3 +279,44 @@ def test_a_parts_batched_estimator_is_called_with_the_active_rows() -> None:
     part = WithBatched(name="bherd", estimator=plain.estimator, batched_estimator=Wrapped)
     run_both(compose("bherd", part, mean_aggregate()), lambda: federation("2nn"))
     assert any(not all(active) for _, active in seen)  # unequal tau: some rows finished early
+
+
+def test_stack_seeds_sigint_checkpoints_every_seed_and_resumes(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT during a stacked-seeds experiment: every seed finishes its round, checkpoints, and the
+    experiment stops with Interrupted (not a KeyboardInterrupt while the seeds' threads go on)."""
+    import json
+    import signal
+
+    import yaml
+
+    import fedaccel.engine.stacked as stacked
+    from fedaccel.experiment import load_experiment, run_experiment
+    from fedaccel.stopping import STOP, Interrupted
+
+    spec = {"name": "stop", "out_dir": str(tmp_path / "out"),
+            "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+                     "train": {"rounds": 6, "lr": 0.1, "batch_size": 40}, "run": {"checkpoint_every": 10}},
+            "grid": {"run.seed": [0, 1]}}
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    calls: list[int] = []
+    train_jobs = stacked.train_jobs
+
+    def signalling(jobs: Any, **kw: Any) -> None:
+        calls.append(len(jobs))
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)  # delivered to the main thread, as Ctrl-C would be
+        train_jobs(jobs, **kw)
+
+    monkeypatch.setattr(stacked, "train_jobs", signalling)
+    with pytest.raises(Interrupted):
+        run_experiment(load_experiment(path), progress=False, stack_seeds=True)
+    assert not STOP.is_set()
+    stopped = {json.loads((tmp_path / "out" / f"run.seed={s}" / "metrics.jsonl").read_text().splitlines()[-1])["round"]
+               for s in (0, 1)}
+    assert stopped <= {1, 2}  # the round the signal came in (or the next), checkpointed
+    monkeypatch.setattr(stacked, "train_jobs", train_jobs)
+    run_experiment(load_experiment(path), progress=False, stack_seeds=True)
+    for seed in (0, 1):
+        rows = (tmp_path / "out" / f"run.seed={seed}" / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(r)["round"] for r in rows] == list(range(7))
