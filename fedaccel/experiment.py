@@ -202,19 +202,14 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], total: int) -> N
                 errors.append(exc)
 
         threads.append(threading.Thread(target=in_seed_stack(stack, one), name=name))
-    from fedaccel.stopping import STOP, clear_stop, stop_signals
+    from fedaccel.stopping import clear_stop, stop_signals
 
     with stop_signals():  # SIGINT/SIGTERM: every seed finishes its round, checkpoints and stops
-        stopping = STOP.is_set()
         for thread in threads:
             thread.start()
         while alive := [thread for thread in threads if thread.is_alive()]:
-            stopping = stopping or STOP.is_set()
-            if stopping:
-                STOP.set()  # again: a run that stopped first clears it on its way out
-            alive[0].join(0.1)
-    if stopping:
-        clear_stop()
+            alive[0].join(0.1)  # short waits: the signal handlers run in this thread
+    clear_stop()  # the seeds' runs leave a stop request to this, their owner
     if errors:
         raise errors[0]
 

@@ -41,6 +41,7 @@ from fedaccel.config import (
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
 from fedaccel.errors import UserError
+from fedaccel.engine.stacked import StackedMember
 from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
 CHECKPOINT = "checkpoint.pt"
@@ -362,7 +363,8 @@ def run_loop(
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
     finally:
-        clear_stop()
+        if not isinstance(runtime, StackedMember):  # stacked seeds: their experiment clears it once all stopped
+            clear_stop()
         bar.close()  # before anything else is printed: no message in the middle of the bar
     torch.save({"w": state.w, "config": config.to_dict()}, path / "model.pt")
     final = last or _last_metrics(path / METRICS)
