@@ -40,8 +40,8 @@ from fedaccel.config import (
 )
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
+from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
 from fedaccel.errors import UserError
-from fedaccel.engine.stacked import StackedMember
 from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
 CHECKPOINT = "checkpoint.pt"
@@ -142,8 +142,8 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
 
 
 # Parameters up to which a Linear/ReLU chain trains faster stacked on a CPU (benchmarks/stacked.py):
-# the SVM (784) and softmax (7,850) pay; the 2NN (199,210) did not (0.69-1.11x in process): each
-# stacked step streams all K clients' weights through the cache, one client after another keeps its own.
+# the SVM (784) and softmax (7,850) pay; the 2NN (199,210) stacked was only on a par with one client
+# after another (0.89-1.19x of the plain loop against 0.84-1.35x; its step is matmul-bound either way).
 STACKED_LINEAR_MAX = 50_000
 
 
@@ -153,8 +153,6 @@ def choose_runtime(requested: str, federation: Federation, clients: int) -> tupl
     form on a GPU, and on a CPU for the SVM and small Linear/ReLU chains (softmax; up to
     ``STACKED_LINEAR_MAX`` parameters), with at least two clients a round; in process otherwise
     (on a CPU the 2NN stacked was no faster and the CNN slower than one client after another)."""
-    from fedaccel.engine.stacked import kernel_kind
-
     if requested != "auto":
         return requested, "run.runtime"
     kind = kernel_kind(federation.model.module)
@@ -176,8 +174,6 @@ def local_runtime(setup: Setup, state: FLState) -> tuple[ClientRuntime | None, s
     clients = max(1, round(setup.fraction * federation.n_clients))
     if setup.algorithm.single("participation") is not None:
         clients = federation.n_clients  # e.g. FedUMF: every client trains
-    from fedaccel.engine.stacked import StackedClients, current_seed_stack
-
     stack = current_seed_stack()
     if stack is not None:  # fedaccel experiment --stack-seeds: this run's seeds train as one computation
         return stack.member(setup.algorithm, federation, state.clients), "stacked", "seeds stacked"
