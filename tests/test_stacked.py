@@ -321,3 +321,24 @@ def test_stack_seeds_sigint_checkpoints_every_seed_and_resumes(tmp_path: Any, mo
     for seed in (0, 1):
         rows = (tmp_path / "out" / f"run.seed={seed}" / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(r)["round"] for r in rows] == list(range(61))
+
+
+def test_every_local_term_in_the_registry_has_a_batched_form() -> None:
+    for name in RECIPES:
+        for part in build_algorithm(name).parts:
+            assert (part.local_term is None) == (part.batched_local_term is None), (name, part.name)
+
+
+def test_a_local_term_without_batched_form_runs_row_by_row(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import fedaccel.engine.stacked as stacked
+    from fedaccel.algorithms.base import compose
+    from fedaccel.algorithms.feddc import feddc
+    from fedaccel.algorithms.mean import mean_aggregate
+
+    monkeypatch.setattr(stacked, "_SAID", set())
+    own = dataclasses.replace(feddc(alpha=0.3), name="my-feddc", batched_local_term=None)
+    run_both(compose("mine", own, mean_aggregate(weighting="uniform")), lambda: federation("2nn", momentum=0.5))
+    assert "my-feddc's local term has no batched form: applied row by row" in capsys.readouterr().err
