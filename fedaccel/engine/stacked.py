@@ -18,6 +18,11 @@ the gradient is taken for the active rows only and finished rows stop moving. ``
 ``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
 numbers of :class:`~fedaccel.engine.round.InProcessClients` (tests/test_stacked.py, every recipe).
 
+Chunks: at most ``run.stack_size`` rows, and what fits ``MEMORY_CAP`` (a BHerd estimator's (K, tau, d)
+store included); on a CPU by default what one step reads stays near cache size. A batched estimator
+is called as ``observe(step, directions (K, d), active (K,) bool)`` and ``finish(updates (K, d))``;
+the directions are buffers reused by the next step (copy what you keep; ignore inactive rows).
+
 Clients are independent within a round, so the same code trains rows from several federations at
 once (:func:`train_jobs`): that is how ``fedaccel experiment --stack-seeds`` stacks the S seeds of
 a cell. A model with buffers (BatchNorm) has no stacked form: it falls back to one client after
