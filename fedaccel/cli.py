@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override in every cell")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--stack-seeds", action="store_true",
+                   help="train the seeds of each cell as one stacked computation (same per-seed results)")
     add_workers_option(p)
     add_tensorboard_option(p)
     p.set_defaults(handler=cmd_experiment)
@@ -248,7 +250,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from fedaccel.experiment import load_experiment, run_experiment
 
     result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
-                            workers=args.workers)
+                            workers=args.workers, stack_seeds=args.stack_seeds)
     print()
     print(result.table)
     print()

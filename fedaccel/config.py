@@ -77,7 +77,8 @@ class RunConfig:
     seed: int = 0
     out_dir: str = "runs"  # run folders are created under this
     checkpoint_every: int = 5  # rounds between checkpoints
-    runtime: str = "in-process"  # or flower-simulation, flower-deployment (fedaccel.flower)
+    runtime: str = "in-process"  # or stacked, auto (README "Speed"), flower-simulation, flower-deployment
+    stack_size: int | None = None  # stacked runtime: clients per batched step; null = what fits 1 GiB (on a CPU: ~8 MB of batches a step)
     timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False  # TensorBoard event files in the run folder, written as the run goes
@@ -105,7 +106,8 @@ class Config:
         return self.name or str(self.algorithm["name"])
 
 
-RUNTIMES = ("in-process", "flower-simulation", "flower-deployment")
+RUNTIMES = ("in-process", "stacked", "auto", "flower-simulation", "flower-deployment")
+LOCAL_RUNTIMES = ("in-process", "stacked", "auto")  # run in this process by fedaccel.runner
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
@@ -257,6 +259,7 @@ def validate(config: Config) -> None:
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
         (config.run.timeout > 0, "run.timeout must be > 0"),
+        (config.run.stack_size is None or config.run.stack_size >= 1, "run.stack_size must be >= 1 or null (auto)"),
         (config.run.threads is None or config.run.threads >= 1, "run.threads must be >= 1 or null (auto)"),
         (config.data.subset is None or config.data.subset >= 1, "data.subset must be >= 1 or null"),
         (config.eval.train_samples is None or config.eval.train_samples >= 1, "eval.train_samples must be >= 1 or null"),

@@ -119,12 +119,16 @@ def _check_same_config(run_dir: Path, config: Config) -> None:
         )
 
 
-def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1) -> ExperimentResult:
+def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1,
+                   stack_seeds: bool = False) -> ExperimentResult:
     """Run (or resume) every cell, then write the curves and the rounds-to-target table.
 
     ``workers`` > 1 runs that many cells at once, each in its own process with one torch
     thread (the small models of FL experiments gain more from parallel cells than from
     intra-op threads); the numbers are those of the cell's own seed either way.
+    ``stack_seeds`` runs the cells that differ only in ``run.seed`` as one stacked computation
+    (:class:`~fedaccel.engine.stacked.SeedStack`): every seed's own run folder and numbers, the
+    client steps of all seeds batched together.
     """
     from fedaccel.results import compare_table, plot_curves
 
@@ -141,7 +145,12 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
             todo.append((k, name, config, run_dir))
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
-    if workers == 1 or len(todo) <= 1:
+    if stack_seeds and workers > 1:
+        raise ConfigError("--stack-seeds trains a cell's seeds together in one process; use it without -j")
+    if stack_seeds:
+        for group in _seed_groups(todo):
+            _run_seed_group(group, len(experiment.cells))
+    elif workers == 1 or len(todo) <= 1:
         for k, name, config, run_dir in todo:
             print(f"[{k}/{len(experiment.cells)}] {name}{_verb(run_dir)}", flush=True)
             _run_cell(config, run_dir, progress)
@@ -191,6 +200,48 @@ def _stop_worker(signum: int, frame: Any) -> None:
     from fedaccel.stopping import STOP
 
     STOP.set()
+
+
+def _seed_groups(todo: list[tuple[int, str, Config, Path]]) -> list[list[tuple[int, str, Config, Path]]]:
+    """The cells to run, grouped by their config without ``run.seed`` (in order of first appearance)."""
+    groups: dict[str, list[tuple[int, str, Config, Path]]] = {}
+    for cell in todo:
+        key = cell[2].to_dict()
+        key["run"] = {k: v for k, v in key["run"].items() if k != "seed"}
+        groups.setdefault(yaml.safe_dump(key, sort_keys=True), []).append(cell)
+    return list(groups.values())
+
+
+def _run_seed_group(group: list[tuple[int, str, Config, Path]], total: int) -> None:
+    """The group's runs in threads of one process, their client steps trained as one stacked
+    computation every round; a failing run stops the experiment with its own error."""
+    import threading
+
+    from fedaccel.engine.stacked import SeedStack, in_seed_stack
+
+    stack = SeedStack(len(group), stack_size=group[0][2].run.stack_size)
+    errors: list[BaseException] = []
+    threads = []
+    for k, name, config, run_dir in group:
+        print(f"[{k}/{total}] {name}{_verb(run_dir)} (seeds stacked: {len(group)})", flush=True)
+
+        def one(config: Config = config, run_dir: Path = run_dir) -> None:
+            try:
+                _run_cell(config, run_dir, False)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads.append(threading.Thread(target=in_seed_stack(stack, one), name=name))
+    from fedaccel.stopping import clear_stop, stop_signals
+
+    with stop_signals():  # SIGINT/SIGTERM: every seed finishes its round, checkpoints and stops
+        for thread in threads:
+            thread.start()
+        while alive := [thread for thread in threads if thread.is_alive()]:
+            alive[0].join(0.1)  # short waits: the signal handlers run in this thread
+    clear_stop()  # the seeds' runs leave a stop request to this, their owner
+    if errors:
+        raise errors[0]
 
 
 def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int) -> None:

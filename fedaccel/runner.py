@@ -32,6 +32,7 @@ import torch
 from fedaccel.algorithms.base import Algorithm, make_rng
 from fedaccel.algorithms.registry import get_recipe
 from fedaccel.config import (
+    LOCAL_RUNTIMES,
     Config,
     build_algorithm_from,
     dump_config,
@@ -42,6 +43,7 @@ from fedaccel.config import (
 )
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
+from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
 from fedaccel.errors import UserError
 from fedaccel.runlock import lock_run_dir
 from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
@@ -147,6 +149,49 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
     return idle, f"auto: large model, {idle} of {cores} cores idle"
 
 
+# Parameters up to which a Linear/ReLU chain trains faster stacked on a CPU (benchmarks/stacked.py):
+# the SVM (784) and softmax (7,850) pay; the 2NN (199,210) stacked was only on a par with one client
+# after another (0.89-1.19x of the plain loop against 0.84-1.35x; its step is matmul-bound either way).
+STACKED_LINEAR_MAX = 50_000
+
+
+def choose_runtime(requested: str, federation: Federation, clients: int) -> tuple[str, str]:
+    """The client runtime of a local run, and why: ``run.runtime`` unless it is ``auto``; then the
+    measured rule of benchmarks/stacked.py (README "Speed"): stacked for any model with a batched
+    form on a GPU, and on a CPU for the SVM and small Linear/ReLU chains (softmax; up to
+    ``STACKED_LINEAR_MAX`` parameters), with at least two clients a round; in process otherwise
+    (on a CPU the 2NN stacked was no faster and the CNN slower than one client after another)."""
+    if requested != "auto":
+        return requested, "run.runtime"
+    kind = kernel_kind(federation.model.module)
+    d = federation.model.theta.numel()
+    if kind is None:
+        return "in-process", "auto: the model has buffers, no stacked form"
+    if clients < 2:
+        return "in-process", "auto: one client a round"
+    if federation.x_train.device.type != "cpu":
+        return "stacked", f"auto: {kind} model on {federation.x_train.device.type}"
+    if kind == "svm" or (kind == "linear" and d <= STACKED_LINEAR_MAX):
+        return "stacked", f"auto: {kind} model, {d:,} parameters on cpu"
+    return "in-process", f"auto: {kind} model, {d:,} parameters on cpu"
+
+
+def local_runtime(setup: Setup, state: FLState) -> tuple[ClientRuntime | None, str, str]:
+    """The runtime object for ``run.runtime`` in this process (None: in process), its name and why."""
+    config, federation = setup.config, setup.federation
+    clients = max(1, round(setup.fraction * federation.n_clients))
+    if setup.algorithm.single("participation") is not None:
+        clients = federation.n_clients  # e.g. FedUMF: every client trains
+    stack = current_seed_stack()
+    if stack is not None:  # fedaccel experiment --stack-seeds: this run's seeds train as one computation
+        return stack.member(setup.algorithm, federation, state.clients), "stacked", "seeds stacked"
+    name, why = choose_runtime(config.run.runtime, federation, clients)
+    if name != "stacked":
+        return None, name, why
+    runtime = StackedClients(setup.algorithm, federation, state.clients, stack_size=config.run.stack_size)
+    return runtime, name, why
+
+
 def new_run_dir(config: Config) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(config.run.out_dir) / f"{config.label}-s{config.run.seed}-{stamp}"
@@ -166,7 +211,7 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
             raise UserError(f"{path} already holds a run; use `fedaccel run --resume {path}` or another folder")
         with _removed_on_failed_start(path, before):
             dump_config(config, path / "config.yaml")
-            if config.run.runtime != "in-process":
+            if config.run.runtime not in LOCAL_RUNTIMES:
                 return _run_on_flower(config, path, progress)
             setup = build_setup(config)  # data or split errors surface here: nothing is left behind
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
@@ -205,7 +250,7 @@ def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
         raise UserError(f"{path} is not a run folder (no config.yaml)")
     with lock_run_dir(path):  # before restore_state cuts the metrics back
         config = from_dict(read_yaml(path / "config.yaml"))
-        if config.run.runtime != "in-process":
+        if config.run.runtime not in LOCAL_RUNTIMES:
             return _run_on_flower(config, path, progress)
         setup = build_setup(config)
         state, wall = restore_state(setup, path)
@@ -287,10 +332,15 @@ def run_loop(
     show = config.run.progress if progress is None else progress
     threads, why = choose_threads(config, federation.model.theta.numel())
     torch.set_num_threads(threads)
+    if runtime is None and config.run.runtime in LOCAL_RUNTIMES:
+        runtime, name, runtime_why = local_runtime(setup, state)
+        shown = name if runtime_why == "run.runtime" else f"{name} ({runtime_why})"
+    else:
+        shown = _runtime_name(config, runtime)
     if show:
         print(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
               f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
-              f"[runtime {_runtime_name(config, runtime)}, device cpu, {threads} torch thread"
+              f"[runtime {shown}, device cpu, {threads} torch thread"
               f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr, flush=True)
     bar = _progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
@@ -331,7 +381,8 @@ def run_loop(
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
     finally:
-        clear_stop()
+        if not isinstance(runtime, StackedMember):  # stacked seeds: their experiment clears it once all stopped
+            clear_stop()
         bar.close()  # before anything else is printed: no message in the middle of the bar
         events.close()
     torch.save({"w": state.w, "config": config.to_dict()}, path / "model.pt")

@@ -160,6 +160,8 @@ class Part:
     - ``plan_server(info, messages: dict[int, dict], ss) -> (dict[int, dict], diag)``
     - ``start(ctx, w, theta0, ss, cs) -> theta0``
     - ``local_term(ctx, w, ss, cs) -> LocalTerm | None``
+    - ``batched_local_term(contexts, w, ss, css) -> LocalTerm | None``: the same term for K clients at
+      once (stacked runtime), adding to (K, d) ``theta``/``grad`` in place, row k for ``contexts[k]``
     - ``estimator(ctx, d) -> Estimator`` (d = number of parameters)
     - ``batched_estimator(contexts, d, dtype, device) -> BatchedEstimator``: the estimator for K clients at
       once (optional; a :class:`BatchedEstimatorFactory`, which also gives ``chunk_bytes``)
@@ -178,6 +180,7 @@ class Part:
     plan_server: Callable[..., tuple[dict[int, dict[str, Any]], dict[str, Any]]] | None = None
     start: Callable[..., Tensor] | None = None
     local_term: Callable[..., LocalTerm | None] | None = None
+    batched_local_term: Callable[..., LocalTerm | None] | None = None
     estimator: Callable[..., Estimator] | None = None
     batched_estimator: BatchedEstimatorFactory | None = None
     client_end: Callable[..., tuple[State, dict[str, Tensor]]] | None = None

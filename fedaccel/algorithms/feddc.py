@@ -108,6 +108,24 @@ def feddc(*, alpha: float = 0.01) -> Part:
 
         return add_correction
 
+    def batched_local_term(contexts: Sequence[ClientContext], w: Tensor, ss: FedDCServer, css: list) -> LocalTerm:
+        scales = [scale(c.info, c.client) for c in contexts]
+        a = torch.tensor([[alpha / s] for s in scales], dtype=w.dtype, device=w.device)  # (K, 1)
+        rows = []
+        for s, cs in zip(scales, css):  # the bracket of local_term, one row per client
+            row = torch.mul(w, -alpha / s).add_(ss.correction, alpha=1.0 / s)
+            if cs.drift is not None:
+                row.add_(cs.drift, alpha=alpha / s)
+            if cs.correction is not None:
+                row.sub_(cs.correction)
+            rows.append(row)
+        constant = torch.stack(rows)
+
+        def add_correction(theta: Tensor, grad: Tensor) -> None:
+            grad.addcmul_(theta, a).add_(constant)
+
+        return add_correction
+
     def client_end(
         ctx: ClientContext, w: Tensor, theta0: Tensor, theta_end: Tensor, ss: FedDCServer, cs: FedDCClient
     ) -> tuple[FedDCClient, dict[str, Tensor]]:
@@ -138,6 +156,7 @@ def feddc(*, alpha: float = 0.01) -> Part:
         init_server=init_server,
         init_client=init_client,
         local_term=local_term,
+        batched_local_term=batched_local_term,
         client_end=client_end,
         server_end=server_end,
         broadcast=broadcast,

@@ -69,6 +69,15 @@ def feddyn(*, alpha: float = 0.01) -> Part:
 
         return add_dynamic
 
+    def batched_local_term(contexts: Sequence[ClientContext], w: Tensor, ss: State, hs: list) -> LocalTerm:
+        a = torch.tensor([[client_alpha(alpha, c.info, c.client)] for c in contexts], dtype=w.dtype, device=w.device)
+        anchor = torch.stack([-w if h is None else h - w for h in hs]).mul_(a)  # (K, d): a_k (h_k - w)
+
+        def add_dynamic(theta: Tensor, grad: Tensor) -> None:
+            grad.addcmul_(theta, a).add_(anchor)
+
+        return add_dynamic
+
     def client_end(
         ctx: ClientContext, w: Tensor, theta0: Tensor, theta_end: Tensor, ss: State, h: Tensor | None
     ) -> tuple[Tensor | None, dict[str, Tensor]]:
@@ -90,6 +99,7 @@ def feddyn(*, alpha: float = 0.01) -> Part:
         init_server=init_server,
         init_client=init_client,
         local_term=local_term,
+        batched_local_term=batched_local_term,
         client_end=client_end,
         server_end=server_end,
     )

@@ -11,6 +11,8 @@ implementations that add it to the loss.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, LocalTerm, Part, State
@@ -41,4 +43,10 @@ def fedprox(*, mu: float = 0.01) -> Part:
 
         return add_proximal
 
-    return Part(name="fedprox", local_term=local_term)
+    def batched_local_term(contexts: Sequence[ClientContext], w: Tensor, ss: State, css: list) -> LocalTerm:
+        def add_proximal(theta: Tensor, grad: Tensor) -> None:  # (K, d); w broadcasts over the rows
+            grad.add_(theta - w, alpha=mu)
+
+        return add_proximal
+
+    return Part(name="fedprox", local_term=local_term, batched_local_term=batched_local_term)

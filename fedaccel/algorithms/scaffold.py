@@ -71,6 +71,14 @@ def scaffold(*, weighting: str = "data") -> Part:
 
         return add_correction
 
+    def batched_local_term(contexts: Sequence[ClientContext], w: Tensor, ss: State, css: list) -> LocalTerm:
+        correction = torch.stack([ss if cs is None else ss - cs for cs in css])  # (K, d): c - c_i
+
+        def add_correction(theta: Tensor, grad: Tensor) -> None:
+            grad.add_(correction)
+
+        return add_correction
+
     def client_end(
         ctx: ClientContext, w: Tensor, theta0: Tensor, theta_end: Tensor, ss: State, cs: State
     ) -> tuple[State, dict[str, Tensor]]:
@@ -95,6 +103,7 @@ def scaffold(*, weighting: str = "data") -> Part:
         init_client=no_control_yet,
         broadcast=broadcast,
         local_term=local_term,
+        batched_local_term=batched_local_term,
         client_end=client_end,
         server_end=server_end,
     )

@@ -1,0 +1,517 @@
+"""Stacked clients: K clients trained in one batched computation per local step.
+
+A :class:`~fedaccel.engine.round.ClientRuntime` (``run.runtime: stacked``). The K clients of a chunk
+hold their parameters as one (K, d) tensor; every client's batches are laid out once per round as
+an index table (K, tau_max, b), and a local step is one batched gradient for all K rows:
+
+- ``svm``: the squared-hinge gradient in closed form, two ``bmm`` in the shape (K, 1, D) @ (K, D, B)
+  (on the CPU ~12x faster than (K, B, D) @ (K, D, 1), the shape ``vmap`` would produce);
+- ``softmax`` and ``2nn`` (chains of ``nn.Linear`` and ReLU): batched matmuls, weights on the left,
+  activations laid out (K, features, B), autograd for the backward;
+- any other module (users' own): ``torch.func`` (functional_call + vmap + grad) over the rows.
+
+Everything else in a step is row-wise vector arithmetic on (K, d): clip per row, the local terms
+(a part's ``batched_local_term``; otherwise its per-client term on each row, said once), weight
+decay, momentum, the estimator (a part's ``batched_estimator``; otherwise one per-client estimator per
+row). Unequal tau_k (FedGSNR's plans, epochs over clients of unequal size) shrink the active set:
+the gradient is taken for the active rows only and finished rows stop moving. ``start`` and
+``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
+numbers of :class:`~fedaccel.engine.round.InProcessClients` (tests/test_stacked.py, every recipe).
+
+Chunks: at most ``run.stack_size`` rows, and what fits ``MEMORY_CAP`` (a BHerd estimator's (K, tau, d)
+store included); on a CPU by default what one step reads stays near cache size. A batched estimator
+is called as ``observe(step, directions (K, d), active (K,) bool)`` and ``finish(updates (K, d))``;
+the directions are buffers reused by the next step (copy what you keep; ignore inactive rows).
+
+Clients are independent within a round, so the same code trains rows from several federations at
+once (:func:`train_jobs`): that is how ``fedaccel experiment --stack-seeds`` stacks the S seeds of
+a cell. A model with buffers (BatchNorm) has no stacked form: it falls back to one client after
+another and says so once.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, State
+from fedaccel.engine.federation import Federation
+
+MEMORY_CAP = 1 << 30  # bytes one chunk of stacked clients may hold (parameters, batches, estimator store)
+CPU_BATCH_BYTES = 8 << 20  # on a CPU, by default what a chunk's step reads (batches, parameters, gradients)
+# stays near cache size (measured: SVM, 100 clients of batch 100, chunks of 10-20 rows were 1.2-1.6x faster
+# per client-step than one of 100)
+Kernel = Callable[[Tensor, Tensor, Tensor], Tensor]  # (theta (m, d), x (m, b, ...), y (m, b)) -> grad (m, d)
+
+_SAID: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """One line on stderr, once per process."""
+    if message not in _SAID:
+        _SAID.add(message)
+        print(message, file=sys.stderr, flush=True)
+
+
+# --- kernels: the batched gradient of K clients' losses -----------------------------------------
+
+
+def kernel_kind(module: nn.Module) -> str | None:
+    """Which batched gradient fits ``module``: "svm", "linear" (Linear/ReLU chains), "functional"
+    (torch.func, any module without buffers), or None (no stacked form: buffers such as BatchNorm)."""
+    from fedaccel.models import MLP2NN, Classifier, SoftmaxRegression, SquaredSVM
+
+    if any(True for _ in module.buffers()):
+        return None
+    if type(module) is SquaredSVM:
+        return "svm"
+    if type(module) in (SoftmaxRegression, MLP2NN) and type(module).loss is Classifier.loss:
+        return "linear"
+    return "functional"
+
+
+def make_kernel(module: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Kernel | None:
+    """The batched gradient for ``module`` (see :func:`kernel_kind`); None if it has no stacked form."""
+    kind = kernel_kind(module)
+    if kind == "svm":
+        return _svm_kernel(module)
+    if kind == "linear":
+        return _linear_chain_kernel(module)
+    if kind == "functional":
+        return _functional_kernel(module, loss_fn)
+    return None
+
+
+def _svm_kernel(module: Any) -> Kernel:
+    l2, labels = module.l2, module.labels
+
+    def grad(theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        m, b = y.shape
+        x = x.reshape(m, b, -1)  # (m, b, D)
+        t = (1 - 2 * torch.remainder(y, 2)).to(theta.dtype) if labels == "parity" else y.to(theta.dtype)
+        scores = torch.bmm(theta.unsqueeze(1), x.transpose(1, 2)).squeeze(1)  # (m,1,D)@(m,D,b) -> (m, b)
+        margin = (1 - t * scores).clamp_(min=0)
+        coef = (t * margin).mul_(-1.0 / b)  # d loss / d score
+        g = torch.bmm(coef.unsqueeze(1), x).squeeze(1)  # (m,1,b)@(m,b,D) -> (m, D)
+        return g.add_(theta, alpha=l2)
+
+    return grad
+
+
+def _linear_chain_kernel(module: nn.Module) -> Kernel:
+    params = [p for p in module.parameters() if p.requires_grad]
+    offsets, start = {}, 0
+    for p in params:
+        offsets[id(p)] = (start, p.shape)
+        start += p.numel()
+    layers = [m for m in module.modules() if isinstance(m, (nn.Linear, nn.ReLU))]
+
+    def grad(theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        m, b = y.shape
+        leaves: dict[int, Tensor] = {}
+        for p in params:
+            lo, shape = offsets[id(p)]
+            leaves[id(p)] = theta[:, lo : lo + p.numel()].view(m, *shape).detach().requires_grad_()
+        with torch.enable_grad():
+            h = x.reshape(m, b, -1).transpose(1, 2)  # (m, D, b): weights on the left of every bmm
+            for layer in layers:
+                if isinstance(layer, nn.ReLU):
+                    h = torch.relu(h)
+                elif layer.bias is not None:
+                    h = torch.baddbmm(leaves[id(layer.bias)].unsqueeze(2), leaves[id(layer.weight)], h)
+                else:
+                    h = torch.bmm(leaves[id(layer.weight)], h)
+            logits = h.transpose(1, 2).reshape(m * b, -1)
+            loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum") / b  # sum over rows of each mean
+            grads = torch.autograd.grad(loss, [leaves[id(p)] for p in params])
+        return torch.cat([g.reshape(m, -1) for g in grads], dim=1)
+
+    return grad
+
+
+def _functional_kernel(module: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Kernel:
+    from torch.func import functional_call, grad, vmap
+
+    from fedaccel.models import functional_loss
+
+    named = [(n, p.shape) for n, p in module.named_parameters() if p.requires_grad]
+    sizes = [math.prod(s) for _, s in named]
+    has_loss = callable(getattr(module, "loss", None))
+
+    def loss_one(flat: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        params = {n: t.view(s) for (n, s), t in zip(named, flat.split(sizes))}
+        if has_loss:  # the module's own loss may read parameters (the SVM's L2 term)
+            return functional_loss(module, params, x, y)  # type: ignore[arg-type]
+        return loss_fn(functional_call(module, params, (x,)), y)
+
+    batched = vmap(grad(loss_one))
+
+    def gradient(theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        with torch.enable_grad():
+            return batched(theta.detach(), x, y)
+
+    return gradient
+
+
+# --- jobs: the client side of one round of one federation ---------------------------------------
+
+
+@dataclass
+class Job:
+    """One round's client side for one federation: which clients, from where, with what states.
+    ``states`` (every client's part states) is updated in place; ``updates`` is filled."""
+
+    algorithm: Algorithm
+    federation: Federation
+    contexts: Sequence[ClientContext]
+    w: Tensor
+    server: tuple[State, ...]
+    states: list[tuple[State, ...]]
+    updates: list[ClientUpdate] = field(default_factory=list)
+
+
+@dataclass
+class _Row:
+    job: Job
+    ctx: ClientContext
+    theta0: Tensor
+    table: np.ndarray  # (tau_k, b) sample indices of each local step
+
+
+def _kernel_for(federation: Federation) -> Kernel | None:
+    cached = getattr(federation, "_stacked_kernel", False)
+    if cached is False:
+        cached = make_kernel(federation.model.module, federation.loss_fn)
+        federation._stacked_kernel = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap: int = MEMORY_CAP) -> None:
+    """Train every job's clients, stacked in chunks of at most ``stack_size`` rows (and what fits
+    ``memory_cap``); jobs whose model has no stacked form run one client after another."""
+    from fedaccel.engine.round import train_client
+
+    rows: list[_Row] = []
+    for job in jobs:
+        if _kernel_for(job.federation) is None:
+            say_once(f"note: stacked runtime: {type(job.federation.model.module).__name__} has buffers "
+                     "(no batched form): its clients train one after another")
+            for ctx in job.contexts:
+                job.states[ctx.client], update = train_client(
+                    job.algorithm, ctx, job.w, job.server, job.states[ctx.client], job.federation)
+                if ctx.uploads:
+                    job.updates.append(update)
+            continue
+        for ctx in job.contexts:
+            theta0 = job.w
+            for k, part in job.algorithm.with_stage("start"):
+                theta0 = part.start(ctx, job.w, theta0, job.server[k], job.states[ctx.client][k])  # type: ignore[misc]
+            table = np.stack(job.federation.batches(ctx.client, ctx.info.round, ctx.steps))
+            rows.append(_Row(job, ctx, theta0, table))
+    # Rows that can share a batched step: same model kind, batch size, step size and optimiser.
+    groups: dict[tuple[Any, ...], list[_Row]] = {}
+    for row in rows:
+        fed = row.job.federation
+        key = (id(_kernel_for(fed)) if len(jobs) == 1 else _model_key(fed), row.table.shape[1],
+               row.ctx.info.lr, fed.options, tuple(fed.x_train.shape[1:]), row.job.w.dtype, row.job.w.device)
+        groups.setdefault(key, []).append(row)
+    for group in groups.values():
+        size = _chunk_size(group, stack_size, memory_cap)
+        for lo in range(0, len(group), size):
+            _train_chunk(group[lo : lo + size])
+    for job in jobs:  # uploads in the order of the job's contexts, as in process
+        order = {ctx.client: n for n, ctx in enumerate(job.contexts)}
+        job.updates.sort(key=lambda u: order[u.client])
+
+
+def _model_key(fed: Federation) -> tuple[Any, ...]:
+    module = fed.model.module
+    shapes = tuple((n, tuple(p.shape)) for n, p in module.named_parameters())
+    return (type(module), shapes, getattr(module, "l2", None), getattr(module, "labels", None))
+
+
+def _chunk_size(group: Sequence[_Row], stack_size: int | None, memory_cap: int) -> int:
+    fed = group[0].job.federation
+    d, b = group[0].job.w.numel(), group[0].table.shape[1]
+    features = math.prod(fed.x_train.shape[1:])
+    tau = max(len(r.table) for r in group)
+    has_estimator = group[0].job.algorithm.single("estimator") is not None
+    activations = 1 if kernel_kind(fed.model.module) == "svm" else 16  # rough: a forward's activations
+    per_row = 4 * (8 * d + b * features * (1 + activations) + (tau * d if has_estimator else 0))
+    fits = max(1, memory_cap // per_row)
+    if stack_size is None and group[0].job.w.device.type == "cpu":
+        fits = min(fits, max(1, CPU_BATCH_BYTES // (4 * (b * features + 3 * d))))  # batches, theta, grad, d
+    return max(1, min(len(group), fits, stack_size or len(group)))
+
+
+def _gather(segments: Sequence[tuple[Job, int, int]], index: Tensor, live: list[int] | None
+            ) -> tuple[Tensor, Tensor]:
+    """The batches of the live rows (all if None): (m, b, *features) and (m, b), each job's rows
+    from its own federation's data (several jobs: stacked seeds), gathered straight into place."""
+    parts = []
+    for job, lo, hi in segments:
+        rows = index[lo:hi] if live is None else index[[k for k in live if lo <= k < hi]]
+        if len(rows):
+            parts.append((job.federation, rows))
+    if len(parts) == 1:
+        fed, rows = parts[0]
+        flat = rows.reshape(-1)
+        x, y = fed.x_train.index_select(0, flat), fed.y_train.index_select(0, flat)
+        return x.view(*rows.shape, *x.shape[1:]), y.view(rows.shape)
+    first = parts[0][0]
+    m, b = sum(len(rows) for _, rows in parts), index.shape[1]
+    x = first.x_train.new_empty((m * b, *first.x_train.shape[1:]))
+    y = first.y_train.new_empty((m * b,))
+    at = 0
+    for fed, rows in parts:
+        n = rows.numel()
+        torch.index_select(fed.x_train, 0, rows.reshape(-1), out=x[at : at + n])
+        torch.index_select(fed.y_train, 0, rows.reshape(-1), out=y[at : at + n])
+        at += n
+    return x.view(m, b, *x.shape[1:]), y.view(m, b)
+
+
+def _segments(rows: Sequence[_Row]) -> list[tuple[Job, int, int]]:
+    """(job, lo, hi): the contiguous rows of each job in a chunk (rows are grouped by job)."""
+    out: list[tuple[Job, int, int]] = []
+    for n, row in enumerate(rows):
+        if out and out[-1][0] is row.job:
+            out[-1] = (row.job, out[-1][1], n + 1)
+        else:
+            out.append((row.job, n, n + 1))
+    return out
+
+
+def _train_chunk(rows: Sequence[_Row]) -> None:
+    first = rows[0].job
+    fed, options, lr = first.federation, first.federation.options, rows[0].ctx.info.lr
+    kernel = _kernel_for(fed)
+    assert kernel is not None
+    device, dtype = first.w.device, first.w.dtype
+    K, d = len(rows), first.w.numel()
+    theta0 = torch.stack([r.theta0 for r in rows])  # (K, d)
+    theta = theta0.clone()
+    counts = [len(r.table) for r in rows]  # tau_k
+    steps = torch.tensor(counts, device=device)
+    tau_max, tau_min = max(counts), min(counts)
+    b = rows[0].table.shape[1]
+    table = np.zeros((K, tau_max, b), dtype=np.int64)
+    for k, r in enumerate(rows):
+        table[k, : len(r.table)] = r.table
+    index = torch.from_numpy(table).to(device)  # laid out once per round
+
+    segments = _segments(rows)
+    terms: list[tuple[Callable[[Tensor, Tensor], None], int, int]] = []
+    estimators: list[tuple[Any, int, int, bool]] = []  # (estimator, lo, hi, batched?)
+    for job, lo, hi in segments:
+        contexts = [r.ctx for r in rows[lo:hi]]
+        cstates = [job.states[c.client] for c in contexts]
+        for k, part in job.algorithm.with_stage("local_term"):
+            batched = getattr(part, "batched_local_term", None)
+            if batched is not None:
+                term = batched(contexts, job.w, job.server[k], [s[k] for s in cstates])
+                if term is not None:
+                    terms.append((term, lo, hi))
+                continue
+            say_once(f"note: stacked runtime: {part.name}'s local term has no batched form: applied row by row")
+            for n, (ctx, s) in enumerate(zip(contexts, cstates)):
+                term = part.local_term(ctx, job.w, job.server[k], s[k])  # type: ignore[misc]
+                if term is not None:
+                    terms.append((_row_term(term), lo + n, lo + n + 1))
+        owner = job.algorithm.single("estimator")
+        if owner is not None:
+            part = owner[1]
+            batched = getattr(part, "batched_estimator", None)
+            if batched is not None:
+                estimators.append((batched(contexts, d, dtype, device), lo, hi, True))
+            else:
+                say_once(f"note: stacked runtime: {part.name}'s estimator has no batched form: one per client")
+                for n, ctx in enumerate(contexts):
+                    estimators.append((part.estimator(ctx, d), lo + n, lo + n + 1, False))  # type: ignore[misc]
+
+    grad = torch.zeros_like(theta)
+    buffer: Tensor | None = None
+    for step in range(tau_max):
+        live = steps > step
+        all_live = step < tau_min
+        alive = None if all_live else [k for k in range(K) if counts[k] > step]
+        active = None if alive is None else torch.tensor(alive, device=device)
+        x, y = _gather(segments, index[:, step], alive)
+        if all_live:
+            grad = kernel(theta, x, y)
+        else:
+            grad.zero_()
+            grad.index_copy_(0, active, kernel(theta.index_select(0, active), x, y))
+        with torch.no_grad():
+            if options.clip is not None:
+                norm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
+                grad.mul_(torch.where(norm > options.clip, options.clip / norm, torch.ones_like(norm)))
+            for term, lo, hi in terms:
+                term(theta[lo:hi], grad[lo:hi])
+            if options.weight_decay:
+                grad.add_(theta, alpha=options.weight_decay)
+            direction = grad
+            if options.momentum:
+                buffer = grad.clone() if buffer is None else buffer.mul_(options.momentum).add_(grad)
+                direction = buffer
+            for estimator, lo, hi, is_batched in estimators:
+                if is_batched:
+                    estimator.observe(step, direction[lo:hi], live[lo:hi])
+                elif counts[lo] > step:
+                    estimator.observe(step, direction[lo])
+            if all_live:
+                theta.sub_(direction, alpha=lr)
+            else:
+                theta.index_add_(0, active, direction.index_select(0, active), alpha=-lr)
+    _finish(rows, segments, theta0, theta, estimators)
+
+
+def _row_term(term: Callable[[Tensor, Tensor], None]) -> Callable[[Tensor, Tensor], None]:
+    def on_row(theta: Tensor, grad: Tensor) -> None:
+        term(theta[0], grad[0])
+
+    return on_row
+
+
+def _finish(rows: Sequence[_Row], segments: Sequence[tuple[Job, int, int]], theta0: Tensor, theta_end: Tensor,
+            estimators: Sequence[tuple[Any, int, int, bool]]) -> None:
+    """Estimates, ``client_end`` stages and uploads, client by client (vector operations)."""
+    trajectory = theta0 - theta_end  # (K, d)
+    estimates: dict[int, tuple[Tensor, dict[str, Tensor], dict[str, Any]]] = {}
+    for estimator, lo, hi, is_batched in estimators:
+        if is_batched:
+            for n, result in enumerate(estimator.finish(trajectory[lo:hi])):
+                estimates[lo + n] = result
+        else:
+            estimates[lo] = estimator.finish(trajectory[lo])
+    for job, lo, hi in segments:
+        for n in range(lo, hi):
+            row, ctx = rows[n], rows[n].ctx
+            update, extras, diag = estimates.get(n, (trajectory[n], {}, {}))
+            extras = dict(extras)
+            delta = update if row.theta0 is job.w else update + (job.w - row.theta0)
+            end = theta_end[n].clone()
+            old = job.states[ctx.client]
+            new = list(old)
+            for k, part in job.algorithm.with_stage("client_end"):
+                new[k], more = part.client_end(ctx, job.w, row.theta0, end, job.server[k], old[k])  # type: ignore[misc]
+                extras.update(more)
+            job.states[ctx.client] = tuple(new)
+            if ctx.uploads:
+                weight = float(job.federation.weights[ctx.client])
+                job.updates.append(ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag))
+
+
+class StackedClients:
+    """The client side of a round trained as stacked chunks of clients; states held here."""
+
+    def __init__(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]],
+                 *, stack_size: int | None = None, memory_cap: int = MEMORY_CAP) -> None:
+        self.algorithm, self.federation, self.client_states = algorithm, federation, list(states)
+        self.stack_size, self.memory_cap = stack_size, memory_cap
+
+    def plan(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+             ) -> tuple[dict[int, dict[str, Tensor]], dict[str, Any]]:
+        from fedaccel.engine.round import InProcessClients
+
+        return InProcessClients(self.algorithm, self.federation, self.client_states).plan(contexts, w, server)
+
+    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+              ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states)
+        train_jobs([job], stack_size=self.stack_size, memory_cap=self.memory_cap)
+        return job.updates, {}
+
+    def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
+        return self.client_states
+
+
+# --- seeds stacked: several runs' client sides in one computation -------------------------------
+
+
+class SeedStack:
+    """Runs in lockstep, one per thread (``fedaccel experiment --stack-seeds``): each run's ``train``
+    waits until every live run has handed in its round, then one :func:`train_jobs` trains them all.
+    A run that ends (or fails) leaves, so the others never wait for it."""
+
+    def __init__(self, members: int, *, stack_size: int | None = None) -> None:
+        self.live, self.stack_size = members, stack_size
+        self.pending: list[Job] = []
+        self.generation = 0
+        self.errors: dict[int, BaseException] = {}
+        self.cond = threading.Condition()
+
+    def member(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> StackedMember:
+        return StackedMember(self, algorithm, federation, states)
+
+    def train(self, job: Job) -> None:
+        with self.cond:
+            self.pending.append(job)
+            generation = self.generation
+            if len(self.pending) >= self.live:
+                self._run()
+            while self.generation == generation:
+                self.cond.wait()
+            if generation in self.errors:
+                raise self.errors[generation]
+
+    def leave(self) -> None:
+        with self.cond:
+            self.live -= 1
+            if self.pending and len(self.pending) >= self.live:
+                self._run()
+
+    def _run(self) -> None:  # holding the lock; the waiting runs are woken when it is done
+        jobs, self.pending = self.pending, []
+        try:
+            train_jobs(jobs, stack_size=self.stack_size)
+        except BaseException as exc:  # every run of this round raises it
+            self.errors[self.generation] = exc
+        self.generation += 1
+        self.cond.notify_all()
+
+
+class StackedMember(StackedClients):
+    """One run's client runtime inside a :class:`SeedStack`."""
+
+    def __init__(self, stack: SeedStack, algorithm: Algorithm, federation: Federation,
+                 states: list[tuple[State, ...]]) -> None:
+        super().__init__(algorithm, federation, states, stack_size=stack.stack_size)
+        self.stack = stack
+
+    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+              ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states)
+        self.stack.train(job)
+        return job.updates, {}
+
+
+_CURRENT = threading.local()
+
+
+def current_seed_stack() -> SeedStack | None:
+    """The seed stack this thread's run belongs to (set by :func:`in_seed_stack`), if any."""
+    return getattr(_CURRENT, "stack", None)
+
+
+def in_seed_stack(stack: SeedStack, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run as a member of ``stack`` (in its own thread), leaving the stack when it ends."""
+
+    def member() -> Any:
+        _CURRENT.stack = stack
+        try:
+            return fn()
+        finally:
+            _CURRENT.stack = None
+            stack.leave()
+
+    return member
