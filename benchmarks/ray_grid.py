@@ -58,7 +58,7 @@ def main() -> None:
     from fedaccel.ray_grid import RayOptions
 
     started = time.perf_counter()
-    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
     start_up = time.perf_counter() - started
     cells = 2 * args.seeds
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {cells} cells of {args.rounds} rounds "

@@ -93,7 +93,7 @@ class GridProgress:
             return
         self._polled = time.perf_counter()
         for k, (cell, run_dir, rounds, verb) in list(self._queued.items()):
-            if _locked(run_dir):
+            if _locked(run_dir, since=self.began):
                 self.start(k, cell, run_dir, rounds, verb=verb)
         for _, run_dir, line in self._running.values():
             last = last_round(run_dir)
@@ -172,12 +172,15 @@ def last_round(run_dir: Path) -> int | None:
     return None
 
 
-def _locked(run_dir: Path) -> bool:
-    """A writer holds the folder: it wrote its PID into the lock file (a release empties it)."""
+def _locked(run_dir: Path, since: float) -> bool:
+    """A writer took the folder after ``since`` (``perf_counter``): it wrote its PID into the lock
+    file (a release empties it; one killed leaves its PID, but with an older time). Only a look:
+    taking the lock to test it could refuse the worker that takes it at that moment."""
     try:
-        return (run_dir / ".lock").stat().st_size > 0
+        stat = (run_dir / ".lock").stat()
     except OSError:
         return False
+    return stat.st_size > 0 and stat.st_mtime >= time.time() - (time.perf_counter() - since) - 1
 
 
 def _minutes(seconds: float) -> str:

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -46,22 +47,24 @@ class RayOptions:
 def connect(address: str = "auto") -> str:
     """Join the Ray cluster at ``address`` (once per process) and say which, in one line.
 
-    ``auto`` joins the cluster this host belongs to (``ray start`` or ``RAY_ADDRESS``) and,
-    when there is none, starts a local instance with this machine's cores.
+    ``auto`` joins the cluster named by ``RAY_ADDRESS`` or the one this host joined with ``ray
+    start`` and, when there is none, starts a local instance with this machine's cores (never a
+    Ray instance another program started for itself with ``ray.init``, as Ray's own "auto" would).
     """
     import ray
 
     if not ray.is_initialized():
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet; a 0-GPU cell sees no GPU anyway
+        options = {"include_dashboard": False, "log_to_driver": True}
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=True)
+            ray.init(address=None if address == "auto" else address, **options)
         except ConnectionError as exc:
             if address != "auto":
                 raise UserError(f"no Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
-            ray.init(include_dashboard=False, log_to_driver=True)
+            ray.init(address="local", **options)  # the `ray start` cluster on record has stopped
     resources = ray.cluster_resources()
     return (f"ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs "
-            f"(dashboard/address: {ray.get_runtime_context().gcs_address})")
+            f"at {ray.get_runtime_context().gcs_address}")
 
 
 def run_cells_on_ray(
@@ -109,20 +112,32 @@ def run_cells_on_ray(
                 k, name = pending.pop(ref)
                 try:
                     info = ray.get(ref)
-                except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as exc:
+                except ray.exceptions.RayError as exc:
                     if stopping:
                         continue  # stopped; the next run resumes it
-                    cause = getattr(exc, "cause", None)
-                    if isinstance(cause, BaseException):
-                        raise cause from None  # the cell's own error, as one line if it is a user error
-                    raise
+                    raise _cell_error(exc, name) from None
                 ended.append(info)
                 report.end(k, name)
-        if stopping:
+        if stopping:  # a cancelled task's result comes at once: wait for its cell's checkpoint (lock freed)
+            for _, _, _, run_dir in todo:
+                with contextlib.suppress(UserError):
+                    _wait_for_writer(run_dir, timeout=120, every=0.2, say=False)
             reason = signal_name()
             clear_stop()
             raise Interrupted(todo[0][3].parent, None, reason)
     return ended
+
+
+def _cell_error(exc: BaseException, cell: str) -> BaseException:
+    """The error to stop with: the cell's own (a user error stays one line), or one line when the
+    workers cannot import fedaccel, else Ray's."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, UserError):
+        return cause
+    if "No module named 'fedaccel" in str(exc):
+        return UserError(f"the Ray workers cannot import fedaccel (cell {cell}); every node needs the same "
+                         "environment, e.g. the same venv on a shared filesystem")
+    return exc
 
 
 def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s: float) -> dict[str, Any]:
@@ -144,7 +159,7 @@ def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s
     return info
 
 
-def _wait_for_writer(path: Path, timeout: float, every: float = 2.0) -> None:
+def _wait_for_writer(path: Path, timeout: float, every: float = 2.0, *, say: bool = True) -> None:
     """Return once no live process holds ``path``'s lock (at once if none does); after ``timeout``
     seconds, the lock's own one-line error."""
     from fedaccel.runlock import lock_run_dir
@@ -152,7 +167,7 @@ def _wait_for_writer(path: Path, timeout: float, every: float = 2.0) -> None:
     if not path.is_dir():
         return
     deadline = time.monotonic() + timeout
-    said = False
+    said = not say
     while True:
         try:
             lock_run_dir(path).release()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import time
 from pathlib import Path
 
 import yaml
@@ -44,7 +46,8 @@ def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:
 
 def test_bars_show_one_line_per_running_cell_with_its_rounds(tmp_path: Path) -> None:
     """At a terminal, -j/--ray: the overall bar, and a line per cell once its worker took its folder
-    (the lock holds a PID), following the rounds in its metrics; a queued cell has no line yet."""
+    (the lock holds a PID written since the grid began), following the rounds in its metrics; a
+    queued cell has no line yet."""
     stream = io.StringIO()
     progress = GridProgress(3, bars=True, stream=stream)
     progress.place = (2, 7)
@@ -52,12 +55,15 @@ def test_bars_show_one_line_per_running_cell_with_its_rounds(tmp_path: Path) -> 
     a, b = fake_cell(tmp_path / "alpha=0.1", 4), fake_cell(tmp_path / "alpha=0.5", 7)
     progress.queue(1, "alpha=0.1", a, rounds=20)
     progress.queue(2, "alpha=0.5", b, rounds=20)
-    progress.queue(3, "alpha=1.0", tmp_path / "alpha=1.0", rounds=20)  # still queued: no folder yet
+    stale = fake_cell(tmp_path / "alpha=1.0", 2)  # a killed run's PID left in the lock, from before this grid
+    os.utime(stale / ".lock", (time.time() - 3600, time.time() - 3600))
+    progress.queue(3, "alpha=1.0", stale, rounds=20)
+    progress.queue(4, "alpha=2.0", tmp_path / "alpha=2.0", rounds=20)  # no folder yet
     progress.poll()
     shown = stream.getvalue()
     assert "== experiment fig3_alpha (2/7): 3 cells ==" in shown
     assert re.search(r"alpha=0\.1:\s+20%.*4/20", shown) and re.search(r"alpha=0\.5:\s+35%.*7/20", shown), shown
-    assert "alpha=1.0" not in shown and "fig3_alpha:   0%" in shown and "0/3" in shown
+    assert "alpha=1.0" not in shown and "alpha=2.0" not in shown and "fig3_alpha:   0%" in shown and "0/3" in shown
     progress.end(1, "alpha=0.1")
     progress.close()
     assert "1/3" in stream.getvalue()

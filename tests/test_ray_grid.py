@@ -27,7 +27,7 @@ BASE = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # ours, not a neighbour's
     yield
     ray.shutdown()
 
@@ -107,3 +107,11 @@ def test_a_retry_waits_while_a_live_writer_holds_the_folder(tmp_path: Path) -> N
     lock.release()
     waiter.join(timeout=30)
     assert waited.is_set()
+
+
+def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tmp_path: Path) -> None:
+    path = grid(tmp_path, "bad", {"data.root": [str(tmp_path / "nowhere")]})
+    experiment = load_experiment(path, ["data.dataset=mnist"])
+    with pytest.raises(UserError, match="dataset folder does not exist") as info:
+        run_experiment(experiment, ray=RayOptions("auto"))
+    assert not isinstance(info.value, ray.exceptions.RayError) and "\n" not in str(info.value)
