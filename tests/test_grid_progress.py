@@ -72,3 +72,24 @@ def test_bars_show_one_line_per_running_cell_with_its_rounds(tmp_path: Path) -> 
 def test_last_round_skips_a_half_written_line(tmp_path: Path) -> None:
     assert last_round(fake_cell(tmp_path / "c", 5)) == 5
     assert last_round(tmp_path / "none") is None
+
+
+def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_path: Path, monkeypatch,
+                                                                             capsys) -> None:
+    """Two tiny experiment files stand in for a paper's: each is announced with its place, and the
+    cells done and the time left run over both."""
+    import fedaccel.reproduce as reproduce_module
+
+    folder = tmp_path / "experiments" / "bherd" / "quick"
+    folder.mkdir(parents=True)
+    base = {"data": {"dataset": "digits", "clients": 2}, "model": "svm", "train": {"rounds": 1, "batch_size": 20}}
+    for stem in ("first", "second"):
+        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump({"base": base, "grid": {"run.seed": [0]}}))
+    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
+    reproduce_module.reproduce("bherd", out_root=tmp_path / "runs", docs=tmp_path / "docs", progress=False)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("==", "["))]
+    assert err[0] == "== experiment first (1/2): 1 cell =="
+    assert err[1].startswith("[first 1/1] run.seed=0: running (0/2 cells done, ")
+    assert err[2].startswith("[first 1/1] run.seed=0: done (1/2 cells done, ") and "left)" in err[2]
+    assert err[3] == "== experiment second (2/2): 1 cell =="
+    assert err[4].startswith("[second 1/1] run.seed=0: running (1/2 cells done, ")
