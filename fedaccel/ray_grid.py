@@ -84,6 +84,8 @@ def run_cells_on_ray(
     if options.cpus_per_cell <= 0 or options.gpus_per_cell < 0:
         raise UserError(f"--cpus-per-cell must be > 0 and --gpus-per-cell >= 0, got "
                         f"{options.cpus_per_cell:g} and {options.gpus_per_cell:g}")
+    if not todo:
+        return []
     report = report or GridProgress(len(todo))
     print(connect(options.address), file=sys.stderr, flush=True)
     task = ray.remote(_cell_task).options(
@@ -101,23 +103,28 @@ def run_cells_on_ray(
     ended: list[dict[str, Any]] = []
     with stop_signals():  # Ctrl-C / SIGTERM: cancel the tasks; each cell keeps its last checkpoint
         stopping = False
-        while pending:
-            report.poll()
-            if STOP.is_set() and not stopping:
-                stopping = True
-                for ref in pending:
-                    ray.cancel(ref)  # a KeyboardInterrupt in the task: run_loop keeps its checkpoint
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
-            for ref in ready:
-                k, name = pending.pop(ref)
-                try:
-                    info = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    if stopping:
-                        continue  # stopped; the next run resumes it
-                    raise _cell_error(exc, name) from None
-                ended.append(info)
-                report.end(k, name)
+        try:
+            while pending:
+                report.poll()
+                if STOP.is_set() and not stopping:
+                    stopping = True
+                    for ref in pending:
+                        ray.cancel(ref)  # Ray's SIGINT in the task: run_loop finishes its round and checkpoints it
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+                for ref in ready:
+                    k, name = pending.pop(ref)
+                    try:
+                        info = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        if stopping:
+                            continue  # stopped; the next run resumes it
+                        raise _cell_error(exc, name) from None
+                    ended.append(info)
+                    report.end(k, name)
+        except BaseException as exc:  # a failed cell, a second Ctrl-C: the other cells stop too
+            for ref in pending:
+                ray.cancel(ref, force=isinstance(exc, KeyboardInterrupt))
+            raise
         if stopping:  # a cancelled task's result comes at once: wait for its cell's checkpoint (lock freed)
             for _, _, _, run_dir in todo:
                 with contextlib.suppress(UserError):

@@ -110,8 +110,13 @@ def test_a_retry_waits_while_a_live_writer_holds_the_folder(tmp_path: Path) -> N
 
 
 def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tmp_path: Path) -> None:
-    path = grid(tmp_path, "bad", {"data.root": [str(tmp_path / "nowhere")]})
-    experiment = load_experiment(path, ["data.dataset=mnist"])
+    """The MNIST cell finds no data; the grid stops with that line, and the digits cell beside it
+    is stopped too (at a checkpoint, not run to its end)."""
+    path = grid(tmp_path, "bad", {"data.dataset": ["mnist", "digits"]}, rounds=2000)
+    experiment = load_experiment(path, [f"data.root={tmp_path / 'nowhere'}"])
     with pytest.raises(UserError, match="dataset folder does not exist") as info:
         run_experiment(experiment, ray=RayOptions("auto"))
     assert not isinstance(info.value, ray.exceptions.RayError) and "\n" not in str(info.value)
+    beside = experiment.out_dir / experiment.cells[1][0]
+    _wait_for_writer(beside, timeout=60, every=0.1)
+    assert not (beside / "summary.json").exists()
