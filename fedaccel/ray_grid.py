@@ -44,6 +44,9 @@ class RayOptions:
     lock_wait_s: float = 3600.0  # how long a retry waits for a live writer of its folder
 
 
+_joined_here = False  # connect() started Ray in this process (not a caller that had it running)
+
+
 def connect(address: str = "auto") -> str:
     """Join the Ray cluster at ``address`` (once per process) and say which, in one line.
 
@@ -53,7 +56,9 @@ def connect(address: str = "auto") -> str:
     """
     import ray
 
+    global _joined_here
     if not ray.is_initialized():
+        _joined_here = True
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet; a 0-GPU cell sees no GPU anyway
         options = {"include_dashboard": False, "log_to_driver": True}
         try:
@@ -129,6 +134,8 @@ def run_cells_on_ray(
             for _, _, _, run_dir in todo:
                 with contextlib.suppress(UserError):
                     _wait_for_writer(run_dir, timeout=120, every=0.2, say=False)
+            if _joined_here:
+                ray.shutdown()  # the workers' late echoes of the signal would print after our last line
             reason = signal_name()
             clear_stop()
             raise Interrupted(todo[0][3].parent, None, reason)

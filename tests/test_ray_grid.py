@@ -120,3 +120,36 @@ def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tm
     beside = experiment.out_dir / experiment.cells[1][0]
     _wait_for_writer(beside, timeout=60, every=0.1)
     assert not (beside / "summary.json").exists()
+
+
+def test_ctrl_c_cancels_the_cells_each_keeping_its_checkpoint(tmp_path: Path) -> None:
+    """`experiment --ray auto` (its own local Ray) gets SIGINT while its two cells run: each
+    finishes its round and checkpoints it, and the last line names the command that continues."""
+    import subprocess
+    import sys
+
+    import torch
+
+    path = grid(tmp_path, "stopped", {"run.seed": [0, 1]}, rounds=3000)
+    cells = [tmp_path / "stopped" / f"run.seed={seed}" for seed in (0, 1)]
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "--ray", "auto"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and parent.poll() is None:
+            if all((c / "metrics.jsonl").is_file() and len((c / "metrics.jsonl").read_text().splitlines()) > 3
+                   for c in cells):
+                break
+            time.sleep(0.05)
+        parent.send_signal(signal.SIGINT)
+        _, err = parent.communicate(timeout=120)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    assert parent.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel experiment {path} --ray auto` continues "
+                                           "every unfinished cell from its checkpoint"), err
+    for cell in cells:
+        saved = torch.load(cell / "checkpoint.pt", weights_only=False)["state"].round
+        assert saved == [row["round"] for row in numbers(cell)][-1] and not (cell / "summary.json").exists()
