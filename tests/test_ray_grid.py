@@ -153,3 +153,14 @@ def test_ctrl_c_cancels_the_cells_each_keeping_its_checkpoint(tmp_path: Path) ->
     for cell in cells:
         saved = torch.load(cell / "checkpoint.pt", weights_only=False)["state"].round
         assert saved == [row["round"] for row in numbers(cell)][-1] and not (cell / "summary.json").exists()
+
+
+def test_ray_options_on_the_command_line(tmp_path: Path, capsys) -> None:
+    from fedaccel.cli import main
+
+    path = grid(tmp_path, "cli", {"run.seed": [0]})
+    for argv, message in ((["--cpus-per-cell", "2"], "--cpus-per-cell and --gpus-per-cell go with --ray"),
+                          (["--ray", "auto", "-j", "2"], "-j and --ray do not go together"),
+                          (["--ray", "auto", "--cpus-per-cell", "0"], "--cpus-per-cell must be > 0")):
+        assert main(["experiment", str(path), *argv]) == 2
+        assert message in capsys.readouterr().err
