@@ -3,6 +3,7 @@
     fedaccel run configs/demo_fedavg.yaml --set train.rounds=20
     fedaccel run --resume runs/fedavg-s0-20261122-101500
     fedaccel experiment experiments/demo.yaml
+    fedaccel experiment experiments/demo.yaml --ray auto --cpus-per-cell 1   # cells as Ray tasks
     fedaccel plot runs/demo -o curves.png
     fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
     fedaccel split-report --set data.split=case3 --set data.clients=5
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stack-seeds", action="store_true",
                    help="train the seeds of each cell as one stacked computation (same per-seed results)")
     add_workers_option(p)
+    add_ray_options(p)
     add_tensorboard_option(p)
     p.set_defaults(handler=cmd_experiment)
 
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
     p.add_argument("--no-progress", action="store_true")
     add_workers_option(p)
+    add_ray_options(p)
     p.set_defaults(handler=cmd_reproduce)
 
     p = sub.add_parser("tensorboard", help="TensorBoard event files for finished runs (a run or a grid folder)")
@@ -151,6 +154,29 @@ def build_parser() -> argparse.ArgumentParser:
 def add_workers_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--workers", type=int, default=1, metavar="N",
                         help="cells run at once, each in its own process with one torch thread (default 1)")
+
+
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray", metavar="auto|ADDRESS",
+                        help="run each cell as a task on a Ray cluster (auto: this host's cluster, else a local "
+                             "one); out_dir must be on a filesystem every node sees")
+    parser.add_argument("--cpus-per-cell", type=float, default=1.0, metavar="N",
+                        help="with --ray: CPUs each cell asks for (its torch threads; default 1)")
+    parser.add_argument("--gpus-per-cell", type=float, default=0.0, metavar="N",
+                        help="with --ray: GPUs each cell asks for (default 0)")
+
+
+def ray_options(args: argparse.Namespace) -> object:
+    """The ``--ray`` options as :class:`fedaccel.ray_grid.RayOptions` (None without ``--ray``)."""
+    if args.ray is None:
+        if args.cpus_per_cell != 1.0 or args.gpus_per_cell != 0.0:
+            raise UserError("--cpus-per-cell and --gpus-per-cell go with --ray")
+        return None
+    if args.workers != 1:
+        raise UserError("-j and --ray do not go together: with --ray the cluster's resources say how many cells run")
+    from fedaccel.ray_grid import RayOptions
+
+    return RayOptions(args.ray, cpus_per_cell=args.cpus_per_cell, gpus_per_cell=args.gpus_per_cell)
 
 
 def add_tensorboard_option(parser: argparse.ArgumentParser) -> None:
@@ -250,7 +276,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from fedaccel.experiment import load_experiment, run_experiment
 
     result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
-                            workers=args.workers, stack_seeds=args.stack_seeds)
+                            workers=args.workers, stack_seeds=args.stack_seeds, ray=ray_options(args))
     print()
     print(result.table)
     print()
@@ -297,7 +323,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedaccel.reproduce import reproduce
 
     report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
-                       workers=args.workers)
+                       workers=args.workers, ray=ray_options(args))
     print(f"report: {report}")
     return 0
 

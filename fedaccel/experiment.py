@@ -36,6 +36,9 @@ from fedaccel.errors import ConfigError
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
+    from fedaccel.grid_progress import GridProgress
+    from fedaccel.ray_grid import RayOptions
+
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description"}
 
 
@@ -120,42 +123,60 @@ def _check_same_config(run_dir: Path, config: Config) -> None:
 
 
 def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1,
-                   stack_seeds: bool = False) -> ExperimentResult:
+                   stack_seeds: bool = False, ray: RayOptions | None = None,
+                   report: GridProgress | None = None) -> ExperimentResult:
     """Run (or resume) every cell, then write the curves and the rounds-to-target table.
 
     ``workers`` > 1 runs that many cells at once, each in its own process with one torch
     thread (the small models of FL experiments gain more from parallel cells than from
-    intra-op threads); the numbers are those of the cell's own seed either way.
+    intra-op threads); ``ray`` runs each cell as a task on a Ray cluster instead
+    (:mod:`fedaccel.ray_grid`). The numbers are those of the cell's own seed either way.
     ``stack_seeds`` runs the cells that differ only in ``run.seed`` as one stacked computation
     (:class:`~fedaccel.engine.stacked.SeedStack`): every seed's own run folder and numbers, the
     client steps of all seeds batched together.
+    ``report`` shows where the grid is (default: a :class:`GridProgress` over this grid).
     """
+    from fedaccel.grid_progress import GridProgress
     from fedaccel.results import compare_table, plot_curves
 
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
     todo: list[tuple[int, str, Config, Path]] = []
-    run_dirs = []
+    run_dirs, skipped = [], []
     for k, (name, config) in enumerate(experiment.cells, start=1):
         run_dir = experiment.out_dir / name
         _check_same_config(run_dir, config)
         run_dirs.append(run_dir)
         if (run_dir / "summary.json").is_file():
-            print(f"[{k}/{len(experiment.cells)}] {name}: finished earlier, skipped", flush=True)
+            skipped.append((k, name))
         else:
             todo.append((k, name, config, run_dir))
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
-    if stack_seeds and workers > 1:
-        raise ConfigError("--stack-seeds trains a cell's seeds together in one process; use it without -j")
-    if stack_seeds:
-        for group in _seed_groups(todo):
-            _run_seed_group(group, len(experiment.cells))
-    elif workers == 1 or len(todo) <= 1:
-        for k, name, config, run_dir in todo:
-            print(f"[{k}/{len(experiment.cells)}] {name}{_verb(run_dir)}", flush=True)
-            _run_cell(config, run_dir, progress)
-    else:
-        _run_cells_in_parallel(todo, len(experiment.cells), workers)
+    if stack_seeds and (workers > 1 or ray is not None):
+        raise ConfigError("--stack-seeds trains a cell's seeds together in one process; use it without -j or --ray")
+    own_report = report is None
+    report = report or GridProgress(len(todo), bars=False if progress is False else None)
+    report.experiment(experiment.name, len(experiment.cells))
+    for k, name in skipped:
+        report.skip(k, name)
+    try:
+        if ray is not None:
+            from fedaccel.ray_grid import run_cells_on_ray
+
+            run_cells_on_ray(todo, ray, report)
+        elif stack_seeds:
+            for group in _seed_groups(todo):
+                _run_seed_group(group, report)
+        elif workers == 1 or len(todo) <= 1:
+            for k, name, config, run_dir in todo:
+                report.start(k, name, run_dir, config.train.rounds, verb=_verb(run_dir), follow=False)
+                _run_cell(config, run_dir, report.cell_bar(name, progress))
+                report.end(k, name)
+        else:
+            _run_cells_in_parallel(todo, len(experiment.cells), workers, report)
+    finally:
+        if own_report:
+            report.close()
     targets = experiment.targets or [0.5]
     table = compare_table(run_dirs, targets, baseline=experiment.baseline)
     (experiment.out_dir / "table.md").write_text(table + "\n")
@@ -165,7 +186,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
 
 
 def _verb(run_dir: Path) -> str:
-    return ": resuming" if (run_dir / "config.yaml").is_file() else ""
+    return "resuming" if (run_dir / "config.yaml").is_file() else "running"
 
 
 def _run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None) -> Path:
@@ -212,7 +233,7 @@ def _seed_groups(todo: list[tuple[int, str, Config, Path]]) -> list[list[tuple[i
     return list(groups.values())
 
 
-def _run_seed_group(group: list[tuple[int, str, Config, Path]], total: int) -> None:
+def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress) -> None:
     """The group's runs in threads of one process, their client steps trained as one stacked
     computation every round; a failing run stops the experiment with its own error."""
     import threading
@@ -223,7 +244,8 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], total: int) -> N
     errors: list[BaseException] = []
     threads = []
     for k, name, config, run_dir in group:
-        print(f"[{k}/{total}] {name}{_verb(run_dir)} (seeds stacked: {len(group)})", flush=True)
+        report.start(k, name, run_dir, config.train.rounds, verb=f"{_verb(run_dir)} (seeds stacked: {len(group)})",
+                     follow=False)
 
         def one(config: Config = config, run_dir: Path = run_dir) -> None:
             try:
@@ -242,10 +264,13 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], total: int) -> N
     clear_stop()  # the seeds' runs leave a stop request to this, their owner
     if errors:
         raise errors[0]
+    for k, name, _, _ in group:
+        report.end(k, name)
 
 
-def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int) -> None:
-    """Cells in ``workers`` processes; a line per cell as it starts and as it ends, no bars.
+def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int,
+                           report: GridProgress) -> None:
+    """Cells in ``workers`` processes, shown by ``report`` (a line per running cell).
 
     The workers end with this process however it ends (see :func:`_die_with_parent`); when it
     stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell killed
@@ -256,7 +281,6 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int
 
     from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
-    started = time.perf_counter()
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                initializer=_die_with_parent, initargs=(os.getpid(),))
@@ -264,10 +288,11 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int
         with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
             pending = {}
             for k, name, config, run_dir in todo:
-                print(f"[{k}/{total}] {name}{_verb(run_dir)} (queued)", flush=True)
+                report.queue(k, name, run_dir, config.train.rounds, verb=_verb(run_dir))
                 pending[pool.submit(_run_cell, config, run_dir, False, 1)] = (k, name)
-            done_count, stopping = 0, False
+            stopping = False
             while pending:
+                report.poll()
                 if STOP.is_set() and not stopping:
                     stopping = True
                     _stop_pool(pool)
@@ -278,11 +303,7 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int
                         continue  # stopped (Interrupted), or killed before its first round: resumed next time
                     if future.exception() is not None:  # a failed cell stops the experiment with its own error
                         raise future.exception()  # type: ignore[misc]
-                    done_count += 1
-                    elapsed = time.perf_counter() - started
-                    eta = elapsed / done_count * (len(todo) - done_count)
-                    print(f"[{k}/{total}] {name}: done ({done_count}/{len(todo)} cells, "
-                          f"{elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
+                    report.end(k, name)
             if stopping:
                 reason = signal_name()
                 clear_stop()

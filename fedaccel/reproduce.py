@@ -4,6 +4,7 @@
     fedaccel reproduce bherd --scale paper    # paper scale (point data.root at MNIST / CIFAR-10)
     fedaccel reproduce bherd --only fig3_alpha
     fedaccel reproduce fedumf --workers 2     # two cells at a time (one per core)
+    fedaccel reproduce fedumf --ray auto      # every cell a task on the Ray cluster (README: the recipe)
 
 Every experiment file of the paper and scale is run (resumable: finished cells are skipped),
 its curves, diagnostic plots and table are copied next to the report, and
@@ -64,10 +65,13 @@ def reproduce(
     docs: Path = ROOT / "docs" / "reproductions",
     progress: bool | None = None,
     workers: int = 1,
+    ray: Any = None,
 ) -> Path:
-    """Run the paper's experiments at ``scale`` and write its report; returns the report path."""
+    """Run the paper's experiments at ``scale`` and write its report; returns the report path.
+    ``workers`` and ``ray`` (:class:`fedaccel.ray_grid.RayOptions`) as for :func:`run_experiment`."""
     from fedaccel.diagnostic_plots import plot_all_diagnostics
     from fedaccel.experiment import load_experiment, run_experiment
+    from fedaccel.grid_progress import GridProgress
     from fedaccel.results import load_runs
 
     claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
@@ -75,12 +79,22 @@ def reproduce(
     figures = docs / f"{paper}{suffix}"
     figures.mkdir(parents=True, exist_ok=True)
     sections, runs_by_experiment = [], {}
+    experiments = []
     for file in experiment_files(paper, scale, only):
         experiment = load_experiment(file)
         experiment.out_dir = out_root / f"{paper}-{scale}" / file.stem
         if only and file.stem not in only and not _finished(experiment):
             continue  # not asked for and not run before: its claims say "not run"
-        result = run_experiment(experiment, progress=progress, workers=workers)
+        experiments.append((file, experiment))
+    todo = sum(not (e.out_dir / name / "summary.json").is_file() for _, e in experiments for name, _ in e.cells)
+    report = GridProgress(todo, bars=False if progress is False else None)  # one bar over every experiment's cells
+    for index, (file, experiment) in enumerate(experiments, start=1):
+        report.place = (index, len(experiments))
+        try:
+            result = run_experiment(experiment, progress=progress, workers=workers, ray=ray, report=report)
+        except BaseException:
+            report.close()
+            raise
         runs_by_experiment[file.stem] = load_runs(result.run_dirs)
         images = [shutil.copy(result.plot, figures / f"{file.stem}.png")]
         for extra in plot_all_diagnostics(result.run_dirs, result.out_dir / "diag"):
@@ -90,6 +104,7 @@ def reproduce(
         body += [f"![{Path(i).stem}]({Path(i).relative_to(docs)})" for i in images]
         sections.append("\n".join(body))
 
+    report.close()
     lines = [
         f"# Reproduction: {claims_module.TITLE} ({scale} scale)",
         "",

@@ -338,10 +338,12 @@ def run_loop(
     else:
         shown = _runtime_name(config, runtime)
     if show:
-        print(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
-              f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
-              f"[runtime {shown}, device cpu, {threads} torch thread"
-              f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr, flush=True)
+        from tqdm import tqdm  # its write: above a grid's bars (fedaccel.grid_progress), not through them
+
+        tqdm.write(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
+                   f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
+                   f"[runtime {shown}, device cpu, {threads} torch thread"
+                   f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr)
     bar = _progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
     events = _event_log(config, path, state.round)

@@ -1,0 +1,194 @@
+"""Where a grid (or a reproduction's grids) is: the experiment, the cells running, an ETA.
+
+At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the cells to run
+(tqdm's ETA, from the cells done so far) and one line per running cell with its rounds, read
+from the cell's ``metrics.jsonl`` (so it works for ``-j`` workers and Ray tasks alike). Anywhere
+else (CI logs, a pipe) it prints plain lines instead: one when a cell starts and one when it
+ends, with the cells done, the time spent and the time left.
+
+Example:
+    >>> progress = GridProgress(cells=3)                               # doctest: +SKIP
+    >>> progress.experiment("demo", grid_size=3)
+    >>> progress.start(1, "algorithm=fedavg", run_dir, rounds=30); ...; progress.end(1, "algorithm=fedavg")
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+
+class GridProgress:
+    """Progress over ``cells`` cells to run (finished ones are only mentioned, not counted)."""
+
+    def __init__(self, cells: int, *, bars: bool | None = None, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bars = _is_tty(self.stream) if bars is None else bars
+        self.cells, self.ended = cells, 0
+        self.name, self.grid_size = "", 0
+        self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
+        self.began = time.perf_counter()
+        self._running: dict[int, tuple[str, Path, Any]] = {}  # k -> (cell name, run folder, its line)
+        self._queued: dict[int, tuple[str, Path, int, str]] = {}
+        self._overall: Any = None
+        self._polled = 0.0
+
+    # -- what happens ---------------------------------------------------------------------------
+    def experiment(self, name: str, grid_size: int) -> None:
+        """An experiment (a grid of ``grid_size`` cells) begins (the ``place``-th of a reproduction's)."""
+        self.name, self.grid_size = name, grid_size
+        where = f" ({self.place[0]}/{self.place[1]})" if self.place else ""
+        self._say(f"== experiment {name}{where}: {grid_size} cell{'s' if grid_size != 1 else ''} ==")
+        if self._overall is not None:
+            self._overall.set_description_str(self._overall_label())
+
+    def skip(self, k: int, cell: str) -> None:
+        self._say(f"[{self.name} {k}/{self.grid_size}] {cell}: finished earlier, skipped")
+
+    def queue(self, k: int, cell: str, run_dir: Path, rounds: int, *, verb: str = "running") -> None:
+        """Cell ``k`` is handed to a worker; it counts as started once it holds its folder's lock
+        (:meth:`poll` looks), and its line then follows ``run_dir/metrics.jsonl`` up to ``rounds``."""
+        self._queued[k] = (cell, run_dir, rounds, verb)
+
+    def start(self, k: int, cell: str, run_dir: Path, rounds: int, *, verb: str = "running",
+              follow: bool = True) -> None:
+        """Cell ``k`` starts (``verb``: running or resuming); ``follow``: draw its line from its metrics
+        (a cell run in this process draws its own, see :meth:`cell_bar`)."""
+        self._queued.pop(k, None)
+        if not self.bars:
+            self._say(f"[{self.name} {k}/{self.grid_size}] {cell}: {verb} ({self._tally()})")
+            return
+        overall = self._bar_overall()
+        if follow:
+            from tqdm import tqdm
+
+            used = {abs(line.pos) for _, _, line in self._running.values()}  # tqdm keeps -position
+            position = next(p for p in itertools.count(1) if p not in used)
+            line = tqdm(total=rounds, initial=last_round(run_dir) or 0, desc=f"  {cell}", unit="round",
+                        position=position, leave=False, file=self.stream, dynamic_ncols=True)
+            self._running[k] = (cell, run_dir, line)
+        overall.refresh()
+
+    def end(self, k: int, cell: str) -> None:
+        """Cell ``k`` finished."""
+        if k in self._queued:  # started and ended between two looks
+            self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
+        self.ended += 1
+        if not self.bars:
+            self._say(f"[{self.name} {k}/{self.grid_size}] {cell}: done ({self._tally()})")
+            return
+        _, _, line = self._running.pop(k, (None, None, None))
+        if line is not None:
+            line.close()
+        self._bar_overall().update(1)
+
+    def poll(self) -> None:
+        """Start the queued cells whose worker took their folder, redraw the running cells' lines
+        (at most every half second)."""
+        if time.perf_counter() - self._polled < 0.5:
+            return
+        self._polled = time.perf_counter()
+        for k, (cell, run_dir, rounds, verb) in list(self._queued.items()):
+            if _locked(run_dir, since=self.began):
+                self.start(k, cell, run_dir, rounds, verb=verb)
+        for _, run_dir, line in self._running.values():
+            last = last_round(run_dir)
+            if last is not None and last != line.n:
+                line.n = last
+                line.refresh()
+
+    def cell_bar(self, cell: str, progress: Any = None) -> Any:
+        """``progress`` for ``run_loop`` of a cell run in this process: with bars, a class with
+        tqdm's interface drawing its rounds on the line under the overall bar; else unchanged."""
+        if not self.bars or progress is False:
+            return progress
+        from tqdm import tqdm
+
+        self._bar_overall()
+        stream = self.stream
+
+        def bar(total: int, initial: int, desc: str) -> Any:
+            return tqdm(total=total, initial=initial, desc=f"  {cell}", unit="round", position=1, leave=False,
+                        file=stream, dynamic_ncols=True)
+
+        return bar
+
+    def close(self) -> None:
+        for _, _, line in self._running.values():
+            line.close()
+        self._running.clear()
+        if self._overall is not None:
+            self._overall.close()
+            self._overall = None
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _tally(self) -> str:
+        """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before the first cell ends)."""
+        elapsed = time.perf_counter() - self.began
+        text = f"{self.ended}/{self.cells} cells done, {_minutes(elapsed)}"
+        if self.ended:
+            text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
+        return text
+
+    def _overall_label(self) -> str:
+        return f"{self.name}" if self.name else "cells"
+
+    def _bar_overall(self) -> Any:
+        if self._overall is None:
+            from tqdm import tqdm
+
+            self._overall = tqdm(total=self.cells, desc=self._overall_label(), unit="cell", position=0,
+                                 file=self.stream, dynamic_ncols=True)
+        return self._overall
+
+    def _say(self, text: str) -> None:
+        if self.bars:
+            from tqdm import tqdm
+
+            tqdm.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+
+def last_round(run_dir: Path) -> int | None:
+    """The round of the last complete line of ``run_dir/metrics.jsonl`` (None before the first)."""
+    try:
+        with open(run_dir / "metrics.jsonl", "rb") as file:
+            file.seek(0, 2)
+            size = file.tell()
+            file.seek(max(0, size - 65536))
+            tail = file.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()[-3:] if tail.endswith("\n") else tail.splitlines()[-4:-1]):
+        try:
+            return int(json.loads(line)["round"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _locked(run_dir: Path, since: float) -> bool:
+    """A writer took the folder after ``since`` (``perf_counter``): it wrote its PID into the lock
+    file (a release empties it; one killed leaves its PID, but with an older time). Only a look:
+    taking the lock to test it could refuse the worker that takes it at that moment."""
+    try:
+        stat = (run_dir / ".lock").stat()
+    except OSError:
+        return False
+    return stat.st_size > 0 and stat.st_mtime >= time.time() - (time.perf_counter() - since) - 1
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

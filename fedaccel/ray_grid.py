@@ -1,0 +1,195 @@
+"""A grid's cells as Ray tasks: ``fedaccel experiment GRID --ray auto|ADDRESS``.
+
+Each unfinished cell is one task asking for ``cpus_per_cell`` CPUs (its torch threads) and
+``gpus_per_cell`` GPUs. The task runs or resumes the cell in its run folder under the
+experiment's ``out_dir``, which every node must see at the same path (a shared filesystem),
+like the code, the environment and the data where the config says.
+
+A worker or node that dies mid-cell costs that cell a retry (``max_retries``): the retry resumes
+from the cell's last checkpoint, cutting ``metrics.jsonl`` back to it, so no round is lost or
+written twice. A retry that finds the folder still locked by a live writer (a node taken for
+dead that is not) waits for it to end instead of writing beside it, then resumes, or skips a
+cell the other writer finished. Ctrl-C/SIGTERM cancel the tasks: a running cell keeps its last
+checkpoint and the same command continues it.
+
+Example:
+    >>> run_cells_on_ray(todo, RayOptions("auto"))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedaccel.config import Config
+from fedaccel.errors import UserError
+
+if TYPE_CHECKING:
+    from fedaccel.grid_progress import GridProgress
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the cells run and what each asks for."""
+
+    address: str = "auto"  # "auto": the running cluster, else a local instance; or "HOST:PORT", "ray://..."
+    cpus_per_cell: float = 1.0
+    gpus_per_cell: float = 0.0
+    max_retries: int = 3  # per cell, for dead workers and nodes (a cell's own error is not retried)
+    lock_wait_s: float = 3600.0  # how long a retry waits for a live writer of its folder
+
+
+_joined_here = False  # connect() started Ray in this process (not a caller that had it running)
+
+
+def connect(address: str = "auto") -> str:
+    """Join the Ray cluster at ``address`` (once per process) and say which, in one line.
+
+    ``auto`` joins the cluster named by ``RAY_ADDRESS`` or the one this host joined with ``ray
+    start`` and, when there is none, starts a local instance with this machine's cores (never a
+    Ray instance another program started for itself with ``ray.init``, as Ray's own "auto" would).
+    """
+    import ray
+
+    global _joined_here
+    if not ray.is_initialized():
+        _joined_here = True
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet; a 0-GPU cell sees no GPU anyway
+        options = {"include_dashboard": False, "log_to_driver": True}
+        try:
+            ray.init(address=None if address == "auto" else address, **options)
+        except ConnectionError as exc:
+            if address != "auto":
+                raise UserError(f"no Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+            ray.init(address="local", **options)  # the `ray start` cluster on record has stopped
+    resources = ray.cluster_resources()
+    return (f"ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs "
+            f"at {ray.get_runtime_context().gcs_address}")
+
+
+def run_cells_on_ray(
+    todo: list[tuple[int, str, Config, Path]],
+    options: RayOptions,
+    report: GridProgress | None = None,
+) -> list[dict[str, Any]]:
+    """Run the cells ``todo`` ((index, name, config, run folder)) as Ray tasks, shown by ``report``;
+    returns what each task says of itself (run folder, node, process, whether it resumed), in
+    the order they ended.
+    """
+    import ray
+
+    from fedaccel.grid_progress import GridProgress
+    from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
+
+    if options.cpus_per_cell <= 0 or options.gpus_per_cell < 0:
+        raise UserError(f"--cpus-per-cell must be > 0 and --gpus-per-cell >= 0, got "
+                        f"{options.cpus_per_cell:g} and {options.gpus_per_cell:g}")
+    if not todo:
+        return []
+    report = report or GridProgress(len(todo))
+    print(connect(options.address), file=sys.stderr, flush=True)
+    task = ray.remote(_cell_task).options(
+        num_cpus=options.cpus_per_cell, num_gpus=options.gpus_per_cell, max_retries=options.max_retries,
+        retry_exceptions=False, name="fedaccel-cell",
+    )
+    threads = max(1, int(options.cpus_per_cell))
+    cwd = os.getcwd()  # relative paths in the configs mean the same on every node of a shared filesystem
+    pending: dict[Any, tuple[int, str]] = {}
+    for k, name, config, run_dir in todo:
+        ref = task.remote(config, str(run_dir.resolve()), threads, cwd, options.lock_wait_s)
+        pending[ref] = (k, name)
+        report.queue(k, name, run_dir, config.train.rounds, verb="resuming" if (run_dir / "config.yaml").is_file()
+                     else "running")
+    ended: list[dict[str, Any]] = []
+    with stop_signals():  # Ctrl-C / SIGTERM: cancel the tasks; each cell keeps its last checkpoint
+        stopping = False
+        try:
+            while pending:
+                report.poll()
+                if STOP.is_set() and not stopping:
+                    stopping = True
+                    for ref in pending:
+                        ray.cancel(ref)  # Ray's SIGINT in the task: run_loop finishes its round and checkpoints it
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+                for ref in ready:
+                    k, name = pending.pop(ref)
+                    try:
+                        info = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        if stopping:
+                            continue  # stopped; the next run resumes it
+                        raise _cell_error(exc, name) from None
+                    ended.append(info)
+                    report.end(k, name)
+        except BaseException as exc:  # a failed cell, a second Ctrl-C: the other cells stop too
+            for ref in pending:
+                ray.cancel(ref, force=isinstance(exc, KeyboardInterrupt))
+            raise
+        if stopping:  # a cancelled task's result comes at once: wait for its cell's checkpoint (lock freed)
+            for _, _, _, run_dir in todo:
+                with contextlib.suppress(UserError):
+                    _wait_for_writer(run_dir, timeout=120, every=0.2, say=False)
+            if _joined_here:
+                ray.shutdown()  # the workers' late echoes of the signal would print after our last line
+            reason = signal_name()
+            clear_stop()
+            raise Interrupted(todo[0][3].parent, None, reason)
+    return ended
+
+
+def _cell_error(exc: BaseException, cell: str) -> BaseException:
+    """The error to stop with: the cell's own (a user error stays one line), or one line when the
+    workers cannot import fedaccel, else Ray's."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, UserError):
+        return cause
+    if "No module named 'fedaccel" in str(exc):
+        return UserError(f"the Ray workers cannot import fedaccel (cell {cell}); every node needs the same "
+                         "environment, e.g. the same venv on a shared filesystem")
+    return exc
+
+
+def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s: float) -> dict[str, Any]:
+    """One cell in a Ray worker: wait while another live process writes its folder, then skip it
+    (finished), resume it (interrupted) or run it; returns where it ran and what it did."""
+    import socket
+
+    from fedaccel import experiment
+
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    path = Path(run_dir)
+    _wait_for_writer(path, lock_wait_s)
+    info = {"run_dir": run_dir, "node": socket.gethostname(), "pid": os.getpid(),
+            "resumed": (path / "config.yaml").is_file(), "skipped": (path / "summary.json").is_file()}
+    if not info["skipped"]:
+        experiment._worker_stopped = False  # a Ray worker process runs task after task
+        experiment._run_cell(config, path, False, threads)
+    return info
+
+
+def _wait_for_writer(path: Path, timeout: float, every: float = 2.0, *, say: bool = True) -> None:
+    """Return once no live process holds ``path``'s lock (at once if none does); after ``timeout``
+    seconds, the lock's own one-line error."""
+    from fedaccel.runlock import lock_run_dir
+
+    if not path.is_dir():
+        return
+    deadline = time.monotonic() + timeout
+    said = not say
+    while True:
+        try:
+            lock_run_dir(path).release()
+            return
+        except UserError as exc:
+            if time.monotonic() > deadline:
+                raise
+            if not said:
+                print(f"{exc}; waiting", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(every)

@@ -1,0 +1,95 @@
+"""Grid progress: which experiment and cell run, how many are done, and the time left."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import yaml
+
+from fedaccel.experiment import load_experiment, run_experiment
+from fedaccel.grid_progress import GridProgress, last_round
+
+
+def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Path, capsys) -> None:
+    """Off a terminal (CI logs): a line as each cell starts and ends, the ETA once one has ended."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 2}, "model": "svm", "train": {"rounds": 2, "batch_size": 20},
+            "run": {"progress": False}}
+    path.write_text(yaml.safe_dump({"name": "tiny", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"run.seed": [0, 1]}}))
+    run_experiment(load_experiment(path), progress=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "== experiment tiny: 2 cells =="
+    assert re.fullmatch(r"\[tiny 1/2\] run\.seed=0: running \(0/2 cells done, \d+ s\)", err[1]), err
+    assert re.fullmatch(r"\[tiny 1/2\] run\.seed=0: done \(1/2 cells done, \d+ s, about \d+ s left\)", err[2]), err
+    assert err[3].startswith("[tiny 2/2] run.seed=1: running (1/2 cells done, ")
+    assert err[4].startswith("[tiny 2/2] run.seed=1: done (2/2 cells done, ") and err[4].endswith(", about 0 s left)")
+
+    run_experiment(load_experiment(path), progress=False)
+    assert capsys.readouterr().err.splitlines()[1:] == ["[tiny 1/2] run.seed=0: finished earlier, skipped",
+                                                        "[tiny 2/2] run.seed=1: finished earlier, skipped"]
+
+
+def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:
+    """A cell folder as a worker leaves it mid-run: its PID in the lock, rounds 0..last written."""
+    folder.mkdir(parents=True)
+    (folder / ".lock").write_text(f"{pid}\n")
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"round": r, "test_acc": 0.5}) + "\n"
+                                                  for r in range(last + 1)) + '{"round": 9')  # half-written
+    return folder
+
+
+def test_bars_show_one_line_per_running_cell_with_its_rounds(tmp_path: Path) -> None:
+    """At a terminal, -j/--ray: the overall bar, and a line per cell once its worker took its folder
+    (the lock holds a PID written since the grid began), following the rounds in its metrics; a
+    queued cell has no line yet."""
+    stream = io.StringIO()
+    progress = GridProgress(3, bars=True, stream=stream)
+    progress.place = (2, 7)
+    progress.experiment("fig3_alpha", 3)
+    a, b = fake_cell(tmp_path / "alpha=0.1", 4), fake_cell(tmp_path / "alpha=0.5", 7)
+    progress.queue(1, "alpha=0.1", a, rounds=20)
+    progress.queue(2, "alpha=0.5", b, rounds=20)
+    stale = fake_cell(tmp_path / "alpha=1.0", 2)  # a killed run's PID left in the lock, from before this grid
+    os.utime(stale / ".lock", (time.time() - 3600, time.time() - 3600))
+    progress.queue(3, "alpha=1.0", stale, rounds=20)
+    progress.queue(4, "alpha=2.0", tmp_path / "alpha=2.0", rounds=20)  # no folder yet
+    progress.poll()
+    shown = stream.getvalue()
+    assert "== experiment fig3_alpha (2/7): 3 cells ==" in shown
+    assert re.search(r"alpha=0\.1:\s+20%.*4/20", shown) and re.search(r"alpha=0\.5:\s+35%.*7/20", shown), shown
+    assert "alpha=1.0" not in shown and "alpha=2.0" not in shown and "fig3_alpha:   0%" in shown and "0/3" in shown
+    progress.end(1, "alpha=0.1")
+    progress.close()
+    assert "1/3" in stream.getvalue()
+
+
+def test_last_round_skips_a_half_written_line(tmp_path: Path) -> None:
+    assert last_round(fake_cell(tmp_path / "c", 5)) == 5
+    assert last_round(tmp_path / "none") is None
+
+
+def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_path: Path, monkeypatch,
+                                                                             capsys) -> None:
+    """Two tiny experiment files stand in for a paper's: each is announced with its place, and the
+    cells done and the time left run over both."""
+    import fedaccel.reproduce as reproduce_module
+
+    folder = tmp_path / "experiments" / "bherd" / "quick"
+    folder.mkdir(parents=True)
+    base = {"data": {"dataset": "digits", "clients": 2}, "model": "svm", "train": {"rounds": 1, "batch_size": 20}}
+    for stem in ("first", "second"):
+        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump({"base": base, "grid": {"run.seed": [0]}}))
+    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
+    reproduce_module.reproduce("bherd", out_root=tmp_path / "runs", docs=tmp_path / "docs", progress=False)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("==", "["))]
+    assert err[0] == "== experiment first (1/2): 1 cell =="
+    assert err[1].startswith("[first 1/1] run.seed=0: running (0/2 cells done, ")
+    assert err[2].startswith("[first 1/1] run.seed=0: done (1/2 cells done, ") and "left)" in err[2]
+    assert err[3] == "== experiment second (2/2): 1 cell =="
+    assert err[4].startswith("[second 1/1] run.seed=0: running (1/2 cells done, ")
