@@ -94,4 +94,4 @@ def _attack_in_place(
         y[idx] = torch.remainder(y[idx] + shift, num_classes)
     else:
         noise = rng.uniform(-1.0, 1.0, size=(len(idx), *x.shape[1:]))
-        x[idx] = torch.from_numpy(noise).to(x.dtype)
+        x[idx] = torch.from_numpy(noise).to(device=x.device, dtype=x.dtype)

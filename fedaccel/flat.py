@@ -26,11 +26,11 @@ class FlatModel:
         params = [p for p in module.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
-        dtype = params[0].dtype
+        dtype, device = params[0].dtype, params[0].device  # the module's: nothing moves or changes type
         n = sum(p.numel() for p in params)
         self.module = module
-        self.theta = torch.empty(n, dtype=dtype)
-        self.grad = torch.zeros(n, dtype=dtype)
+        self.theta = torch.empty(n, dtype=dtype, device=device)
+        self.grad = torch.zeros(n, dtype=dtype, device=device)
         offset = 0
         for p in params:
             k = p.numel()

@@ -62,7 +62,8 @@ def herd_order(gram: Tensor, k: int) -> list[int]:
         raise ValueError(f"herd_order needs a square Gram matrix, got shape {tuple(gram.shape)}")
     if not 1 <= k <= tau:
         raise ValueError(f"herd_order: k must be in [1, {tau}], got {k}")
-    centred = centred_gram(gram.to(torch.float64))
+    # O(k tau) scalar steps: on the CPU in float64, wherever the Gram matrix was computed
+    centred = centred_gram(gram.to(device="cpu", dtype=torch.float64))
     sq_norms = centred.diagonal().clone()  # ||z_bar_j||^2
     inner = torch.zeros(tau, dtype=torch.float64)  # <s, z_bar_j>
     used = torch.zeros(tau, dtype=torch.bool)
@@ -80,24 +81,28 @@ def herd_order(gram: Tensor, k: int) -> list[int]:
 class HerdingEstimator:
     """Stores the tau_i step directions of one client-round and replaces the update by the herd's.
 
-    Memory: one preallocated (tau_i x d) float32 matrix, centred in place at the end.
+    Memory: one (tau_i x d) matrix, allocated at the first step like the step direction (the
+    model's dtype and device), centred in place at the end.
     """
 
     def __init__(self, steps: int, dim: int, alpha: float, lr: float) -> None:
-        self.steps, self.alpha, self.lr = steps, alpha, lr
-        self._z: Tensor | None = torch.empty(steps, dim, dtype=torch.float32)  # row lambda = z_lambda
+        self.steps, self.dim, self.alpha, self.lr = steps, dim, alpha, lr
+        self._z: Tensor | None = None  # row lambda = z_lambda
         self._seen = 0
+        self._finished = False
 
     def observe(self, step: int, direction: Tensor) -> None:
-        assert self._z is not None, "observe after finish"
+        assert not self._finished, "observe after finish"
+        if self._z is None:
+            self._z = direction.new_empty((self.steps, self.dim))
         self._z[step].copy_(direction)
         self._seen += 1
 
     def finish(self, full_update: Tensor) -> tuple[Tensor, dict[str, Tensor], dict[str, Any]]:
         """Herd, and return ((lr/alpha) g_i, no extras, diagnostics)."""
-        z, self._z = self._z, None  # the matrix is freed when this returns
-        assert z is not None, "finish called twice"
-        if self._seen != self.steps:
+        assert not self._finished, "finish called twice"
+        z, self._z, self._finished = self._z, None, True  # the matrix is freed when this returns
+        if z is None or self._seen != self.steps:
             raise RuntimeError(f"BHerd saw {self._seen} local steps, expected {self.steps}")
         memory = z.numel() * z.element_size()
         mu = z.mean(dim=0)  # mu_i (Eq. 5)
@@ -105,7 +110,7 @@ class HerdingEstimator:
         gram = z @ z.T  # (tau, tau): the only O(tau^2 d) work
         k = selected_count(self.alpha, self.steps)
         chosen = herd_order(gram, k)
-        mask = torch.zeros(self.steps, dtype=z.dtype)
+        mask = z.new_zeros(self.steps)
         mask[chosen] = 1.0
         g = mask @ z + k * mu  # sum of the selected raw directions (Eq. 6), without copying rows
         distance = float(torch.linalg.vector_norm(g / (self.alpha * self.steps) - mu))
@@ -119,7 +124,7 @@ def bherd_selection(*, alpha: float = 0.5) -> Part:
 
     ``alpha = 0.5`` is the paper's recommended proportion (Section 2.3). Diagnostics per client and
     round: ``selected`` (sorted 0-based step indices of the ``tau`` steps), ``distance`` = ||g_i/(alpha tau_i) - mu_i|| (Fig. 4d)
-    and ``memory_bytes`` (the stored gradients, tau_i * d * 4).
+    and ``memory_bytes`` (the stored gradients, tau_i * d * 4 for a float32 model).
 
     Example:
         >>> from fedaccel.algorithms.base import compose

@@ -101,7 +101,7 @@ def global_statistics(means: Tensor, variances: Tensor, p: np.ndarray) -> tuple[
 
     ``means`` and ``variances`` are (K, d); ``p`` (K,) sums to 1.
     """
-    weights = torch.as_tensor(p, dtype=means.dtype)
+    weights = torch.as_tensor(p, dtype=means.dtype, device=means.device)
     g = weights @ means
     v = weights @ variances + weights @ (means - g).square()
     return g, v
@@ -114,7 +114,7 @@ def gsnr_scores(
     m = means @ g + (variances * v).sqrt().sum(dim=1) / batch  # (K,)
     q = means.square().sum(dim=1) + variances.sum(dim=1) / batch  # (K,)
     big_l = g.square().sum() + v.sum() / batch
-    m_np, q_np, l_val = m.double().numpy(), q.double().numpy(), float(big_l)
+    m_np, q_np, l_val = m.double().cpu().numpy(), q.double().cpu().numpy(), float(big_l)
     n = np.zeros_like(m_np)
     positive = q_np > 0
     n[positive] = np.maximum(0.0, m_np[positive] / q_np[positive])

@@ -32,16 +32,21 @@ from fedaccel.algorithms.mean import renormalised_weights
 
 
 class BalancingEstimator:
-    """GraB's online balancing over one client-round: three d-vectors, no stored gradients."""
+    """GraB's online balancing over one client-round: three d-vectors, no stored gradients.
+
+    The vectors are created at the first step like the step direction (the model's dtype and device).
+    """
 
     def __init__(self, steps: int, dim: int, lr: float) -> None:
-        self.steps, self.lr = steps, lr
-        self.m = torch.zeros(dim)  # running sum of z / tau_i
-        self.s = torch.zeros(dim)  # signed sum of centred directions
-        self.g = torch.zeros(dim)  # sum of kept raw directions
+        self.steps, self.dim, self.lr = steps, dim, lr
+        self.m: Tensor | None = None  # running sum of z / tau_i
+        self.s: Tensor | None = None  # signed sum of centred directions
+        self.g: Tensor | None = None  # sum of kept raw directions
         self.kept: list[int] = []
 
     def observe(self, step: int, direction: Tensor) -> None:
+        if self.m is None or self.s is None or self.g is None:
+            self.m, self.s, self.g = (torch.zeros_like(direction) for _ in range(3))
         self.m.add_(direction, alpha=1.0 / self.steps)
         c = direction - self.m
         if float(torch.dot(self.s, c)) < 0.0:  # ||s + c|| < ||s - c||
@@ -54,10 +59,11 @@ class BalancingEstimator:
     def finish(self, full_update: Tensor) -> tuple[Tensor, dict[str, Tensor], dict[str, Any]]:
         """Return (eta g_i, {"alpha": [alpha_i]}, diagnostics)."""
         alpha_i = len(self.kept) / self.steps
-        estimate = (self.g * self.lr).to(full_update.dtype)
-        memory = 3 * self.g.numel() * self.g.element_size()
+        g = torch.zeros_like(full_update) if self.g is None else self.g
+        estimate = (g * self.lr).to(full_update.dtype)
+        memory = 3 * self.dim * g.element_size()
         diag = {"selected": list(self.kept), "tau": self.steps, "alpha": alpha_i, "memory_bytes": memory}
-        return estimate, {"alpha": torch.tensor([alpha_i], dtype=torch.float32)}, diag
+        return estimate, {"alpha": full_update.new_tensor([alpha_i])}, diag
 
 
 def grab_selection() -> Part:
