@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.config import Config, EvalConfig, RunConfig, TrainConfig, local_options
+from fedaccel.engine.device import resolve_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.runner import Setup, run_loop
@@ -62,6 +64,7 @@ def train(
     run_dir: str | Path | None = None,
     eval_every: int = 1,
     progress: bool = True,
+    device: str | torch.device | None = None,
     **train_options: Any,
 ) -> History:
     """Federated training of ``module`` over ``partition`` (one index array per client).
@@ -69,7 +72,10 @@ def train(
     ``train_options`` are the keys of :class:`fedaccel.config.TrainConfig` (lr, batch_size,
     local_epochs, momentum, weight_decay, lr_decay, clip, reshuffle, client_fraction).
     A run folder is written to ``run_dir`` (default: a temporary one under ``runs/api``).
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``auto``; default: where ``module`` is) is
+    where the model, the data and every state live; they are moved there once.
     """
+    where = next(module.parameters()).device if device is None else resolve_device(device)
     algo = build_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
     config = Config(
         name=algo.name,
@@ -77,12 +83,12 @@ def train(
         model={"name": type(module).__name__},
         train=TrainConfig(rounds=rounds, **train_options),
         eval=EvalConfig(every=eval_every, train_samples=None),
-        run=RunConfig(seed=seed, progress=progress, out_dir="runs/api"),
+        run=RunConfig(seed=seed, progress=progress, out_dir="runs/api", device=str(where)),
     )
     config.data.dataset = "custom"
     config.data.clients = len(partition)
     federation = Federation(
-        module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed
+        module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed, device=where
     )
     from fedaccel.config import dump_config
     from fedaccel.runner import new_run_dir

@@ -72,6 +72,7 @@ class RunConfig:
     timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
     threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: README)
+    device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto (the first of cuda, mps, cpu here): model, data, states
 
 
 @dataclass
@@ -256,6 +257,9 @@ def validate(config: Config) -> None:
             raise ConfigError(message)
     for attack in config.attacks:
         validate_attack(attack, config.data.clients)
+    from fedaccel.engine.device import check_device_name
+
+    check_device_name(config.run.device)  # whether it is on this machine: when the run starts
     del LocalOptions
 
 

@@ -3,6 +3,9 @@
 It is everything a round needs besides the algorithm and its state: client weights p_i,
 local steps tau_i, each client's batch order per round, evaluation, and the client-side
 access that planning stages use (per-sample gradients with ``torch.func``).
+
+Model and data live on one device (``device``; default: where the module is): they are moved
+there once, here, and every state a round creates follows them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import make_rng
-from fedaccel.engine.local import LocalOptions, batch_positions
+from fedaccel.engine.local import BatchGradient, LocalOptions, batch_gradient, batch_positions
 from fedaccel.errors import ConfigError
 from fedaccel.flat import FlatModel
 
@@ -46,18 +49,27 @@ class Federation:
         seed: int = 0,
         eval_train_samples: int | None = None,
         eval_batch_size: int = 2000,
+        device: str | torch.device | None = None,
+        closed_form: bool = True,
     ) -> None:
         if len(partition) == 0:
             raise ConfigError("the partition has no clients")
         sizes = np.array([len(p) for p in partition])
         if (sizes == 0).any():
             raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples")
+        if device is None:
+            device = next(module.parameters()).device
+        self.device = torch.device(device)
+        module.to(self.device)
         self.model = FlatModel(module)
         self.loss_fn: LossFn = getattr(module, "loss", _cross_entropy)
         self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
+        self.closed_form = closed_form  # use the model's exact closed-form gradient where it has one
+        self._gradient: BatchGradient | None = None
+        x_train, y_train = x_train.to(self.device), y_train.to(self.device)
         self.x_train, self.y_train = x_train, y_train  # what clients train on (attacks may replace it)
         self.clean_train = (x_train, y_train)  # what the training-set metrics are measured on
-        self.x_test, self.y_test = x_test, y_test
+        self.x_test, self.y_test = x_test.to(self.device), y_test.to(self.device)
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
         self.options = options
         self.seed = seed
@@ -75,7 +87,7 @@ class Federation:
         if limit is None or limit >= n:
             return None
         chosen = make_rng(self.seed, "train-eval").choice(n, size=limit, replace=False)
-        return torch.from_numpy(np.sort(chosen))
+        return torch.from_numpy(np.sort(chosen)).to(self.device)
 
     def order(self, client: int, round_: int) -> np.ndarray:
         """The client's sample order: fixed across rounds, or reshuffled every round (RR)."""
@@ -85,6 +97,14 @@ class Federation:
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
         return batch_positions(self.order(client, round_), steps, self.options.batch_size)
+
+    def batch_gradient(self) -> BatchGradient:
+        """The mini-batch gradient clients use on the current training data (built once per data)."""
+        if self._gradient is None:
+            self._gradient = batch_gradient(
+                self.model, self.x_train, self.y_train, self.loss_fn, closed_form=self.closed_form
+            )
+        return self._gradient
 
     @torch.no_grad()
     def _evaluate(self, x: Tensor, y: Tensor) -> tuple[float, float]:
@@ -112,7 +132,8 @@ class Federation:
 
     def set_training_data(self, x: Tensor, y: Tensor) -> None:
         """Replace what clients train on (e.g. attacked copies); evaluation keeps the clean data."""
-        self.x_train, self.y_train = x, y
+        self.x_train, self.y_train = x.to(self.device), y.to(self.device)
+        self._gradient = None
 
     def access(self, client: int) -> ClientData:
         return ClientData(self, client)
@@ -128,8 +149,9 @@ class ClientData:
     def sample(self, n: int, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
         """Up to ``n`` of the client's samples, without replacement."""
         index = self.federation.partition[self.client]
-        chosen = torch.from_numpy(rng.choice(index, size=min(n, len(index)), replace=False))
-        return self.federation.x_train[chosen], self.federation.y_train[chosen]
+        chosen = rng.choice(index, size=min(n, len(index)), replace=False)
+        chosen_t = torch.from_numpy(chosen).to(self.federation.device)
+        return self.federation.x_train.index_select(0, chosen_t), self.federation.y_train.index_select(0, chosen_t)
 
     def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
         """(sum, sum of squares) of the per-sample gradients at ``theta`` in closed form, when the

@@ -256,6 +256,7 @@ def train_client(
         federation.options,
         terms,
         estimator,
+        gradient=federation.batch_gradient(),
     )
     trajectory = theta0 - theta_end
     extras: dict[str, Tensor] = {}
