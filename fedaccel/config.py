@@ -260,6 +260,9 @@ def validate(config: Config) -> None:
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
+    if config.run.runtime.startswith("flower") and config.run.device != "cpu":
+        raise ConfigError(f"run.device {config.run.device}: the Flower runtimes run on the CPU; "
+                          "use run.runtime=in-process for a GPU")
     del LocalOptions
 
 

@@ -67,6 +67,17 @@ def test_device_that_is_not_here_is_one_line_at_start_and_leaves_nothing(tmp_pat
     assert not out.exists()
 
 
+def test_the_runs_first_line_names_its_device(tmp_path: Path, capsys) -> None:
+    run(load_config(None, [*SMALL, "train.rounds=1", "run.device=auto"]), tmp_path / "r", progress=True)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert f"device {resolve_device('auto')}, " in first
+
+
+def test_flower_runtimes_refuse_another_device_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="the Flower runtimes run on the CPU"):
+        load_config(None, [*SMALL, "run.runtime=flower-simulation", "run.device=cuda"])
+
+
 def test_explicit_cpu_gives_the_numbers_of_the_default(tmp_path: Path) -> None:
     x, y, parts = problem()
     default = train(linear(), x, y, parts, x, y, rounds=3, lr=0.1, batch_size=4, progress=False, run_dir=tmp_path / "a")
