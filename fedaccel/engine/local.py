@@ -107,7 +107,8 @@ def batch_gradient(
         return exact
 
     def autograd(idx: Tensor) -> Tensor:
-        return model.gradient(loss_fn(module(x.index_select(0, idx)), y.index_select(0, idx)))
+        with torch.enable_grad():  # the step itself runs under no_grad
+            return model.gradient(loss_fn(module(x.index_select(0, idx)), y.index_select(0, idx)))
 
     return autograd
 
@@ -127,7 +128,7 @@ def train_local(
     model: FlatModel,
     x: Tensor,
     y: Tensor,
-    batches: Sequence[np.ndarray],
+    batches: Sequence[np.ndarray] | Tensor,
     start: Tensor,
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     lr: float,
@@ -145,23 +146,24 @@ def train_local(
     model.module.train()
     if gradient is None:
         gradient = batch_gradient(model, x, y, loss_fn)
+    clip, weight_decay, momentum = options.clip, options.weight_decay, options.momentum
     buffer: Tensor | None = None
-    for step, idx in enumerate(_index_rows(batches, x.device)):
-        grad = gradient(idx)
-        with torch.no_grad():
-            if options.clip is not None:
+    with torch.no_grad():
+        for step, idx in enumerate(_index_rows(batches, x.device)):
+            grad = gradient(idx)
+            if clip is not None:
                 # as a tensor: no device-to-host sync per step; a factor 1 leaves grad exact
-                grad.mul_((options.clip / torch.linalg.vector_norm(grad)).clamp_(max=1.0))
+                grad.mul_((clip / torch.linalg.vector_norm(grad)).clamp_(max=1.0))
             for term in terms:
                 term(theta, grad)
-            if options.weight_decay:
-                grad.add_(theta, alpha=options.weight_decay)
+            if weight_decay:
+                grad.add_(theta, alpha=weight_decay)
             direction = grad
-            if options.momentum:
+            if momentum:
                 if buffer is None:
                     buffer = grad.clone()
                 else:
-                    buffer.mul_(options.momentum).add_(grad)
+                    buffer.mul_(momentum).add_(grad)
                 direction = buffer
             if estimator is not None:
                 estimator.observe(step, direction)
