@@ -75,7 +75,7 @@ def train(
     ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``auto``; default: where ``module`` is) is
     where the model, the data and every state live; they are moved there once.
     """
-    where = next(module.parameters()).device if device is None else resolve_device(device)
+    where = next(module.parameters(), torch.empty(0)).device if device is None else resolve_device(device)
     algo = build_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
     config = Config(
         name=algo.name,

@@ -57,8 +57,8 @@ class Federation:
         sizes = np.array([len(p) for p in partition])
         if (sizes == 0).any():
             raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples")
-        if device is None:
-            device = next(module.parameters()).device
+        if device is None:  # where the module is (FlatModel refuses one without parameters)
+            device = next(module.parameters(), torch.empty(0)).device
         self.device = torch.device(device)
         module.to(self.device)
         self.model = FlatModel(module)
