@@ -38,8 +38,8 @@ def resolve_device(name: str | torch.device) -> torch.device:
     check_device_name(name)
     if name == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
-        return torch.device("mps" if _mps_available() else "cpu")
+            return resolve_device("cuda")
+        return resolve_device("mps") if _mps_available() else torch.device("cpu")
     device = torch.device(name)
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -49,8 +49,12 @@ def resolve_device(name: str | torch.device) -> torch.device:
         if (device.index or 0) >= count:
             raise ConfigError(f"run.device {name}: this machine has {count} CUDA GPU(s), "
                               f"cuda:0 to cuda:{count - 1}")
-    if device.type == "mps" and not _mps_available():
-        raise ConfigError(f"run.device {name}: Apple MPS is not available here; use run.device=cpu or auto")
+        if device.index is None:  # the index tensors report: "cuda" == t.device would be False
+            device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "mps":
+        if not _mps_available():
+            raise ConfigError(f"run.device {name}: Apple MPS is not available here; use run.device=cpu or auto")
+        device = torch.device("mps", device.index or 0)
     return device
 
 
