@@ -85,14 +85,14 @@ def reference_steps(flat: FlatModel, x: Tensor, y: Tensor, batches: list[np.ndar
     return flat.theta.clone()
 
 
-@pytest.mark.parametrize("name", ["2nn", "cnn"])
-def test_index_select_gathers_leave_autograd_models_bit_identical(name: str) -> None:
+@pytest.mark.parametrize("name,sizes", [("2nn", (16, 16, 16, 16)), ("cnn", (16, 16, 16, 16)), ("2nn", (16, 5, 9))])
+def test_index_select_gathers_leave_autograd_models_bit_identical(name: str, sizes: tuple[int, ...]) -> None:
     x, y = data(90, shape=(1, 8, 8))
     module = build_model(name, (1, 8, 8), 10, seed=3)
     flat = FlatModel(module)
     w0 = flat.theta.clone()
     rng = np.random.default_rng(0)
-    batches = [rng.permutation(90)[:16] for _ in range(4)]
+    batches = [rng.permutation(90)[:size] for size in sizes]
     want = reference_steps(flat, x, y, batches, 0.05)
     got = train_local(flat, x, y, batches, w0, module.loss, 0.05, LocalOptions())
     assert torch.equal(got, want)
