@@ -5,12 +5,15 @@ contenders do the same SGD steps in one process:
 
 - ``raw``: the squared-hinge gradient written out by hand on batches (and ±1 labels) gathered
   before the clock starts: the floor the engine's step is measured against;
-- ``step``: the engine's local step alone (:func:`fedaccel.engine.local.train_local` with the
-  federation's batch gradient), one call per client-round;
+- ``step``: the engine's local step alone (the client's batches from
+  :meth:`~fedaccel.engine.federation.Federation.client_batches`, laid out once in its fixed order,
+  then :func:`fedaccel.engine.local.train_local`), one call per client-round;
 - ``round``: whole FedAvg rounds through :func:`fedaccel.engine.round.run_round` (batch orders,
   client contexts, aggregation included).
 
-Each is warmed up once untimed; the repeats alternate and the median per client-step is printed,
+Each is warmed up once untimed (the warm-up lays the clients' samples out: the steady state of
+every round after the first is timed; ``--gather`` times batches gathered step by step instead);
+the repeats alternate and the median per client-step is printed,
 with the ratios step/raw and round/raw. Goal (issue 12): step/raw at most 1.5. Torch threads are
 pinned (``--threads``, default 1). The three must end at the same model (relative tolerance).
 
@@ -62,8 +65,9 @@ def raw_run(fed: Federation, w0: torch.Tensor, gathered: dict) -> tuple[float, t
     return time.perf_counter() - started, w
 
 
-def step_run(fed: Federation, w0: torch.Tensor, batches: dict) -> tuple[float, torch.Tensor]:
-    """The engine's local step (train_local) for every client-round, averaged by hand."""
+def step_run(fed: Federation, w0: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """The engine's local step for every client-round (its batches as the engine gets them, then
+    train_local), averaged by hand."""
     gradient = fed.batch_gradient()
     sync(fed.device)
     started = time.perf_counter()
@@ -71,7 +75,8 @@ def step_run(fed: Federation, w0: torch.Tensor, batches: dict) -> tuple[float, t
     for t in range(ROUNDS):
         new = torch.zeros_like(w)
         for i in range(CLIENTS):
-            theta = train_local(fed.model, fed.x_train, fed.y_train, batches[(i, t)], w, fed.loss_fn, LR,
+            batches = fed.client_batches(i, t, int(fed.steps[i]))
+            theta = train_local(fed.model, fed.x_train, fed.y_train, batches, w, fed.loss_fn, LR,
                                 fed.options, gradient=gradient)
             new.add_(theta, alpha=float(fed.weights[i]))
         w = new
@@ -96,6 +101,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--gather", action="store_true", help="no layout: gather every batch with index_select")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -104,6 +110,8 @@ def main() -> None:
     parts = split("iid", data.y_train.numpy(), CLIENTS, make_rng(0, "split"))
     fed = Federation(build_model("svm", data.input_shape, 10), data.x_train, data.y_train, parts,
                      data.x_test, data.y_test, LocalOptions(lr=LR, batch_size=BATCH), device=device)
+    if args.gather:
+        fed.layout_bytes = -1
     w0 = fed.model.theta.clone()
     batches = {(i, t): fed.batches(i, t, int(fed.steps[i])) for i in range(CLIENTS) for t in range(ROUNDS)}
     targets = fed.model.module.targets(fed.y_train)
@@ -118,7 +126,7 @@ def main() -> None:
 
     contenders = {
         "raw": lambda: raw_run(fed, w0, gathered),
-        "step": lambda: step_run(fed, w0, batches),
+        "step": lambda: step_run(fed, w0),
         "round": lambda: round_run(fed, w0),
     }
     finals = {name: run()[1] for name, run in contenders.items()}  # warm-up, untimed

@@ -116,3 +116,36 @@ def test_a_whole_run_with_the_closed_form_matches_the_autograd_path(model: str, 
         finals.append(state.w)
     assert not torch.equal(finals[0], torch.zeros_like(finals[0]))
     torch.testing.assert_close(finals[0], finals[1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["svm", "2nn"])
+@pytest.mark.parametrize("reshuffle", [False, True])
+def test_batches_laid_out_in_client_order_give_the_numbers_of_gathered_batches(model: str, reshuffle: bool) -> None:
+    """A fixed order is laid out once per client and sliced (a batch crossing the end of the order
+    included, local_epochs 1.5); reshuffled orders are gathered. Bit-identical either way."""
+    x, y = data(150)
+    parts = [np.arange(k, 150, 3) for k in range(3)]  # 50 samples each, batch 8: 9 steps, one wraps
+    options = LocalOptions(lr=0.05, batch_size=8, local_epochs=1.5, reshuffle=reshuffle, momentum=0.5)
+    finals, layouts = [], []
+    for cap in (2**40, -1):  # laid out, gathered
+        fed = Federation(build_model(model, (1, 6, 6), 10, seed=0), x, y, parts, x, y, options)
+        fed.layout_bytes = cap
+        algo = build_algorithm("scaffold")
+        state = init_state(algo, fed.model.theta.clone(), fed.n_clients)
+        for _ in range(3):
+            state, _ = run_round(algo, state, fed)
+        finals.append(state.w)
+        layouts.append(len(fed._layouts))
+    assert torch.equal(finals[0], finals[1])
+    assert layouts == ([0, 0] if reshuffle else [3, 0])
+
+
+def test_new_training_data_drops_the_layouts() -> None:
+    x, y = data(60)
+    fed = Federation(build_model("svm", (1, 6, 6), 10), x, y, [np.arange(60)], x, y, LocalOptions(batch_size=10))
+    first = fed.client_batches(0, 0, 2)
+    assert isinstance(first[0], tuple) and torch.equal(first[0][0], x[torch.from_numpy(fed.order(0, 0)[:10])])
+    fed.set_training_data(-x, 1 - y % 2)  # e.g. an attack from this round on
+    again = fed.client_batches(0, 1, 2)
+    assert torch.equal(again[0][0], -first[0][0])
+    assert not torch.equal(again[0][1], first[0][1])

@@ -18,11 +18,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import make_rng
-from fedaccel.engine.local import BatchGradient, LocalOptions, batch_gradient, batch_positions
+from fedaccel.engine.local import BatchGradient, LocalOptions, batch_positions
 from fedaccel.errors import ConfigError
 from fedaccel.flat import FlatModel
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
+LAYOUT_BYTES = 2 * 2**30  # training data up to this size is also kept laid out in client order (a second copy)
 
 
 def _cross_entropy(output: Tensor, y: Tensor) -> Tensor:
@@ -66,6 +67,8 @@ class Federation:
         self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
         self.closed_form = closed_form  # use the model's exact closed-form gradient where it has one
         self._gradient: BatchGradient | None = None
+        self._layouts: dict[int, tuple[np.ndarray, Tensor, Tensor]] = {}  # client -> (order, x rows, labels)
+        self.layout_bytes = LAYOUT_BYTES
         x_train, y_train = x_train.to(self.device), y_train.to(self.device)
         self.x_train, self.y_train = x_train, y_train  # what clients train on (attacks may replace it)
         self.clean_train = (x_train, y_train)  # what the training-set metrics are measured on
@@ -101,10 +104,43 @@ class Federation:
     def batch_gradient(self) -> BatchGradient:
         """The mini-batch gradient clients use on the current training data (built once per data)."""
         if self._gradient is None:
-            self._gradient = batch_gradient(
+            self._gradient = BatchGradient(
                 self.model, self.x_train, self.y_train, self.loss_fn, closed_form=self.closed_form
             )
         return self._gradient
+
+    def client_batches(
+        self, client: int, round_: int, steps: int
+    ) -> list[np.ndarray] | list[tuple[Tensor, Tensor]]:
+        """The client's batches this round for :func:`~fedaccel.engine.local.train_local`.
+
+        When the client's sample order is the one of its last round (a fixed order, the default)
+        and the training data is at most ``layout_bytes``, its samples are laid out in that order
+        once and each batch is a contiguous slice (no gather per step: the same rows, so the same
+        numbers); otherwise index arrays, gathered step by step.
+        """
+        order = self.order(client, round_)
+        if self.x_train.nbytes > self.layout_bytes:
+            return batch_positions(order, steps, self.options.batch_size)
+        cached = self._layouts.get(client)
+        if cached is None or not np.array_equal(cached[0], order):
+            if cached is None and self.options.reshuffle:  # a new order every round: nothing to reuse
+                return batch_positions(order, steps, self.options.batch_size)
+            gradient = self.batch_gradient()
+            cached = (order, *gradient.gather(torch.from_numpy(order).to(self.device)))
+            self._layouts[client] = cached
+        _, xs, ls = cached
+        n = len(order)
+        size = min(self.options.batch_size, n)
+        batches = []
+        for k in range(steps):  # batch k holds positions k*size ... (k+1)*size - 1 of the order, cyclically
+            lo = k * size % n
+            if lo + size <= n:
+                batches.append((xs[lo : lo + size], ls[lo : lo + size]))
+            else:
+                wrap = torch.cat([torch.arange(lo, n), torch.arange(0, lo + size - n)]).to(self.device)
+                batches.append((xs.index_select(0, wrap), ls.index_select(0, wrap)))
+        return batches
 
     @torch.no_grad()
     def _evaluate(self, x: Tensor, y: Tensor) -> tuple[float, float]:
@@ -134,6 +170,7 @@ class Federation:
         """Replace what clients train on (e.g. attacked copies); evaluation keeps the clean data."""
         self.x_train, self.y_train = x.to(self.device), y.to(self.device)
         self._gradient = None
+        self._layouts.clear()
 
     def access(self, client: int) -> ClientData:
         return ClientData(self, client)

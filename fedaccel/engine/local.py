@@ -5,8 +5,10 @@ gradient z in this order: clip z (optional), add the algorithm's local terms (Fe
 SCAFFOLD, ...), add weight decay, apply heavy-ball momentum (PyTorch's convention). An
 estimator part (BHerd, GraB) observes every d; with plain SGD, d = z + local terms.
 
-The step is lean: a client-round's batch indices reach the data's device in one transfer, each
-batch is gathered with ``index_select`` (bit-identical to ``x[idx]``, several times faster), and
+The step is lean: batches come laid out in the client's order already (see
+``Federation.client_batches``), or a client-round's batch indices reach the data's device in one
+transfer and each batch is gathered with ``index_select`` (bit-identical to ``x[idx]``, several
+times faster); the whole loop runs under one ``no_grad``; and
 a model with an exact closed-form gradient (:func:`fedaccel.models.closed_form_gradient`: the
 SVM and softmax regression) skips autograd, with its labels prepared once per training set.
 """
@@ -83,34 +85,35 @@ def batch_positions(order: np.ndarray, steps: int, batch_size: int) -> list[np.n
     return [stream[k * size : (k + 1) * size] for k in range(steps)]
 
 
-BatchGradient = Callable[[Tensor], Tensor]
-"""``gradient(idx)``: the gradient of the loss on the samples ``idx`` at the model's current
-parameters, written into (and returned as) the flat gradient buffer."""
-
-
-def batch_gradient(
-    model: FlatModel, x: Tensor, y: Tensor, loss_fn: Callable[[Tensor, Tensor], Tensor], *, closed_form: bool = True
-) -> BatchGradient:
+class BatchGradient:
     """The mini-batch gradient on the training data ``(x, y)``: the model's closed form when it has
-    one (and ``closed_form``), else autograd through ``loss_fn``."""
-    from fedaccel.models import closed_form_gradient
+    one (and ``closed_form``), else autograd through ``loss_fn``.
 
-    module, grad, theta = model.module, model.grad, model.theta
-    kernel = closed_form_gradient(module) if closed_form else None
-    if kernel is not None:
-        targets = kernel.prepare(y)  # once per training set, not per step
+    ``gather(idx)`` gives a batch as ``(x rows, labels)``, the labels prepared once for the closed
+    form (the SVM's ±1); ``gradient(xb, lb)`` writes the gradient at the model's current parameters
+    into the flat gradient buffer and returns it.
+    """
 
-        def exact(idx: Tensor) -> Tensor:
-            kernel(theta, x.index_select(0, idx), targets.index_select(0, idx), grad)
-            return grad
+    def __init__(
+        self, model: FlatModel, x: Tensor, y: Tensor, loss_fn: Callable[[Tensor, Tensor], Tensor],
+        *, closed_form: bool = True,
+    ) -> None:
+        from fedaccel.models import closed_form_gradient
 
-        return exact
+        self.model, self.x, self.loss_fn = model, x, loss_fn
+        self.kernel = closed_form_gradient(model.module) if closed_form else None
+        self.labels = self.kernel.prepare(y) if self.kernel is not None else y  # once per training set
 
-    def autograd(idx: Tensor) -> Tensor:
+    def gather(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        return self.x.index_select(0, idx), self.labels.index_select(0, idx)
+
+    def __call__(self, xb: Tensor, lb: Tensor) -> Tensor:
+        model = self.model
+        if self.kernel is not None:
+            self.kernel(model.theta, xb, lb, model.grad)
+            return model.grad
         with torch.enable_grad():  # the step itself runs under no_grad
-            return model.gradient(loss_fn(module(x.index_select(0, idx)), y.index_select(0, idx)))
-
-    return autograd
+            return model.gradient(self.loss_fn(model.module(xb), lb))
 
 
 def _index_rows(batches: Sequence[np.ndarray] | Tensor, device: torch.device) -> Sequence[Tensor]:
@@ -128,7 +131,7 @@ def train_local(
     model: FlatModel,
     x: Tensor,
     y: Tensor,
-    batches: Sequence[np.ndarray] | Tensor,
+    batches: Sequence[np.ndarray] | Tensor | Sequence[tuple[Tensor, Tensor]],
     start: Tensor,
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     lr: float,
@@ -139,18 +142,22 @@ def train_local(
 ) -> Tensor:
     """Run one SGD step per batch from ``start``; return the final parameters (a new tensor).
 
-    ``batches``: index arrays (or one (steps, B) tensor) into ``x``/``y``; ``gradient`` the
-    mini-batch gradient on them (default: :func:`batch_gradient` of ``model``, ``x``, ``y``)."""
+    ``batches``: index arrays (or one (steps, B) tensor) into ``x``/``y``, gathered per step, or
+    the batches laid out already as ``(x rows, gradient.labels rows)`` pairs
+    (:meth:`fedaccel.engine.federation.Federation.client_batches`); ``gradient`` the mini-batch
+    gradient (default: :class:`BatchGradient` of ``model``, ``x``, ``y``)."""
     model.load(start)
     theta = model.theta
     model.module.train()
     if gradient is None:
-        gradient = batch_gradient(model, x, y, loss_fn)
+        gradient = BatchGradient(model, x, y, loss_fn)
     clip, weight_decay, momentum = options.clip, options.weight_decay, options.momentum
     buffer: Tensor | None = None
+    laid_out = len(batches) > 0 and isinstance(batches[0], tuple)
+    rows = batches if laid_out else _index_rows(batches, x.device)  # type: ignore[arg-type]
     with torch.no_grad():
-        for step, idx in enumerate(_index_rows(batches, x.device)):
-            grad = gradient(idx)
+        for step, batch in enumerate(rows):
+            grad = gradient(*(batch if laid_out else gradient.gather(batch)))
             if clip is not None:
                 # as a tensor: no device-to-host sync per step; a factor 1 leaves grad exact
                 grad.mul_((clip / torch.linalg.vector_norm(grad)).clamp_(max=1.0))

@@ -244,7 +244,7 @@ def train_client(
     owner = algorithm.single("estimator")
     estimator = owner[1].estimator(ctx, w.numel()) if owner else None  # type: ignore[misc]
 
-    batches = federation.batches(ctx.client, ctx.info.round, ctx.steps)
+    batches = federation.client_batches(ctx.client, ctx.info.round, ctx.steps)
     theta_end = train_local(
         federation.model,
         federation.x_train,
