@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 from torch import Tensor, nn
 
@@ -42,6 +43,7 @@ from fedaccel.config import (
     local_options,
     warn_if_fedavg_in_disguise,
 )
+from fedaccel.engine.device import resolve_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError
@@ -82,6 +84,7 @@ def train(
     eval_every: int = 1,
     keep_models: bool = False,
     progress: bool = True,
+    device: str | torch.device | None = None,
     **train_options: Any,
 ) -> History:
     """Federated training of ``module`` over ``partition`` (one index array per client).
@@ -100,15 +103,19 @@ def train(
     holds a run already is refused, unless ``resume=True``: then its run continues from the last
     checkpoint, with the same settings, to the numbers of an uninterrupted run.
     ``keep_models=True`` keeps the global model of every round evaluated here in ``History.models``.
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``auto``; default: where ``module`` is) is
+    where the model, the data and every state live; they are moved there once.
     """
+    where = next(module.parameters(), torch.empty(0)).device if device is None else resolve_device(device)
     config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options)
+    config.run.device = str(where)
     if isinstance(algorithm, Algorithm):
         algo = algorithm
     else:
         algo = build_algorithm_from(config)
         warn_if_fedavg_in_disguise(config)
     federation = Federation(
-        module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed
+        module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed, device=where
     )
     setup = Setup(config, federation, algo, config.train.client_fraction)
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
@@ -169,11 +176,11 @@ def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, f
 
 
 def _check_same_settings(path: Path, config: Config) -> None:
-    """A run continues only with the settings it was started with (the progress bar aside)."""
+    """A run continues only with the settings it was started with (its progress bar and device aside)."""
     stored = _flat(_build(Config, yaml.safe_load((path / "config.yaml").read_text()) or {}, "").to_dict())
     wanted = _flat(config.to_dict())
     for key in sorted(set(stored) | set(wanted)):
-        if key != "run.progress" and stored.get(key) != wanted.get(key):
+        if key not in ("run.progress", "run.device") and stored.get(key) != wanted.get(key):
             raise UserError(
                 f"{path} holds a run with {key} = {stored.get(key)!r}, not {wanted.get(key)!r}; "
                 "resume it with its settings or use another folder"

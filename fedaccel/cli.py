@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML config (defaults apply to what it leaves out)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--out", help="run folder to create (default: under run.out_dir)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue an interrupted run (with --set run.device=cpu: on another device)")
     p.add_argument("--no-progress", action="store_true")
     add_tensorboard_option(p)
     p.set_defaults(handler=cmd_run)
@@ -201,9 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     progress = False if args.no_progress else None
     if args.resume:
-        if args.config or args.set:
-            raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
-        path = resume(args.resume, progress=progress)
+        device = _resume_device(args)
+        path = resume(args.resume, progress=progress, device=device)
     else:
         path = run(load_config(args.config, args.set), args.out, progress=progress)
     ranking = contribution_ranking(path)
@@ -218,6 +218,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     print(f"run folder: {path}")
     return 0
+
+
+def _resume_device(args: argparse.Namespace) -> str | None:
+    """``--resume`` takes the run folder and at most ``--set run.device=...`` (where it continues)."""
+    keys = [item.partition("=") for item in args.set]
+    if args.config or any(key.strip() != "run.device" for key, _, _ in keys):
+        raise UserError("--resume takes the run folder only (and --set run.device=...); "
+                        "its config.yaml is used as it is")
+    return keys[-1][2].strip() if keys else None
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:

@@ -83,6 +83,7 @@ class RunConfig:
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False  # TensorBoard event files in the run folder, written as the run goes
     threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: README)
+    device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto (the first of cuda, mps, cpu here): model, data, states
 
 
 @dataclass
@@ -272,6 +273,12 @@ def validate(config: Config) -> None:
     from fedaccel.algorithms.registry import get_recipe
 
     check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
+    from fedaccel.engine.device import check_device_name
+
+    check_device_name(config.run.device)  # whether it is on this machine: when the run starts
+    if config.run.runtime.startswith("flower") and config.run.device != "cpu":
+        raise ConfigError(f"run.device {config.run.device}: the Flower runtimes run on the CPU; "
+                          "use run.runtime=in-process for a GPU")
     del LocalOptions
 
 

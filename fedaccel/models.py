@@ -58,6 +58,7 @@ __all__ = [
     "SquaredSVM",
     "VGG16",
     "build_model",
+    "closed_form_gradient",
     "functional_loss",
     "num_parameters",
 ]
@@ -236,6 +237,69 @@ class SoftmaxRegression(Classifier):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc(_flatten(x))
+
+
+# --------------------------------------------------------------------------------------------
+# Closed-form gradients of the linear models (the engine's lean local step)
+# --------------------------------------------------------------------------------------------
+
+
+class _SquaredSVMGradient:
+    """``λw − (1/B) Σ_i t_i x_i max(0, 1 − t_i wᵀx_i)``: :class:`SquaredSVM`'s loss gradient."""
+
+    def __init__(self, model: SquaredSVM) -> None:
+        self.model, self.l2 = model, model.l2
+
+    def prepare(self, y: Tensor) -> Tensor:
+        return self.model.targets(y, self.model.weight.dtype)  # ±1, once per training set
+
+    def __call__(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> None:
+        xb = x.reshape(x.shape[0], -1)
+        r = torch.mv(xb, theta).mul_(t)  # t_i s_i
+        r.neg_().add_(1.0).clamp_(min=0.0).mul_(t).mul_(-1.0 / t.shape[0])  # ∂loss/∂s_i
+        torch.addmv(theta, xb.t(), r, beta=self.l2, out=grad)
+
+
+class _SoftmaxGradient:
+    """``(softmax(Wx + b) − onehot(y)) [xᵀ 1] / B``: :class:`SoftmaxRegression`'s cross-entropy gradient."""
+
+    def __init__(self, model: SoftmaxRegression) -> None:
+        self.classes, self.features = model.fc.weight.shape
+        self.n_weight = self.classes * self.features
+
+    def prepare(self, y: Tensor) -> Tensor:
+        return y.reshape(-1, 1).long()  # (N, 1): scatter positions
+
+    def __call__(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> None:
+        b, n = x.shape[0], self.n_weight
+        xb = x.reshape(b, -1)
+        weight, bias = theta[:n].view(self.classes, self.features), theta[n:]
+        p = torch.addmm(bias, xb, weight.t()).softmax(dim=1)
+        p.scatter_add_(1, t, p.new_full((b, 1), -1.0)).div_(b)
+        torch.mm(p.t(), xb, out=grad[:n].view(self.classes, self.features))
+        torch.sum(p, dim=0, out=grad[n:])
+
+
+def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGradient | None:
+    """The exact batch gradient of ``module.loss(module(x), y)`` without autograd, for the built-in
+    ``svm`` and ``softmax`` as they are (None for anything else, a subclass that overrides
+    ``forward``/``loss``/``targets`` included). It is called as ``kernel(theta, x, kernel.prepare(y)[idx],
+    grad)`` with ``theta``/``grad`` the flat parameter/gradient vectors (:class:`fedaccel.flat.FlatModel`
+    order) and writes ∂loss/∂theta into ``grad``; equal to autograd's to float rounding.
+    """
+    cls = type(module)
+    trainable = [id(p) for p in module.parameters() if p.requires_grad]
+    if isinstance(module, SquaredSVM):
+        same = all(getattr(cls, m) is getattr(SquaredSVM, m) for m in ("forward", "loss", "targets"))
+        if same and trainable == [id(module.weight)] and len(list(module.parameters())) == 1:
+            return _SquaredSVMGradient(module)
+    if isinstance(module, SoftmaxRegression):
+        fc = module.fc
+        same = cls.forward is SoftmaxRegression.forward and cls.loss is Classifier.loss
+        if (same and type(fc) is nn.Linear and fc.bias is not None
+                and trainable == [id(fc.weight), id(fc.bias)] and len(list(module.parameters())) == 2):
+            return _SoftmaxGradient(module)
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from fedaccel.config import (
     read_yaml,
     warn_if_fedavg_in_disguise,
 )
+from fedaccel.engine.device import check_device_name, resolve_device, to_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, init_state, run_round
 from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
@@ -105,6 +106,7 @@ def build_setup(config: Config) -> Setup:
         local_options(config),
         seed=seed,
         eval_train_samples=config.eval.train_samples,
+        device=resolve_device(config.run.device),
     )
     algorithm = build_algorithm_from(config)
     return Setup(config, federation, algorithm, config.train.client_fraction, dataset.num_classes)
@@ -243,13 +245,17 @@ def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:
     raise UserError("run.runtime flower-deployment runs with `fedaccel deploy` (SuperLink + SuperNodes)")
 
 
-def resume(run_dir: str | Path, *, progress: bool | None = None) -> Path:
-    """Continue a run from its last checkpoint (or from scratch if it never wrote one)."""
+def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | None = None) -> Path:
+    """Continue a run from its last checkpoint (or from scratch if it never wrote one); ``device``
+    replaces its ``run.device`` (e.g. a run started on a GPU continues on a CPU)."""
     path = Path(run_dir)
     if not (path / "config.yaml").is_file():
         raise UserError(f"{path} is not a run folder (no config.yaml)")
+    config = from_dict(read_yaml(path / "config.yaml"))
+    if device is not None:
+        check_device_name(device)
+        config.run.device = device
     with lock_run_dir(path):  # before restore_state cuts the metrics back
-        config = from_dict(read_yaml(path / "config.yaml"))
         if config.run.runtime not in LOCAL_RUNTIMES:
             return _run_on_flower(config, path, progress)
         setup = build_setup(config)
@@ -262,8 +268,8 @@ def restore_state(setup: Setup, path: Path) -> tuple[FLState, float]:
     """The state of the newest checkpoint in ``path`` that loads (or the initial one), metrics
     cut to match; says on stderr which round the run continues from."""
     loaded = load_checkpoint(path)
-    if loaded is not None:
-        state, wall = loaded["state"], loaded["wall_s"]
+    if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
+        state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
         kept = state.round
     else:
@@ -342,7 +348,7 @@ def run_loop(
 
         tqdm.write(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
                    f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
-                   f"[runtime {shown}, device cpu, {threads} torch thread"
+                   f"[runtime {shown}, device {federation.device}, {threads} torch thread"
                    f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr)
     bar = _progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
@@ -387,7 +393,7 @@ def run_loop(
             clear_stop()
         bar.close()  # before anything else is printed: no message in the middle of the bar
         events.close()
-    torch.save({"w": state.w, "config": config.to_dict()}, path / "model.pt")
+    torch.save({"w": state.w.cpu(), "config": config.to_dict()}, path / "model.pt")
     final = last or _last_metrics(path / METRICS)
     (path / "summary.json").write_text(json.dumps({"finished": True, "rounds": rounds, "final": final}, indent=1))
     return state
@@ -442,9 +448,10 @@ def _last_metrics(path: Path) -> dict[str, Any]:
 
 def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
     """Write atomically and keep the one before as ``checkpoint.prev.pt``: a kill during the write
-    leaves the previous checkpoint intact, and a damaged newest one still has a predecessor."""
+    leaves the previous checkpoint intact, and a damaged newest one still has a predecessor.
+    Tensors are saved on the CPU, so the run resumes on any device."""
     tmp = path.with_suffix(".tmp")
-    torch.save({"state": state, "wall_s": wall}, tmp)
+    torch.save({"state": to_device(state, "cpu"), "wall_s": wall}, tmp)
     with open(tmp, "rb") as file:
         os.fsync(file.fileno())
     if path.exists():

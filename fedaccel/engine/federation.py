@@ -3,6 +3,9 @@
 It is everything a round needs besides the algorithm and its state: client weights p_i,
 local steps tau_i, each client's batch order per round, evaluation, and the client-side
 access that planning stages use (per-sample gradients with ``torch.func``).
+
+Model and data live on one device (``device``; default: where the module is): they are moved
+there once, here, and every state a round creates follows them.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import make_rng
-from fedaccel.engine.local import LocalOptions, batch_positions
+from fedaccel.engine.local import BatchGradient, LocalOptions, batch_positions
 from fedaccel.errors import ConfigError
 from fedaccel.flat import FlatModel
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
+LAYOUT_BYTES = 2 * 2**30  # training data up to this size is also kept laid out in client order (a second copy)
 
 
 def _cross_entropy(output: Tensor, y: Tensor) -> Tensor:
@@ -46,18 +50,29 @@ class Federation:
         seed: int = 0,
         eval_train_samples: int | None = None,
         eval_batch_size: int = 2000,
+        device: str | torch.device | None = None,
+        closed_form: bool = True,
     ) -> None:
         if len(partition) == 0:
             raise ConfigError("the partition has no clients")
         sizes = np.array([len(p) for p in partition])
         if (sizes == 0).any():
             raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples")
+        if device is None:  # where the module is (FlatModel refuses one without parameters)
+            device = next(module.parameters(), torch.empty(0)).device
+        self.device = torch.device(device)
+        module.to(self.device)
         self.model = FlatModel(module)
         self.loss_fn: LossFn = getattr(module, "loss", _cross_entropy)
         self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
+        self.closed_form = closed_form  # use the model's exact closed-form gradient where it has one
+        self._gradient: BatchGradient | None = None
+        self._layouts: dict[int, tuple[np.ndarray, Tensor, Tensor]] = {}  # client -> (order, x rows, labels)
+        self.layout_bytes = LAYOUT_BYTES
+        x_train, y_train = x_train.to(self.device), y_train.to(self.device)
         self.x_train, self.y_train = x_train, y_train  # what clients train on (attacks may replace it)
         self.clean_train = (x_train, y_train)  # what the training-set metrics are measured on
-        self.x_test, self.y_test = x_test, y_test
+        self.x_test, self.y_test = x_test.to(self.device), y_test.to(self.device)
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
         self.options = options
         self.seed = seed
@@ -75,7 +90,7 @@ class Federation:
         if limit is None or limit >= n:
             return None
         chosen = make_rng(self.seed, "train-eval").choice(n, size=limit, replace=False)
-        return torch.from_numpy(np.sort(chosen))
+        return torch.from_numpy(np.sort(chosen)).to(self.device)
 
     def order(self, client: int, round_: int) -> np.ndarray:
         """The client's sample order: its index array as given, one seeded permutation of it for all
@@ -88,6 +103,47 @@ class Federation:
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
         return batch_positions(self.order(client, round_), steps, self.options.batch_size)
+
+    def batch_gradient(self) -> BatchGradient:
+        """The mini-batch gradient clients use on the current training data (built once per data)."""
+        if self._gradient is None:
+            self._gradient = BatchGradient(
+                self.model, self.x_train, self.y_train, self.loss_fn, closed_form=self.closed_form
+            )
+        return self._gradient
+
+    def client_batches(
+        self, client: int, round_: int, steps: int
+    ) -> list[np.ndarray] | list[tuple[Tensor, Tensor]]:
+        """The client's batches this round for :func:`~fedaccel.engine.local.train_local`.
+
+        When the client's sample order is the one of its last round (a fixed order, the default)
+        and the training data is at most ``layout_bytes``, its samples are laid out in that order
+        once and each batch is a contiguous slice (no gather per step: the same rows, so the same
+        numbers); otherwise index arrays, gathered step by step.
+        """
+        order = self.order(client, round_)
+        if self.x_train.nbytes > self.layout_bytes:
+            return batch_positions(order, steps, self.options.batch_size)
+        cached = self._layouts.get(client)
+        if cached is None or not np.array_equal(cached[0], order):
+            if cached is None and self.options.reshuffle:  # a new order every round: nothing to reuse
+                return batch_positions(order, steps, self.options.batch_size)
+            gradient = self.batch_gradient()
+            cached = (order, *gradient.gather(torch.from_numpy(order).to(self.device)))
+            self._layouts[client] = cached
+        _, xs, ls = cached
+        n = len(order)
+        size = min(self.options.batch_size, n)
+        batches = []
+        for k in range(steps):  # batch k holds positions k*size ... (k+1)*size - 1 of the order, cyclically
+            lo = k * size % n
+            if lo + size <= n:
+                batches.append((xs[lo : lo + size], ls[lo : lo + size]))
+            else:
+                wrap = torch.cat([torch.arange(lo, n), torch.arange(0, lo + size - n)]).to(self.device)
+                batches.append((xs.index_select(0, wrap), ls.index_select(0, wrap)))
+        return batches
 
     @torch.no_grad()
     def _evaluate(self, x: Tensor, y: Tensor) -> tuple[float, float]:
@@ -115,7 +171,9 @@ class Federation:
 
     def set_training_data(self, x: Tensor, y: Tensor) -> None:
         """Replace what clients train on (e.g. attacked copies); evaluation keeps the clean data."""
-        self.x_train, self.y_train = x, y
+        self.x_train, self.y_train = x.to(self.device), y.to(self.device)
+        self._gradient = None
+        self._layouts.clear()
 
     def access(self, client: int) -> ClientData:
         return ClientData(self, client)
@@ -131,8 +189,9 @@ class ClientData:
     def sample(self, n: int, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
         """Up to ``n`` of the client's samples, without replacement."""
         index = self.federation.partition[self.client]
-        chosen = torch.from_numpy(rng.choice(index, size=min(n, len(index)), replace=False))
-        return self.federation.x_train[chosen], self.federation.y_train[chosen]
+        chosen = rng.choice(index, size=min(n, len(index)), replace=False)
+        chosen_t = torch.from_numpy(chosen).to(self.federation.device)
+        return self.federation.x_train.index_select(0, chosen_t), self.federation.y_train.index_select(0, chosen_t)
 
     def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
         """(sum, sum of squares) of the per-sample gradients at ``theta`` in closed form, when the

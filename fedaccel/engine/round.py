@@ -249,7 +249,7 @@ def train_client(
     owner = algorithm.single("estimator")
     estimator = owner[1].estimator(ctx, w.numel()) if owner else None  # type: ignore[misc]
 
-    batches = federation.batches(ctx.client, ctx.info.round, ctx.steps)
+    batches = federation.client_batches(ctx.client, ctx.info.round, ctx.steps)
     theta_end = train_local(
         federation.model,
         federation.x_train,
@@ -261,6 +261,7 @@ def train_client(
         federation.options,
         terms,
         estimator,
+        gradient=federation.batch_gradient(),
     )
     trajectory = theta0 - theta_end
     extras: dict[str, Tensor] = {}

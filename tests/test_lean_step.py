@@ -1,0 +1,151 @@
+"""The lean local step: index_select gathers, closed-form gradients of the linear models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+from fedaccel.algorithms.registry import build_algorithm
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.local import LocalOptions, train_local
+from fedaccel.engine.round import init_state, run_round
+from fedaccel.flat import FlatModel
+from fedaccel.models import SquaredSVM, build_model, closed_form_gradient
+
+
+def data(n: int = 120, seed: int = 0, shape: tuple[int, ...] = (1, 6, 6)) -> tuple[Tensor, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def autograd_gradient(flat: FlatModel, x: Tensor, y: Tensor) -> Tensor:
+    module = flat.module
+    return flat.gradient(module.loss(module(x), y)).clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name,options", [("svm", {}), ("svm", {"l2": 0.0}), ("svm", {"l2": 1.5}),
+                                          ("svm", {"labels": "sign"}), ("softmax", {})])
+def test_closed_form_gradient_equals_autograd_on_random_batches(name: str, options: dict, dtype: torch.dtype) -> None:
+    module = build_model(name, (1, 6, 6), 10, seed=1, **options).to(dtype)
+    flat = FlatModel(module)
+    kernel = closed_form_gradient(module)
+    assert kernel is not None
+    x, y = data(200)
+    x = x.to(dtype)
+    if options.get("labels") == "sign":
+        y = 2 * (y % 2) - 1
+    targets = kernel.prepare(y)
+    g = torch.Generator().manual_seed(2)
+    for trial in range(5):
+        # parameters where some margins are active and some are not (the SVM starts at w = 0)
+        flat.load(torch.randn(flat.size, generator=g, dtype=torch.float64).to(dtype) * 0.3 * trial)
+        idx = torch.randperm(200, generator=g)[: 1 + 37 * trial]
+        want = autograd_gradient(flat, x[idx], y[idx])
+        flat.grad.fill_(float("nan"))  # everything must be written
+        kernel(flat.theta, x.index_select(0, idx), targets.index_select(0, idx), flat.grad)
+        torch.testing.assert_close(flat.grad, want, atol=1e-6, rtol=1e-5)
+
+
+def test_closed_form_only_for_the_built_in_linear_models_as_they_are() -> None:
+    class Hinge(SquaredSVM):
+        def loss(self, output: Tensor, y: Tensor) -> Tensor:
+            return torch.clamp(1 - self.targets(y, output.dtype) * output, min=0).mean()
+
+    assert closed_form_gradient(build_model("svm", (4,), 2)) is not None
+    assert closed_form_gradient(Hinge((4,), 2)) is None  # its own loss: autograd
+    for name in ("2nn", "cnn"):
+        assert closed_form_gradient(build_model(name, (1, 8, 8), 10)) is None
+    frozen = build_model("softmax", (4,), 3)
+    frozen.fc.bias.requires_grad_(False)
+    assert closed_form_gradient(frozen) is None
+
+
+def test_svm_and_softmax_steps_run_without_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = data()
+    for name in ("svm", "softmax"):
+        flat = FlatModel(build_model(name, (1, 6, 6), 10, seed=0))
+        batches = [np.arange(k, k + 20) for k in range(0, 100, 20)]
+        monkeypatch.setattr(Tensor, "backward", lambda *a, **k: pytest.fail("autograd in the step"))
+        end = train_local(flat, x, y, batches, flat.theta.clone(), flat.module.loss, 0.1, LocalOptions())
+        monkeypatch.undo()
+        assert not torch.equal(end, flat.theta.new_zeros(flat.size))
+
+
+def reference_steps(flat: FlatModel, x: Tensor, y: Tensor, batches: list[np.ndarray], lr: float) -> Tensor:
+    """The step as it was written before: ``x[idx]`` gathers, autograd, theta -= lr * grad."""
+    module = flat.module
+    for index in batches:
+        idx = torch.from_numpy(index)
+        grad = flat.gradient(module.loss(module(x[idx]), y[idx]))
+        with torch.no_grad():
+            flat.theta.sub_(grad, alpha=lr)
+    return flat.theta.clone()
+
+
+@pytest.mark.parametrize("name,sizes", [("2nn", (16, 16, 16, 16)), ("cnn", (16, 16, 16, 16)), ("2nn", (16, 5, 9))])
+def test_index_select_gathers_leave_autograd_models_bit_identical(name: str, sizes: tuple[int, ...]) -> None:
+    x, y = data(90, shape=(1, 8, 8))
+    module = build_model(name, (1, 8, 8), 10, seed=3)
+    flat = FlatModel(module)
+    w0 = flat.theta.clone()
+    rng = np.random.default_rng(0)
+    batches = [rng.permutation(90)[:size] for size in sizes]
+    want = reference_steps(flat, x, y, batches, 0.05)
+    got = train_local(flat, x, y, batches, w0, module.loss, 0.05, LocalOptions())
+    assert torch.equal(got, want)
+    assert torch.equal(x.index_select(0, torch.from_numpy(batches[0])), x[torch.from_numpy(batches[0])])
+
+
+@pytest.mark.parametrize("model", ["svm", "softmax"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold", "bherd-fedavg"])
+def test_a_whole_run_with_the_closed_form_matches_the_autograd_path(model: str, algorithm: str) -> None:
+    x, y = data(160)
+    parts = [np.arange(k, 160, 4) for k in range(4)]
+    options = LocalOptions(lr=0.05, batch_size=8, momentum=0.5, weight_decay=1e-3, clip=2.0)
+    finals = []
+    for closed_form in (True, False):
+        fed = Federation(build_model(model, (1, 6, 6), 10, seed=0), x, y, parts, x, y, options,
+                         closed_form=closed_form)
+        algo = build_algorithm(algorithm)
+        state = init_state(algo, fed.model.theta.clone(), fed.n_clients)
+        for _ in range(3):
+            state, _ = run_round(algo, state, fed)
+        finals.append(state.w)
+    assert not torch.equal(finals[0], torch.zeros_like(finals[0]))
+    torch.testing.assert_close(finals[0], finals[1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["svm", "2nn"])
+@pytest.mark.parametrize("reshuffle", [False, True])
+def test_batches_laid_out_in_client_order_give_the_numbers_of_gathered_batches(model: str, reshuffle: bool) -> None:
+    """A fixed order is laid out once per client and sliced (a batch crossing the end of the order
+    included, local_epochs 1.5); reshuffled orders are gathered. Bit-identical either way."""
+    x, y = data(150)
+    parts = [np.arange(k, 150, 3) for k in range(3)]  # 50 samples each, batch 8: 9 steps, one wraps
+    options = LocalOptions(lr=0.05, batch_size=8, local_epochs=1.5, reshuffle=reshuffle, momentum=0.5)
+    finals, layouts = [], []
+    for cap in (2**40, -1):  # laid out, gathered
+        fed = Federation(build_model(model, (1, 6, 6), 10, seed=0), x, y, parts, x, y, options)
+        fed.layout_bytes = cap
+        algo = build_algorithm("scaffold")
+        state = init_state(algo, fed.model.theta.clone(), fed.n_clients)
+        for _ in range(3):
+            state, _ = run_round(algo, state, fed)
+        finals.append(state.w)
+        layouts.append(len(fed._layouts))
+    assert torch.equal(finals[0], finals[1])
+    assert layouts == ([0, 0] if reshuffle else [3, 0])
+
+
+def test_new_training_data_drops_the_layouts() -> None:
+    x, y = data(60)
+    fed = Federation(build_model("svm", (1, 6, 6), 10), x, y, [np.arange(60)], x, y, LocalOptions(batch_size=10))
+    first = fed.client_batches(0, 0, 2)
+    assert isinstance(first[0], tuple) and torch.equal(first[0][0], x[torch.from_numpy(fed.order(0, 0)[:10])])
+    fed.set_training_data(-x, 1 - y % 2)  # e.g. an attack from this round on
+    again = fed.client_batches(0, 1, 2)
+    assert torch.equal(again[0][0], -first[0][0])
+    assert not torch.equal(again[0][1], first[0][1])
