@@ -112,28 +112,54 @@ _GETTERS = (
 def fingerprint(fig: Any) -> str:
     """A hash of what ``fig`` shows: for every artist (in tree order) its class and getter values.
 
-    Floats count to 10 significant digits, far below what a pixel shows, so that a last-bit
-    difference in a mean does not make a figure new.
+    An axis counts by its label, locator, formatter and tick settings, not by tick objects (which
+    matplotlib makes lazily, and which would cost most of the time here). Numbers count to about
+    seven significant digits (float32), far below what a pixel shows, so that a last-bit difference
+    in a mean does not make a figure new.
     """
-    items = []
-    for artist in fig.findobj():
-        values = {name: _canonical(getattr(artist, name)()) for name in _GETTERS if hasattr(artist, name)}
-        items.append([type(artist).__name__, values])
+    items: list[Any] = []
+    _walk(fig, items)
     return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+
+
+def _walk(artist: Any, items: list[Any]) -> None:
+    from matplotlib.axis import Axis
+
+    values = {name: _canonical(getattr(artist, name)()) for name in _GETTERS if hasattr(artist, name)}
+    items.append([type(artist).__name__, values])
+    if isinstance(artist, Axis):
+        for part in (artist.get_major_locator(), artist.get_major_formatter(),
+                     artist.get_minor_locator(), artist.get_minor_formatter()):
+            items.append([type(part).__name__, _canonical(_public_state(part))])
+        items.append(["ticks", _canonical([artist._major_tick_kw, artist._minor_tick_kw])])
+        children = [artist.label, artist.offsetText]
+    else:
+        children = artist.get_children()
+    for child in children:
+        _walk(child, items)
+
+
+def _public_state(obj: Any) -> dict[str, Any]:
+    """A locator's or formatter's settings (its attributes, without references back to the axis)."""
+    return {k: v for k, v in sorted(vars(obj).items()) if k not in ("axis", "_axis", "offset", "orderOfMagnitude")}
 
 
 def _canonical(value: Any) -> Any:
     if value is None or isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, float):
-        return float(f"{value:.10g}")
+        return float(f"{value:.7g}")
     if isinstance(value, np.ma.MaskedArray):
         return [_canonical(value.filled(0)), _canonical(np.ma.getmaskarray(value))]
     if isinstance(value, np.ndarray):
-        array = value.astype(float) if value.dtype.kind in "biuf" else value
-        return [list(value.shape), [_canonical(v) for v in array.ravel().tolist()]]
+        if value.dtype.kind in "biuf":
+            data = np.ascontiguousarray(value, dtype=np.float32)
+            return [list(value.shape), hashlib.sha256(data.tobytes()).hexdigest()]
+        return [list(value.shape), [_canonical(v) for v in value.ravel().tolist()]]
     if isinstance(value, np.generic):
         return _canonical(value.item())
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     if hasattr(value, "vertices"):  # a matplotlib Path
