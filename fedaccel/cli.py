@@ -7,7 +7,7 @@
     fedaccel plot runs/demo -o curves.png
     fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
     fedaccel split-report --set data.split=case3 --set data.clients=5
-    fedaccel reproduce bherd [--scale paper]
+    fedaccel reproduce bherd [--scale paper] [--only fig3_alpha] [--render-only]
     fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
     fedaccel deploy --prepare configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
     fedaccel certs tls --clients 5 && fedaccel deploy --tls tls --clients 5 configs/demo.yaml
@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paper", help="bherd, fedgsnr or fedumf")
     p.add_argument("--scale", default="quick", choices=["quick", "paper"])
     p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
+    p.add_argument("--render-only", action="store_true",
+                   help="run nothing: draw the report and figures again from the committed data")
     p.add_argument("--no-progress", action="store_true")
     add_workers_option(p)
     add_ray_options(p)
@@ -332,7 +334,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedaccel.reproduce import reproduce
 
     report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
-                       workers=args.workers, ray=ray_options(args))
+                       workers=args.workers, ray=ray_options(args), render_only=args.render_only)
     print(f"report: {report}")
     return 0
 

@@ -13,6 +13,8 @@ What gets drawn depends on what the run recorded:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +73,17 @@ def _figure(panels: int, width: float = 4.0, height: float = 3.2) -> tuple[Any, 
     return fig, axes
 
 
-def _save(fig: Any, out: Path) -> Path:
+DPI = 110  # of every diagnostic plot's PNG
+
+
+def save_figure(fig: Any, out: str | Path) -> Path:
+    """Draw ``fig`` into a PNG at ``out`` (parent folders are created)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=DPI)
     return out
 
 
@@ -90,7 +97,7 @@ def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None)
     return image
 
 
-def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Path:
+def selection_figure(run_dir: str | Path, title: str = "") -> Any:
     """Heat map of selected local steps: rounds (y) x step index (x), one panel per client."""
     selected = per_client(read_diagnostics(run_dir), "selected")
     if not selected:
@@ -106,10 +113,10 @@ def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Pat
         ax.set_xlabel("local step index")
         ax.set_ylabel("round")
     fig.suptitle(title or f"selected local gradients ({Path(run_dir).name})")
-    return _save(fig, Path(out))
+    return fig
 
 
-def plot_per_client(run_dirs: list[str | Path], key: str, out: str | Path, title: str = "") -> Path:
+def per_client_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
     """One panel per run: ``key`` per client over rounds (distance, gsnr, n, steps)."""
     fig, axes = _figure(len(run_dirs))
     for ax, run_dir in zip(axes, run_dirs):
@@ -125,10 +132,10 @@ def plot_per_client(run_dirs: list[str | Path], key: str, out: str | Path, title
             ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(title or PER_CLIENT_KEYS.get(key, key))
-    return _save(fig, Path(out))
+    return fig
 
 
-def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: str = "") -> Path:
+def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
     """A per-round server diagnostic (e.g. the entropy of the local-step distribution)."""
     fig, axes = _figure(1, width=6.0, height=4.0)
     ax = axes[0]
@@ -142,26 +149,47 @@ def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: st
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.suptitle(title or key)
-    return _save(fig, Path(out))
+    return fig
 
 
-def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path) -> list[Path]:
-    """Every diagnostic plot that applies to the given runs; returns the files written."""
-    prefix = Path(out_prefix)
-    written: list[Path] = []
+def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Path:
+    """:func:`selection_figure` saved as a PNG at ``out``."""
+    return save_figure(selection_figure(run_dir, title), out)
+
+
+def plot_per_client(run_dirs: list[str | Path], key: str, out: str | Path, title: str = "") -> Path:
+    """:func:`per_client_figure` saved as a PNG at ``out``."""
+    return save_figure(per_client_figure(run_dirs, key, title), out)
+
+
+def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: str = "") -> Path:
+    """:func:`scalar_figure` saved as a PNG at ``out``."""
+    return save_figure(scalar_figure(run_dirs, key, title), out)
+
+
+def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Callable[[], Any]]]:
+    """Every diagnostic plot that applies to the given runs, not drawn yet: (name, kind, build),
+    where ``build()`` returns the figure and ``kind`` names the function that draws it."""
     with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").is_file()]
     rows = {r: read_diagnostics(r) for r in with_diag}
+    figures: list[tuple[str, str, Callable[[], Any]]] = []
     for run_dir in with_diag:
         if per_client(rows[run_dir], "selected"):
-            written.append(plot_selection(run_dir, f"{prefix}-selection-{run_dir.name}.png"))
+            figures.append((f"selection-{run_dir.name}", "selection", partial(selection_figure, run_dir)))
     for key in PER_CLIENT_KEYS:
         runs = [r for r in with_diag if per_client(rows[r], key)]
         if runs:
-            written.append(plot_per_client(runs, key, f"{prefix}-{key}.png"))
+            figures.append((key, "per-client", partial(per_client_figure, runs, key)))
     runs = [r for r in with_diag if any(isinstance(x.get("entropy"), (int, float)) for x in rows[r])]
     if runs:
-        written.append(plot_scalar(runs, "entropy", f"{prefix}-entropy.png", "entropy of the local-step distribution"))
-    return written
+        figures.append(("entropy", "scalar",
+                        partial(scalar_figure, runs, "entropy", "entropy of the local-step distribution")))
+    return figures
+
+
+def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path) -> list[Path]:
+    """Every diagnostic plot that applies to the given runs, as ``<out_prefix>-<name>.png``; returns the files."""
+    return [save_figure(build(), f"{out_prefix}-{name}.png") for name, _, build in diagnostic_figures(run_dirs)]
 
 
 def contribution_ranking(run_dir: str | Path, key: str = "gsnr") -> list[tuple[str, float, int]] | None:

@@ -5,26 +5,39 @@
     fedaccel reproduce bherd --only fig3_alpha
     fedaccel reproduce fedumf --workers 2     # two cells at a time (one per core)
     fedaccel reproduce fedumf --ray auto      # every cell a task on the Ray cluster (README: the recipe)
+    fedaccel reproduce bherd --render-only    # report and figures again from the committed data
 
-Every experiment file of the paper and scale is run (resumable: finished cells are skipped),
-its curves, diagnostic plots and table are copied next to the report, and
-``docs/reproductions/<paper>.md`` (quick scale; ``<paper>-paper.md`` at paper scale) is written
-with every claim of the paper checked against the measured numbers. The claims live in
-``fedaccel/reproductions/<paper>.py`` as small functions over the runs.
+Every experiment file of the paper and scale is run (resumable: finished cells are skipped) and
+its runs are packed into ``docs/reproductions/<paper>/data/<experiment>.jsonl.xz`` (see
+:mod:`fedaccel.snapshot`). The report ``docs/reproductions/<paper>.md`` (quick scale;
+``<paper>-paper.md`` at paper scale), its curves, diagnostic plots and tables are then drawn from
+that committed data alone, with every claim of the paper checked against the measured numbers; the
+claims live in ``fedaccel/reproductions/<paper>.py`` as small functions over the runs.
+``--only`` runs the experiments named and draws the others from their committed data.
+
+Because the report is drawn from committed data, :func:`check` can tell in seconds whether the
+committed report and figures are what the current code draws (the test suite runs it):
+``data/figures.json`` keeps, per figure, the fingerprint of what it shows and the hash of its
+pixels.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
-import shutil
+import json
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedaccel.errors import UserError
+from fedaccel.errors import ConfigError, UserError
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "reproductions"
+MANIFEST = "figures.json"
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,31 @@ class Claim:
     text: str
     experiment: str
     check: Callable[[list], tuple[bool | None, str]]
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """One figure of a report: its file name, the function that draws it (``kind``), and how to
+    build it (``build() -> Figure``, cheap, no pixels) or draw it into a PNG (``save(path)``)."""
+
+    name: str
+    kind: str
+    build: Callable[[], Any]
+    save: Callable[[Path], Path]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report drawn from committed data: where it goes, its text and its figures."""
+
+    path: Path
+    figures: Path  # the folder of its figures, with data/ inside
+    text: str
+    drawings: list[Drawing]
+
+    @property
+    def data(self) -> Path:
+        return self.figures / "data"
 
 
 def experiment_files(paper: str, scale: str, only: Sequence[str] = ()) -> list[Path]:
@@ -52,66 +90,146 @@ def experiment_files(paper: str, scale: str, only: Sequence[str] = ()) -> list[P
     return files
 
 
-def _finished(experiment: Any) -> bool:
-    return all((experiment.out_dir / name / "summary.json").is_file() for name, _ in experiment.cells)
-
-
 def reproduce(
     paper: str,
     scale: str = "quick",
     *,
     only: Sequence[str] = (),
     out_root: Path = Path("runs/reproduce"),
-    docs: Path = ROOT / "docs" / "reproductions",
+    docs: Path = DOCS,
     progress: bool | None = None,
     workers: int = 1,
     ray: Any = None,
+    render_only: bool = False,
 ) -> Path:
-    """Run the paper's experiments at ``scale`` and write its report; returns the report path.
-    ``workers`` and ``ray`` (:class:`fedaccel.ray_grid.RayOptions`) as for :func:`run_experiment`."""
-    from fedaccel.diagnostic_plots import plot_all_diagnostics
+    """Run the paper's experiments at ``scale`` (those in ``only``, if given; none when
+    ``render_only``), pack their runs beside the report, then draw the report and its figures from
+    the packed data; returns the report path. ``workers`` and ``ray``
+    (:class:`fedaccel.ray_grid.RayOptions`) as for :func:`run_experiment`."""
     from fedaccel.experiment import load_experiment, run_experiment
     from fedaccel.grid_progress import GridProgress
-    from fedaccel.results import load_runs
+    from fedaccel.snapshot import SUFFIX, pack
 
-    claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
-    suffix = "" if scale == "quick" else f"-{scale}"
-    figures = docs / f"{paper}{suffix}"
-    figures.mkdir(parents=True, exist_ok=True)
-    sections, runs_by_experiment = [], {}
+    data = _figures_folder(paper, scale, docs) / "data"
     experiments = []
-    for file in experiment_files(paper, scale, only):
+    for file in [] if render_only else experiment_files(paper, scale, only):
+        if only and file.stem not in only:
+            continue  # drawn from its committed data
         experiment = load_experiment(file)
         experiment.out_dir = out_root / f"{paper}-{scale}" / file.stem
-        if only and file.stem not in only and not _finished(experiment):
-            continue  # not asked for and not run before: its claims say "not run"
         experiments.append((file, experiment))
     todo = sum(not (e.out_dir / name / "summary.json").is_file() for _, e in experiments for name, _ in e.cells)
     report = GridProgress(todo, bars=False if progress is False else None)  # one bar over every experiment's cells
-    for index, (file, experiment) in enumerate(experiments, start=1):
-        report.place = (index, len(experiments))
-        try:
+    try:
+        for index, (file, experiment) in enumerate(experiments, start=1):
+            report.place = (index, len(experiments))
             result = run_experiment(experiment, progress=progress, workers=workers, ray=ray, report=report)
-        except BaseException:
-            report.close()
-            raise
-        runs_by_experiment[file.stem] = load_runs(result.run_dirs)
-        images = [shutil.copy(result.plot, figures / f"{file.stem}.png")]
-        for extra in plot_all_diagnostics(result.run_dirs, result.out_dir / "diag"):
-            images.append(shutil.copy(extra, figures / f"{file.stem}-{extra.name.removeprefix('diag-')}"))
+            pack(result.run_dirs, data / f"{file.stem}{SUFFIX}")
+    finally:
+        report.close()
+    return render(paper, scale, docs=docs)
+
+
+def render(paper: str, scale: str = "quick", *, docs: Path = DOCS) -> Path:
+    """Write the report, its figures and their manifest from the committed data; returns the report path."""
+    from fedaccel.snapshot import fingerprint, pixels
+
+    with tempfile.TemporaryDirectory() as tmp:
+        report = draw_report(paper, scale, docs=docs, workdir=Path(tmp))
+        if not report.data.is_dir():
+            raise UserError(f"no data in {report.data}: run `{_command(paper, scale)}` first")
+        manifest = {}
+        for drawing in report.drawings:
+            png = drawing.save(report.figures / drawing.name)
+            manifest[drawing.name] = {"fingerprint": fingerprint(drawing.build()), "pixels": pixels(png)}
+    for stale in sorted(set(p.name for p in report.figures.glob("*.png")) - set(manifest)):
+        (report.figures / stale).unlink()  # a figure of an earlier grid
+    (report.data / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    report.path.write_text(report.text)
+    return report.path
+
+
+def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool = True) -> list[str]:
+    """What differs between the committed report and figures and what the current code draws from
+    the committed data (empty: nothing).
+
+    The report's text is compared as a whole. A figure is compared by the fingerprint of what it
+    shows and by the hash of its pixels, both against the manifest; with ``redraw``, the smallest
+    figure of every kind (every drawing function) is also drawn and compared pixel by pixel, which
+    catches what a fingerprint does not see (tick placement, resolution, matplotlib's own drawing).
+    """
+    from fedaccel.snapshot import fingerprint, pixels
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            report = draw_report(paper, scale, docs=docs, workdir=Path(tmp) / "runs")
+        except (UserError, ConfigError) as e:
+            return [str(e)]
+        problems = []
+        if not report.path.is_file() or report.path.read_text() != report.text:
+            committed = report.path.read_text().splitlines() if report.path.is_file() else []
+            diff = difflib.unified_diff(committed, report.text.splitlines(), "committed", "drawn now", n=0, lineterm="")
+            problems.append(f"{_shown(report.path)} differs from the report drawn now:\n" + "\n".join(list(diff)[:12]))
+        manifest_file = report.data / MANIFEST
+        manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
+        drawn = {d.name: d for d in report.drawings}
+        for name in sorted({p.name for p in report.figures.glob("*.png")} - set(drawn)):
+            problems.append(f"{name}: committed, but no longer drawn")
+        smallest: dict[str, Path] = {}
+        for name, drawing in drawn.items():
+            png, entry = report.figures / name, manifest.get(name, {})
+            if not png.is_file():
+                problems.append(f"{name}: drawn now, but not committed")
+            elif entry.get("fingerprint") != fingerprint(drawing.build()):
+                problems.append(f"{name}: shows other data or style than the figure drawn now")
+            elif entry.get("pixels") != pixels(png):
+                problems.append(f"{name}: its pixels are not those of the figure drawn from the data")
+            elif drawing.kind not in smallest or png.stat().st_size < smallest[drawing.kind].stat().st_size:
+                smallest[drawing.kind] = png
+        for png in smallest.values() if redraw else []:
+            if pixels(drawn[png.name].save(Path(tmp) / png.name)) != pixels(png):
+                problems.append(f"{png.name}: drawn now, its pixels differ (plot style or matplotlib changed)")
+    return problems
+
+
+def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path) -> Report:
+    """The report's text and its figures (not drawn yet), from the committed data of every experiment
+    of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``."""
+    from fedaccel.diagnostic_plots import diagnostic_figures, save_figure
+    from fedaccel.experiment import load_experiment
+    from fedaccel.results import _make_figure, compare_table, load_runs, plot_curves
+    from fedaccel.snapshot import SUFFIX, unpack
+
+    claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
+    figures = _figures_folder(paper, scale, docs)
+    sections, drawings, runs_by_experiment = [], [], {}
+    for file in experiment_files(paper, scale):
+        data = figures / "data" / f"{file.stem}{SUFFIX}"
+        if not data.is_file():
+            continue  # never run: its claims say "not run"
+        experiment = load_experiment(file)
+        run_dirs = unpack(data, workdir / file.stem)
+        _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
+        runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
+        table = compare_table(runs, experiment.targets or [0.5], baseline=experiment.baseline)  # as run_experiment
+        curves = (runs, experiment.metrics, experiment.name, experiment.targets)
+        drawn = [Drawing(f"{file.stem}.png", "curves", partial(_make_figure, *curves),
+                         lambda out, c=curves: plot_curves(c[0], out, metrics=c[1], title=c[2], targets=c[3]))]
+        for name, kind, build in diagnostic_figures(run_dirs):
+            drawn.append(Drawing(f"{file.stem}-{name}.png", kind, build, lambda out, b=build: save_figure(b(), out)))
+        drawings += drawn
         description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
-        body = [f"## {file.stem}", "", description, "", f"`{file.relative_to(ROOT)}`", "", result.table, ""]
-        body += [f"![{Path(i).stem}]({Path(i).relative_to(docs)})" for i in images]
+        body = [f"## {file.stem}", "", description, "", f"`{file.relative_to(ROOT)}`", "", table, ""]
+        body += [f"![{Path(d.name).stem}]({figures.name}/{d.name})" for d in drawn]
         sections.append("\n".join(body))
 
-    report.close()
     lines = [
         f"# Reproduction: {claims_module.TITLE} ({scale} scale)",
         "",
         "Generated by:",
         "",
         "```bash",
-        f"fedaccel reproduce {paper}" + ("" if scale == "quick" else f" --scale {scale}"),
+        _command(paper, scale),
         "```",
         "",
         claims_module.INTRO.strip(),
@@ -130,6 +248,30 @@ def reproduce(
         word = {True: "agrees", False: "disagrees", None: "cannot tell"}[verdict]
         lines.append(f"| {claim.text} | **{word}** | {numbers} |")
     lines += ["", *sections]
-    report = docs / f"{paper}{suffix}.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    report = docs / f"{figures.name}.md"
+    return Report(report, figures, "\n".join(lines) + "\n", drawings)
+
+
+def _figures_folder(paper: str, scale: str, docs: Path) -> Path:
+    return docs / (paper if scale == "quick" else f"{paper}-{scale}")
+
+
+def _check_cells(experiment: Any, run_dirs: list[Path], data: Path, rerun: str) -> None:
+    """The committed runs are those of the experiment file's grid as it is now."""
+    from fedaccel.experiment import _check_same_config
+
+    if [d.name for d in run_dirs] != [name for name, _ in experiment.cells]:
+        raise UserError(f"{_shown(data)} holds other cells than the experiment's grid: run `{rerun}`")
+    for run_dir, (_, config) in zip(run_dirs, experiment.cells):
+        try:
+            _check_same_config(run_dir, config)
+        except ConfigError:
+            raise UserError(f"{_shown(data)}: cell {run_dir.name} was run with another config: run `{rerun}`") from None
+
+
+def _command(paper: str, scale: str) -> str:
+    return f"fedaccel reproduce {paper}" + ("" if scale == "quick" else f" --scale {scale}")
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

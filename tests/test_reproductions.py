@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import lzma
 import math
 import pkgutil
 from pathlib import Path
@@ -145,3 +146,61 @@ def test_spearman_with_ties() -> None:
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 1, 2, 2], [1, 2, 3, 4]) == pytest.approx(0.894427, abs=1e-5)
     assert spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+# --- the committed reports are what the code draws from their committed data --------------------
+
+DOCS = ROOT / "docs" / "reproductions"
+REPORTS = sorted(p.stem for p in DOCS.glob("*.md"))
+
+
+def test_every_committed_report_has_its_data() -> None:
+    assert REPORTS
+    for paper in REPORTS:
+        assert (DOCS / paper / "data" / "figures.json").is_file(), f"{paper}.md has no data: run `fedaccel reproduce`"
+
+
+@pytest.mark.parametrize("report", REPORTS)
+def test_committed_report_and_figures_are_what_the_code_draws(report: str) -> None:
+    from fedaccel.reproduce import check
+
+    paper, _, scale = report.partition("-")
+    command = f"fedaccel reproduce {paper}" + (f" --scale {scale}" if scale else "")
+    problems = check(paper, scale or "quick")
+    assert not problems, (
+        f"docs/reproductions/{report}.md or its figures are not what the current code draws from the committed data "
+        f"(docs/reproductions/{report}/data):\n  " + "\n  ".join(problems) + "\n"
+        f"Changed the plots, the report or the claims on purpose? Run `{command} --render-only` and commit what "
+        f"it writes. Changed an experiment? Run `{command} --only <experiment>`."
+    )
+
+
+def test_check_names_every_stale_part(tmp_path: Path) -> None:
+    import shutil
+
+    from fedaccel.reproduce import check
+
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS / "fedumf", docs / "fedumf")
+    figures = docs / "fedumf"
+    report = (DOCS / "fedumf.md").read_text()
+    (docs / "fedumf.md").write_text(report.replace("**agrees**", "**disagrees**", 1))
+    (figures / "table1_iid.png").write_bytes((figures / "table2_noniid.png").read_bytes())  # not drawn from its data
+    shutil.copy(figures / "fig_alpha.png", figures / "table9.png")  # a figure of an earlier grid
+    data = figures / "data" / "tableA1.jsonl.xz"  # data changed since the figure was drawn
+    records = [json.loads(line) for line in lzma.decompress(data.read_bytes()).decode().splitlines()]
+    records[0]["metrics"][-1]["test_acc"] += 0.1
+    data.write_bytes(lzma.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+
+    problems = check("fedumf", docs=docs, redraw=False)
+    assert problems[0].startswith(f"{docs / 'fedumf.md'} differs") and "+| " in problems[0]
+    assert [p.split(": ")[0] for p in problems[1:]] == ["table9.png", "table1_iid.png", "tableA1.png"]
+    assert "no longer drawn" in problems[1] and "pixels" in problems[2] and "other data" in problems[3]
+
+
+def test_render_only_without_data_is_one_line(tmp_path: Path) -> None:
+    from fedaccel.errors import UserError
+    from fedaccel.reproduce import reproduce
+
+    with pytest.raises(UserError, match="no data in .*: run `fedaccel reproduce fedumf` first"):
+        reproduce("fedumf", docs=tmp_path, render_only=True)
