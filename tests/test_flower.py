@@ -217,9 +217,10 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     assert deploy.returncode == 0, output
     metrics = rows(out)
     assert [r["round"] for r in metrics] == [0, 1, 2, 3, 4]
-    later = [r["diag"] for r in metrics[2:]]
+    later = [r.get("diag", {}) for r in metrics[2:]]
     missing = [set(d.get("lost", [])) | {int(c) for c in d.get("rejected", {})} for d in later]
-    assert all(m == {2} for m in missing), missing
+    # round 2 was under way when the node died (it may have answered already); rounds 3 and 4 miss it
+    assert missing[0] in ({2}, set()) and missing[1:] == [{2}, {2}], missing
     assert all(r["uploaded"] == 3 for r in metrics[1:])  # asked of all three, two answered
     assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
     assert not live_flower_processes()
