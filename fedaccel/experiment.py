@@ -173,7 +173,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
                 _run_cell(config, run_dir, report.cell_bar(name, progress))
                 report.end(k, name)
         else:
-            _run_cells_in_parallel(todo, len(experiment.cells), workers, report)
+            _run_cells_in_parallel(todo, workers, report)
     finally:
         if own_report:
             report.close()
@@ -236,8 +236,6 @@ def _seed_groups(todo: list[tuple[int, str, Config, Path]]) -> list[list[tuple[i
 def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress) -> None:
     """The group's runs in threads of one process, their client steps trained as one stacked
     computation every round; a failing run stops the experiment with its own error."""
-    import threading
-
     from fedaccel.engine.stacked import SeedStack, in_seed_stack
 
     stack = SeedStack(len(group), stack_size=group[0][2].run.stack_size)
@@ -268,8 +266,7 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
         report.end(k, name)
 
 
-def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int, workers: int,
-                           report: GridProgress) -> None:
+def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: int, report: GridProgress) -> None:
     """Cells in ``workers`` processes, shown by ``report`` (a line per running cell).
 
     The workers end with this process however it ends (see :func:`_die_with_parent`); when it
@@ -314,19 +311,24 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], total: int
     pool.shutdown()
 
 
+def _drop_queue(pool: ProcessPoolExecutor) -> list[Any]:
+    """Cancel the queued cells; the worker processes still running them (taken before shutdown
+    forgets them; public in 3.14 as kill_workers/terminate_workers)."""
+    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]
+    pool.shutdown(wait=False, cancel_futures=True)
+    return processes
+
+
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Drop the queued cells and ask the running ones (SIGTERM) to finish their round and checkpoint it."""
-    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]  # None after shutdown
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
+    for process in _drop_queue(pool):
         if process.is_alive():
             os.kill(process.pid, signal.SIGTERM)
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
     """Drop the queued cells and kill the running ones now, rather than wait for them."""
-    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]  # public in 3.14: kill_workers
-    pool.shutdown(wait=False, cancel_futures=True)
+    processes = _drop_queue(pool)
     for process in processes:
         process.kill()
     for process in processes:

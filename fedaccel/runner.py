@@ -54,6 +54,7 @@ PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"  # the one before; resume falls back 
 METRICS = "metrics.jsonl"
 DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round, evaluated or not
 
+
 @dataclass
 class Setup:
     """Everything built from a config before the first round."""

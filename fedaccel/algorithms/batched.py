@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -12,6 +14,14 @@ CPU_BLOCK_BYTES = 1 << 20
 # Per client, in chunk_bytes: the small tensors (masks, counters, per-row scalars) and allocator rounding
 # (CUDA's caching allocator rounds every block up to 512 bytes).
 SMALL_BYTES = 4096
+
+
+def check_steps(what: str, steps: Sequence[int]) -> list[int]:
+    """The clients' step counts of a batched estimator, every one at least 1 (the runtime leaves
+    out clients with tau_i = 0)."""
+    if any(tau < 1 for tau in steps):
+        raise ValueError(f"batched {what} needs every client to take at least one step, got steps {list(steps)}")
+    return list(steps)
 
 
 def row_blocks(rows: int, row_bytes: int, device: torch.device | str, budget: int | None = None) -> list[slice]:

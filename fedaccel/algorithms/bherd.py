@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, Estimator, Part
-from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, copy_active_rows, row_blocks
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, check_steps, copy_active_rows, row_blocks
 from fedaccel.errors import ConfigError
 
 
@@ -179,9 +179,8 @@ class BatchedHerding:
         device: Any,
         workspace: Workspace | None = None,
     ) -> None:
-        if any(tau < 1 for tau in steps):
-            raise ValueError(f"batched BHerd needs every client to take at least one step, got steps {list(steps)}")
-        self.steps, self.dim, self.alpha, self.lrs = list(steps), dim, alpha, list(lrs)
+        steps = check_steps("BHerd", steps)
+        self.steps, self.dim, self.alpha, self.lrs = steps, dim, alpha, list(lrs)
         self._tau = torch.tensor(self.steps, device=device)
         shape = (len(self.steps), max(self.steps, default=0), dim)
         self._workspace = workspace or Workspace()

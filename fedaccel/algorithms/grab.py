@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, Estimator, Part, RoundInfo, State
-from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, copy_active_rows, row_blocks
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, check_steps, copy_active_rows, row_blocks
 from fedaccel.algorithms.mean import renormalised_weights
 
 
@@ -84,9 +84,8 @@ class BatchedBalancing:
         device: Any,
         workspace: Workspace | None = None,
     ) -> None:
-        if any(tau < 1 for tau in steps):
-            raise ValueError(f"batched GraB needs every client to take at least one step, got steps {list(steps)}")
-        self.steps, self.dim, self.lrs = list(steps), dim, list(lrs)
+        steps = check_steps("GraB", steps)
+        self.steps, self.dim, self.lrs = steps, dim, list(lrs)
         n = len(self.steps)
         self._workspace = workspace or Workspace()
         self._flat = self._workspace.take(5 * n * dim, dtype, device)
