@@ -11,8 +11,9 @@ Every experiment file of the paper and scale is run (resumable: finished cells a
 its runs are packed into ``docs/reproductions/<paper>/data/<experiment>.jsonl.xz`` (see
 :mod:`fedaccel.snapshot`). The report ``docs/reproductions/<paper>.md`` (quick scale;
 ``<paper>-paper.md`` at paper scale), its curves, diagnostic plots and tables are then drawn from
-that committed data alone, with every claim of the paper checked against the measured numbers; the
-claims live in ``fedaccel/reproductions/<paper>.py`` as small functions over the runs.
+that committed data alone, with every claim of the paper judged on paired seeds
+(:mod:`fedaccel.claims`); the claims are rows of data in ``fedaccel/reproductions/<paper>.py``,
+and their judgements are also written as ``docs/reproductions/<paper>.claims.json``.
 ``--only`` runs the experiments named and draws the others from their committed data.
 
 Because the report is drawn from committed data, :func:`check` can tell in seconds whether the
@@ -41,18 +42,6 @@ MANIFEST = "figures.json"
 
 
 @dataclass(frozen=True)
-class Claim:
-    """A sentence of the paper and how to check it on one experiment's runs.
-
-    ``check(runs)`` returns (agrees: True/False/None for "cannot tell", the measured numbers).
-    """
-
-    text: str
-    experiment: str
-    check: Callable[[list], tuple[bool | None, str]]
-
-
-@dataclass(frozen=True)
 class Drawing:
     """One figure of a report: its file name, the function that draws it (``kind``), and how to
     build it (``build() -> Figure``, cheap, no pixels) or draw it into a PNG (``save(path)``)."""
@@ -71,6 +60,11 @@ class Report:
     figures: Path  # the folder of its figures, with data/ inside
     text: str
     drawings: list[Drawing]
+    claims: str = ""  # the claims' judgements as JSON (``<paper>.claims.json``)
+
+    @property
+    def claims_path(self) -> Path:
+        return self.path.with_suffix(".claims.json")
 
     @property
     def data(self) -> Path:
@@ -146,6 +140,7 @@ def render(paper: str, scale: str = "quick", *, docs: Path = DOCS) -> Path:
         (report.figures / stale).unlink()  # a figure of an earlier grid
     (report.data / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     report.path.write_text(report.text)
+    report.claims_path.write_text(report.claims)
     return report.path
 
 
@@ -170,6 +165,8 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
             committed = report.path.read_text().splitlines() if report.path.is_file() else []
             diff = difflib.unified_diff(committed, report.text.splitlines(), "committed", "drawn now", n=0, lineterm="")
             problems.append(f"{_shown(report.path)} differs from the report drawn now:\n" + "\n".join(list(diff)[:12]))
+        if not report.claims_path.is_file() or report.claims_path.read_text() != report.claims:
+            problems.append(f"{_shown(report.claims_path)} differs from the claims judged now")
         manifest_file = report.data / MANIFEST
         manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
         drawn = {d.name: d for d in report.drawings}
@@ -195,6 +192,7 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
 def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path) -> Report:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
     of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``."""
+    from fedaccel.claims import judge
     from fedaccel.diagnostic_plots import diagnostic_figures, save_figure
     from fedaccel.experiment import load_experiment
     from fedaccel.results import _make_figure, compare_table, load_runs, plot_curves
@@ -234,22 +232,37 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         "",
         claims_module.INTRO.strip(),
         "",
-        "## Claims of the paper, checked",
-        "",
-        "| claim | our run | numbers |",
-        "|---|---|---|",
     ]
-    for claim in claims_module.CLAIMS:
-        runs = runs_by_experiment.get(claim.experiment)
-        if runs is None:
-            verdict, numbers = None, f"experiment {claim.experiment} not run"
-        else:
-            verdict, numbers = claim.check(runs)
-        word = {True: "agrees", False: "disagrees", None: "cannot tell"}[verdict]
-        lines.append(f"| {claim.text} | **{word}** | {numbers} |")
+    judgements = [judge(claim, runs_by_experiment.get(claim.experiment)) for claim in claims_module.CLAIMS]
+    lines += claims_section(judgements)
     lines += ["", *sections]
     report = docs / f"{figures.name}.md"
-    return Report(report, figures, "\n".join(lines) + "\n", drawings)
+    claims = json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n"
+    return Report(report, figures, "\n".join(lines) + "\n", drawings, claims)
+
+
+def claims_section(judgements: Sequence[Any]) -> list[str]:
+    """The report's table of claims: verdict, measured numbers, the paper's value; and a count."""
+    from fedaccel.claims import METHOD, numbers
+
+    counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
+    seeds = sorted({j.seeds for j in judgements if j.seeds})
+    lines = [
+        "## Claims of the paper, judged",
+        "",
+        f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} per comparison) by a {METHOD}: "
+        "**agrees** when the interval lies on the paper's side, **disagrees** when it lies on the other side, "
+        "**inconclusive** when it covers no effect. Rounds to a target count a run that never reaches it as its "
+        "last round plus one evaluation interval (censored). "
+        + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".",
+        "",
+        "| claim | measure | verdict | measured (a vs b; a − b with its 95% interval) | paper |",
+        "|---|---|---|---|---|",
+    ]
+    for j in judgements:
+        c = j.claim
+        lines.append(f"| {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
+    return lines
 
 
 def _figures_folder(paper: str, scale: str, docs: Path) -> Path:

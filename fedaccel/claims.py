@@ -1,0 +1,322 @@
+"""A paper's claims as data, judged by one statistical rule on paired seeds.
+
+A :class:`Claim` is a row: the experiment, the two setups compared (``a`` and ``b``, config values
+by dotted key), a :class:`Measure` of each run, the direction the paper states and the paper's own
+number. :func:`judge` pairs the runs of ``a`` and ``b`` by seed, takes the per-seed differences
+``d_s = m(a_s) - m(b_s)`` and a paired bootstrap of their mean (10,000 resamples, percentile 95%
+interval, fixed resampling seed so a report is reproducible). The verdict:
+
+- ``expect="less"`` (a's measure is lower: fewer rounds, lower loss): **agrees** when the whole
+  interval lies below ``-margin``, **disagrees** when it lies above it, else **inconclusive**;
+- ``expect="greater"``: the mirror image (above ``margin`` agrees, below it disagrees);
+- ``expect="equal"``: **agrees** when the interval lies within ``[-margin, margin]``, **disagrees**
+  when it lies wholly outside it, else **inconclusive**.
+
+A claim without ``b`` compares ``a``'s per-seed values with the constant ``value``.
+
+Rounds to a target are censored, never dropped: a run that does not reach the target counts as
+its last round plus one evaluation interval (a lower bound), and the report says how many did not.
+A value of :data:`BEST` in ``a`` or ``b`` (``{"train.lr": BEST}``) picks, among the runs that match
+the rest, the value whose runs have the lowest training loss averaged over rounds and seeds: the
+learning rate is tuned on the training loss, never on the test set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from fedaccel.results import Run
+
+BEST = "best"  # in a claim's setup: the value of this key with the lowest mean training loss
+RESAMPLES = 10_000
+LEVEL = 0.95
+METHOD = (f"paired bootstrap over seeds of the mean per-seed difference a - b ({RESAMPLES:,} resamples, "
+          f"{LEVEL:.0%} percentile interval)")
+EXPECTATIONS = ("less", "greater", "equal")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A number per run: ``of(run)``, described by ``name`` (e.g. "rounds to 0.93 test accuracy")."""
+
+    name: str
+    of: Callable[[Run], float]
+    fmt: str = ".4g"
+    target: float | None = None  # for rounds-to-target measures: the accuracy aimed at
+    metric: str = "test_acc"
+
+
+def _curve(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = [(r["round"], r[metric]) for r in run.metrics if r.get(metric) is not None and r["round"] > 0]
+    if not rows:
+        raise ValueError(f"{run.path}: no {metric} recorded after round 0")
+    x, y = np.array(rows, dtype=float).T
+    return x, y
+
+
+def last_round(run: Run) -> int:
+    return max(int(r["round"]) for r in run.metrics)
+
+
+def eval_interval(run: Run) -> int:
+    rounds = sorted({int(r["round"]) for r in run.metrics})
+    return int(min(np.diff(rounds))) if len(rounds) > 1 else 1
+
+
+def reached(run: Run, target: float, metric: str = "test_acc") -> bool:
+    x, y = _curve(run, metric)
+    return bool(np.any(y <= target if "loss" in metric else y >= target))
+
+
+def rounds_to(target: float, metric: str = "test_acc") -> Measure:
+    """Rounds until ``metric`` first reaches ``target`` (``<=`` for a loss), censored at the last
+    round plus one evaluation interval."""
+
+    def of(run: Run) -> float:
+        x, y = _curve(run, metric)
+        hit = np.flatnonzero(y <= target if "loss" in metric else y >= target)
+        return float(x[hit[0]]) if hit.size else float(last_round(run) + eval_interval(run))
+
+    word = metric.replace("_", " ").replace("acc", "accuracy")
+    return Measure(f"rounds to {target:g} {word}", of, ".3g", target=target, metric=metric)
+
+
+def mean_over_rounds(metric: str = "train_loss", *, upto: float = 1.0) -> Measure:
+    """``metric`` averaged over the evaluated rounds after round 0 (up to the fraction ``upto`` of the
+    run): the area under the curve per round, a continuous counterpart of rounds-to-target."""
+
+    def of(run: Run) -> float:
+        x, y = _curve(run, metric)
+        return float(np.mean(y[x <= upto * last_round(run)]))
+
+    part = "" if upto == 1.0 else f" (first {upto:.0%} of rounds)"
+    return Measure(f"mean {metric.replace('_', ' ')} over rounds{part}", of, ".4g", metric=metric)
+
+
+def final(metric: str = "test_acc", last: int = 3) -> Measure:
+    """``metric`` averaged over the last ``last`` evaluations."""
+
+    def of(run: Run) -> float:
+        return float(np.mean(_curve(run, metric)[1][-last:]))
+
+    return Measure(f"final {metric.replace('_', ' ')} (mean of the last {last} evaluations)", of, ".4g", metric=metric)
+
+
+def per_run(name: str, of: Callable[[Run], float], fmt: str = ".4g") -> Measure:
+    """A paper's own per-run number (a diagnostic, a correlation) as a measure."""
+    return Measure(name, of, fmt)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One sentence of the paper, as data (see the module docstring for how it is judged)."""
+
+    text: str
+    experiment: str
+    a: Mapping[str, Any]
+    b: Mapping[str, Any] | None
+    measure: Measure
+    expect: str
+    paper: str = ""  # the paper's own number or wording
+    margin: float = 0.0
+    value: float = 0.0  # compared with a's values when there is no b
+
+    def __post_init__(self) -> None:
+        if self.expect not in EXPECTATIONS:
+            raise ValueError(f"claim {self.text!r}: expect must be one of {EXPECTATIONS}, not {self.expect!r}")
+
+
+def speed(text: str, experiment: str, a: Mapping[str, Any], b: Mapping[str, Any], target: float,
+          paper: str = "", continuous: str = "train_loss") -> list[Claim]:
+    """A speed claim ("a converges faster than b") as two rows: rounds to ``target`` (censored)
+    and the continuous counterpart, ``continuous`` averaged over the rounds (lower for a loss)."""
+    better = "less" if "loss" in continuous else "greater"
+    return [Claim(text, experiment, a, b, rounds_to(target), "less", paper),
+            Claim(text, experiment, a, b, mean_over_rounds(continuous), better, paper)]
+
+
+@dataclass
+class Judgement:
+    """A claim's measured outcome (what the report and ``<paper>.claims.json`` show)."""
+
+    claim: Claim
+    verdict: str  # agrees, disagrees, inconclusive, not run
+    seeds: int = 0
+    effect: float | None = None  # mean of the per-seed differences a - b (or a - value)
+    low: float | None = None
+    high: float | None = None
+    a_median: float | None = None
+    b_median: float | None = None
+    on_paper_side: int = 0  # seeds whose difference goes the paper's way
+    censored: tuple[int, int] = (0, 0)  # runs of a and b that never reached the target
+    baseline_rounds: float | None = None  # b's median rounds to the claim's target, when it has one
+    chosen: dict[str, Any] = field(default_factory=dict)  # values picked for BEST keys
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.claim
+        return {
+            "text": c.text, "experiment": c.experiment, "measure": c.measure.name, "expect": c.expect,
+            "margin": c.margin, "a": _plain(c.a), "b": _plain(c.b) if c.b is not None else None,
+            "value": None if c.b is not None else c.value, "chosen": self.chosen,
+            "verdict": self.verdict, "seeds": self.seeds, "effect": _num(self.effect),
+            "interval": [_num(self.low), _num(self.high)], "method": METHOD,
+            "a_median": _num(self.a_median), "b_median": _num(self.b_median),
+            "seeds_on_paper_side": self.on_paper_side, "never_reached": list(self.censored),
+            "paper": c.paper, "baseline_median_rounds_to_target": _num(self.baseline_rounds),
+            "target": c.measure.target, "note": self.note,
+        }
+
+
+def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in where.items()}
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 6)
+
+
+def value_at(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for key in dotted.split("."):
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
+    """Runs whose config has every ``dotted.key: value`` of ``where`` (every seed); a string value
+    also matches a named part given by its name alone (``{"algorithm": "fedavg"}`` is
+    ``{"algorithm": {"name": "fedavg"}}``, not FedAvg with a hyperparameter set)."""
+
+    def matches(run: Run, key: str, want: Any) -> bool:
+        got = value_at(run.config, key)
+        return got == want or (isinstance(got, Mapping) and isinstance(want, str) and dict(got) == {"name": want})
+
+    return [r for r in runs if all(matches(r, k, v) for k, v in where.items())]
+
+
+def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Resolve :data:`BEST` values of ``where``: the value with the lowest training loss averaged over
+    rounds and seeds, among the runs matching the rest. Returns (resolved where, chosen values)."""
+    fixed = {k: v for k, v in where.items() if v != BEST}
+    chosen: dict[str, Any] = {}
+    for key in [k for k, v in where.items() if v == BEST]:
+        candidates = pick(runs, {**fixed, **chosen})
+        by_value: dict[str, tuple[Any, list[float]]] = {}
+        loss = mean_over_rounds("train_loss")
+        for run in candidates:
+            value = value_at(run.config, key)
+            by_value.setdefault(repr(value), (value, []))[1].append(loss.of(run))
+        if not by_value:
+            return {**fixed, key: BEST}, chosen
+        finite = {k: (v, float(np.mean(ls))) for k, (v, ls) in by_value.items()}
+        chosen[key] = min(finite.values(), key=lambda p: p[1] if math.isfinite(p[1]) else math.inf)[0]
+    return {**fixed, **chosen}, chosen
+
+
+def paired_values(claim: Claim, runs: Sequence[Run]) -> tuple[dict[Any, float], dict[Any, float], dict[str, Any]]:
+    """Per-seed measures of ``a`` and of ``b`` (``b``: the constant ``value`` for every seed of a)."""
+    a_where, chosen = choose_best(runs, claim.a)
+    a = {r.seed: claim.measure.of(r) for r in pick(runs, a_where)}
+    if claim.b is None:
+        return a, {s: claim.value for s in a}, chosen
+    b_where, chosen_b = choose_best(runs, claim.b)
+    b = {r.seed: claim.measure.of(r) for r in pick(runs, b_where)}
+    return a, b, {**chosen, **{f"b:{k}": v for k, v in chosen_b.items()}}
+
+
+def bootstrap_interval(differences: Sequence[float], resamples: int = RESAMPLES, level: float = LEVEL,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the mean of ``differences`` under resampling with replacement."""
+    d = np.asarray(differences, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+
+
+def verdict(expect: str, low: float, high: float, margin: float = 0.0) -> str:
+    """agrees / disagrees / inconclusive from the interval of a - b (see the module docstring)."""
+    if expect == "less":
+        return "agrees" if high < -margin else "disagrees" if low > -margin else "inconclusive"
+    if expect == "greater":
+        return "agrees" if low > margin else "disagrees" if high < margin else "inconclusive"
+    if -margin <= low and high <= margin:
+        return "agrees"
+    return "disagrees" if low > margin or high < -margin else "inconclusive"
+
+
+def judge(claim: Claim, runs: Sequence[Run] | None) -> Judgement:
+    """The claim's verdict on the runs of its experiment (None: the experiment was not run)."""
+    if runs is None:
+        return Judgement(claim, "not run", note=f"experiment {claim.experiment} not run")
+    a, b, chosen = paired_values(claim, runs)
+    seeds = sorted(set(a) & set(b), key=repr)
+    if len(seeds) < 2:
+        return Judgement(claim, "inconclusive", len(seeds), chosen=chosen,
+                         note=f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}")
+    d = [a[s] - b[s] for s in seeds]
+    low, high = bootstrap_interval(d)
+    sign = {"less": -1.0, "greater": 1.0}.get(claim.expect)
+    side = sum(x * sign > 0 for x in d) if sign else sum(abs(x) <= claim.margin for x in d)
+    judgement = Judgement(
+        claim, verdict(claim.expect, low, high, claim.margin), len(seeds), float(np.mean(d)), low, high,
+        float(np.median([a[s] for s in seeds])), float(np.median([b[s] for s in seeds])), int(side), chosen=chosen,
+    )
+    target = claim.measure.target
+    if target is not None:
+        metric = claim.measure.metric
+        a_runs, b_runs = _runs_of(claim.a, runs, chosen, ""), _runs_of(claim.b, runs, chosen, "b:")
+        judgement.censored = (sum(not reached(r, target, metric) for r in a_runs),
+                              sum(not reached(r, target, metric) for r in b_runs))
+        judgement.baseline_rounds = judgement.b_median if claim.b is not None else None
+    return judgement
+
+
+def _runs_of(where: Mapping[str, Any] | None, runs: Sequence[Run], chosen: Mapping[str, Any], prefix: str) -> list[Run]:
+    if where is None:
+        return []
+    resolved = {k: (chosen.get(prefix + k, v) if v == BEST else v) for k, v in where.items()}
+    return pick(runs, resolved)
+
+
+def with_baseline_rounds(judgement: Judgement, runs: Sequence[Run], target: float) -> Judgement:
+    """Add b's median rounds to ``target`` to a judgement whose measure is not rounds-to-target."""
+    if judgement.claim.b is None or judgement.seeds == 0:
+        return judgement
+    b_runs = _runs_of(judgement.claim.b, runs, judgement.chosen, "b:")
+    rounds = [rounds_to(target).of(r) for r in b_runs]
+    return replace(judgement, baseline_rounds=float(np.median(rounds)) if rounds else None)
+
+
+def describe(where: Mapping[str, Any] | None, chosen: Mapping[str, Any], prefix: str = "") -> str:
+    if where is None:
+        return ""
+    parts = []
+    for key, value in where.items():
+        if value == BEST:
+            value = f"best {chosen.get(prefix + key, '?')}"
+        elif isinstance(value, Mapping):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        parts.append(f"{key.split('.')[-1]} {value}" if key.split(".")[-1] not in ("algorithm", "name", "split") else f"{value}")
+    return ", ".join(parts)
+
+
+def numbers(j: Judgement) -> str:
+    """The measured numbers of a judgement, one line for the report's table."""
+    c, f = j.claim, j.claim.measure.fmt
+    if j.effect is None:
+        return j.note
+    b_text = f"{describe(c.b, j.chosen, 'b:')} {j.b_median:{f}}" if c.b is not None else f"reference {c.value:{f}}"
+    text = (f"{c.measure.name}, median: {describe(c.a, j.chosen)} {j.a_median:{f}} vs {b_text}; "
+            f"a − b = {j.effect:+{f}} [{j.low:+{f}}, {j.high:+{f}}], {j.on_paper_side}/{j.seeds} seeds the paper's way")
+    if c.measure.target is not None and any(j.censored):
+        text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (censored)"
+    return text
