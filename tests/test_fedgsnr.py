@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from fedaccel.algorithms.fedgsnr import (
     global_statistics,
     gradient_statistics,
     gsnr_scores,
+    steps_summary,
 )
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.attacks import apply_attack, attack_clients
@@ -108,6 +110,8 @@ def test_plan_server_by_hand() -> None:
     assert diag["steps"] == {"1": 8, "2": 6}
     assert diag["entropy"] == pytest.approx(-(4 / 7) * math.log(4 / 7) - (3 / 7) * math.log(3 / 7))
     assert diag["entropy_max"] == pytest.approx(math.log(2)) and diag["fallback"] is False
+    # E_k = (8, 6): mean 7, population std 1
+    assert diag["steps_cv"] == pytest.approx(1 / 7) and diag["steps_zero"] == 0 and diag["steps_max"] == 8
     json.dumps(diag)  # everything serialisable, keys are strings
 
 
@@ -223,6 +227,9 @@ def test_a_client_against_the_others_does_not_train_and_bytes_are_counted() -> N
     assert report.diag["steps"] == {"0": 3, "1": 0, "2": 3}
     assert report.diag["n"] == {"0": pytest.approx(1 / 3), "1": 0.0, "2": pytest.approx(1 / 3)}
     assert report.diag["gsnr"]["1"] == 0.0
+    # E_k = (3, 0, 3): mean 2, population std sqrt((1 + 4 + 1) / 3)
+    assert report.diag["steps_cv"] == pytest.approx(math.sqrt(2) / 2)
+    assert report.diag["steps_zero"] == 1 and report.diag["steps_max"] == 3
     # clients 0 and 2: w <- 0.9 w + 0.2 three times = 0.542; client 1 is left out of the mean
     assert state.w.item() == pytest.approx(0.542, abs=1e-6)
     assert report.local_steps == 6
@@ -290,6 +297,138 @@ def test_equal_n_is_the_base_algorithm_with_e_const_steps(base: str) -> None:
     torch.testing.assert_close(s_gsnr.w, s_base.w, atol=1e-7, rtol=0)
     if base == "scaffold":  # the server control c is the same too
         torch.testing.assert_close(s_gsnr.server[1], s_base.server[0], atol=1e-7, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Controls: the same total work split otherwise (plan = uniform, random, dirichlet, data)
+# ---------------------------------------------------------------------------------------------
+
+
+def random_messages(clients: list[int], d: int = 5, seed: int = 0) -> dict[int, dict[str, Tensor]]:
+    """Statistics that give unequal n_k, some 0 (means around a shared direction, a few against it)."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(d, generator=g)
+    sign = torch.tensor([(-1.0 if k % 4 == 3 else 1.0) for k in clients])
+    means = sign[:, None] * base + 0.8 * torch.randn(len(clients), d, generator=g)
+    variances = 0.1 * torch.rand(len(clients), d, generator=g)
+    return {k: {"mean": means[i], "var": variances[i]} for i, k in enumerate(clients)}
+
+
+def plan_round(plan: str, t: int, messages: dict[int, Any], weights: np.ndarray, e_const: int = 5,
+               seed: int = 0) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    fed = scalar_federation([[1.0]] * len(weights))  # only for a RoundInfo
+    info = replace(round_info(fed, t), weights=weights, seed=seed)
+    return fedgsnr_planning(samples=4, e_const=e_const, plan=plan).plan_server(info, messages, None)
+
+
+def test_random_plan_permutes_the_gsnr_plans_steps_reproducibly() -> None:
+    clients = [0, 2, 3, 5, 6, 7, 9, 11]
+    weights = np.full(12, 1 / 12)
+    moved = 0
+    for t in range(6):
+        messages = random_messages(clients, seed=t)
+        gsnr, gsnr_diag = plan_round("gsnr", t, messages, weights)
+        rand, rand_diag = plan_round("random", t, messages, weights)
+        e_gsnr = [gsnr[k]["steps"] for k in clients]
+        e_rand = [rand[k]["steps"] for k in clients]
+        assert sorted(e_rand) == sorted(e_gsnr) and sum(e_rand) == len(clients) * 5
+        assert len(set(e_gsnr)) > 2 and 0 in e_gsnr  # a plan worth permuting
+        moved += e_rand != e_gsnr
+        assert rand_diag["n"] == gsnr_diag["n"] and rand_diag["gsnr"] == gsnr_diag["gsnr"]  # clients' own
+        assert rand_diag["entropy"] == pytest.approx(gsnr_diag["entropy"])
+        for key in ("steps_cv", "steps_zero", "steps_max"):
+            assert rand_diag[key] == pytest.approx(gsnr_diag[key])
+        assert plan_round("random", t, messages, weights)[0] == rand  # reproducible
+    assert moved >= 5  # the assignment is broken, round after round
+    again = [plan_round("random", t, random_messages(clients, seed=t), weights, seed=1)[0] for t in range(6)]
+    assert any(a != plan_round("random", t, random_messages(clients, seed=t), weights)[0]
+               for t, a in enumerate(again))  # another run seed, other permutations
+
+
+def test_dirichlet_plan_splits_the_same_total_reproducibly() -> None:
+    clients = list(range(6))
+    plans = [plan_round("dirichlet", t, {k: {} for k in clients}, np.full(6, 1 / 6))[0] for t in range(4)]
+    for t, plan in enumerate(plans):
+        assert sum(v["steps"] for v in plan.values()) == 30
+        assert plan == plan_round("dirichlet", t, {k: {} for k in clients}, np.full(6, 1 / 6))[0]
+    assert len({tuple(v["steps"] for v in p.values()) for p in plans}) == 4  # a new draw every round
+
+
+def test_data_plan_is_proportional_to_client_sizes_with_the_exact_total() -> None:
+    weights = np.array([0.1, 0.15, 0.25, 0.5])  # client 0 is not sampled
+    instructions, diag = plan_round("data", 0, {1: {}, 2: {}, 3: {}}, weights, e_const=3)
+    # q = (0.15, 0.25, 0.5) / 0.9 = (1/6, 5/18, 5/9) of 9 steps: 1.5, 2.5, 5 -> 1, 2, 5 + one leftover
+    # step to the largest remainder (0.5, 0.5: the first by a stable sort)
+    assert instructions == {1: {"steps": 2}, 2: {"steps": 2}, 3: {"steps": 5}}
+    assert "n" not in diag and "gsnr" not in diag and diag["fallback"] is False
+    assert diag["entropy"] == pytest.approx(entropy(np.array([3, 5, 10]) / 18))
+    instructions, _ = plan_round("data", 0, {0: {}, 1: {}, 2: {}, 3: {}}, weights, e_const=5)
+    assert instructions == {0: {"steps": 2}, 1: {"steps": 3}, 2: {"steps": 5}, 3: {"steps": 10}}
+
+
+def test_steps_summary_by_hand() -> None:
+    assert steps_summary(np.array([0, 0, 4, 12])) == {
+        "steps_cv": pytest.approx(math.sqrt((16 + 16 + 0 + 64) / 4) / 4), "steps_zero": 2, "steps_max": 12}
+    assert steps_summary(np.array([5, 5])) == {"steps_cv": 0.0, "steps_zero": 0, "steps_max": 5}
+
+
+def distinct_federation(local_steps: int | None, local_epochs: float = 1.0) -> Federation:
+    """Three clients of 20 samples with different data and labels, a small non-linear model."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(60, 6, generator=g)
+    y = torch.cat([torch.randint(0, 3, (20,), generator=g), torch.zeros(20, dtype=torch.long),
+                   torch.full((20,), 2, dtype=torch.long)])
+    parts = [np.arange(20 * i, 20 * (i + 1)) for i in range(3)]
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    options = LocalOptions(lr=0.1, batch_size=5, local_epochs=local_epochs, local_steps=local_steps)
+    return Federation(module, x, y, parts, x, y, options, seed=4)
+
+
+@pytest.mark.parametrize("base", ["fedavg", "fedprox", "scaffold"])
+def test_uniform_plan_is_the_base_algorithm_with_local_steps_e_const(base: str) -> None:
+    """Non-IID clients (the GSNR plan is unequal), plan = uniform: every client runs E_const = 6
+    steps, no statistics are computed or sent, and the model equals the base run with
+    train.local_steps = 6."""
+    e_const = 6
+    mu = {"mu": 0.05} if base == "fedprox" else {}
+    gsnr_name = "fedgsnr" if base == "fedavg" else f"fedgsnr-{base}"
+    base_alg, uniform = build_algorithm(base, **mu), build_algorithm(gsnr_name, samples=8, e_const=e_const,
+                                                                        plan="uniform", **mu)
+    gsnr = build_algorithm(gsnr_name, samples=8, e_const=e_const, **mu)
+    base_fed, fed = distinct_federation(local_steps=e_const), distinct_federation(None, local_epochs=0.25)
+    s_base = init_state(base_alg, base_fed.model.theta.clone(), 3)
+    s_uni = init_state(uniform, fed.model.theta.clone(), 3)
+    _, r_gsnr = run_round(gsnr, init_state(gsnr, fed.model.theta.clone(), 3), fed)
+    assert len(set(r_gsnr.diag["steps"].values())) > 1  # the GSNR plan would differ
+    for _ in range(3):
+        s_base, r_base = run_round(base_alg, s_base, base_fed)
+        s_uni, r_uni = run_round(uniform, s_uni, fed)
+        assert r_uni.diag["steps"] == {"0": e_const, "1": e_const, "2": e_const}
+        assert r_uni.diag["steps_cv"] == 0.0 and r_uni.diag["steps_zero"] == 0
+        assert r_uni.diag["steps_max"] == e_const and "n" not in r_uni.diag and "gsnr" not in r_uni.diag
+        assert r_uni.diag["entropy"] == pytest.approx(math.log(3))
+        assert r_uni.local_steps == r_base.local_steps == 3 * e_const
+        assert r_uni.bytes_up == r_base.bytes_up  # no statistics sent
+        assert r_uni.bytes_down == r_base.bytes_down + 3 * 8  # the instructions
+    torch.testing.assert_close(s_uni.w, s_base.w, atol=1e-7, rtol=0)
+    if base == "scaffold":
+        torch.testing.assert_close(s_uni.server[1], s_base.server[0], atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("plan", ["uniform", "dirichlet", "data"])
+def test_controls_without_statistics_compute_none(plan: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fedaccel.algorithms.fedgsnr as module
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("statistics computed")
+
+    monkeypatch.setattr(module, "gradient_statistics", refuse)
+    fed = distinct_federation(None)
+    algorithm = build_algorithm("fedgsnr", samples=8, e_const=4, plan=plan)
+    _, report = run_round(algorithm, init_state(algorithm, fed.model.theta.clone(), 3), fed)
+    assert sum(report.diag["steps"].values()) == 12 and report.local_steps == 12
+    assert report.bytes_up == sum(1 for e in report.diag["steps"].values() if e) * fed.model.size * 4
 
 
 def test_a_client_with_zero_steps_keeps_its_scaffold_control() -> None:
@@ -386,6 +525,7 @@ def test_invalid_settings_fail_with_one_line() -> None:
         lambda: fedgsnr_planning(e_const=0),
         lambda: fedgsnr_planning(e_const=2.5),
         lambda: build_algorithm("fedgsnr", e_consts=3),
+        lambda: build_algorithm("fedgsnr-scaffold", plan="shuffle"),
         lambda: apply_attack("flip", torch.zeros(2, 1), torch.zeros(2), np.array([0]), 4,
                              np.random.default_rng()),
         lambda: apply_attack("label-flip", torch.zeros(2, 1), torch.zeros(2), np.array([0]), 4,

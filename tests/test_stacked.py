@@ -96,6 +96,14 @@ def test_every_recipe_stacked_equals_in_process(name: str) -> None:
     run_both(algorithm_for(name), lambda: federation("2nn"))
 
 
+@pytest.mark.parametrize(("name", "plan"), [("fedgsnr", "uniform"), ("fedgsnr", "random"),
+                                            ("fedgsnr-scaffold", "dirichlet"), ("fedgsnr-fedprox", "data")])
+def test_fedgsnr_controls_stacked_equal_in_process(name: str, plan: str) -> None:
+    """FedGSNR's control plans (the same total steps split otherwise) on the stacked runtime."""
+    params: dict[str, Any] = {"mu": 0.3} if name == "fedgsnr-fedprox" else {}
+    run_both(build_algorithm(name, samples=4, e_const=3, plan=plan, **params), lambda: federation("2nn"))
+
+
 @pytest.mark.parametrize("model", ["svm", "softmax"])
 @pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedgsnr-fedprox"])
 def test_linear_models_stacked_equal_in_process(model: str, name: str) -> None:

@@ -43,6 +43,13 @@ Choices where the paper is silent or loose (also in ``docs/algorithms.md``):
   proportional to the global ones, e.g. a single participant).
 - The entropy H = -sum q_k log q_k (natural log) is over the q_k = n_k / sum n_j of the
   participants (uniform in the fallback); ``"entropy_max"`` = log |S| is its uniform upper bound.
+
+Controls (``plan``, not in the paper): the same total |S| E_const split otherwise, to tell the
+GSNR weighting from mere redistribution: ``uniform`` (E_const each), ``random`` (the GSNR plan's
+E_k permuted over the participants), ``dirichlet`` (q ~ Dirichlet(1, ..., 1)) and ``data``
+(q_k proportional to |D_k|); see :func:`fedgsnr_planning`. Every plan's diag has the per-client
+``"steps"`` and the round scalars ``"steps_cv"`` (std / mean of E_k over the participants),
+``"steps_zero"`` (how many get 0 steps) and ``"steps_max"``, next to ``"entropy"`` of its q.
 """
 
 from __future__ import annotations
@@ -152,11 +159,39 @@ def entropy(q: np.ndarray) -> float:
     return float(-(nz * np.log(nz)).sum())
 
 
-def fedgsnr_planning(*, samples: int = 64, e_const: int = 20) -> Part:
+PLANS = ("gsnr", "uniform", "random", "dirichlet", "data")
+_NEEDS_STATISTICS = ("gsnr", "random")
+
+
+def steps_summary(steps: np.ndarray) -> dict[str, Any]:
+    """Round scalars of the planned E_k over the participants: coefficient of variation
+    (population std / mean; 0 when the mean is 0), how many get 0 steps, the largest E_k."""
+    e = np.asarray(steps, dtype=np.float64)
+    mean = float(e.mean()) if len(e) else 0.0
+    return {
+        "steps_cv": float(e.std() / mean) if mean > 0 else 0.0,
+        "steps_zero": int((e == 0).sum()),
+        "steps_max": int(e.max()) if len(e) else 0,
+    }
+
+
+def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr") -> Part:
     """FedGSNR's planning phase: E_k local steps per client from Theorem 3.7, GSNR scores.
 
     ``samples`` is B_s, the per-client sample for the gradient statistics (the paper's batch 64);
     ``e_const`` the baseline's local steps per client (paper: 20), redistributed over the clients.
+    ``plan`` chooses how the same total |S| E_const is split (controls for the GSNR plan):
+
+    - ``"gsnr"``: E_k proportional to Theorem 3.7's n_k (the paper);
+    - ``"uniform"``: E_const each (the baseline's work, with FedGSNR's plumbing);
+    - ``"random"``: the round's GSNR E_k, permuted at random over the participants (the same
+      multiset of E_k, hence the same total, zeros and spread; only who gets which is broken);
+    - ``"dirichlet"``: in proportion to q ~ Dirichlet(1, ..., 1) drawn over the participants;
+    - ``"data"``: in proportion to the participants' data sizes |D_k|.
+
+    All by largest remainder. Random draws come from ``info.rng("plan")`` (run seed, round), so a
+    run is reproducible. ``uniform``, ``dirichlet`` and ``data`` do not use the statistics: their
+    clients send an empty planning message and compute nothing, and the diag has no ``n``/``gsnr``.
 
     Example:
         >>> from fedaccel.algorithms.base import compose
@@ -169,10 +204,15 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20) -> Part:
         raise ConfigError(f"fedgsnr samples (B_s) must be an integer >= 2, got {samples!r}")
     if isinstance(e_const, bool) or not isinstance(e_const, int) or e_const < 1:
         raise ConfigError(f"fedgsnr e_const (local steps) must be an integer >= 1, got {e_const!r}")
+    if plan not in PLANS:
+        raise ConfigError(f"fedgsnr plan must be one of {', '.join(PLANS)}; got {plan!r}")
+    statistics = plan in _NEEDS_STATISTICS
 
     def plan_client(
         ctx: ClientContext, w: Tensor, ss: State, cs: State, access: ClientAccess
     ) -> dict[str, Tensor]:
+        if not statistics:
+            return {}
         x, y = access.sample(samples, ctx.info.rng("gsnr", ctx.client))
         mean, var = gradient_statistics(access, w, x, y)
         if ctx.info.weight_decay:
@@ -185,22 +225,32 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20) -> Part:
         clients = sorted(messages)
         if not clients:
             return {}, {}
+        total = len(clients) * e_const
         p = np.asarray([info.weights[k] for k in clients], dtype=np.float64)
-        p = p / p.sum()
-        means = torch.stack([messages[k]["mean"] for k in clients]).double()
-        variances = torch.stack([messages[k]["var"] for k in clients]).double()
-        g, v = global_statistics(means, variances, p)
-        n, r = gsnr_scores(means, variances, g, v, samples)
-        steps, q, fallback = allocate_steps(n, len(clients) * e_const)
+        diag: dict[str, Any] = {}
+        if statistics:
+            means = torch.stack([messages[k]["mean"] for k in clients]).double()
+            variances = torch.stack([messages[k]["var"] for k in clients]).double()
+            g, v = global_statistics(means, variances, p / p.sum())
+            n, r = gsnr_scores(means, variances, g, v, samples)
+            steps, q, fallback = allocate_steps(n, total)
+            diag["n"] = {str(k): float(x) for k, x in zip(clients, n, strict=True)}
+            diag["gsnr"] = {str(k): float(x) for k, x in zip(clients, r, strict=True)}
+            if plan == "random":
+                order = info.rng("plan").permutation(len(clients))
+                steps, q = steps[order], q[order]
+        elif plan == "dirichlet":
+            steps, q, fallback = allocate_steps(info.rng("plan").dirichlet(np.ones(len(clients))), total)
+        else:  # uniform, data
+            steps, q, fallback = allocate_steps(np.ones(len(clients)) if plan == "uniform" else p, total)
         instructions = {k: {"steps": int(e)} for k, e in zip(clients, steps, strict=True)}
-        diag = {
-            "n": {str(k): float(x) for k, x in zip(clients, n, strict=True)},
+        diag.update({
             "steps": {str(k): int(e) for k, e in zip(clients, steps, strict=True)},
-            "gsnr": {str(k): float(x) for k, x in zip(clients, r, strict=True)},
+            **steps_summary(steps),
             "entropy": entropy(q),
             "entropy_max": math.log(len(clients)),
             "fallback": fallback,
-        }
+        })
         return instructions, diag
 
     return Part(name="fedgsnr", plan_client=plan_client, plan_server=plan_server)

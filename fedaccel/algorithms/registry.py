@@ -53,28 +53,31 @@ def fedprox(*, mu: float = 0.01) -> Algorithm:
     return compose("fedprox", fedprox_term(mu=mu), mean_aggregate())
 
 
-def fedgsnr(*, samples: int = 64, e_const: int = 20) -> Algorithm:
-    """FedGSNR with FedAvg (paper 003, Algorithm 1): planned local steps E_k, weighted average."""
-    return compose("fedgsnr", fedgsnr_planning(samples=samples, e_const=e_const), mean_aggregate())
+def fedgsnr(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr") -> Algorithm:
+    """FedGSNR with FedAvg (paper 003, Algorithm 1): planned local steps E_k, weighted average.
+
+    ``plan`` = uniform / random / dirichlet / data splits the same steps otherwise (controls).
+    """
+    return compose("fedgsnr", fedgsnr_planning(samples=samples, e_const=e_const, plan=plan), mean_aggregate())
 
 
-def fedgsnr_fedprox(*, samples: int = 64, e_const: int = 20, mu: float = 0.01) -> Algorithm:
+def fedgsnr_fedprox(*, samples: int = 64, e_const: int = 20, mu: float = 0.01, plan: str = "gsnr") -> Algorithm:
     """FedGSNR with FedProx (paper 003, Table 1): planned local steps, proximal local term."""
     return compose(
         "fedgsnr-fedprox",
-        fedgsnr_planning(samples=samples, e_const=e_const),
+        fedgsnr_planning(samples=samples, e_const=e_const, plan=plan),
         fedprox_term(mu=mu),
         mean_aggregate(),
     )
 
 
 def fedgsnr_scaffold(
-    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data"
+    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data", plan: str = "gsnr"
 ) -> Algorithm:
     """FedGSNR with SCAFFOLD (paper 003, Table 1): planned local steps, control-variate correction."""
     return compose(
         "fedgsnr-scaffold",
-        fedgsnr_planning(samples=samples, e_const=e_const),
+        fedgsnr_planning(samples=samples, e_const=e_const, plan=plan),
         scaffold_controls(weighting=weighting),
         mean_aggregate(server_lr=server_lr, weighting=weighting),
     )
