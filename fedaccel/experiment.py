@@ -8,6 +8,9 @@ An experiment file::
     grid:                         # dotted config keys -> list of values; the product is run
       algorithm: [centralized, fedavg]
       run.seed: [0, 1]
+      variant:                    # several keys changed together, one list entry per cell
+        - {}                      #   (the base as it is)
+        - {train.batch_size: 10, train.lr: 0.001}
     targets: [0.80, 0.85]         # accuracies for the rounds-to-target table
     baseline: fedavg              # speed-ups are measured against this label
 
@@ -78,7 +81,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     for values in itertools.product(*grid.values()):
         raw_cell = yaml.safe_load(yaml.safe_dump(base))  # deep copy
         for key, value in zip(grid, values):
-            set_path(raw_cell, key, value)
+            for dotted, v in _variant(path, value).items() if key == VARIANT else [(key, value)]:
+                set_path(raw_cell, dotted, v)
         for item in overrides or []:
             key, _, value = item.partition("=")
             set_path(raw_cell, key.strip(), yaml.safe_load(value))
@@ -90,12 +94,25 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics)
 
 
+VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together
+
+
+def _variant(path: Path, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: each entry of grid.{VARIANT} must map config keys to values, not {value!r}")
+    return value
+
+
 def cell_name(values: dict[str, Any]) -> str:
     """A folder name from the grid values, e.g. ``algorithm=fedavg,run.seed=0``."""
     if not values:
         return "run"
-    text = ",".join(f"{k}={_short(v)}" for k, v in values.items())
+    text = ",".join(f"{k}={_variant_name(v) if k == VARIANT else _short(v)}" for k, v in values.items())
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+
+
+def _variant_name(value: dict[str, Any]) -> str:
+    return "+".join(f"{k}={_short(v)}" for k, v in value.items()) or "base"
 
 
 def _short(value: Any) -> str:

@@ -257,3 +257,24 @@ def test_experiment_refuses_a_cell_folder_of_a_different_config(tmp_path: Path) 
     run_experiment(load_experiment(path))
     with pytest.raises(ConfigError, match="different config"):
         run_experiment(load_experiment(path, ["train.lr=0.5"]))
+
+
+def test_grid_variant_changes_several_keys_together_per_cell(tmp_path):
+    from fedaccel.errors import ConfigError
+    from fedaccel.experiment import load_experiment
+
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "name: e\nbase: {train: {rounds: 2, lr: 0.1}}\n"
+        "grid:\n  variant: [{}, {train.lr: 0.5, train.batch_size: 10}]\n  run.seed: [0, 1]\n"
+    )
+    cells = load_experiment(path).cells
+    assert [name for name, _ in cells] == [
+        "variant=base,run.seed=0", "variant=base,run.seed=1",
+        "variant=train.lr=0.5+train.batch_size=10,run.seed=0", "variant=train.lr=0.5+train.batch_size=10,run.seed=1",
+    ]
+    assert [(c.train.lr, c.train.batch_size, c.run.seed) for _, c in cells] == [
+        (0.1, 50, 0), (0.1, 50, 1), (0.5, 10, 0), (0.5, 10, 1)]
+    path.write_text("name: e\ngrid:\n  variant: [0.5]\n")
+    with pytest.raises(ConfigError, match="variant"):
+        load_experiment(path)
