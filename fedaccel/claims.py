@@ -258,7 +258,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None) -> Judgement:
     if runs is None:
         return Judgement(claim, "not run", note=f"experiment {claim.experiment} not run")
     a, b, chosen = paired_values(claim, runs)
-    seeds = sorted(set(a) & set(b), key=repr)
+    seeds = sorted((s for s in set(a) & set(b) if math.isfinite(a[s]) and math.isfinite(b[s])), key=repr)
     if len(seeds) < 2:
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen,
                          note=f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}")
@@ -320,3 +320,33 @@ def numbers(j: Judgement) -> str:
     if c.measure.target is not None and any(j.censored):
         text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (censored)"
     return text
+
+
+def diagnostics(run: Run) -> list[dict[str, Any]]:
+    """The run's per-round diagnostics (``diagnostics.jsonl``; empty if it has none)."""
+    import json
+
+    file = run.path / "diagnostics.jsonl"
+    if not file.is_file():
+        return []
+    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def client_values(run: Run, key: str) -> dict[str, list[float]]:
+    """Per client, the series of a per-client diagnostic (``clients/<id>/<key>``) over the rounds."""
+    out: dict[str, list[float]] = {}
+    for row in diagnostics(run):
+        for client, values in (row.get("clients") or {}).items():
+            if isinstance(values, dict) and values.get(key) is not None:
+                out.setdefault(client, []).append(float(values[key]))
+    return out
+
+
+def mean_client_diagnostic(key: str) -> Callable[[Run], float]:
+    """A per-run measure: the per-client diagnostic ``key`` averaged over clients and rounds."""
+
+    def of(run: Run) -> float:
+        values = [v for series in client_values(run, key).values() for v in series]
+        return float(np.mean(values)) if values else math.nan
+
+    return of
