@@ -1,4 +1,5 @@
-"""What the batched (K clients at once) estimators share: how many clients' rows to work on together."""
+"""What the batched (K clients at once) estimators share: how many clients' rows to work on together, and
+the relative error of an estimate."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ def check_steps(what: str, steps: Sequence[int]) -> list[int]:
     if any(tau < 1 for tau in steps):
         raise ValueError(f"batched {what} needs every client to take at least one step, got steps {list(steps)}")
     return list(steps)
+
+
+def relative(gap: float, base: float) -> float | None:
+    """An estimator's relative error gap / base; 0/0 is 0.0 and x/0 is None (JSON has no inf).
+
+    Example:
+        >>> relative(1.0, 4.0), relative(0.0, 0.0), relative(1.0, 0.0)
+        (0.25, 0.0, None)
+    """
+    if base > 0.0:
+        return gap / base
+    return 0.0 if gap == 0.0 else None
 
 
 def row_blocks(rows: int, row_bytes: int, device: torch.device | str, budget: int | None = None) -> list[slice]:

@@ -16,6 +16,15 @@ and ``<s, z_bar_j>`` grows by one row of the centred Gram matrix per pick. So a 
 
 Rounding: ``round(alpha tau_i)`` is round half *up* (floor(x + 1/2)), what the paper's "rounding" reads as;
 Python's ``round`` would send 2.5 to 2. The step indices in the diagnostics are 0-based.
+
+Eq. 7's factor E: the paper writes ``w_t - eta (E/alpha) sum_i p_i g_i`` and drops E "since E = 1". We use
+eta/alpha for every E: tau_i = E |D_i| / B already counts the epochs, so (eta/alpha) g_i ~ eta tau_i mu_i is the
+full local update for any E, which is what Proposition 1 (Appendix C: BHerd's step = FedAvg's model average)
+needs; a further factor E would scale the server step by E (by 0.1 at Fig. 3b's E = 0.1).
+
+Controls: ``selection="random"`` keeps the same k_i steps chosen uniformly without replacement (drawn from
+``make_rng(seed, "bherd-random", round, client)``) with the same eta/alpha, so a run can tell the herding choice
+from the larger server step. ``estimate_error`` (diagnostics) = ||estimate - full update|| / ||full update||.
 """
 
 from __future__ import annotations
@@ -29,13 +38,38 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, Estimator, Part
-from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, check_steps, copy_active_rows, row_blocks
+from fedaccel.algorithms.batched import (
+    SMALL_BYTES,
+    Workspace,
+    check_steps,
+    copy_active_rows,
+    relative,
+    row_blocks,
+)
 from fedaccel.errors import ConfigError
 
 
 def selected_count(alpha: float, steps: int) -> int:
     """k_i = max(1, round(alpha * tau_i)) with round half up (2.5 -> 3), robust to 14.4999... float products."""
     return max(1, min(steps, math.floor(alpha * steps + 0.5 + 1e-9)))
+
+
+SELECTIONS = ("herding", "random")
+
+
+def random_subset(ctx: ClientContext, k: int) -> list[int]:
+    """The ``selection="random"`` control: k of the ctx.steps step indices, uniformly without replacement, sorted.
+
+    Drawn from ``make_rng(seed, "bherd-random", round, client)``: the same in every runtime and on resume."""
+    rng = ctx.info.rng("bherd-random", ctx.client)
+    return sorted(int(j) for j in rng.choice(ctx.steps, size=k, replace=False))
+
+
+def relative_error(estimate: Tensor, full: Tensor) -> float | None:
+    """||estimate - full|| / ||full||; if ||full|| = 0: 0.0 when the estimate is 0 too, else None (not inf)."""
+    base = float(torch.linalg.vector_norm(full))
+    gap = float(torch.linalg.vector_norm(estimate - full))
+    return relative(gap, base)
 
 
 def centred_gram(gram: Tensor) -> Tensor:
@@ -98,8 +132,9 @@ class HerdingEstimator:
     model's dtype and device), centred in place at the end.
     """
 
-    def __init__(self, steps: int, dim: int, alpha: float, lr: float) -> None:
+    def __init__(self, steps: int, dim: int, alpha: float, lr: float, picks: list[int] | None = None) -> None:
         self.steps, self.dim, self.alpha, self.lr = steps, dim, alpha, lr
+        self.picks = picks  # the selected steps, given (the random control); None: herding chooses
         self._z: Tensor | None = None  # row lambda = z_lambda
         self._seen = 0
         self._finished = False
@@ -112,7 +147,7 @@ class HerdingEstimator:
         self._seen += 1
 
     def finish(self, full_update: Tensor) -> tuple[Tensor, dict[str, Tensor], dict[str, Any]]:
-        """Herd, and return ((lr/alpha) g_i, no extras, diagnostics)."""
+        """Herd (or take the given picks), and return ((lr/alpha) g_i, no extras, diagnostics)."""
         assert not self._finished, "finish called twice"
         z, self._z, self._finished = self._z, None, True  # the matrix is freed when this returns
         if z is None or self._seen != self.steps:
@@ -120,15 +155,24 @@ class HerdingEstimator:
         memory = z.numel() * z.element_size()
         mu = z.mean(dim=0)  # mu_i (Eq. 5)
         z.sub_(mu)  # centre in place: exact centred inner products, no second matrix
-        gram = z @ z.T  # (tau, tau): the only O(tau^2 d) work
         k = selected_count(self.alpha, self.steps)
-        chosen = herd_order(gram, k, tie_tolerance(z.dtype, self.dim))
+        if self.picks is None:
+            gram = z @ z.T  # (tau, tau): the only O(tau^2 d) work
+            chosen = herd_order(gram, k, tie_tolerance(z.dtype, self.dim))
+        else:
+            chosen = list(self.picks)
         mask = z.new_zeros(self.steps)
         mask[chosen] = 1.0
         g = mask @ z + k * mu  # sum of the selected raw directions (Eq. 6), without copying rows
         distance = float(torch.linalg.vector_norm(g / (self.alpha * self.steps) - mu))
         estimate = (g * (self.lr / self.alpha)).to(full_update.dtype)
-        diag = {"selected": sorted(chosen), "tau": self.steps, "distance": distance, "memory_bytes": memory}
+        diag = {
+            "selected": sorted(chosen),
+            "tau": self.steps,
+            "distance": distance,
+            "estimate_error": relative_error(estimate, full_update),
+            "memory_bytes": memory,
+        }
         return estimate, {}, diag
 
 
@@ -166,7 +210,7 @@ class BatchedHerding:
     """:class:`HerdingEstimator` for K clients: one (K, T, d) store (T = max tau_i), zero beyond each tau_i.
 
     Every tensor is made with the given dtype and device (those of the step directions); the (K, T, T) Gram
-    matrices are one ``bmm``, the greedy selection is :func:`herd_select_batched`.
+    matrices are one ``bmm``, the greedy selection is :func:`herd_select_batched` (or, given ``picks``, those steps).
     """
 
     def __init__(
@@ -178,9 +222,11 @@ class BatchedHerding:
         dtype: torch.dtype,
         device: Any,
         workspace: Workspace | None = None,
+        picks: Sequence[list[int]] | None = None,
     ) -> None:
         steps = check_steps("BHerd", steps)
         self.steps, self.dim, self.alpha, self.lrs = steps, dim, alpha, list(lrs)
+        self.picks = None if picks is None else [list(p) for p in picks]  # per client; None: herding chooses
         self._tau = torch.tensor(self.steps, device=device)
         shape = (len(self.steps), max(self.steps, default=0), dim)
         self._workspace = workspace or Workspace()
@@ -208,12 +254,14 @@ class BatchedHerding:
         estimates = torch.empty(len(self.steps), self.dim, dtype=updates.dtype, device=z.device)
         selected: list[list[int]] = []
         distances: list[float] = []
+        errors: list[float | None] = []
         # A block of clients at a time: on the CPU blocks whose stored rows stay in cache through the passes
         # below (one client at d = 100k), on an accelerator all of them at once.
         for rows in row_blocks(len(self.steps), (t + 2) * self.dim * element, z.device):
-            block_selected, block_distances = self._herd(z[rows], rows, estimates[rows])
+            block_selected, block_distances, block_errors = self._herd(z[rows], rows, estimates[rows], updates[rows])
             selected += block_selected
             distances += block_distances
+            errors += block_errors
         self._workspace.give(self._flat)
         return [
             (
@@ -223,14 +271,18 @@ class BatchedHerding:
                     "selected": selected[i],
                     "tau": tau_i,
                     "distance": distances[i],
+                    "estimate_error": errors[i],
                     "memory_bytes": tau_i * self.dim * element,
                 },
             )
             for i, tau_i in enumerate(self.steps)
         ]
 
-    def _herd(self, z: Tensor, rows: slice, out: Tensor) -> tuple[list[list[int]], list[float]]:
-        """Herd the clients ``rows`` (their store z, (B, T, d), is centred in place); their estimates go to ``out``.
+    def _herd(
+        self, z: Tensor, rows: slice, out: Tensor, full: Tensor
+    ) -> tuple[list[list[int]], list[float], list[float | None]]:
+        """Herd the clients ``rows`` (their store z, (B, T, d), is centred in place); their estimates go to ``out``,
+        their errors are relative to their full updates ``full``.
 
         Two (B, d) allocations (mu, g): everything else is in place or in the store, since fresh large
         temporaries cost page faults on the CPU and count against ``chunk_bytes``.
@@ -245,17 +297,26 @@ class BatchedHerding:
         if min(steps) < z.shape[1]:  # padding back to zero
             valid = torch.arange(z.shape[1], device=z.device)[None, :] < self._tau[rows, None]  # (B, T)
             z.masked_fill_(~valid[:, :, None], 0.0)
-        gram = torch.bmm(z, z.transpose(1, 2))  # (B, T, T): the only O(B T^2 d) work
         counts = [selected_count(self.alpha, tau_i) for tau_i in steps]
-        rtol = tie_tolerance(z.dtype, self.dim)
-        chosen = herd_select_batched(gram, self._tau[rows], torch.tensor(counts), rtol)
+        if self.picks is None:
+            gram = torch.bmm(z, z.transpose(1, 2))  # (B, T, T): the only O(B T^2 d) work
+            rtol = tie_tolerance(z.dtype, self.dim)
+            chosen = herd_select_batched(gram, self._tau[rows], torch.tensor(counts), rtol)
+        else:
+            chosen = torch.zeros(len(steps), z.shape[1], dtype=torch.bool)
+            for n, picked in enumerate(self.picks[rows]):
+                chosen[n, picked] = True
         mask = chosen.to(device=z.device, dtype=z.dtype)
         g = torch.bmm(mask[:, None, :], z).squeeze(1)  # sum of the selected centred rows
         g.addcmul_(mu, column([float(k) for k in counts]))  # + k_i mu_i: the raw directions (Eq. 6)
         gap = torch.div(g, column([self.alpha * tau_i for tau_i in steps]), out=z[:, 0]).sub_(mu)
         distances = torch.linalg.vector_norm(gap, dim=1).tolist()  # ||g_i/(alpha tau_i) - mu_i||
         out.copy_(g.mul_(column([lr / self.alpha for lr in lrs])))
-        return [torch.nonzero(row).flatten().tolist() for row in chosen], distances
+        gap = z[:, 0].copy_(out).sub_(full)  # estimate - full update, in the store
+        gaps = torch.linalg.vector_norm(gap, dim=1).tolist()
+        bases = torch.linalg.vector_norm(full, dim=1).tolist()
+        errors = [relative(a, b) for a, b in zip(gaps, bases, strict=True)]
+        return [torch.nonzero(row).flatten().tolist() for row in chosen], distances, errors
 
 
 @dataclass(frozen=True)
@@ -263,13 +324,18 @@ class BatchedHerdingFactory:
     """``Part.batched_estimator`` of :func:`bherd_selection`: builds :class:`BatchedHerding` for a chunk."""
 
     alpha: float
+    selection: str = "herding"
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)  # the store, between rounds
 
     def __call__(
         self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: Any
     ) -> BatchedHerding:
         lrs = [ctx.info.lr for ctx in contexts]
-        return BatchedHerding([ctx.steps for ctx in contexts], dim, self.alpha, lrs, dtype, device, self.workspace)
+        picks = None
+        if self.selection == "random":
+            picks = [random_subset(ctx, selected_count(self.alpha, ctx.steps)) for ctx in contexts]
+        steps = [ctx.steps for ctx in contexts]
+        return BatchedHerding(steps, dim, self.alpha, lrs, dtype, device, self.workspace, picks)
 
     def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
         """The (K, T, d) store (kept for the next round), the (K, d) estimates, a block's two (B, d) vectors and
@@ -278,12 +344,16 @@ class BatchedHerdingFactory:
         return clients * ((steps + 3) * dim * element + steps * steps * (element + 4 * 8) + SMALL_BYTES)
 
 
-def bherd_selection(*, alpha: float = 0.5) -> Part:
+def bherd_selection(*, alpha: float = 0.5, selection: str = "herding") -> Part:
     """BHerd's update estimator: upload (eta/alpha) times the sum of the herded k_i of tau_i local directions.
 
-    ``alpha = 0.5`` is the paper's recommended proportion (Section 2.3). Diagnostics per client and
-    round: ``selected`` (sorted 0-based step indices of the ``tau`` steps), ``distance`` = ||g_i/(alpha tau_i) - mu_i|| (Fig. 4d)
-    and ``memory_bytes`` (the stored gradients, tau_i * d * 4 for a float32 model).
+    ``alpha = 0.5`` is the paper's recommended proportion (Section 2.3). ``selection="random"`` is the control:
+    the same k_i steps chosen uniformly at random (:func:`random_subset`), the same eta/alpha. Diagnostics per
+    client and round: ``selected`` (sorted 0-based step indices of the ``tau`` steps), ``distance`` =
+    ||g_i/(alpha tau_i) - mu_i|| (Fig. 4d), ``estimate_error`` = ||(eta/alpha) g_i - eta sum_lambda z_lambda|| /
+    ||eta sum_lambda z_lambda|| (the uploaded estimate against the full local update; 0.0 at alpha = 1; None
+    when the full update is 0 but the estimate is not) and ``memory_bytes`` (the stored gradients, tau_i * d * 4
+    for a float32 model).
 
     Example:
         >>> from fedaccel.algorithms.base import compose
@@ -293,8 +363,11 @@ def bherd_selection(*, alpha: float = 0.5) -> Part:
     """
     if not 0 < alpha <= 1:
         raise ConfigError(f"bherd alpha must be in (0, 1], got {alpha}")
+    if selection not in SELECTIONS:
+        raise ConfigError(f"bherd selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
 
     def estimator(ctx: ClientContext, dim: int) -> Estimator:
-        return HerdingEstimator(ctx.steps, dim, alpha, ctx.info.lr)
+        picks = random_subset(ctx, selected_count(alpha, ctx.steps)) if selection == "random" else None
+        return HerdingEstimator(ctx.steps, dim, alpha, ctx.info.lr, picks)
 
-    return Part(name="bherd", estimator=estimator, batched_estimator=BatchedHerdingFactory(alpha))
+    return Part(name="bherd", estimator=estimator, batched_estimator=BatchedHerdingFactory(alpha, selection))

@@ -10,12 +10,29 @@ three d-vectors is stored. Per client and round, with m = s = g = 0, at every lo
 
 Note that m is the running sum divided by tau_i (not the running mean), as the paper writes it. The
 comparison is evaluated as ``<s, c> < 0``, the same test (||s+c||^2 - ||s-c||^2 = 4<s, c>) without the
-cancellation of two norms. The first step is never kept (s = 0 gives a tie, and the test is strict).
+cancellation of two norms.
 
 The client uploads ``eta g_i`` and alpha_i = (#kept) / tau_i; the server rescales every update by
 1/alpha_t, alpha_t = sum_i p_i alpha_i (p renormalised over the uploaders), so the weighted mean gives
 ``w_{t+1} = w_t - (eta/alpha_t) sum_i p_i g_i``. If no client kept a step (alpha_t = 0) every update is zero
 and is left as it is.
+
+Two variants (``grab_selection(variant=...)``):
+
+- ``"paper"`` (default): Algorithm 4 exactly as above. Two flaws: (a) client side, the strict test at s = 0
+  is a tie, so the first step is never kept (a client with tau_i = 1 keeps nothing); (b) server side, one
+  global 1/alpha_t scales every client, so a client that kept few steps is under-scaled and one that kept
+  many over-scaled: eta g_i / alpha_t estimates no client's own update.
+- ``"fixed"``: (a) a tie keeps the step (``<s, c> <= 0``), so the first step is always kept and alpha_i > 0;
+  (b) the server scales each client by its own 1/alpha_i, so every update is eta g_i / alpha_i, an estimate
+  of that client's full update eta sum_lambda z_lambda (as BHerd's eta/alpha).
+
+Diagnostic ``estimate_error`` = ||a_i eta g_i - eta sum_lambda z_lambda|| / ||eta sum_lambda z_lambda||, a_i the
+scale the server applies (1/alpha_t in "paper", 1/alpha_i in "fixed", 1 when it leaves the update as it is):
+the update the server aggregates against the full local update. The client cannot know alpha_t, so it sends
+four scalars in its diagnostics (with r = eta g_i / alpha_i - full: ||r||^2, <r, eta g_i>, ||eta g_i||^2,
+||full||^2) and the server expands ||r + (a_i - 1/alpha_i) eta g_i||^2 from them (exact in "fixed", where
+a_i = 1/alpha_i) and replaces them by ``estimate_error``.
 """
 
 from __future__ import annotations
@@ -28,8 +45,33 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, Estimator, Part, RoundInfo, State
-from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, check_steps, copy_active_rows, row_blocks
+from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, check_steps, copy_active_rows, relative, row_blocks
 from fedaccel.algorithms.mean import renormalised_weights
+from fedaccel.errors import ConfigError
+
+VARIANTS = ("paper", "fixed")
+# What a client's diagnostics carry for the server's estimate_error (see the module docstring), removed there.
+ERROR_TERMS = ("error_residual_sq", "error_cross", "error_estimate_sq", "error_update_sq")
+
+
+def error_terms(residual: Tensor, estimate: Tensor, full: Tensor) -> Tensor:
+    """(K, 4) float64: per row ||r||^2, <r, e>, ||e||^2, ||f||^2 for (K, d) (or (d,)) residual r, estimate e, full f."""
+    rows = [torch.linalg.vecdot(a, b) for a, b in ((residual, residual), (residual, estimate), (estimate, estimate),
+                                                    (full, full))]
+    return torch.stack(rows, dim=-1).to(torch.float64).reshape(-1, 4)
+
+
+def base_scale(alpha_i: float) -> float:
+    """1/alpha_i, the scale the client's residual is taken at (0 when it kept nothing: its estimate is 0)."""
+    return 1.0 / alpha_i if alpha_i > 0 else 0.0
+
+
+def scaled_error(diag: dict[str, Any], alpha_i: float, scale: float) -> float | None:
+    """||scale e - f|| / ||f|| from a client's :data:`ERROR_TERMS` (its residual is at :func:`base_scale`)."""
+    r2, cross, e2, f2 = (float(diag[k]) for k in ERROR_TERMS)
+    shift = scale - base_scale(alpha_i)
+    gap_sq = max(0.0, r2 + 2.0 * shift * cross + shift * shift * e2)
+    return relative(gap_sq**0.5, f2**0.5)
 
 
 class BalancingEstimator:
@@ -38,8 +80,8 @@ class BalancingEstimator:
     The vectors are created at the first step like the step direction (the model's dtype and device).
     """
 
-    def __init__(self, steps: int, dim: int, lr: float) -> None:
-        self.steps, self.dim, self.lr = steps, dim, lr
+    def __init__(self, steps: int, dim: int, lr: float, keep_ties: bool = False) -> None:
+        self.steps, self.dim, self.lr, self.keep_ties = steps, dim, lr, keep_ties
         self.m: Tensor | None = None  # running sum of z / tau_i
         self.s: Tensor | None = None  # signed sum of centred directions
         self.g: Tensor | None = None  # sum of kept raw directions
@@ -50,7 +92,8 @@ class BalancingEstimator:
             self.m, self.s, self.g = (torch.zeros_like(direction) for _ in range(3))
         self.m.add_(direction, alpha=1.0 / self.steps)
         c = direction - self.m
-        if float(torch.dot(self.s, c)) < 0.0:  # ||s + c|| < ||s - c||
+        inner = float(torch.dot(self.s, c))
+        if inner < 0.0 or (self.keep_ties and inner == 0.0):  # ||s + c|| < ||s - c|| (or = with keep_ties)
             self.s.add_(c)
             self.g.add_(direction)
             self.kept.append(step)
@@ -63,7 +106,10 @@ class BalancingEstimator:
         g = torch.zeros_like(full_update) if self.g is None else self.g
         estimate = (g * self.lr).to(full_update.dtype)
         memory = 3 * self.dim * g.element_size()
-        diag = {"selected": list(self.kept), "tau": self.steps, "alpha": alpha_i, "memory_bytes": memory}
+        diag: dict[str, Any] = {"selected": list(self.kept), "tau": self.steps, "alpha": alpha_i}
+        diag["memory_bytes"] = memory
+        residual = estimate * base_scale(alpha_i) - full_update
+        diag.update(zip(ERROR_TERMS, error_terms(residual, estimate, full_update)[0].tolist(), strict=True))
         return estimate, {"alpha": full_update.new_tensor([alpha_i])}, diag
 
 
@@ -83,9 +129,10 @@ class BatchedBalancing:
         dtype: torch.dtype,
         device: Any,
         workspace: Workspace | None = None,
+        keep_ties: bool = False,
     ) -> None:
         steps = check_steps("GraB", steps)
-        self.steps, self.dim, self.lrs = steps, dim, list(lrs)
+        self.steps, self.dim, self.lrs, self.keep_ties = steps, dim, list(lrs), keep_ties
         n = len(self.steps)
         self._workspace = workspace or Workspace()
         self._flat = self._workspace.take(5 * n * dim, dtype, device)
@@ -111,7 +158,9 @@ class BatchedBalancing:
             z = copy_active_rows(self._z[rows], directions[rows], on[rows, 0], self._zero)  # inactive rows: 0
             m.addcmul_(z, self._inv_tau[rows])
             c = torch.addcmul(z, m, on_float[rows], value=-1.0, out=self._c[rows])  # z - m; inactive rows: 0
-            keep = torch.linalg.vecdot(s, c)[:, None] < 0.0  # ||s + c|| < ||s - c||, row by row
+            inner = torch.linalg.vecdot(s, c)[:, None]
+            keep = inner <= 0.0 if self.keep_ties else inner < 0.0  # ||s + c|| < ||s - c||, row by row
+            keep &= on[rows]  # an inactive row's c = 0 ties: never a kept step
             s.addcmul_(c, keep.to(c.dtype) * 2.0 - 1.0)  # s + c or s - c, exactly
             g.add_(torch.where(keep, z, self._zero, out=z))
             self._kept[rows, step] = keep[:, 0]
@@ -123,7 +172,8 @@ class BatchedBalancing:
             return
         self.m[i].add_(direction, alpha=1.0 / self.steps[i])
         c = torch.sub(direction, self.m[i], out=self._c[i])
-        keep = float(torch.dot(self.s[i], c)) < 0.0
+        inner = float(torch.dot(self.s[i], c))
+        keep = inner < 0.0 or (self.keep_ties and inner == 0.0)
         self.s[i].add_(c, alpha=1.0 if keep else -1.0)
         if keep:
             self.g[i].add_(direction)
@@ -136,14 +186,19 @@ class BatchedBalancing:
             raise RuntimeError(f"batched GraB saw {seen} local steps, expected {self.steps}")
         lrs = torch.tensor([[lr] for lr in self.lrs], dtype=self.g.dtype, device=self.g.device)
         estimates = (self.g * lrs).to(updates.dtype)
-        self._workspace.give(self._flat)
         kept = self._kept.cpu()
+        alphas = [int(kept[i].sum()) / tau for i, tau in enumerate(self.steps)]
+        scales = torch.tensor([[base_scale(a)] for a in alphas], dtype=self._c.dtype, device=self._c.device)
+        residual = self._c.copy_(estimates).mul_(scales).sub_(updates)  # in the step buffer: no new (K, d)
+        terms = error_terms(residual, estimates, updates).tolist()
+        self._workspace.give(self._flat)
         memory = 3 * self.dim * self.g.element_size()
         out = []
         for i, tau in enumerate(self.steps):
             selected = torch.nonzero(kept[i]).flatten().tolist()
-            alpha_i = len(selected) / tau
-            diag = {"selected": selected, "tau": tau, "alpha": alpha_i, "memory_bytes": memory}
+            alpha_i = alphas[i]
+            diag: dict[str, Any] = {"selected": selected, "tau": tau, "alpha": alpha_i, "memory_bytes": memory}
+            diag.update(zip(ERROR_TERMS, terms[i], strict=True))
             out.append((estimates[i], {"alpha": updates.new_tensor([alpha_i])}, diag))
         return out
 
@@ -152,13 +207,15 @@ class BatchedBalancing:
 class BatchedBalancingFactory:
     """``Part.batched_estimator`` of :func:`grab_selection`: builds :class:`BatchedBalancing` for a chunk."""
 
+    keep_ties: bool = False
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)  # the vectors, between rounds
 
     def __call__(
         self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: Any
     ) -> BatchedBalancing:
         lrs = [ctx.info.lr for ctx in contexts]
-        return BatchedBalancing([ctx.steps for ctx in contexts], dim, lrs, dtype, device, self.workspace)
+        steps = [ctx.steps for ctx in contexts]
+        return BatchedBalancing(steps, dim, lrs, dtype, device, self.workspace, self.keep_ties)
 
     def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
         """m, s, g and two step buffers (kept for the next round), the (K, d) estimates, the (K, T) record."""
@@ -166,11 +223,13 @@ class BatchedBalancingFactory:
         return clients * (6 * dim * element + steps + SMALL_BYTES)
 
 
-def grab_selection() -> Part:
+def grab_selection(*, variant: str = "paper") -> Part:
     """GraB online selection on the client plus the server's 1/alpha_t rescaling (Algorithm 4).
 
-    Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha`` (alpha_i) and
-    ``memory_bytes`` (the three d-vectors).
+    ``variant="fixed"`` keeps ties (the first step) and rescales each client by its own 1/alpha_i (module
+    docstring). Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha``
+    (alpha_i), ``estimate_error`` (the rescaled upload against the full local update; None if that is 0 and the
+    upload is not) and ``memory_bytes`` (the three d-vectors).
 
     Example:
         >>> from fedaccel.algorithms.base import compose
@@ -179,18 +238,41 @@ def grab_selection() -> Part:
         'grab-fedavg'
     """
 
+    if variant not in VARIANTS:
+        raise ConfigError(f"grab variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    fixed = variant == "fixed"
+
     def estimator(ctx: ClientContext, dim: int) -> Estimator:
-        return BalancingEstimator(ctx.steps, dim, ctx.info.lr)
+        return BalancingEstimator(ctx.steps, dim, ctx.info.lr, keep_ties=fixed)
 
     def server_adjust(info: RoundInfo, updates: Sequence[ClientUpdate], ss: State) -> list[ClientUpdate]:
         if not updates:
             return list(updates)
-        p = renormalised_weights(updates)
-        alpha_t = sum(pk * float(u.extras["alpha"]) for pk, u in zip(p, updates, strict=True))
-        if alpha_t <= 0.0:
-            return list(updates)
-        return [replace(u, delta=u.delta / alpha_t) for u in updates]
+        alphas = [float(u.extras["alpha"]) for u in updates]
+        if fixed:
+            divisors = alphas  # each client its own alpha_i
+        else:
+            alpha_t = sum(pk * a for pk, a in zip(renormalised_weights(updates), alphas, strict=True))
+            divisors = [alpha_t] * len(updates)
+        out = []
+        for u, alpha_i, divisor in zip(updates, alphas, divisors, strict=True):
+            if divisor <= 0.0:  # nothing kept: the update is zero and stays as it is
+                out.append(replace(u, diag=with_error(u.diag, alpha_i, 1.0)))
+            else:
+                out.append(replace(u, delta=u.delta / divisor, diag=with_error(u.diag, alpha_i, 1.0 / divisor)))
+        return out
 
     return Part(
-        name="grab", estimator=estimator, batched_estimator=BatchedBalancingFactory(), server_adjust=server_adjust
+        name="grab",
+        estimator=estimator,
+        batched_estimator=BatchedBalancingFactory(keep_ties=fixed),
+        server_adjust=server_adjust,
     )
+
+
+def with_error(diag: dict[str, Any], alpha_i: float, scale: float) -> dict[str, Any]:
+    """A client's diagnostics with its :data:`ERROR_TERMS` replaced by ``estimate_error`` at the applied ``scale``."""
+    if not all(k in diag for k in ERROR_TERMS):
+        return diag
+    kept = {k: v for k, v in diag.items() if k not in ERROR_TERMS}
+    return {**kept, "estimate_error": scaled_error(diag, alpha_i, scale)}

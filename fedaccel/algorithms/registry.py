@@ -154,14 +154,18 @@ def fedumf_scaffold(
 # (eta/alpha) times the sum of its herded directions, whatever aggregator or local terms surround it.
 
 
-def bherd_fedavg(*, alpha: float = 0.5) -> Algorithm:
-    """BHerd-FedAvg (paper 000, Algorithm 3): herded local gradients, w - (eta/alpha) sum p_i g_i."""
-    return compose("bherd-fedavg", bherd_selection(alpha=alpha), mean_aggregate())
+def bherd_fedavg(*, alpha: float = 0.5, selection: str = "herding") -> Algorithm:
+    """BHerd-FedAvg (paper 000, Algorithm 3): herded local gradients, w - (eta/alpha) sum p_i g_i.
+
+    ``selection: random`` is the control: the same number of steps, chosen at random, the same eta/alpha."""
+    return compose("bherd-fedavg", bherd_selection(alpha=alpha, selection=selection), mean_aggregate())
 
 
-def grab_fedavg() -> Algorithm:
-    """GraB-FedAvg (paper 000, Algorithm 4): online balancing keeps steps, server rescales by 1/alpha_t."""
-    return compose("grab-fedavg", grab_selection(), mean_aggregate())
+def grab_fedavg(*, variant: str = "paper") -> Algorithm:
+    """GraB-FedAvg (paper 000, Algorithm 4): online balancing keeps steps, server rescales by 1/alpha_t.
+
+    ``variant: fixed`` keeps the first step (ties keep) and rescales each client by its own 1/alpha_i."""
+    return compose("grab-fedavg", grab_selection(variant=variant), mean_aggregate())
 
 
 def fednova(*, mu: float = 0.0) -> Algorithm:
@@ -179,17 +183,19 @@ def scaffold(*, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
     )
 
 
-def bherd_fednova(*, alpha: float = 0.5) -> Algorithm:
+def bherd_fednova(*, alpha: float = 0.5, selection: str = "herding") -> Algorithm:
     """BHerd-FedNova: FedNova normalises the herded estimate as it would the full update."""
-    return compose("bherd-fednova", bherd_selection(alpha=alpha), fednova_aggregate())
+    return compose("bherd-fednova", bherd_selection(alpha=alpha, selection=selection), fednova_aggregate())
 
 
-def bherd_scaffold(*, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
+def bherd_scaffold(
+    *, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data", selection: str = "herding"
+) -> Algorithm:
     """BHerd-SCAFFOLD: herds the SCAFFOLD-corrected directions; controls follow the real trajectory."""
     return compose(
         "bherd-scaffold",
         scaffold_controls(weighting=weighting),
-        bherd_selection(alpha=alpha),
+        bherd_selection(alpha=alpha, selection=selection),
         mean_aggregate(server_lr=server_lr, weighting=weighting),
     )
 

@@ -198,6 +198,9 @@ def run_round(
 
     if any(u.diag for u in updates):
         diag["clients"] = {str(u.client): u.diag for u in updates if u.diag}
+        errors = [e for u in updates if isinstance(e := u.diag.get("estimate_error"), float)]
+        if errors:  # an estimator's round scalar: the mean relative error over the clients that have one
+            diag["estimate_error"] = sum(errors) / len(errors)
     totals = {
         "bytes_up": state.totals["bytes_up"] + bytes_up,
         "bytes_down": state.totals["bytes_down"] + bytes_down,
