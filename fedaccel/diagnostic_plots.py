@@ -30,6 +30,13 @@ PER_CLIENT_KEYS = {
 }
 
 
+SCALAR_KEYS = {  # per-round server diagnostics drawn over the rounds, one line per run
+    "entropy": "entropy of the local-step distribution",
+    "steps_cv": "spread of the local steps E_k (coefficient of variation)",
+    "estimate_error": "relative error of the uploaded estimate of the local update",
+}
+
+
 def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every round's diagnostics (tolerates a half-written last line)."""
     path = Path(run_dir) / "diagnostics.jsonl"
@@ -180,10 +187,11 @@ def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Calla
         runs = [r for r in with_diag if per_client(rows[r], key)]
         if runs:
             figures.append((key, "per-client", partial(per_client_figure, runs, key)))
-    runs = [r for r in with_diag if any(isinstance(x.get("entropy"), (int, float)) for x in rows[r])]
-    if runs:
-        figures.append(("entropy", "scalar",
-                        partial(scalar_figure, runs, "entropy", "entropy of the local-step distribution")))
+    for key, title in SCALAR_KEYS.items():
+        runs = [r for r in with_diag if any(isinstance(x.get(key), (int, float)) for x in rows[r])]
+        if runs:
+            figures.append((key.replace("_", "-") if key != "entropy" else key, "scalar",
+                            partial(scalar_figure, runs, key, title)))
     return figures
 
 

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from fedaccel.grid_progress import GridProgress
     from fedaccel.ray_grid import RayOptions
 
-EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description"}
+EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description",
+                   "figures_by", "diagnostics"}
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Experiment:
     targets: list[float] = field(default_factory=list)
     baseline: str | None = None
     metrics: tuple[str, ...] = ("test_acc", "test_loss", "train_loss")
+    figures_by: str | None = None  # reports: one curves figure per value of this config key
+    diagnostics: dict[str, Any] | None = None  # reports: diagnostics of the cells with these values (default: first seed)
 
 
 @dataclass
@@ -91,7 +94,12 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     targets = [float(t) for t in raw.get("targets", [])]
     metrics = tuple(raw.get("metrics", Experiment.metrics))
     out_dir = Path(raw.get("out_dir") or Path("runs") / name)
-    return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics)
+    diagnostics = raw.get("diagnostics")
+    if diagnostics is not None and not isinstance(diagnostics, dict):
+        raise ConfigError(f"{path}: diagnostics must map config keys to values (the cells whose diagnostics are drawn)")
+    figures_by = raw.get("figures_by")
+    return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
+                      str(figures_by) if figures_by else None, diagnostics)
 
 
 VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together

@@ -195,7 +195,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.claims import judge
     from fedaccel.diagnostic_plots import diagnostic_figures, save_figure
     from fedaccel.experiment import load_experiment
-    from fedaccel.results import _make_figure, compare_table, load_runs, plot_curves
+    from fedaccel.results import compare_table, load_runs
     from fedaccel.snapshot import SUFFIX, unpack
 
     claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
@@ -210,10 +210,8 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
         runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
         table = compare_table(runs, experiment.targets or [0.5], baseline=experiment.baseline)  # as run_experiment
-        curves = (runs, experiment.metrics, experiment.name, experiment.targets)
-        drawn = [Drawing(f"{file.stem}.png", "curves", partial(_make_figure, *curves),
-                         lambda out, c=curves: plot_curves(c[0], out, metrics=c[1], title=c[2], targets=c[3]))]
-        for name, kind, build in diagnostic_figures(run_dirs):
+        drawn = _curve_drawings(file.stem, experiment, runs)
+        for name, kind, build in diagnostic_figures([r.path for r in _diagnosed(experiment, runs)]):
             drawn.append(Drawing(f"{file.stem}-{name}.png", kind, build, lambda out, b=build: save_figure(b(), out)))
         drawings += drawn
         description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
@@ -263,6 +261,38 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
         c = j.claim
         lines.append(f"| {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
     return lines
+
+
+def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing]:
+    """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each)."""
+    from fedaccel.claims import value_at
+    from fedaccel.results import _make_figure, plot_curves
+
+    parts: list[tuple[str, str, list[Any]]] = [(f"{stem}.png", experiment.name, runs)]
+    if experiment.figures_by:
+        key, values = experiment.figures_by, []
+        for run in runs:
+            if value_at(run.config, key) not in values:
+                values.append(value_at(run.config, key))
+        short = key.split(".")[-1]
+        parts = [(f"{stem}-{short}={v}.png", f"{experiment.name} ({short} = {v})",
+                  [r for r in runs if value_at(r.config, key) == v]) for v in values]
+    drawings = []
+    for name, title, subset in parts:
+        curves = (subset, experiment.metrics, title, experiment.targets)
+        drawings.append(Drawing(name, "curves", partial(_make_figure, *curves),
+                                lambda out, c=curves: plot_curves(c[0], out, metrics=c[1], title=c[2], targets=c[3])))
+    return drawings
+
+
+def _diagnosed(experiment: Any, runs: list[Any]) -> list[Any]:
+    """The runs whose diagnostics a report draws: the experiment's ``diagnostics`` cells, else the first seed's."""
+    from fedaccel.claims import pick
+
+    if experiment.diagnostics is not None:
+        return pick(runs, experiment.diagnostics)
+    seeds = [r.config.get("run", {}).get("seed", 0) for r in runs]
+    return [r for r, s in zip(runs, seeds) if s == min(seeds, default=0)]
 
 
 def _figures_folder(paper: str, scale: str, docs: Path) -> Path:

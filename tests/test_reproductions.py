@@ -13,7 +13,7 @@ import pytest
 
 from fedaccel import reproductions
 from fedaccel.experiment import load_experiment
-from fedaccel.reproduce import Claim
+from fedaccel.claims import BEST, Claim, pick
 from fedaccel.results import Run, compare_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +48,20 @@ def test_claims_refer_to_quick_experiment_files(module_name: str) -> None:
     # CIFAR-only table): then the quick report says "not run" for it. Anything else is a typo.
     missing = sorted({c.experiment for c in module.CLAIMS} - quick - paper)
     assert not missing, f"{module_name}: claims name experiments with no file in {folder}/quick or /paper: {missing}"
+    grids = {}
     for claim in module.CLAIMS:
-        assert isinstance(claim, Claim) and claim.text.strip() and callable(claim.check)
-        verdict, numbers = claim.check([])  # no runs: "cannot tell" (or a verdict), never a crash
-        assert verdict in (True, False, None) and isinstance(numbers, str), claim.text
+        assert isinstance(claim, Claim) and claim.text.strip(), claim
+        if claim.experiment not in quick:
+            continue
+        if claim.experiment not in grids:
+            experiment = load_experiment(folder / "quick" / f"{claim.experiment}.yaml")
+            grids[claim.experiment] = [Run(Path(n), c.to_dict(), []) for n, c in experiment.cells]
+        for side in (claim.a, claim.b):
+            if side is None:
+                continue
+            fixed = {k: v for k, v in side.items() if v != BEST}
+            seeds = {r.seed for r in pick(grids[claim.experiment], fixed)}
+            assert len(seeds) >= 5, f"{claim.text}: {side} matches {len(seeds)} seeds of {claim.experiment}'s grid"
 
 
 @pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
@@ -101,22 +111,39 @@ def test_check_names_every_stale_part(tmp_path: Path) -> None:
 
     from fedaccel.reproduce import check
 
+    paper = REPORTS[0]
     docs = tmp_path / "docs"
-    shutil.copytree(DOCS / "fedumf", docs / "fedumf")
-    figures = docs / "fedumf"
-    report = (DOCS / "fedumf.md").read_text()
-    (docs / "fedumf.md").write_text(report.replace("**agrees**", "**disagrees**", 1))
-    (figures / "table1_iid.png").write_bytes((figures / "table2_noniid.png").read_bytes())  # not drawn from its data
-    shutil.copy(figures / "fig_alpha.png", figures / "table9.png")  # a figure of an earlier grid
-    data = figures / "data" / "tableA1.jsonl.xz"  # data changed since the figure was drawn
-    records = [json.loads(line) for line in lzma.decompress(data.read_bytes()).decode().splitlines()]
-    records[0]["metrics"][-1]["test_acc"] += 0.1
-    data.write_bytes(lzma.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    shutil.copytree(DOCS / paper, docs / paper)
+    figures = docs / paper
+    manifest = json.loads((figures / "data" / "figures.json").read_text())
+    curves = sorted(n for n in manifest if "-" not in n or "=" in n.split("-", 1)[1])[:2]  # two curves figures
+    report = (DOCS / f"{paper}.md").read_text()
+    (docs / f"{paper}.md").write_text(report.replace("**agrees**", "**disagrees**", 1).replace(
+        "**inconclusive**", "**agrees**", 1))
+    claims = json.loads((DOCS / f"{paper}.claims.json").read_text())
+    claims[0]["seeds"] += 1
+    (docs / f"{paper}.claims.json").write_text(json.dumps(claims))
+    (figures / curves[0]).write_bytes((figures / curves[1]).read_bytes())  # not drawn from its data
+    shutil.copy(figures / curves[1], figures / "zz9.png")  # a figure of an earlier grid
 
-    problems = check("fedumf", docs=docs, redraw=False)
-    assert problems[0].startswith(f"{docs / 'fedumf.md'} differs") and "+| " in problems[0]
-    assert [p.split(": ")[0] for p in problems[1:]] == ["table9.png", "table1_iid.png", "tableA1.png"]
-    assert "no longer drawn" in problems[1] and "pixels" in problems[2] and "other data" in problems[3]
+    problems = check(paper, docs=docs, redraw=False)
+    assert problems[0].startswith(f"{docs / f'{paper}.md'} differs") and "+| " in problems[0]
+    assert problems[1] == f"{docs / f'{paper}.claims.json'} differs from the claims judged now"
+    assert [p.split(": ")[0] for p in problems[2:]] == ["zz9.png", curves[0]]
+    assert "no longer drawn" in problems[2] and "pixels" in problems[3]
+
+
+def test_committed_claims_have_five_seeds_and_match_their_report() -> None:
+    for paper in REPORTS:
+        claims = json.loads((DOCS / f"{paper}.claims.json").read_text())
+        report = (DOCS / f"{paper}.md").read_text()
+        assert claims, paper
+        for claim in claims:
+            assert claim["verdict"] in ("agrees", "disagrees", "inconclusive"), (paper, claim["text"])
+            assert claim["seeds"] >= 5, f"{paper}: {claim['text']} ({claim['measure']}) has {claim['seeds']} seeds"
+            low, high = claim["interval"]
+            assert low <= claim["effect"] <= high or math.isclose(low, high), claim
+            assert f"| {claim['text']} | {claim['measure']} | **{claim['verdict']}** |" in report, claim["text"]
 
 
 def test_render_only_without_data_is_one_line(tmp_path: Path) -> None:
