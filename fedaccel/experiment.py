@@ -8,6 +8,7 @@ An experiment file::
     grid:                         # dotted config keys -> list of values; the product is run
       algorithm: [centralized, fedavg]
       run.seed: [0, 1]
+      "algorithm, train.local_epochs": [[fedavg, 1], [fedavg, 10]]   # keys joined by commas: values set together
     targets: [0.80, 0.85]         # accuracies for the rounds-to-target table
     baseline: fedavg              # speed-ups are measured against this label
 
@@ -77,17 +78,33 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     cells = []
     for values in itertools.product(*grid.values()):
         raw_cell = yaml.safe_load(yaml.safe_dump(base))  # deep copy
-        for key, value in zip(grid, values):
+        assigned = _assignments(path, grid, values)
+        for key, value in assigned.items():
             set_path(raw_cell, key, value)
         for item in overrides or []:
             key, _, value = item.partition("=")
             set_path(raw_cell, key.strip(), yaml.safe_load(value))
         config = from_dict(raw_cell)
-        cells.append((cell_name(dict(zip(grid, values))), config))
+        cells.append((cell_name(assigned), config))
     targets = [float(t) for t in raw.get("targets", [])]
     metrics = tuple(raw.get("metrics", Experiment.metrics))
     out_dir = Path(raw.get("out_dir") or Path("runs") / name)
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics)
+
+
+def _assignments(path: Path, grid: dict[str, list[Any]], values: tuple[Any, ...]) -> dict[str, Any]:
+    """The dotted keys a grid point sets: a grid key naming several keys ("algorithm, train.local_epochs")
+    takes values that are lists of as many values, set together (cells that differ in several keys)."""
+    assigned: dict[str, Any] = {}
+    for key, value in zip(grid, values):
+        keys = [k.strip() for k in key.split(",")]
+        if len(keys) == 1:
+            assigned[key] = value
+            continue
+        if not isinstance(value, list) or len(value) != len(keys):
+            raise ConfigError(f"{path}: grid key {key!r} takes lists of {len(keys)} values, got {value!r}")
+        assigned.update(zip(keys, value))
+    return assigned
 
 
 def cell_name(values: dict[str, Any]) -> str:

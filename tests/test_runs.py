@@ -153,6 +153,23 @@ def test_experiment_runs_every_cell_then_skips_finished_ones(tmp_path: Path) -> 
     assert (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns == before
 
 
+def test_a_grid_key_naming_several_keys_sets_them_together(tmp_path: Path) -> None:
+    """Cells that differ in several keys at once (FedAvg with more local epochs beside FedUMF)."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 4}, "model": "softmax", "train": {"client_fraction": 0.5}}
+    grid = {"algorithm, train.local_epochs": [["fedavg", 2], [{"name": "fedumf", "alpha": 0.5}, 1]], "run.seed": [0, 1]}
+    path.write_text(yaml.safe_dump({"name": "zip", "base": base, "grid": grid}, sort_keys=False))
+    cells = load_experiment(path).cells
+    assert [name for name, _ in cells] == [
+        "algorithm=fedavg,train.local_epochs=2,run.seed=0", "algorithm=fedavg,train.local_epochs=2,run.seed=1",
+        "algorithm=fedumf-0.5,train.local_epochs=1,run.seed=0", "algorithm=fedumf-0.5,train.local_epochs=1,run.seed=1"]
+    assert [(c.algorithm["name"], c.train.local_epochs, c.run.seed) for _, c in cells] == [
+        ("fedavg", 2, 0), ("fedavg", 2, 1), ("fedumf", 1, 0), ("fedumf", 1, 1)]
+    path.write_text(yaml.safe_dump({"name": "zip", "base": base, "grid": {"algorithm, train.lr": [["fedavg"]]}}))
+    with pytest.raises(ConfigError, match="takes lists of 2 values"):
+        load_experiment(path)
+
+
 def test_parallel_cells_give_the_numbers_of_serial_cells(tmp_path: Path) -> None:
     base = {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
             "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
