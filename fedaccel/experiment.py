@@ -318,6 +318,8 @@ def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: i
                 if STOP.is_set() and not stopping:
                     stopping = True
                     _stop_pool(pool)
+                for future in [f for f in pending if stopping and f.cancelled()]:
+                    del pending[future]  # dropped from the queue: wait() never counts a cancelled future as done
                 finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in finished:
                     k, name = pending.pop(future)

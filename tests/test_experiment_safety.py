@@ -51,16 +51,16 @@ def rounds(run_dir: Path) -> list[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["KILL", "TERM", "INT"])
 def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig: int, tmp_path: Path) -> None:
-    """`experiment -j 2` on three cells gets ``sig`` while two cells are mid-run (the third
-    queued): 5 s later none of its processes lives and no cell went on to its end; after kill -9,
+    """`experiment -j 2` on five cells gets ``sig`` while two cells are mid-run (one waiting in the
+    pool's call queue, two queued behind it, which a stop cancels): 5 s later none of its processes lives and no cell went on to its end; after kill -9,
     a re-run ends every cell with rounds 0..ROUNDS, each once."""
     path = tmp_path / "exp.yaml"
     base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
             "train": {"rounds": ROUNDS, "lr": 0.1, "batch_size": 20},
             "run": {"progress": False, "checkpoint_every": 5}}
     path.write_text(yaml.safe_dump({"name": "killed", "out_dir": str(tmp_path / "out"), "base": base,
-                                    "grid": {"run.seed": [0, 1, 2]}}))
-    cells = [tmp_path / "out" / f"run.seed={seed}" for seed in range(3)]
+                                    "grid": {"run.seed": [0, 1, 2, 3, 4]}}))
+    cells = [tmp_path / "out" / f"run.seed={seed}" for seed in range(5)]
     parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "-j", "2"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     workers: list[int] = []
@@ -106,7 +106,7 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
     result = run_experiment(load_experiment(path), workers=1)
     for cell in cells:
         assert rounds(cell) == list(range(ROUNDS + 1)), cell.name
-    assert "| fedavg (baseline) | 3 |" in result.table
+    assert "| fedavg (baseline) | 5 |" in result.table
 
 
 def test_a_second_writer_of_a_run_folder_is_refused_with_one_line_naming_the_holder(tmp_path: Path) -> None:

@@ -152,3 +152,18 @@ def test_render_only_without_data_is_one_line(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="no data in .*: run `fedaccel reproduce fedumf` first"):
         reproduce("fedumf", docs=tmp_path, render_only=True)
+
+
+def test_reports_draw_one_curves_figure_per_value_and_the_first_seeds_diagnostics(tmp_path: Path) -> None:
+    from fedaccel.experiment import Experiment
+    from fedaccel.reproduce import _curve_drawings, _diagnosed
+
+    runs = [Run(Path(f"lr{lr}-s{s}"), {"train": {"lr": lr}, "run": {"seed": s}}, [{"round": 1, "test_acc": 0.5}])
+            for lr in (0.1, 0.3) for s in (3, 4)]
+    experiment = Experiment("e", tmp_path, [], figures_by="train.lr")
+    drawings = _curve_drawings("e", experiment, runs)
+    assert [d.name for d in drawings] == ["e-lr=0.1.png", "e-lr=0.3.png"]
+    assert [d.name for d in _curve_drawings("e", Experiment("e", tmp_path, []), runs)] == ["e.png"]
+    assert [r.path.name for r in _diagnosed(experiment, runs)] == ["lr0.1-s3", "lr0.3-s3"]
+    experiment.diagnostics = {"train.lr": 0.3}
+    assert [r.path.name for r in _diagnosed(experiment, runs)] == ["lr0.3-s3", "lr0.3-s4"]
