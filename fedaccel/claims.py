@@ -296,17 +296,31 @@ def with_baseline_rounds(judgement: Judgement, runs: Sequence[Run], target: floa
     return replace(judgement, baseline_rounds=float(np.median(rounds)) if rounds else None)
 
 
-def describe(where: Mapping[str, Any] | None, chosen: Mapping[str, Any], prefix: str = "") -> str:
+def _short_key(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def describe(where: Mapping[str, Any] | None, other: Mapping[str, Any] | None, chosen: Mapping[str, Any],
+             prefix: str = "") -> str:
+    """A setup in a few words: only what differs from the setup it is compared with (and a chosen η)."""
     if where is None:
         return ""
     parts = []
     for key, value in where.items():
+        theirs = (other or {}).get(key)
         if value == BEST:
-            value = f"best {chosen.get(prefix + key, '?')}"
+            parts.append(f"best {_short_key(key)} {chosen.get(prefix + key, '?')}")
+        elif value == theirs and other is not None:
+            continue
         elif isinstance(value, Mapping):
-            value = ", ".join(f"{k} {v}" for k, v in value.items())
-        parts.append(f"{key.split('.')[-1]} {value}" if key.split(".")[-1] not in ("algorithm", "name", "split") else f"{value}")
-    return ", ".join(parts)
+            extra = [f"{k} {v}" for k, v in value.items()
+                     if k != "name" and not (isinstance(theirs, Mapping) and theirs.get(k) == v)]
+            parts.append(" ".join([str(value.get("name", ""))] + extra).strip())
+        elif _short_key(key) in ("algorithm", "name", "split"):
+            parts.append(str(value))
+        else:
+            parts.append(f"{_short_key(key)} {value}")
+    return ", ".join(parts) or "as the other"
 
 
 def numbers(j: Judgement) -> str:
@@ -314,9 +328,12 @@ def numbers(j: Judgement) -> str:
     c, f = j.claim, j.claim.measure.fmt
     if j.effect is None:
         return j.note
-    b_text = f"{describe(c.b, j.chosen, 'b:')} {j.b_median:{f}}" if c.b is not None else f"reference {c.value:{f}}"
-    text = (f"{c.measure.name}, median: {describe(c.a, j.chosen)} {j.a_median:{f}} vs {b_text}; "
+    a_text = describe(c.a, c.b, j.chosen)
+    b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} {j.b_median:{f}}" if c.b is not None else f"reference {c.value:{f}}"
+    text = (f"median {a_text} {j.a_median:{f}} vs {b_text}; "
             f"a − b = {j.effect:+{f}} [{j.low:+{f}}, {j.high:+{f}}], {j.on_paper_side}/{j.seeds} seeds the paper's way")
+    if c.measure.target is not None and c.b is not None and j.a_median:
+        text += f"; speed-up of the medians {j.b_median / j.a_median:.2f}×"
     if c.measure.target is not None and any(j.censored):
         text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (censored)"
     return text

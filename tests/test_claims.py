@@ -140,3 +140,16 @@ def test_speed_claim_is_two_rows_rounds_and_the_continuous_measure() -> None:
 def test_unknown_expectation_is_refused() -> None:
     with pytest.raises(ValueError, match="expect"):
         Claim("t", "x", {}, None, final(), "sooner")
+
+
+def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
+    from fedaccel.claims import numbers
+
+    b = [0.1, 0.2, 0.3, 0.6]  # round 4
+    runs = [fake_run({"name": "gsnr", "samples": 64, "plan": "random"}, s, b) for s in range(5)]
+    runs += [fake_run({"name": "gsnr", "samples": 64}, s, [0.1, 0.6, 0.6, 0.6]) for s in range(5)]  # round 2
+    claim = Claim("t", "x", {"algorithm": {"name": "gsnr", "samples": 64}},
+                  {"algorithm": {"name": "gsnr", "samples": 64, "plan": "random"}}, rounds_to(0.5), "less")
+    text = numbers(judge(claim, runs))
+    assert text.startswith("median gsnr 2 vs gsnr plan random 4; a − b = -2 [-2, -2], 5/5 seeds")
+    assert text.endswith("speed-up of the medians 2.00×")
