@@ -266,6 +266,7 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing]:
     """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each)."""
     from fedaccel.claims import value_at
+    from fedaccel.experiment import _short
     from fedaccel.results import _make_figure, plot_curves
 
     parts: list[tuple[str, str, list[Any]]] = [(f"{stem}.png", experiment.name, runs)]
@@ -275,7 +276,7 @@ def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing
             if value_at(run.config, key) not in values:
                 values.append(value_at(run.config, key))
         short = key.split(".")[-1]
-        parts = [(f"{stem}-{short}={v}.png", f"{experiment.name} ({short} = {v})",
+        parts = [(f"{stem}-{short}={_short(v)}.png", f"{experiment.name} ({short} = {_short(v)})",
                   [r for r in runs if value_at(r.config, key) == v]) for v in values]
     drawings = []
     for name, title, subset in parts:

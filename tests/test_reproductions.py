@@ -164,6 +164,10 @@ def test_reports_draw_one_curves_figure_per_value_and_the_first_seeds_diagnostic
     drawings = _curve_drawings("e", experiment, runs)
     assert [d.name for d in drawings] == ["e-lr=0.1.png", "e-lr=0.3.png"]
     assert [d.name for d in _curve_drawings("e", Experiment("e", tmp_path, []), runs)] == ["e.png"]
+    for run, split in zip(runs, [{"name": "dirichlet", "alpha": 0.1}, "iid", "iid", "iid"]):
+        run.config["data"] = {"split": split}
+    by_split = _curve_drawings("e", Experiment("e", tmp_path, [], figures_by="data.split"), runs)
+    assert [d.name for d in by_split] == ["e-split=dirichlet-0.1.png", "e-split=iid.png"]
     assert [r.path.name for r in _diagnosed(experiment, runs)] == ["lr0.1-s3", "lr0.3-s3"]
     experiment.diagnostics = {"train.lr": 0.3}
     assert [r.path.name for r in _diagnosed(experiment, runs)] == ["lr0.3-s3", "lr0.3-s4"]
