@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import lzma
+import math
 import pkgutil
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from fedaccel import reproductions
 from fedaccel.experiment import load_experiment
-from fedaccel.claims import BEST, Claim, pick
+from fedaccel.claims import BEST, Claim, pick, value_at
 from fedaccel.results import Run, compare_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,36 @@ def test_there_is_something_to_check() -> None:
     assert MODULES and EXPERIMENT_FILES
 
 
+def _unmatched_sides(module: object, folder: Path, scale: str) -> list[str]:
+    """The claim sides (``a``, ``b``) of ``module`` whose experiment has a file at ``scale`` but that
+    match fewer than 5 seeds of its grid (cells' configs as runs; BEST keys left free)."""
+    files = {p.stem: p for p in (folder / scale).glob("*.yaml")}
+    grids: dict[str, list[Run]] = {}
+    problems = []
+    for claim in module.CLAIMS:
+        if claim.experiment not in files:
+            continue
+        if claim.experiment not in grids:
+            experiment = load_experiment(files[claim.experiment])
+            grids[claim.experiment] = [Run(Path(n), c.to_dict(), []) for n, c in experiment.cells]
+        for side in (claim.a, claim.b):
+            if side is None:
+                continue
+            fixed = {k: v for k, v in side.items() if v != BEST}
+            best = [k for k, v in side.items() if v == BEST]
+            runs = pick(grids[claim.experiment], fixed)
+            seeds = {r.seed for r in runs}
+            # one run per seed and value of the BEST keys, else the pairing by seed is ambiguous
+            cells = {(r.seed, *(repr(value_at(r.config, k)) for k in best)) for r in runs}
+            choices = {tuple(repr(value_at(r.config, k)) for k in best) for r in runs}
+            where = f"{claim.text}: {side} in {scale}/{claim.experiment}"
+            if len(seeds) < 5 or len(cells) != len(runs):
+                problems.append(f"{where} matches {len(runs)} runs of {len(seeds)} seeds")
+            if best and len(choices) < 4:
+                problems.append(f"{where}: its best {', '.join(best)} is chosen among {len(choices)} values, not >= 4")
+    return problems
+
+
 @pytest.mark.parametrize("module_name", MODULES)
 def test_claims_refer_to_quick_experiment_files(module_name: str) -> None:
     module = importlib.import_module(f"fedaccel.reproductions.{module_name}")
@@ -48,20 +79,24 @@ def test_claims_refer_to_quick_experiment_files(module_name: str) -> None:
     # CIFAR-only table): then the quick report says "not run" for it. Anything else is a typo.
     missing = sorted({c.experiment for c in module.CLAIMS} - quick - paper)
     assert not missing, f"{module_name}: claims name experiments with no file in {folder}/quick or /paper: {missing}"
-    grids = {}
     for claim in module.CLAIMS:
         assert isinstance(claim, Claim) and claim.text.strip(), claim
-        if claim.experiment not in quick:
-            continue
-        if claim.experiment not in grids:
-            experiment = load_experiment(folder / "quick" / f"{claim.experiment}.yaml")
-            grids[claim.experiment] = [Run(Path(n), c.to_dict(), []) for n, c in experiment.cells]
-        for side in (claim.a, claim.b):
-            if side is None:
-                continue
-            fixed = {k: v for k, v in side.items() if v != BEST}
-            seeds = {r.seed for r in pick(grids[claim.experiment], fixed)}
-            assert len(seeds) >= 5, f"{claim.text}: {side} matches {len(seeds)} seeds of {claim.experiment}'s grid"
+    problems = _unmatched_sides(module, folder, "quick")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_claims_match_the_paper_scale_grids(module_name: str) -> None:
+    """The paper scale mirrors the quick scale: every quick experiment has a paper-scale file of the
+    same name, and every claim side matches one run for each of >= 5 seeds of its paper-scale grid
+    (else ``fedaccel reproduce <paper> --scale paper`` judges the claim "not run" or on no pairs)."""
+    module = importlib.import_module(f"fedaccel.reproductions.{module_name}")
+    folder = _paper_folder(module_name)
+    quick = {p.stem for p in (folder / "quick").glob("*.yaml")}
+    paper = {p.stem for p in (folder / "paper").glob("*.yaml")}
+    assert not quick - paper, f"{module_name}: quick experiments with no paper-scale file: {sorted(quick - paper)}"
+    problems = _unmatched_sides(module, folder, "paper")
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
