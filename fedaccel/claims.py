@@ -316,6 +316,9 @@ def describe(where: Mapping[str, Any] | None, other: Mapping[str, Any] | None, c
             extra = [f"{k} {v}" for k, v in value.items()
                      if k != "name" and not (isinstance(theirs, Mapping) and theirs.get(k) == v)]
             parts.append(" ".join([str(value.get("name", ""))] + extra).strip())
+        elif isinstance(value, list):
+            names = [str(v.get("kind", v.get("name", v))) if isinstance(v, Mapping) else str(v) for v in value]
+            parts.append(f"{_short_key(key)} {'+'.join(names) if names else 'none'}")
         elif _short_key(key) in ("algorithm", "name", "split"):
             parts.append(str(value))
         else:

@@ -153,3 +153,11 @@ def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
     text = numbers(judge(claim, runs))
     assert text.startswith("median gsnr 2 vs gsnr plan random 4; a − b = -2 [-2, -2], 5/5 seeds")
     assert text.endswith("speed-up of the medians 2.00×")
+
+
+def test_describe_names_list_entries_by_kind() -> None:
+    from fedaccel.claims import describe
+
+    flip = {"attacks": [{"kind": "label-flip", "clients": [0]}]}
+    assert describe(flip, {"attacks": []}, {}) == "attacks label-flip"
+    assert describe({"attacks": []}, flip, {}) == "attacks none"
