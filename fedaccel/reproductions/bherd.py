@@ -30,6 +30,8 @@ FedNova and SCAFFOLD unchanged. The paper's general trends hold: more local epoc
 and fewer clients converge faster, Random Reshuffling makes no difference, and the herd's distance to
 the local mean shrinks over training (to 54% of its early value).
 
+**Cost.** `fedaccel reproduce bherd -j 2` (305 cells) took 44 minutes on this 2-core machine, its first 35 minutes beside the FedGSNR and FedUMF sweeps (six worker processes on two cores); the CNN's 30 cells are a third of it.
+
 **What the quick scale changes.** Fashion-MNIST (embedded) replaces MNIST; the squared-SVM keeps the
 paper's N = 5, B = 100, E = 1 (τ_i = 120 steps) and η = 1e-4, but runs T = 60 rounds instead of 500:
 at that η FedAvg needs ~30 evaluated rounds to 93.5% on Cases 1-2 (92.5% on Case 3), so a

@@ -32,6 +32,8 @@ attacked client (the one holding every label) keeps a GSNR above the honest clie
 Dirichlet 0.5 so does a label-flipping one: the GSNR ranks clients by data first, so it exposes an
 attacker only among comparable clients.
 
+**Cost.** `fedaccel reproduce fedgsnr -j 2` (175 cells) took 33 minutes on this 2-core machine, all of it beside the BHerd and FedUMF sweeps (six worker processes on two cores).
+
 The paper runs LeNet-5 on CIFAR-10 (30 clients for Table 1, 100 for Table 2, batch 64, E_const = 20
 local steps, up to 1,000 rounds, target 0.5 test accuracy); the paper scale does the same (learning
 rate 0.05: the paper gives none). The quick scale keeps batch 64, E_const = 20, B_s = 64 and the
