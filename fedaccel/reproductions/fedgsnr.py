@@ -32,7 +32,7 @@ attacked client (the one holding every label) keeps a GSNR above the honest clie
 Dirichlet 0.5 so does a label-flipping one: the GSNR ranks clients by data first, so it exposes an
 attacker only among comparable clients.
 
-**Cost.** `fedaccel reproduce fedgsnr -j 2` (175 cells) took 33 minutes on this 2-core machine, all of it beside the BHerd and FedUMF sweeps (six worker processes on two cores).
+**Cost.** `fedaccel reproduce fedgsnr -j 2` (240 cells) took 36 minutes on this 2-core machine: 33 for the grid at 5 seeds, all of it beside the BHerd and FedUMF sweeps (six worker processes on two cores), then 3 alone for seeds 5-9 of the 65 Fig. 3/6/7 cells.
 
 The paper runs LeNet-5 on CIFAR-10 (30 clients for Table 1, 100 for Table 2, batch 64, E_const = 20
 local steps, up to 1,000 rounds, target 0.5 test accuracy); the paper scale does the same (learning
@@ -58,7 +58,7 @@ Fig. 6/10: client 0 attacked from round 5 (labels l → (l + 3) mod 10, or U(−
 median GSNR over the attacked rounds compared with the same client in the clean run of the same
 seed, and with the honest clients' median.
 
-Each cell runs 5 seeds (0–4); a seed changes the split, the model initialisation, the batch order,
+Each cell of table1 and controls runs 5 seeds (0–4), each cheap Fig. 3/6/7 cell 10 (0–9); a seed changes the split, the model initialisation, the batch order,
 the planning samples, client sampling and the training-loss sample. Claims are judged by a paired
 bootstrap over seeds (the table's header says how).
 
