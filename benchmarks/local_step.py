@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -46,42 +47,46 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def raw_run(fed: Federation, w0: torch.Tensor, gathered: dict) -> tuple[float, torch.Tensor]:
-    """Hand-written squared-hinge SGD on batches gathered in advance; FedAvg of the clients."""
-    l2 = fed.model.module.l2
+def timed_fedavg(fed: Federation, w0: torch.Tensor, local: Callable[[int, int, torch.Tensor], torch.Tensor]
+                 ) -> tuple[float, torch.Tensor]:
+    """ROUNDS of FedAvg averaged by hand, ``local(client, round, w)`` giving each client's model; (seconds, w)."""
     sync(fed.device)
     started = time.perf_counter()
     w = w0.clone()
     for t in range(ROUNDS):
         new = torch.zeros_like(w)
         for i in range(CLIENTS):
-            theta = w.clone()
-            for xb, tb in gathered[(i, t)]:
-                margin = (1 - tb * (xb @ theta)).clamp_(min=0)
-                theta -= LR * ((-(tb * margin) / BATCH) @ xb + l2 * theta)
-            new.add_(theta, alpha=float(fed.weights[i]))
+            new.add_(local(i, t, w), alpha=float(fed.weights[i]))
         w = new
     sync(fed.device)
     return time.perf_counter() - started, w
+
+
+def raw_run(fed: Federation, w0: torch.Tensor, gathered: dict) -> tuple[float, torch.Tensor]:
+    """Hand-written squared-hinge SGD on batches gathered in advance; FedAvg of the clients."""
+    l2 = fed.model.module.l2
+
+    def local(i: int, t: int, w: torch.Tensor) -> torch.Tensor:
+        theta = w.clone()
+        for xb, tb in gathered[(i, t)]:
+            margin = (1 - tb * (xb @ theta)).clamp_(min=0)
+            theta -= LR * ((-(tb * margin) / BATCH) @ xb + l2 * theta)
+        return theta
+
+    return timed_fedavg(fed, w0, local)
 
 
 def step_run(fed: Federation, w0: torch.Tensor) -> tuple[float, torch.Tensor]:
     """The engine's local step for every client-round (its batches as the engine gets them, then
     train_local), averaged by hand."""
     gradient = fed.batch_gradient()
-    sync(fed.device)
-    started = time.perf_counter()
-    w = w0.clone()
-    for t in range(ROUNDS):
-        new = torch.zeros_like(w)
-        for i in range(CLIENTS):
-            batches = fed.client_batches(i, t, int(fed.steps[i]))
-            theta = train_local(fed.model, fed.x_train, fed.y_train, batches, w, fed.loss_fn, LR,
-                                fed.options, gradient=gradient)
-            new.add_(theta, alpha=float(fed.weights[i]))
-        w = new
-    sync(fed.device)
-    return time.perf_counter() - started, w
+
+    def local(i: int, t: int, w: torch.Tensor) -> torch.Tensor:
+        batches = fed.client_batches(i, t, int(fed.steps[i]))
+        return train_local(fed.model, fed.x_train, fed.y_train, batches, w, fed.loss_fn, LR, fed.options,
+                           gradient=gradient)
+
+    return timed_fedavg(fed, w0, local)
 
 
 def round_run(fed: Federation, w0: torch.Tensor) -> tuple[float, torch.Tensor]:

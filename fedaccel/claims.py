@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fedaccel.results import Run
+from fedaccel.results import Run, value_at
 
 BEST = "best"  # in a claim's setup: the value of this key with the lowest mean training loss
 RESAMPLES = 10_000
@@ -181,15 +181,6 @@ def _num(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
 
-def value_at(config: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for key in dotted.split("."):
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
 def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
     """Runs whose config has every ``dotted.key: value`` of ``where`` (every seed); a string value
     also matches a named part given by its name alone (``{"algorithm": "fedavg"}`` is
@@ -221,15 +212,10 @@ def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str
     return {**fixed, **chosen}, chosen
 
 
-def paired_values(claim: Claim, runs: Sequence[Run]) -> tuple[dict[Any, float], dict[Any, float], dict[str, Any]]:
-    """Per-seed measures of ``a`` and of ``b`` (``b``: the constant ``value`` for every seed of a)."""
-    a_where, chosen = choose_best(runs, claim.a)
-    a = {r.seed: claim.measure.of(r) for r in pick(runs, a_where)}
-    if claim.b is None:
-        return a, {s: claim.value for s in a}, chosen
-    b_where, chosen_b = choose_best(runs, claim.b)
-    b = {r.seed: claim.measure.of(r) for r in pick(runs, b_where)}
-    return a, b, {**chosen, **{f"b:{k}": v for k, v in chosen_b.items()}}
+def _side(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[list[Run], dict[str, Any]]:
+    """The runs of one side of a claim, with the values chosen for its BEST keys."""
+    resolved, chosen = choose_best(runs, where)
+    return pick(runs, resolved), chosen
 
 
 def bootstrap_interval(differences: Sequence[float], resamples: int = RESAMPLES, level: float = LEVEL,
@@ -257,7 +243,11 @@ def judge(claim: Claim, runs: Sequence[Run] | None) -> Judgement:
     """The claim's verdict on the runs of its experiment (None: the experiment was not run)."""
     if runs is None:
         return Judgement(claim, "not run", note=f"experiment {claim.experiment} not run")
-    a, b, chosen = paired_values(claim, runs)
+    a_runs, chosen = _side(runs, claim.a)
+    b_runs, chosen_b = _side(runs, claim.b) if claim.b is not None else ([], {})
+    chosen.update({f"b:{k}": v for k, v in chosen_b.items()})
+    a = {r.seed: claim.measure.of(r) for r in a_runs}
+    b = {r.seed: claim.measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
     seeds = sorted((s for s in set(a) & set(b) if math.isfinite(a[s]) and math.isfinite(b[s])), key=repr)
     if len(seeds) < 2:
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen,
@@ -273,27 +263,10 @@ def judge(claim: Claim, runs: Sequence[Run] | None) -> Judgement:
     target = claim.measure.target
     if target is not None:
         metric = claim.measure.metric
-        a_runs, b_runs = _runs_of(claim.a, runs, chosen, ""), _runs_of(claim.b, runs, chosen, "b:")
         judgement.censored = (sum(not reached(r, target, metric) for r in a_runs),
                               sum(not reached(r, target, metric) for r in b_runs))
         judgement.baseline_rounds = judgement.b_median if claim.b is not None else None
     return judgement
-
-
-def _runs_of(where: Mapping[str, Any] | None, runs: Sequence[Run], chosen: Mapping[str, Any], prefix: str) -> list[Run]:
-    if where is None:
-        return []
-    resolved = {k: (chosen.get(prefix + k, v) if v == BEST else v) for k, v in where.items()}
-    return pick(runs, resolved)
-
-
-def with_baseline_rounds(judgement: Judgement, runs: Sequence[Run], target: float) -> Judgement:
-    """Add b's median rounds to ``target`` to a judgement whose measure is not rounds-to-target."""
-    if judgement.claim.b is None or judgement.seeds == 0:
-        return judgement
-    b_runs = _runs_of(judgement.claim.b, runs, judgement.chosen, "b:")
-    rounds = [rounds_to(target).of(r) for r in b_runs]
-    return replace(judgement, baseline_rounds=float(np.median(rounds)) if rounds else None)
 
 
 def _short_key(key: str) -> str:
@@ -342,24 +315,17 @@ def numbers(j: Judgement) -> str:
     return text
 
 
-def diagnostics(run: Run) -> list[dict[str, Any]]:
-    """The run's per-round diagnostics (``diagnostics.jsonl``; empty if it has none)."""
-    import json
-
-    file = run.path / "diagnostics.jsonl"
-    if not file.is_file():
-        return []
-    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def client_values(run: Run, key: str) -> dict[str, list[float]]:
-    """Per client, the series of a per-client diagnostic (``clients/<id>/<key>``) over the rounds."""
-    out: dict[str, list[float]] = {}
-    for row in diagnostics(run):
-        for client, values in (row.get("clients") or {}).items():
-            if isinstance(values, dict) and values.get(key) is not None:
-                out.setdefault(client, []).append(float(values[key]))
-    return out
+    """Per client, the series of a per-client diagnostic (``clients/<id>/<key>``) over the rounds
+    (empty for a run without diagnostics)."""
+    from fedaccel.diagnostic_plots import per_client, read_diagnostics
+    from fedaccel.errors import UserError
+
+    try:
+        rows = read_diagnostics(run.path)
+    except UserError:
+        return {}
+    return {client: [float(v) for v in values if v is not None] for client, (_, values) in per_client(rows, key).items()}
 
 
 def mean_client_diagnostic(key: str) -> Callable[[Run], float]:

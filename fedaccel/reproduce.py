@@ -265,7 +265,7 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 
 def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing]:
     """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each)."""
-    from fedaccel.claims import value_at
+    from fedaccel.results import value_at
     from fedaccel.experiment import _short
     from fedaccel.results import _make_figure, plot_curves
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,15 +273,18 @@ def group_runs(runs: Iterable[Run]) -> list[tuple[str, list[Run]]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _metric_value(row: dict, metric: str) -> Any:
-    if metric in row:
-        return row[metric]
-    node: Any = row  # dotted names reach into nested entries, e.g. "diag.gsnr"
-    for part in metric.split("."):
-        if not isinstance(node, dict) or part not in node:
+def value_at(mapping: Mapping[str, Any], dotted: str) -> Any:
+    """``mapping["a"]["b"]`` for ``"a.b"`` (None where a part is missing): a config value, a nested metric."""
+    node: Any = mapping
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]
     return node
+
+
+def _metric_value(row: dict, metric: str) -> Any:
+    return row[metric] if metric in row else value_at(row, metric)  # dotted: nested entries, e.g. "diag.gsnr"
 
 
 def _run_curve(run: Run, metric: str) -> dict[int, float]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -15,23 +14,15 @@ from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.algorithms.sampling import sample_clients
 from fedaccel.engine.federation import Federation
-from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
-from tiny_models import Linear
+from tiny_models import linear_federation
 
 SIZES = (3, 4, 5, 6)  # unequal, so data weights and tau_i differ: tau = (1, 2, 2, 3) with B = 2
 
 
 def federation(**options: float) -> Federation:
-    g = torch.Generator().manual_seed(5)
-    n = sum(SIZES)
-    x = torch.randn(n, 3, generator=g)
-    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(n, generator=g)
-    bounds = np.cumsum((0, *SIZES))
-    parts = [np.arange(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    settings = {"lr": 0.1, "batch_size": 2, "local_epochs": 1.0, **options}
-    return Federation(Linear(), x, y, parts, x, y, LocalOptions(**settings), seed=3)
+    return linear_federation(SIZES, **options)
 
 
 def naive_local(fed: Federation, client: int, round_: int, start: Tensor) -> Tensor:

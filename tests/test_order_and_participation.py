@@ -16,20 +16,13 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import ConfigError
-from tiny_models import Linear, Scalar
+from tiny_models import Scalar, linear_federation
 
 SIZES = (3, 4, 5, 6)
 
 
 def federation(**options: float) -> Federation:
-    g = torch.Generator().manual_seed(5)
-    n = sum(SIZES)
-    x = torch.randn(n, 3, generator=g)
-    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(n, generator=g)
-    bounds = np.cumsum((0, *SIZES))
-    parts = [np.arange(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    settings = {"lr": 0.1, "batch_size": 2, **options}
-    return Federation(Linear(), x, y, parts, x, y, LocalOptions(**settings), seed=3)
+    return linear_federation(SIZES, **options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import lzma
 import math
 import pkgutil
 from pathlib import Path
@@ -13,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fedaccel import reproductions
+from fedaccel.claims import BEST, Claim, pick
 from fedaccel.experiment import load_experiment
-from fedaccel.claims import BEST, Claim, pick, value_at
-from fedaccel.results import Run, compare_table
+from fedaccel.results import Run, compare_table, value_at
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"

@@ -46,3 +46,15 @@ def scalar_federation(lr: float = 0.1, **options: float) -> Federation:
     y = torch.tensor([2.0, 2.0, 2.0])
     parts = [np.array([0]), np.array([1, 2])]
     return Federation(Scalar(), x, y, parts, x, y, LocalOptions(lr=lr, batch_size=1, **options))
+
+
+def linear_federation(sizes: tuple[int, ...] = (3, 4, 5, 6), **options: float) -> Federation:
+    """Clients of the given (unequal) sizes with y = x (1, -2, 0.5) + noise, for :class:`Linear`; lr 0.1, B = 2."""
+    g = torch.Generator().manual_seed(5)
+    n = sum(sizes)
+    x = torch.randn(n, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(n, generator=g)
+    bounds = np.cumsum((0, *sizes))
+    parts = [np.arange(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    settings = {"lr": 0.1, "batch_size": 2, **options}
+    return Federation(Linear(), x, y, parts, x, y, LocalOptions(**settings), seed=3)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fedaccel.claims import BEST, Claim, final, mean_client_diagnostic, per_run, speed
-from fedaccel.claims import client_values as _client_values
+from fedaccel.claims import BEST, Claim, client_values, final, mean_client_diagnostic, per_run, speed
 from fedaccel.results import Run
 
 TITLE = "BHerd — Accelerating Federated Learning by Selecting Beneficial Herd of Local Gradients"
@@ -85,7 +84,7 @@ def _both_lrs(text: str, experiment: str, a: dict, b: dict, target: float, paper
 def _distance_growth(run: Run) -> float:
     """Fig. 4d: per client, the mean distance over the last 10% of rounds over that of the first 10%; the mean."""
     ratios = []
-    for values in _client_values(run, "distance").values():
+    for values in client_values(run, "distance").values():
         k = max(1, len(values) // 10)
         first, last = sum(values[:k]) / k, sum(values[-k:]) / k
         if len(values) > 1 and first > 0:
@@ -95,7 +94,7 @@ def _distance_growth(run: Run) -> float:
 
 def _memory_floats_per_step(run: Run) -> float:
     """Section 2: memory_bytes / (4 tau_i), per client and round, has one value (d, the model's size) in a run."""
-    memory, tau = _client_values(run, "memory_bytes"), _client_values(run, "tau")
+    memory, tau = client_values(run, "memory_bytes"), client_values(run, "tau")
     values = {m / (4 * t) for c in memory for m, t in zip(memory[c], tau.get(c, []))}
     return float(len(values)) if values else float("nan")
 
