@@ -46,11 +46,11 @@ from fedaccel.algorithms.base import Algorithm, make_rng
 from fedaccel.algorithms.bherd import selected_count
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.data import load_dataset
+from fedaccel.data.splits import split
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions, train_local
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.models import build_model
-from fedaccel.splits import split
 
 CLIENTS, BATCH, LR, ALPHA = 5, 50, 0.05, 0.5
 TIME_GOAL, MEMORY_GOAL = 1.15, 1.2

@@ -27,12 +27,12 @@ import torch.nn.functional as F
 from fedaccel.algorithms.base import make_rng
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.data import load_dataset
+from fedaccel.data.splits import split
 from fedaccel.engine.device import resolve_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.models import build_model
-from fedaccel.splits import split
 
 CLIENTS, ROUNDS, BATCH, LR = 5, 2, 50, 0.05
 

@@ -27,8 +27,8 @@ import torch
 
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.engine.round import init_state, run_round
-from fedaccel.experiment import load_experiment
-from fedaccel.runner import build_setup
+from fedaccel.grids.experiment import load_experiment
+from fedaccel.runs.setup import build_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "fedgsnr" / "quick" / "table1.yaml"

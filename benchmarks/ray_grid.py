@@ -35,7 +35,7 @@ def write_grid(folder: Path, seeds: int, rounds: int) -> Path:
 
 
 def time_grid(seeds: int, rounds: int, **how: object) -> float:
-    from fedaccel.experiment import load_experiment, run_experiment
+    from fedaccel.grids.experiment import load_experiment, run_experiment
 
     with tempfile.TemporaryDirectory() as tmp:
         experiment = load_experiment(write_grid(Path(tmp), seeds, rounds))
@@ -56,7 +56,7 @@ def main() -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     import ray
 
-    from fedaccel.ray_grid import RayOptions
+    from fedaccel.grids.ray_tasks import RayOptions
 
     started = time.perf_counter()
     ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)

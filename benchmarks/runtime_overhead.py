@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedaccel.config import load_config
 from fedaccel.flower.deploy import deploy
-from fedaccel.runner import run
+from fedaccel.launch import run
+from fedaccel.runs.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 3.0

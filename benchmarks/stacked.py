@@ -33,13 +33,13 @@ import torch.nn.functional as F
 from fedaccel.algorithms.base import ClientContext, make_rng
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.data import load_dataset
+from fedaccel.data.splits import split
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.engine.stacked import Job, StackedClients, train_jobs
 from fedaccel.models import build_model
-from fedaccel.runner import choose_runtime
-from fedaccel.splits import split
+from fedaccel.runs.loop import choose_runtime
 
 BATCH = {"svm": 100, "2nn": 50, "cnn": 50}
 LR = {"svm": 0.01, "2nn": 0.05, "cnn": 0.05}

@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from fedaccel.config import load_config
 from fedaccel.engine.round import init_state, run_round
-from fedaccel.runner import build_setup
+from fedaccel.runs.config import load_config
+from fedaccel.runs.setup import build_setup
 
 
 def busy() -> None:

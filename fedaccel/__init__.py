@@ -11,9 +11,9 @@ The CLI (``fedaccel --help``) and this API do the same things:
 from fedaccel.algorithms.base import Algorithm, Part, compose
 from fedaccel.algorithms.registry import RECIPES, build_algorithm
 from fedaccel.api import History, train
-from fedaccel.config import Config, load_config
-from fedaccel.experiment import load_experiment, run_experiment
-from fedaccel.runner import resume, run
+from fedaccel.grids.experiment import load_experiment, run_experiment
+from fedaccel.launch import resume, run
+from fedaccel.runs.config import Config, load_config
 
 __all__ = [
     "Algorithm",

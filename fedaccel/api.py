@@ -29,7 +29,13 @@ from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.sampling import check_schedule
-from fedaccel.config import (
+from fedaccel.engine.device import resolve_device
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.round import FLState, init_state
+from fedaccel.errors import UserError
+from fedaccel.report.reading import load_run
+from fedaccel.runs.checkpoint import restore_state
+from fedaccel.runs.config import (
     Config,
     DataConfig,
     EvalConfig,
@@ -43,13 +49,10 @@ from fedaccel.config import (
     local_options,
     warn_if_fedavg_in_disguise,
 )
-from fedaccel.engine.device import resolve_device
-from fedaccel.engine.federation import Federation
-from fedaccel.engine.round import FLState, init_state
-from fedaccel.errors import UserError
-from fedaccel.results import load_run
-from fedaccel.runlock import lock_run_dir
-from fedaccel.runner import METRICS, Setup, new_run_dir, restore_state, run_loop
+from fedaccel.runs.folder import METRICS, new_run_dir
+from fedaccel.runs.lock import lock_run_dir
+from fedaccel.runs.loop import run_loop
+from fedaccel.runs.setup import Setup
 
 
 @dataclass
@@ -93,7 +96,7 @@ def train(
     (``{"name": "fedumf", "fraction": 0.5}``) or a composed :class:`Algorithm`. A recipe with a
     ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given.
 
-    ``train_options`` are the keys of :class:`fedaccel.config.TrainConfig`: lr, batch_size,
+    ``train_options`` are the keys of :class:`fedaccel.runs.config.TrainConfig`: lr, batch_size,
     local_epochs, local_steps, momentum, weight_decay, lr_decay, clip, client_fraction,
     order (``"fixed"``, ``"reshuffle"`` or ``"given"``: each client's index array in the order
     given, cut into consecutive batches) and participation (the clients selected in each round,

@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from fedaccel.stopping import Interrupted
+    from fedaccel.runs.stopping import Interrupted
 
     try:
         return int(args.handler(args) or 0)
@@ -170,14 +170,14 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
 
 
 def ray_options(args: argparse.Namespace) -> object:
-    """The ``--ray`` options as :class:`fedaccel.ray_grid.RayOptions` (None without ``--ray``)."""
+    """The ``--ray`` options as :class:`fedaccel.grids.ray_tasks.RayOptions` (None without ``--ray``)."""
     if args.ray is None:
         if args.cpus_per_cell != 1.0 or args.gpus_per_cell != 0.0:
             raise UserError("--cpus-per-cell and --gpus-per-cell go with --ray")
         return None
     if args.workers != 1:
         raise UserError("-j and --ray do not go together: with --ray the cluster's resources say how many cells run")
-    from fedaccel.ray_grid import RayOptions
+    from fedaccel.grids.ray_tasks import RayOptions
 
     return RayOptions(args.ray, cpus_per_cell=args.cpus_per_cell, gpus_per_cell=args.gpus_per_cell)
 
@@ -188,7 +188,7 @@ def add_tensorboard_option(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_tensorboard(args: argparse.Namespace) -> int:
-    from fedaccel.tensorboard import convert
+    from fedaccel.runs.tensorboard import convert
 
     runs = convert(args.folder)
     print(f"event files written for {len(runs)} run{'s' if len(runs) != 1 else ''}; "
@@ -197,10 +197,10 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedaccel.config import load_config
-    from fedaccel.diagnostic_plots import contribution_ranking
-    from fedaccel.results import load_run
-    from fedaccel.runner import resume, run
+    from fedaccel.launch import resume, run
+    from fedaccel.report.diagnostics import contribution_ranking
+    from fedaccel.report.reading import load_run
+    from fedaccel.runs.config import load_config
 
     progress = False if args.no_progress else None
     if args.resume:
@@ -232,10 +232,10 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from fedaccel.config import from_dict, load_config, read_yaml
     from fedaccel.flower.deploy import deploy, prepare
-    from fedaccel.results import load_run
-    from fedaccel.runner import new_run_dir
+    from fedaccel.report.reading import load_run
+    from fedaccel.runs.config import from_dict, load_config, read_yaml
+    from fedaccel.runs.folder import new_run_dir
 
     if args.resume:
         if args.config or args.set or args.out:
@@ -284,7 +284,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from fedaccel.experiment import load_experiment, run_experiment
+    from fedaccel.grids.experiment import load_experiment, run_experiment
 
     result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
                             workers=args.workers, stack_seeds=args.stack_seeds, ray=ray_options(args))
@@ -297,8 +297,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedaccel.diagnostic_plots import plot_all_diagnostics
-    from fedaccel.results import load_runs, plot_curves
+    from fedaccel.report.diagnostics import plot_all_diagnostics
+    from fedaccel.report.figures import plot_curves
+    from fedaccel.report.reading import load_runs
 
     runs = load_runs(args.runs)
     out = Path(args.out)
@@ -310,16 +311,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from fedaccel.results import compare_table
+    from fedaccel.report.tables import compare_table
 
     print(compare_table(args.runs, args.targets, baseline=args.baseline, metric=args.metric))
     return 0
 
 
 def cmd_split_report(args: argparse.Namespace) -> int:
-    from fedaccel.config import load_config
-    from fedaccel.runner import build_partition
-    from fedaccel.splits import format_report, label_counts, plot_heatmap
+    from fedaccel.data.splits import format_report, label_counts, plot_heatmap
+    from fedaccel.runs.config import load_config
+    from fedaccel.runs.setup import build_partition
 
     config = load_config(args.config, args.set)
     dataset, partition = build_partition(config)
@@ -331,7 +332,7 @@ def cmd_split_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from fedaccel.reproduce import reproduce
+    from fedaccel.reproductions.reproduce import reproduce
 
     report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
                        workers=args.workers, ray=ray_options(args), render_only=args.render_only)

@@ -11,11 +11,12 @@ import torch
 import yaml
 from torch import nn
 
-from fedaccel import History, compose, runner, train
+from fedaccel import History, compose, train
 from fedaccel.algorithms.fedprox import fedprox
 from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.errors import ConfigError, UserError
-from fedaccel.stopping import Interrupted
+from fedaccel.runs import loop as runner
+from fedaccel.runs.stopping import Interrupted
 
 G = torch.Generator().manual_seed(0)
 X = torch.randn(120, 6, generator=G)

@@ -10,19 +10,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from fedaccel.algorithms.base import ClientContext, ClientUpdate, RoundInfo
-from fedaccel.algorithms.bherd import HerdingEstimator, bherd_selection, random_subset, selected_count
-from fedaccel.algorithms.grab import ERROR_TERMS, BalancingEstimator, grab_selection
-from fedaccel.algorithms.registry import build_algorithm
-from fedaccel.config import build_algorithm_from
-from fedaccel.engine.round import init_state, run_round
-from fedaccel.errors import ConfigError
-from fedaccel.experiment import load_experiment
 from test_batched_estimators import TAUS, assert_same, both_forms, random_directions
 from test_bherd_family import linear_federation, run
 from test_stacked import federation, run_both
 from tiny_models import scalar_federation
+
+from fedaccel.algorithms.base import ClientContext, ClientUpdate, RoundInfo
+from fedaccel.algorithms.bherd import (
+    HerdingEstimator,
+    bherd_selection,
+    random_subset,
+    selected_count,
+)
+from fedaccel.algorithms.grab import ERROR_TERMS, BalancingEstimator, grab_selection
+from fedaccel.algorithms.registry import build_algorithm
+from fedaccel.engine.round import init_state, run_round
+from fedaccel.errors import ConfigError
+from fedaccel.grids.experiment import load_experiment
+from fedaccel.runs.config import build_algorithm_from
 
 # The 2-D hand example of test_bherd_family: herding with k = 2 picks steps 1 and 2.
 HERD_Z = torch.tensor([[8.0, 5.0], [5.0, 6.0], [4.0, 4.0], [3.0, 5.0]])

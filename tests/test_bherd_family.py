@@ -12,10 +12,16 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import scalar_federation
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, RoundInfo
-from fedaccel.algorithms.bherd import HerdingEstimator, bherd_selection, herd_order, selected_count
+from fedaccel.algorithms.bherd import (
+    HerdingEstimator,
+    bherd_selection,
+    herd_order,
+    selected_count,
+)
 from fedaccel.algorithms.fednova import fednova_aggregate, normaliser
 from fedaccel.algorithms.grab import BalancingEstimator, grab_selection
 from fedaccel.algorithms.registry import build_algorithm
@@ -24,7 +30,6 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import ConfigError
-from tiny_models import scalar_federation
 
 # ---------------------------------------------------------------------------------------------
 # Tiny federations
@@ -440,7 +445,7 @@ def test_recipes_are_registered_by_composition() -> None:
 
 
 def test_selection_heat_map_spans_all_steps_and_rounds() -> None:
-    from fedaccel.diagnostic_plots import selection_image
+    from fedaccel.report.diagnostics import selection_image
 
     image = selection_image([2, 3, 5], [[0, 3], [1], [4]], tau=6)  # did not train in round 4
     expected = np.zeros((4, 6))

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedaccel.claims import (
+from fedaccel.report.claims import (
     BEST,
     Claim,
     bootstrap_interval,
@@ -19,7 +19,7 @@ from fedaccel.claims import (
     speed,
     verdict,
 )
-from fedaccel.results import Run
+from fedaccel.report.reading import Run
 
 
 def fake_run(algorithm: object, seed: int, acc: list[float], loss: list[float] | None = None, lr: float = 0.1,
@@ -143,7 +143,7 @@ def test_unknown_expectation_is_refused() -> None:
 
 
 def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
-    from fedaccel.claims import numbers
+    from fedaccel.report.claims import numbers
 
     b = [0.1, 0.2, 0.3, 0.6]  # round 4
     runs = [fake_run({"name": "gsnr", "samples": 64, "plan": "random"}, s, b) for s in range(5)]
@@ -156,7 +156,7 @@ def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
 
 
 def test_describe_names_list_entries_by_kind() -> None:
-    from fedaccel.claims import describe
+    from fedaccel.report.claims import describe
 
     flip = {"attacks": [{"kind": "label-flip", "clients": [0]}]}
     assert describe(flip, {"attacks": []}, {}) == "attacks label-flip"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fedaccel.claims import BEST, Claim, judge, pick
-from fedaccel.experiment import load_experiment
+from fedaccel.grids.experiment import load_experiment
+from fedaccel.report.claims import BEST, Claim, judge, pick
+from fedaccel.report.reading import Run
 from fedaccel.reproductions import fedgsnr
-from fedaccel.results import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "experiments" / "fedgsnr" / "quick"

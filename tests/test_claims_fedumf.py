@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedaccel.claims import BEST, judge, pick
-from fedaccel.experiment import load_experiment
+from fedaccel.grids.experiment import load_experiment
+from fedaccel.report.claims import BEST, judge, pick
+from fedaccel.report.reading import Run
 from fedaccel.reproductions import fedumf
-from fedaccel.results import Run
 
 QUICK = Path(__file__).resolve().parents[1] / "experiments" / "fedumf" / "quick"
 EXPERIMENTS = {name: load_experiment(QUICK / f"{name}.yaml") for name in {c.experiment for c in fedumf.CLAIMS}}

@@ -10,19 +10,20 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from test_dtypes import tensors_in
 from torch import nn
 
 from fedaccel import RECIPES, train
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.cli import main
-from fedaccel.config import load_config
 from fedaccel.engine.device import resolve_device, to_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import ConfigError
-from fedaccel.runner import CHECKPOINT, resume, run
-from test_dtypes import tensors_in
+from fedaccel.launch import resume, run
+from fedaccel.runs.config import load_config
+from fedaccel.runs.folder import CHECKPOINT
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine: cpu vs cuda not compared")
 SMALL = ["data.dataset=digits", "model=softmax", "data.clients=4", "train.lr=0.1", "train.batch_size=20",

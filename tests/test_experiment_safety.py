@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedaccel.config import load_config
 from fedaccel.errors import UserError
-from fedaccel.experiment import load_experiment, run_experiment
-from fedaccel.runlock import lock_run_dir
-from fedaccel.runner import resume, run
+from fedaccel.grids.experiment import load_experiment, run_experiment
+from fedaccel.launch import resume, run
+from fedaccel.runs.config import load_config
+from fedaccel.runs.lock import lock_run_dir
 
 ROUNDS = 150  # long enough that a cell is still running when the signal lands
 

@@ -13,6 +13,7 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 import torch
+from tiny_models import Scalar
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import ClientContext
@@ -26,14 +27,12 @@ from fedaccel.algorithms.fedgsnr import (
     steps_summary,
 )
 from fedaccel.algorithms.registry import build_algorithm
-from fedaccel.attacks import apply_attack, attack_clients
+from fedaccel.data.attacks import apply_attack, attack_clients
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
 from fedaccel.models import build_model
-from tiny_models import Scalar
-
 
 # ---------------------------------------------------------------------------------------------
 # Theorem 3.7 and Definition 4.1

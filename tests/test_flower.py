@@ -20,13 +20,14 @@ from flwr.app import Array, ArrayRecord, Context, Message  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from fedaccel.algorithms.base import ClientContext  # noqa: E402
-from fedaccel.config import load_config  # noqa: E402
 from fedaccel.engine.round import init_state, round_info, train_client  # noqa: E402
 from fedaccel.flower import client as fedaccel_client  # noqa: E402
 from fedaccel.flower.deploy import descendants  # noqa: E402
 from fedaccel.flower.simulation import simulate  # noqa: E402
 from fedaccel.flower.wire import BadMessage, check_update, pack, unpack  # noqa: E402
-from fedaccel.runner import build_setup, run  # noqa: E402
+from fedaccel.launch import run
+from fedaccel.runs.config import load_config  # noqa: E402
+from fedaccel.runs.setup import build_setup  # noqa: E402
 
 TINY = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=dirichlet", "data.split.alpha=0.5",
         "train.rounds=3", "train.lr=0.1", "train.batch_size=20", "run.progress=false"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from fedaccel.experiment import load_experiment, run_experiment
-from fedaccel.grid_progress import GridProgress, last_round
+from fedaccel.grids.experiment import load_experiment, run_experiment
+from fedaccel.grids.progress import GridProgress, last_round
 
 
 def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Path, capsys) -> None:
@@ -78,7 +78,7 @@ def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_p
                                                                              capsys) -> None:
     """Two tiny experiment files stand in for a paper's: each is announced with its place, and the
     cells done and the time left run over both."""
-    import fedaccel.reproduce as reproduce_module
+    import fedaccel.reproductions.reproduce as reproduce_module
 
     folder = tmp_path / "experiments" / "bherd" / "quick"
     folder.mkdir(parents=True)

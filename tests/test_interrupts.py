@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from fedaccel.cli import main
-from fedaccel.config import load_config
 from fedaccel.errors import ConfigError
-from fedaccel.runner import CHECKPOINT, PREVIOUS_CHECKPOINT, choose_threads, resume, run
+from fedaccel.launch import resume, run
+from fedaccel.runs.config import load_config
+from fedaccel.runs.folder import CHECKPOINT, PREVIOUS_CHECKPOINT
+from fedaccel.runs.loop import choose_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.dataset=digits", "model=softmax", "data.split=dirichlet", "data.split.alpha=0.5", "data.clients=4",
@@ -70,8 +72,8 @@ def test_a_signal_checkpoints_the_current_round_and_names_the_real_resume_comman
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedaccel.runner as runner
-    from fedaccel import stopping
+    import fedaccel.runs.loop as runner
+    from fedaccel.runs import stopping
 
     config = load_config(None, [*SMALL, "train.rounds=6", "run.checkpoint_every=100"])
     whole = run(config, tmp_path / "whole")

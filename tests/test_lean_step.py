@@ -9,9 +9,9 @@ from torch import Tensor
 
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.engine.federation import Federation
+from fedaccel.engine.flat import FlatModel
 from fedaccel.engine.local import LocalOptions, train_local
 from fedaccel.engine.round import init_state, run_round
-from fedaccel.flat import FlatModel
 from fedaccel.models import SquaredSVM, build_model, closed_form_gradient
 
 

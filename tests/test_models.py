@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from fedaccel.engine.flat import FlatModel
 from fedaccel.errors import ConfigError
-from fedaccel.flat import FlatModel
 from fedaccel.models import (
     MODELS,
     Classifier,

@@ -8,15 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from tiny_models import Scalar, linear_federation
 
 from fedaccel.algorithms.base import Participation, RoundInfo, compose
 from fedaccel.algorithms.registry import build_algorithm
-from fedaccel.config import from_dict, load_config
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import ConfigError
-from tiny_models import Scalar, linear_federation
+from fedaccel.runs.config import from_dict, load_config
 
 SIZES = (3, 4, 5, 6)
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from fedaccel.errors import UserError
-from fedaccel.experiment import load_experiment, run_experiment
-from fedaccel.ray_grid import RayOptions, _wait_for_writer, run_cells_on_ray
-from fedaccel.runlock import lock_run_dir
-from fedaccel.runner import run
+from fedaccel.grids.experiment import load_experiment, run_experiment
+from fedaccel.grids.ray_tasks import RayOptions, _wait_for_writer, run_cells_on_ray
+from fedaccel.launch import run
+from fedaccel.runs.lock import lock_run_dir
 
 ray = pytest.importorskip("ray")
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from fedaccel import reproductions
-from fedaccel.claims import BEST, Claim, pick
-from fedaccel.experiment import load_experiment
-from fedaccel.results import Run, compare_table, value_at
+from fedaccel.grids.experiment import load_experiment
+from fedaccel.report.claims import BEST, Claim, pick
+from fedaccel.report.reading import Run, value_at
+from fedaccel.report.tables import compare_table
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -127,7 +128,7 @@ def test_every_committed_report_has_its_data() -> None:
 
 @pytest.mark.parametrize("report", REPORTS)
 def test_committed_report_and_figures_are_what_the_code_draws(report: str) -> None:
-    from fedaccel.reproduce import check
+    from fedaccel.reproductions.reproduce import check
 
     paper, _, scale = report.partition("-")
     command = f"fedaccel reproduce {paper}" + (f" --scale {scale}" if scale else "")
@@ -143,7 +144,7 @@ def test_committed_report_and_figures_are_what_the_code_draws(report: str) -> No
 def test_check_names_every_stale_part(tmp_path: Path) -> None:
     import shutil
 
-    from fedaccel.reproduce import check
+    from fedaccel.reproductions.reproduce import check
 
     paper = REPORTS[0]
     docs = tmp_path / "docs"
@@ -182,15 +183,15 @@ def test_committed_claims_have_five_seeds_and_match_their_report() -> None:
 
 def test_render_only_without_data_is_one_line(tmp_path: Path) -> None:
     from fedaccel.errors import UserError
-    from fedaccel.reproduce import reproduce
+    from fedaccel.reproductions.reproduce import reproduce
 
     with pytest.raises(UserError, match="no data in .*: run `fedaccel reproduce fedumf` first"):
         reproduce("fedumf", docs=tmp_path, render_only=True)
 
 
 def test_reports_draw_one_curves_figure_per_value_and_the_first_seeds_diagnostics(tmp_path: Path) -> None:
-    from fedaccel.experiment import Experiment
-    from fedaccel.reproduce import _curve_drawings, _diagnosed
+    from fedaccel.grids.experiment import Experiment
+    from fedaccel.reproductions.reproduce import _curve_drawings, _diagnosed
 
     runs = [Run(Path(f"lr{lr}-s{s}"), {"train": {"lr": lr}, "run": {"seed": s}}, [{"round": 1, "test_acc": 0.5}])
             for lr in (0.1, 0.3) for s in (3, 4)]

@@ -1,4 +1,4 @@
-"""Tests for fedaccel.results: loading run folders, grouping, curves, tables, plots."""
+"""Tests for fedaccel.report (reading, tables, figures): loading run folders, grouping, curves, tables, plots."""
 
 from __future__ import annotations
 
@@ -9,18 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
-from fedaccel import results
 from fedaccel.errors import UserError
-from fedaccel.results import (
-    _make_figure,
-    compare_table,
-    group_runs,
-    load_run,
-    load_runs,
-    plot_curves,
-    rounds_to_target,
-    series,
-)
+from fedaccel.report import reading as results
+from fedaccel.report.figures import _make_figure, plot_curves
+from fedaccel.report.reading import group_runs, load_run, load_runs, series
+from fedaccel.report.tables import compare_table, rounds_to_target
 
 
 def make_config(algorithm="fedavg", seed=0, split="case1", name="", **algo_params):
@@ -419,8 +412,8 @@ def test_targets_are_dotted_labelled_lines_on_the_accuracy_panel(tmp_path):
 
 def test_experiment_draws_its_grid_targets(tmp_path, monkeypatch):
     """run_experiment hands the grid's ``targets`` to the curves (cells finished earlier are not rerun)."""
-    from fedaccel.config import dump_config
-    from fedaccel.experiment import load_experiment, run_experiment
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.runs.config import dump_config
 
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump({
         "name": "g", "out_dir": str(tmp_path / "out"), "base": {"train": {"rounds": 2}},
@@ -459,7 +452,7 @@ def test_overlapping_curves_stay_visible_in_a_documented_order(tmp_path):
 def test_band_is_the_95_percent_t_interval_of_the_mean(tmp_path):
     from scipy.stats import t as student_t
 
-    from fedaccel.results import mean_ci
+    from fedaccel.report.reading import mean_ci
 
     seeds = {0: [0.50, 0.60, 0.70], 1: [0.52, 0.66, 0.71], 2: [0.57, 0.63, 0.75]}
     for seed, accs in seeds.items():
@@ -499,7 +492,7 @@ def _attack_grid(tmp_path):
 
 
 def test_legend_labels_name_only_what_differs_and_stay_short(tmp_path):
-    from fedaccel.results import legend_labels
+    from fedaccel.report.figures import legend_labels
 
     runs = _attack_grid(tmp_path)
     groups = group_runs(runs)

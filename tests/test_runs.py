@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from fedaccel.cli import main
-from fedaccel.config import load_config
 from fedaccel.errors import ConfigError, UserError
-from fedaccel.experiment import load_experiment, run_experiment
-from fedaccel.runner import resume, run
+from fedaccel.grids.experiment import load_experiment, run_experiment
+from fedaccel.launch import resume, run
+from fedaccel.runs.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -261,7 +261,7 @@ def test_experiment_refuses_a_cell_folder_of_a_different_config(tmp_path: Path) 
 
 def test_grid_variant_changes_several_keys_together_per_cell(tmp_path):
     from fedaccel.errors import ConfigError
-    from fedaccel.experiment import load_experiment
+    from fedaccel.grids.experiment import load_experiment
 
     path = tmp_path / "e.yaml"
     path.write_text(

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedaccel.config import load_config
-from fedaccel.diagnostic_plots import read_diagnostics, selection_figure
 from fedaccel.errors import UserError
-from fedaccel.results import load_run
-from fedaccel.runner import run
-from fedaccel.snapshot import fingerprint, pack, pixels, unpack
+from fedaccel.launch import run
+from fedaccel.report.diagnostics import read_diagnostics, selection_figure
+from fedaccel.report.reading import load_run
+from fedaccel.reproductions.snapshot import fingerprint, pack, pixels, unpack
+from fedaccel.runs.config import load_config
 
 TINY_BHERD = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=case2", "algorithm=bherd",
               "train.rounds=3", "eval.every=2", "train.batch_size=100", "run.progress=false"]
@@ -73,7 +73,7 @@ def _selection_run(folder: Path, with_tau: bool = True, lift: float = 0.0) -> Pa
 
 
 def test_fingerprint_sees_the_data_and_style_but_not_float_noise(tmp_path: Path) -> None:
-    from fedaccel.diagnostic_plots import per_client_figure
+    from fedaccel.report.diagnostics import per_client_figure
 
     run_dir = _selection_run(tmp_path / "now")
     assert fingerprint(selection_figure(run_dir)) == fingerprint(selection_figure(run_dir))

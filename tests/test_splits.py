@@ -1,4 +1,4 @@
-"""Tests for fedaccel.splits: invariants of every split, the exact BHerd cases, errors, reports."""
+"""Tests for fedaccel.data.splits: invariants of every split, the exact BHerd cases, errors, reports."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ import time
 import numpy as np
 import pytest
 
+from fedaccel.data.splits import (
+    SPLITS,
+    format_report,
+    label_counts,
+    plot_heatmap,
+    split,
+)
 from fedaccel.errors import ConfigError
-from fedaccel.splits import SPLITS, format_report, label_counts, plot_heatmap, split
 
 RANDOM_SPLITS = {"iid", "dirichlet", "label-k", "shards", "nonbalance", "pareto"}
 #: Splits that assign every sample (label-k does so when N*k >= C, true for the datasets below).
@@ -278,6 +284,6 @@ def test_import_is_light() -> None:
     import subprocess
     import sys
 
-    code = "import sys, fedaccel.splits; print('matplotlib' in sys.modules)"
+    code = "import sys, fedaccel.data.splits; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False"

@@ -165,8 +165,8 @@ def test_a_run_on_the_stacked_runtime_says_so_and_matches_in_process(
         tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from fedaccel.config import load_config
-    from fedaccel.runner import run
+    from fedaccel.launch import run
+    from fedaccel.runs.config import load_config
 
     rows = {}
     for runtime in ("in-process", "stacked", "auto"):
@@ -185,7 +185,7 @@ def test_a_run_on_the_stacked_runtime_says_so_and_matches_in_process(
 
 
 def test_auto_runtime_follows_the_measured_rule() -> None:
-    from fedaccel.runner import choose_runtime
+    from fedaccel.runs.loop import choose_runtime
 
     assert choose_runtime("in-process", federation("svm"), 6) == ("in-process", "run.runtime")
     assert choose_runtime("auto", federation("svm"), 6)[0] == "in-process"  # measured: in process as fast on a CPU
@@ -200,7 +200,7 @@ def test_auto_runtime_follows_the_measured_rule() -> None:
     on_gpu = SimpleNamespace(model=mnist_2nn.model, x_train=torch.empty(1, device="meta"))  # data off the CPU
     assert choose_runtime("auto", on_gpu, 6) == ("stacked", "auto: linear model on meta")
     with pytest.raises(Exception, match="run.stack_size must be >= 1"):
-        from fedaccel.config import load_config
+        from fedaccel.runs.config import load_config
 
         load_config(None, ["run.stack_size=0"])
 
@@ -302,8 +302,8 @@ def test_stack_seeds_sigint_checkpoints_every_seed_and_resumes(tmp_path: Any, mo
     import yaml
 
     import fedaccel.engine.stacked as stacked
-    from fedaccel.experiment import load_experiment, run_experiment
-    from fedaccel.stopping import STOP, Interrupted
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.runs.stopping import STOP, Interrupted
 
     spec = {"name": "stop", "out_dir": str(tmp_path / "out"),
             "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",

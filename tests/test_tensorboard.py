@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fedaccel.cli import main
-from fedaccel.config import load_config
-from fedaccel.runner import resume, run
-from fedaccel.tensorboard import scalars
+from fedaccel.launch import resume, run
+from fedaccel.runs.config import load_config
+from fedaccel.runs.tensorboard import scalars
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import make_rng
+from fedaccel.engine.flat import FlatModel
 from fedaccel.engine.local import BatchGradient, LocalOptions, batch_positions
 from fedaccel.errors import ConfigError
-from fedaccel.flat import FlatModel
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 LAYOUT_BYTES = 2 * 2**30  # training data up to this size is also kept laid out in client order (a second copy)

@@ -24,9 +24,8 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import Estimator, LocalTerm
+from fedaccel.engine.flat import FlatModel
 from fedaccel.errors import ConfigError
-from fedaccel.flat import FlatModel
-
 
 ORDERS = ("fixed", "reshuffle", "given")
 

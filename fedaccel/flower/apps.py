@@ -15,11 +15,11 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedaccel.config import from_dict, read_yaml
 from fedaccel.errors import UserError
 from fedaccel.flower.client import app as client_app
 from fedaccel.flower.server import RoundLines, log, serve
-from fedaccel.runner import Interrupted
+from fedaccel.runs.config import from_dict, read_yaml
+from fedaccel.runs.stopping import Interrupted
 
 server_app = ServerApp()
 

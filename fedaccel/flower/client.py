@@ -34,10 +34,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from fedaccel.algorithms.base import ClientContext
-from fedaccel.config import from_dict
 from fedaccel.engine.round import round_info, train_client
 from fedaccel.flower.wire import pack, unpack
-from fedaccel.runner import Setup, apply_attacks, build_setup
+from fedaccel.runs.config import from_dict
+from fedaccel.runs.setup import Setup, apply_attacks, build_setup
 
 STATE = "fedaccel.client."  # prefix of the client's part states in context.state
 SHARED = "fedaccel.shared."  # prefix of the round's model and the parts' server states in a train message

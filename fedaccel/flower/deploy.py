@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV
 from fedaccel.flower.server import ROUND_LINE, SERVER_PREFIX, STOP_FILE
-from fedaccel.runner import Interrupted
-from fedaccel.runlock import lock_run_dir
-
+from fedaccel.runs.config import Config, dump_config
+from fedaccel.runs.lock import lock_run_dir
+from fedaccel.runs.stopping import Interrupted
 
 APP_TOML = """[build-system]
 requires = ["setuptools>=68"]
@@ -212,7 +211,7 @@ def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: St
 
 class Stream:
     """``flwr run --stream``'s output as it grows (its log file): the ServerApp's round lines
-    move a progress bar (:func:`fedaccel.runner._progress_bar`, as ``fedaccel run`` shows), its
+    move a progress bar (:func:`fedaccel.runs.loop.progress_bar`, as ``fedaccel run`` shows), its
     ``error: ...`` line is kept for the one-line error, and its other lines are shown."""
 
     def __init__(self, log: Path, bar: Any) -> None:
@@ -294,7 +293,7 @@ def tail(log: Path, lines: int = 15) -> str:
 
 def checkpoint_round(run_dir: Path) -> int:
     """The round ``--resume`` continues from: the newest checkpoint that loads, 0 without one."""
-    from fedaccel.runner import load_checkpoint
+    from fedaccel.runs.checkpoint import load_checkpoint
 
     saved = load_checkpoint(run_dir)
     return int(saved["state"].round) if saved is not None else 0
@@ -364,14 +363,15 @@ def deploy(
     ``resume``: continue the run in ``run_dir`` from its last checkpoint, with the clients' states
     of that round (each SuperNode keeps them in ``RUN_DIR/flower/node<i>/state``).
     ``progress``: the progress bar on stderr (default: ``run.progress``).
-    Ctrl-C / SIGTERM raise :class:`~fedaccel.runner.Interrupted` with the checkpoint's round.
+    Ctrl-C / SIGTERM raise :class:`~fedaccel.runs.stopping.Interrupted` with the checkpoint's round.
     """
-    from fedaccel.runner import _progress_bar, _removed_on_failed_start
+    from fedaccel.runs.folder import removed_on_failed_start
+    from fedaccel.runs.loop import progress_bar
 
     before = set(run_dir.iterdir()) if run_dir.is_dir() else None
     lock = lock_run_dir(run_dir)  # noqa: F841 - held until deploy returns (its ServerApp writes unlocked)
     run_dir = run_dir.resolve()
-    with _removed_on_failed_start(run_dir, before):
+    with removed_on_failed_start(run_dir, before):
         app = prepare(config, run_dir, clients=clients, resume=resume)
     n = config.data.clients
     flower = run_dir / "flower"
@@ -390,7 +390,7 @@ def deploy(
     env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     procs = Processes(flower, env)
     show = config.run.progress if progress is None else progress
-    bar = _progress_bar(config.train.rounds, checkpoint_round(run_dir) if resume else 0, config.label, show)
+    bar = progress_bar(config.train.rounds, checkpoint_round(run_dir) if resume else 0, config.label, show)
     stream = Stream(flower / "flwr-run.log", bar)
     with Interrupts(run_dir / STOP_FILE) as stop:
         try:

@@ -26,12 +26,21 @@ from flwr.serverapp import Grid
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, State
-from fedaccel.config import Config, dump_config
 from fedaccel.errors import UserError
-from fedaccel.flower.client import PLAN, UPDATE, plain_content, shared_content, train_content
+from fedaccel.flower.client import (
+    PLAN,
+    UPDATE,
+    plain_content,
+    shared_content,
+    train_content,
+)
 from fedaccel.flower.wire import BadMessage, check_update, packed_in, unpack
-from fedaccel.runner import CHECKPOINT, STOP, Interrupted, Setup, build_setup, restore_state, run_loop
-
+from fedaccel.runs.checkpoint import restore_state
+from fedaccel.runs.config import Config, dump_config
+from fedaccel.runs.folder import CHECKPOINT
+from fedaccel.runs.loop import run_loop
+from fedaccel.runs.setup import Setup, build_setup
+from fedaccel.runs.stopping import STOP, Interrupted
 
 CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its first message
 QUIET = 3.0  # seconds of waiting for SuperNodes before saying how many are connected
@@ -153,7 +162,7 @@ def log(text: str) -> None:
 class RoundLines:
     """A progress bar as log lines, for the ServerApp of a deployment: one line per round,
     ``fedaccel server: round 3/60  test_acc 0.9132  (1.4 s)`` (``test_acc`` on evaluated
-    rounds). It has the part of tqdm's interface that :func:`fedaccel.runner.run_loop` uses;
+    rounds). It has the part of tqdm's interface that :func:`fedaccel.runs.loop.run_loop` uses;
     ``fedaccel deploy`` turns the lines back into a bar (:data:`ROUND_LINE`)."""
 
     def __init__(self, total: int, initial: int = 0, **_: Any) -> None:
@@ -277,11 +286,11 @@ def serve(
 ) -> Path:
     """Run (or, if ``path`` has a checkpoint, resume) ``config`` with clients on ``grid``.
 
-    ``progress``: as :func:`fedaccel.runner.run_loop`'s (a deployment's ServerApp gives
+    ``progress``: as :func:`fedaccel.runs.loop.run_loop`'s (a deployment's ServerApp gives
     :class:`RoundLines`); ``connect_timeout``: seconds to wait for the SuperNodes (default
     ``max(CONNECT_TIMEOUT, run.timeout)``). A file ``path/stop`` (``fedaccel deploy`` writes it
     on Ctrl-C) makes the run finish its round, checkpoint it and raise
-    :class:`~fedaccel.runner.Interrupted`; the nodes keep their clients' states of that round.
+    :class:`~fedaccel.runs.stopping.Interrupted`; the nodes keep their clients' states of that round.
     """
     import yaml
 

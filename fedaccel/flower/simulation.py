@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fedaccel.config import Config
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV
+from fedaccel.runs.config import Config
 
 for _key, _value in {**ENV, "RAY_DEDUP_LOGS": "0"}.items():
     os.environ.setdefault(_key, _value)

@@ -1,2 +1,3 @@
-"""Each paper's claims as rows of data (``fedaccel/reproductions/<paper>.py``: TITLE, INTRO, CLAIMS),
-judged on paired seeds by :mod:`fedaccel.claims` and reported by :mod:`fedaccel.reproduce`."""
+"""The papers: each paper's claims as rows of data (``<paper>.py``: TITLE, INTRO, CLAIMS), judged on
+paired seeds by :mod:`fedaccel.report.claims`; ``reproduce`` runs a paper's grids and draws its report,
+and ``snapshot`` packs the runs into the committed data beside it (``docs/reproductions/<paper>/data``)."""

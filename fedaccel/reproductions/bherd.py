@@ -1,9 +1,17 @@
-"""Claims of the BHerd paper (paper 000, Sections 2.2-2.8), as rows judged by :mod:`fedaccel.claims`."""
+"""Claims of the BHerd paper (paper 000, Sections 2.2-2.8), as rows judged by :mod:`fedaccel.report.claims`."""
 
 from __future__ import annotations
 
-from fedaccel.claims import BEST, Claim, client_values, final, mean_client_diagnostic, per_run, speed
-from fedaccel.results import Run
+from fedaccel.report.claims import (
+    BEST,
+    Claim,
+    client_values,
+    final,
+    mean_client_diagnostic,
+    per_run,
+    speed,
+)
+from fedaccel.report.reading import Run
 
 TITLE = "BHerd — Accelerating Federated Learning by Selecting Beneficial Herd of Local Gradients"
 INTRO = """

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.claims import BEST, Claim, final, per_run, speed
-from fedaccel.results import Run
+from fedaccel.report.claims import BEST, Claim, final, per_run, speed
+from fedaccel.report.reading import Run
 
 TITLE = "FedGSNR — Accelerating Federated Learning on Non-IID Data via Maximum Gradient Signal to Noise Ratio"
 INTRO = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedaccel.claims import BEST, Claim, speed
+from fedaccel.report.claims import BEST, Claim, speed
 
 TITLE = "FedUMF — Model Fusion from Unauthorized Clients in Federated Learning"
 INTRO = """

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedaccel.config import Config
 from fedaccel.errors import UserError
+from fedaccel.runs.config import Config
 
 if TYPE_CHECKING:
-    from fedaccel.grid_progress import GridProgress
+    from fedaccel.grids.progress import GridProgress
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,14 @@ def run_cells_on_ray(
     """
     import ray
 
-    from fedaccel.grid_progress import GridProgress
-    from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
+    from fedaccel.grids.progress import GridProgress
+    from fedaccel.runs.stopping import (
+        STOP,
+        Interrupted,
+        clear_stop,
+        signal_name,
+        stop_signals,
+    )
 
     if options.cpus_per_cell <= 0 or options.gpus_per_cell < 0:
         raise UserError(f"--cpus-per-cell must be > 0 and --gpus-per-cell >= 0, got "
@@ -159,7 +165,7 @@ def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s
     (finished), resume it (interrupted) or run it; returns where it ran and what it did."""
     import socket
 
-    from fedaccel import experiment
+    from fedaccel.grids import cell
 
     if os.path.isdir(cwd):
         os.chdir(cwd)
@@ -168,15 +174,15 @@ def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s
     info = {"run_dir": run_dir, "node": socket.gethostname(), "pid": os.getpid(),
             "resumed": (path / "config.yaml").is_file(), "skipped": (path / "summary.json").is_file()}
     if not info["skipped"]:
-        experiment._worker_stopped = False  # a Ray worker process runs task after task
-        experiment._run_cell(config, path, False, threads)
+        cell._worker_stopped = False  # a Ray worker process runs task after task
+        cell.run_cell(config, path, False, threads)
     return info
 
 
 def _wait_for_writer(path: Path, timeout: float, every: float = 2.0, *, say: bool = True) -> None:
     """Return once no live process holds ``path``'s lock (at once if none does); after ``timeout``
     seconds, the lock's own one-line error."""
-    from fedaccel.runlock import lock_run_dir
+    from fedaccel.runs.lock import lock_run_dir
 
     if not path.is_dir():
         return

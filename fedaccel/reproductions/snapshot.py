@@ -1,6 +1,6 @@
 """Committed copies of finished runs, and fingerprints of the figures drawn from them.
 
-A reproduction report (:mod:`fedaccel.reproduce`) is drawn from run folders under ``runs/``, which
+A reproduction report (:mod:`fedaccel.reproductions.reproduce`) is drawn from run folders under ``runs/``, which
 are not committed. So that a test can tell in seconds whether the committed report and figures are
 what today's code draws, the data they are drawn from is committed beside them:
 
@@ -38,8 +38,8 @@ SUFFIX = ".jsonl.xz"
 
 def pack(run_dirs: Sequence[str | Path], out: str | Path) -> bool:
     """Write the runs to ``out`` (one JSON line per run); returns False when ``out`` already held them."""
-    from fedaccel.diagnostic_plots import read_diagnostics
-    from fedaccel.results import load_run
+    from fedaccel.report.diagnostics import read_diagnostics
+    from fedaccel.report.reading import load_run
 
     lines = []
     for run_dir in map(Path, run_dirs):

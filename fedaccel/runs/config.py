@@ -108,7 +108,7 @@ class Config:
 
 
 RUNTIMES = ("in-process", "stacked", "auto", "flower-simulation", "flower-deployment")
-LOCAL_RUNTIMES = ("in-process", "stacked", "auto")  # run in this process by fedaccel.runner
+LOCAL_RUNTIMES = ("in-process", "stacked", "auto")  # run in this process by fedaccel.runs.loop
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
@@ -237,9 +237,9 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
 def validate(config: Config) -> None:
     """Check names and values now, so a bad config fails before any work is done."""
     from fedaccel.data import DATASETS
+    from fedaccel.data.splits import SPLITS
     from fedaccel.engine.local import LocalOptions
     from fedaccel.models import MODELS
-    from fedaccel.splits import SPLITS
 
     build_algorithm_from(config)
     if config.data.dataset not in DATASETS:

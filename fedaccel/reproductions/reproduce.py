@@ -9,10 +9,10 @@
 
 Every experiment file of the paper and scale is run (resumable: finished cells are skipped) and
 its runs are packed into ``docs/reproductions/<paper>/data/<experiment>.jsonl.xz`` (see
-:mod:`fedaccel.snapshot`). The report ``docs/reproductions/<paper>.md`` (quick scale;
+:mod:`fedaccel.reproductions.snapshot`). The report ``docs/reproductions/<paper>.md`` (quick scale;
 ``<paper>-paper.md`` at paper scale), its curves, diagnostic plots and tables are then drawn from
 that committed data alone, with every claim of the paper judged on paired seeds
-(:mod:`fedaccel.claims`); the claims are rows of data in ``fedaccel/reproductions/<paper>.py``,
+(:mod:`fedaccel.report.claims`); the claims are rows of data in ``fedaccel/reproductions/<paper>.py``,
 and their judgements are also written as ``docs/reproductions/<paper>.claims.json``.
 ``--only`` runs the experiments named and draws the others from their committed data.
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from fedaccel.errors import ConfigError, UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "reproductions"
 MANIFEST = "figures.json"
 
@@ -99,10 +99,10 @@ def reproduce(
     """Run the paper's experiments at ``scale`` (those in ``only``, if given; none when
     ``render_only``), pack their runs beside the report, then draw the report and its figures from
     the packed data; returns the report path. ``workers`` and ``ray``
-    (:class:`fedaccel.ray_grid.RayOptions`) as for :func:`run_experiment`."""
-    from fedaccel.experiment import load_experiment, run_experiment
-    from fedaccel.grid_progress import GridProgress
-    from fedaccel.snapshot import SUFFIX, pack
+    (:class:`fedaccel.grids.ray_tasks.RayOptions`) as for :func:`run_experiment`."""
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.grids.progress import GridProgress
+    from fedaccel.reproductions.snapshot import SUFFIX, pack
 
     data = _figures_folder(paper, scale, docs) / "data"
     experiments = []
@@ -126,7 +126,7 @@ def reproduce(
 
 def render(paper: str, scale: str = "quick", *, docs: Path = DOCS) -> Path:
     """Write the report, its figures and their manifest from the committed data; returns the report path."""
-    from fedaccel.snapshot import fingerprint, pixels
+    from fedaccel.reproductions.snapshot import fingerprint, pixels
 
     with tempfile.TemporaryDirectory() as tmp:
         report = draw_report(paper, scale, docs=docs, workdir=Path(tmp))
@@ -153,7 +153,7 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
     figure of every kind (every drawing function) is also drawn and compared pixel by pixel, which
     catches what a fingerprint does not see (tick placement, resolution, matplotlib's own drawing).
     """
-    from fedaccel.snapshot import fingerprint, pixels
+    from fedaccel.reproductions.snapshot import fingerprint, pixels
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -192,11 +192,12 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
 def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path) -> Report:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
     of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``."""
-    from fedaccel.claims import judge
-    from fedaccel.diagnostic_plots import diagnostic_figures, save_figure
-    from fedaccel.experiment import load_experiment
-    from fedaccel.results import compare_table, load_runs
-    from fedaccel.snapshot import SUFFIX, unpack
+    from fedaccel.grids.experiment import load_experiment
+    from fedaccel.report.claims import judge
+    from fedaccel.report.diagnostics import diagnostic_figures, save_figure
+    from fedaccel.report.reading import load_runs
+    from fedaccel.report.tables import compare_table
+    from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
     claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
     figures = _figures_folder(paper, scale, docs)
@@ -241,7 +242,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
 
 def claims_section(judgements: Sequence[Any]) -> list[str]:
     """The report's table of claims: verdict, measured numbers, the paper's value; and a count."""
-    from fedaccel.claims import METHOD, numbers
+    from fedaccel.report.claims import METHOD, numbers
 
     counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
     seeds = sorted({j.seeds for j in judgements if j.seeds})
@@ -265,9 +266,9 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 
 def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing]:
     """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each)."""
-    from fedaccel.results import value_at
-    from fedaccel.experiment import _short
-    from fedaccel.results import _make_figure, plot_curves
+    from fedaccel.grids.experiment import short_value
+    from fedaccel.report.figures import _make_figure, plot_curves
+    from fedaccel.report.reading import value_at
 
     parts: list[tuple[str, str, list[Any]]] = [(f"{stem}.png", experiment.name, runs)]
     if experiment.figures_by:
@@ -276,7 +277,7 @@ def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing
             if value_at(run.config, key) not in values:
                 values.append(value_at(run.config, key))
         short = key.split(".")[-1]
-        parts = [(f"{stem}-{short}={_short(v)}.png", f"{experiment.name} ({short} = {_short(v)})",
+        parts = [(f"{stem}-{short}={short_value(v)}.png", f"{experiment.name} ({short} = {short_value(v)})",
                   [r for r in runs if value_at(r.config, key) == v]) for v in values]
     drawings = []
     for name, title, subset in parts:
@@ -288,7 +289,7 @@ def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing
 
 def _diagnosed(experiment: Any, runs: list[Any]) -> list[Any]:
     """The runs whose diagnostics a report draws: the experiment's ``diagnostics`` cells, else the first seed's."""
-    from fedaccel.claims import pick
+    from fedaccel.report.claims import pick
 
     if experiment.diagnostics is not None:
         return pick(runs, experiment.diagnostics)
@@ -302,13 +303,13 @@ def _figures_folder(paper: str, scale: str, docs: Path) -> Path:
 
 def _check_cells(experiment: Any, run_dirs: list[Path], data: Path, rerun: str) -> None:
     """The committed runs are those of the experiment file's grid as it is now."""
-    from fedaccel.experiment import _check_same_config
+    from fedaccel.grids.experiment import check_same_config
 
     if [d.name for d in run_dirs] != [name for name, _ in experiment.cells]:
         raise UserError(f"{_shown(data)} holds other cells than the experiment's grid: run `{rerun}`")
     for run_dir, (_, config) in zip(run_dirs, experiment.cells):
         try:
-            _check_same_config(run_dir, config)
+            check_same_config(run_dir, config)
         except ConfigError:
             raise UserError(f"{_shown(data)}: cell {run_dir.name} was run with another config: run `{rerun}`") from None
 

@@ -21,26 +21,23 @@ resumes cells that were interrupted, then writes ``curves.png`` and ``table.md``
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import signal
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedaccel.config import Config, from_dict, read_yaml, set_path
 from fedaccel.errors import ConfigError
+from fedaccel.grids.cell import run_cell, verb
+from fedaccel.grids.pool import run_cells_in_parallel
+from fedaccel.runs.config import Config, from_dict, read_yaml, set_path
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from fedaccel.grids.progress import GridProgress
+    from fedaccel.grids.ray_tasks import RayOptions
 
-    from fedaccel.grid_progress import GridProgress
-    from fedaccel.ray_grid import RayOptions
 
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description",
                    "figures_by", "diagnostics"}
@@ -115,21 +112,21 @@ def cell_name(values: dict[str, Any]) -> str:
     """A folder name from the grid values, e.g. ``algorithm=fedavg,run.seed=0``."""
     if not values:
         return "run"
-    text = ",".join(f"{k}={_variant_name(v) if k == VARIANT else _short(v)}" for k, v in values.items())
+    text = ",".join(f"{k}={_variant_name(v) if k == VARIANT else short_value(v)}" for k, v in values.items())
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
 
 
 def _variant_name(value: dict[str, Any]) -> str:
-    return "+".join(f"{k}={_short(v)}" for k, v in value.items()) or "base"
+    return "+".join(f"{k}={short_value(v)}" for k, v in value.items()) or "base"
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
     if isinstance(value, dict):
         return "-".join(str(v) for v in value.values())
     return str(value)
 
 
-def _check_same_config(run_dir: Path, config: Config) -> None:
+def check_same_config(run_dir: Path, config: Config) -> None:
     """A cell folder from an earlier, different grid must not pass for this one."""
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
@@ -155,21 +152,22 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     ``workers`` > 1 runs that many cells at once, each in its own process with one torch
     thread (the small models of FL experiments gain more from parallel cells than from
     intra-op threads); ``ray`` runs each cell as a task on a Ray cluster instead
-    (:mod:`fedaccel.ray_grid`). The numbers are those of the cell's own seed either way.
+    (:mod:`fedaccel.grids.ray_tasks`). The numbers are those of the cell's own seed either way.
     ``stack_seeds`` runs the cells that differ only in ``run.seed`` as one stacked computation
     (:class:`~fedaccel.engine.stacked.SeedStack`): every seed's own run folder and numbers, the
     client steps of all seeds batched together.
     ``report`` shows where the grid is (default: a :class:`GridProgress` over this grid).
     """
-    from fedaccel.grid_progress import GridProgress
-    from fedaccel.results import compare_table, plot_curves
+    from fedaccel.grids.progress import GridProgress
+    from fedaccel.report.figures import plot_curves
+    from fedaccel.report.tables import compare_table
 
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
     todo: list[tuple[int, str, Config, Path]] = []
     run_dirs, skipped = [], []
     for k, (name, config) in enumerate(experiment.cells, start=1):
         run_dir = experiment.out_dir / name
-        _check_same_config(run_dir, config)
+        check_same_config(run_dir, config)
         run_dirs.append(run_dir)
         if (run_dir / "summary.json").is_file():
             skipped.append((k, name))
@@ -186,7 +184,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
         report.skip(k, name)
     try:
         if ray is not None:
-            from fedaccel.ray_grid import run_cells_on_ray
+            from fedaccel.grids.ray_tasks import run_cells_on_ray
 
             run_cells_on_ray(todo, ray, report)
         elif stack_seeds:
@@ -194,11 +192,11 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
                 _run_seed_group(group, report)
         elif workers == 1 or len(todo) <= 1:
             for k, name, config, run_dir in todo:
-                report.start(k, name, run_dir, config.train.rounds, verb=_verb(run_dir), follow=False)
-                _run_cell(config, run_dir, report.cell_bar(name, progress))
+                report.start(k, name, run_dir, config.train.rounds, verb=verb(run_dir), follow=False)
+                run_cell(config, run_dir, report.cell_bar(name, progress))
                 report.end(k, name)
         else:
-            _run_cells_in_parallel(todo, workers, report)
+            run_cells_in_parallel(todo, workers, report)
     finally:
         if own_report:
             report.close()
@@ -208,44 +206,6 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     plot = plot_curves(run_dirs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
                        targets=experiment.targets)
     return ExperimentResult(experiment.out_dir, run_dirs, table, plot)
-
-
-def _verb(run_dir: Path) -> str:
-    return "resuming" if (run_dir / "config.yaml").is_file() else "running"
-
-
-def _run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None) -> Path:
-    """Run one cell, or resume it when an earlier, interrupted run left its folder. ``threads``
-    is given in a parallel worker: it uses that many torch threads, and once asked to stop it
-    starts no further cell (one may already wait in the pool's queue)."""
-    from fedaccel.runner import resume, run
-    from fedaccel.stopping import Interrupted
-
-    global _worker_stopped
-    if threads is not None:  # run_loop's thread rule reads this (fedaccel.runner.choose_threads)
-        os.environ["FEDACCEL_TORCH_THREADS"] = str(threads)
-        if _worker_stopped:
-            raise Interrupted(run_dir, None)
-    try:
-        if (run_dir / "config.yaml").is_file():
-            return resume(run_dir, progress=progress)
-        return run(config, run_dir, progress=progress)
-    except Interrupted:
-        _worker_stopped = threads is not None
-        raise
-
-
-_worker_stopped = False  # a parallel worker was asked to stop (SIGTERM from the experiment)
-
-
-def _stop_worker(signum: int, frame: Any) -> None:
-    """A worker's SIGTERM outside a run: start no further cell (within a run, run_loop's handler
-    finishes the round and checkpoints it first)."""
-    global _worker_stopped
-    _worker_stopped = True
-    from fedaccel.stopping import STOP
-
-    STOP.set()
 
 
 def _seed_groups(todo: list[tuple[int, str, Config, Path]]) -> list[list[tuple[int, str, Config, Path]]]:
@@ -267,17 +227,17 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
     errors: list[BaseException] = []
     threads = []
     for k, name, config, run_dir in group:
-        report.start(k, name, run_dir, config.train.rounds, verb=f"{_verb(run_dir)} (seeds stacked: {len(group)})",
+        report.start(k, name, run_dir, config.train.rounds, verb=f"{verb(run_dir)} (seeds stacked: {len(group)})",
                      follow=False)
 
         def one(config: Config = config, run_dir: Path = run_dir) -> None:
             try:
-                _run_cell(config, run_dir, False)
+                run_cell(config, run_dir, False)
             except BaseException as exc:
                 errors.append(exc)
 
         threads.append(threading.Thread(target=in_seed_stack(stack, one), name=name))
-    from fedaccel.stopping import clear_stop, stop_signals
+    from fedaccel.runs.stopping import clear_stop, stop_signals
 
     with stop_signals():  # SIGINT/SIGTERM: every seed finishes its round, checkpoints and stops
         for thread in threads:
@@ -289,99 +249,3 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
         raise errors[0]
     for k, name, _, _ in group:
         report.end(k, name)
-
-
-def _run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: int, report: GridProgress) -> None:
-    """Cells in ``workers`` processes, shown by ``report`` (a line per running cell).
-
-    The workers end with this process however it ends (see :func:`_die_with_parent`); when it
-    stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell killed
-    mid-round loses nothing: the next run resumes it from its checkpoint.
-    """
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    from fedaccel.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
-
-    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                               initializer=_die_with_parent, initargs=(os.getpid(),))
-    try:
-        with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
-            pending = {}
-            for k, name, config, run_dir in todo:
-                report.queue(k, name, run_dir, config.train.rounds, verb=_verb(run_dir))
-                pending[pool.submit(_run_cell, config, run_dir, False, 1)] = (k, name)
-            stopping = False
-            while pending:
-                report.poll()
-                if STOP.is_set() and not stopping:
-                    stopping = True
-                    _stop_pool(pool)
-                for future in [f for f in pending if stopping and f.cancelled()]:
-                    del pending[future]  # dropped from the queue: wait() never counts a cancelled future as done
-                finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    k, name = pending.pop(future)
-                    if future.cancelled() or (stopping and future.exception() is not None):
-                        continue  # stopped (Interrupted), or killed before its first round: resumed next time
-                    if future.exception() is not None:  # a failed cell stops the experiment with its own error
-                        raise future.exception()  # type: ignore[misc]
-                    report.end(k, name)
-            if stopping:
-                reason = signal_name()
-                clear_stop()
-                raise Interrupted(todo[0][3].parent, None, reason)
-    except BaseException:
-        _kill_pool(pool)
-        raise
-    pool.shutdown()
-
-
-def _drop_queue(pool: ProcessPoolExecutor) -> list[Any]:
-    """Cancel the queued cells; the worker processes still running them (taken before shutdown
-    forgets them; public in 3.14 as kill_workers/terminate_workers)."""
-    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]
-    pool.shutdown(wait=False, cancel_futures=True)
-    return processes
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued cells and ask the running ones (SIGTERM) to finish their round and checkpoint it."""
-    for process in _drop_queue(pool):
-        if process.is_alive():
-            os.kill(process.pid, signal.SIGTERM)
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued cells and kill the running ones now, rather than wait for them."""
-    processes = _drop_queue(pool)
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.join()
-
-
-def _die_with_parent(parent: int) -> None:
-    """Pool worker initializer: end this worker as soon as the experiment's process ``parent`` ends.
-
-    On Linux the kernel kills the worker when the thread that started it exits
-    (``PR_SET_PDEATHSIG``; the pool starts its workers from the thread that submits the cells,
-    which waits for them to the end), even after ``kill -9``. A watchdog thread covers other
-    systems and a parent that died before the request was made: it exits once the worker's
-    parent is no longer ``parent``.
-    """
-    os.setpgrp()  # Ctrl-C at a terminal reaches only the experiment, which asks its workers to stop once
-    signal.signal(signal.SIGTERM, _stop_worker)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
-
-
-def _watch_parent(parent: int, every: float = 0.5) -> None:
-    while os.getppid() == parent:
-        time.sleep(every)
-    os._exit(1)

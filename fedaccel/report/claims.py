@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.results import Run, value_at
+from fedaccel.report.reading import Run, value_at
 
 BEST = "best"  # in a claim's setup: the value of this key with the lowest mean training loss
 RESAMPLES = 10_000
@@ -318,8 +318,8 @@ def numbers(j: Judgement) -> str:
 def client_values(run: Run, key: str) -> dict[str, list[float]]:
     """Per client, the series of a per-client diagnostic (``clients/<id>/<key>``) over the rounds
     (empty for a run without diagnostics)."""
-    from fedaccel.diagnostic_plots import per_client, read_diagnostics
     from fedaccel.errors import UserError
+    from fedaccel.report.diagnostics import per_client, read_diagnostics
 
     try:
         rows = read_diagnostics(run.path)

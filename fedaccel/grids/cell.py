@@ -1,0 +1,82 @@
+"""One cell of a grid, run in whichever process takes it: this one, an ``experiment -j`` worker
+(:mod:`fedaccel.grids.pool`) or a Ray task (:mod:`fedaccel.grids.ray_tasks`).
+
+``run_cell`` runs a cell, or resumes it when an earlier, interrupted run left its folder. A pool
+worker is set up by :func:`die_with_parent`: it ends with the experiment however that ends, and
+its SIGTERM lets the running round finish and checkpoint before the worker starts no further cell.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fedaccel.runs.config import Config
+
+
+def verb(run_dir: Path) -> str:
+    return "resuming" if (run_dir / "config.yaml").is_file() else "running"
+
+
+def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None) -> Path:
+    """Run one cell, or resume it when an earlier, interrupted run left its folder. ``threads``
+    is given in a parallel worker: it uses that many torch threads, and once asked to stop it
+    starts no further cell (one may already wait in the pool's queue)."""
+    from fedaccel.launch import resume, run
+    from fedaccel.runs.stopping import Interrupted
+
+    global _worker_stopped
+    if threads is not None:  # run_loop's thread rule reads this (fedaccel.runs.loop.choose_threads)
+        os.environ["FEDACCEL_TORCH_THREADS"] = str(threads)
+        if _worker_stopped:
+            raise Interrupted(run_dir, None)
+    try:
+        if (run_dir / "config.yaml").is_file():
+            return resume(run_dir, progress=progress)
+        return run(config, run_dir, progress=progress)
+    except Interrupted:
+        _worker_stopped = threads is not None
+        raise
+
+
+_worker_stopped = False  # a parallel worker was asked to stop (SIGTERM from the experiment)
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    """A worker's SIGTERM outside a run: start no further cell (within a run, run_loop's handler
+    finishes the round and checkpoints it first)."""
+    global _worker_stopped
+    _worker_stopped = True
+    from fedaccel.runs.stopping import STOP
+
+    STOP.set()
+
+
+def die_with_parent(parent: int) -> None:
+    """Pool worker initializer: end this worker as soon as the experiment's process ``parent`` ends.
+
+    On Linux the kernel kills the worker when the thread that started it exits
+    (``PR_SET_PDEATHSIG``; the pool starts its workers from the thread that submits the cells,
+    which waits for them to the end), even after ``kill -9``. A watchdog thread covers other
+    systems and a parent that died before the request was made: it exits once the worker's
+    parent is no longer ``parent``.
+    """
+    os.setpgrp()  # Ctrl-C at a terminal reaches only the experiment, which asks its workers to stop once
+    signal.signal(signal.SIGTERM, _stop_worker)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
+
+
+def _watch_parent(parent: int, every: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)

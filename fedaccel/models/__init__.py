@@ -1,0 +1,143 @@
+"""Models: the classifiers the papers train, behind one registry (one file per family).
+
+``linear`` (squared-SVM, softmax regression, their closed-form gradients), ``mlp`` (2NN), ``cnn``
+(BHerd CNN, LeNet-5, FedDC CNN), ``deep`` (VGG-16, ResNet-18); ``base`` holds the :class:`Classifier`
+base class and its seeded initialisation.
+
+Every model is a :class:`Classifier`: an ``nn.Module`` with ``forward(x)`` plus ``loss(output, y)``
+(scalar batch-mean loss, regulariser included) and ``correct(output, y)`` (count of correct
+predictions), the two methods the engine calls. Build one by name::
+
+    >>> model = build_model("cnn", (1, 28, 28), 10, seed=0)
+    >>> num_parameters(model)
+    430698
+    >>> sorted(MODELS)[:3]
+    ['2nn', 'cnn', 'feddc-cnn']
+
+``input_shape`` is one sample's shape without the batch dimension, channels first for images:
+``(1, 28, 28)`` for MNIST, ``(3, 32, 32)`` for CIFAR; ``(H, W)`` means one channel. Convolutional
+models reshape their input to ``(B, *input_shape)``, so flattened ``(B, 784)`` batches work too.
+
+Initialisation: from a local generator seeded with ``seed`` (see :mod:`fedaccel.models.base`).
+
+Buffers. fedaccel's FL arithmetic works on the flat parameter vector (:mod:`fedaccel.engine.flat`), and
+buffers are not part of it: BatchNorm running statistics would stay local to whichever module holds
+them and would not be averaged. So no model has a buffer unless the user asks for BatchNorm
+(``vgg16`` with ``batch_norm=True``, ``resnet18`` with ``norm="batch"``). No model uses dropout,
+which would draw from the global RNG during training.
+
+Users may register their own factory: ``MODELS["mine"] = factory`` where
+``factory(input_shape, num_classes, **options) -> Classifier``; :func:`build_model` constructs it
+on the meta device, so parameters from layers other than the built-in kinds need a
+``reset_parameters()`` method or an overridden :meth:`Classifier.init_parameters`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from collections.abc import Callable, Sequence
+
+import torch
+
+from fedaccel.errors import ConfigError
+from fedaccel.models.base import Classifier, Shape, functional_loss, num_parameters
+from fedaccel.models.cnn import BHerdCNN, FedDCCNN, LeNet5
+from fedaccel.models.deep import VGG16, ResNet18
+from fedaccel.models.linear import SoftmaxRegression, SquaredSVM, closed_form_gradient
+from fedaccel.models.mlp import MLP2NN
+
+__all__ = [
+    "MODELS",
+    "BHerdCNN",
+    "Classifier",
+    "FedDCCNN",
+    "LeNet5",
+    "MLP2NN",
+    "ResNet18",
+    "SoftmaxRegression",
+    "SquaredSVM",
+    "VGG16",
+    "build_model",
+    "closed_form_gradient",
+    "functional_loss",
+    "num_parameters",
+]
+
+
+ModelFactory = Callable[..., Classifier]
+
+
+MODELS: dict[str, ModelFactory] = {
+    "svm": SquaredSVM,
+    "softmax": SoftmaxRegression,
+    "2nn": MLP2NN,
+    "cnn": BHerdCNN,
+    "lenet5": LeNet5,
+    "feddc-cnn": FedDCCNN,
+    "vgg16": VGG16,
+    "resnet18": ResNet18,
+}
+
+
+def _check_options(name: str, factory: ModelFactory, options: dict[str, object]) -> None:
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    accepted = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"model {name!r} has no option {', '.join(unknown)}; "
+            f"it accepts: {', '.join(accepted) or 'no options'}"
+        )
+
+
+def _check_input_shape(name: str, input_shape: Sequence[int]) -> Shape:
+    items = list(input_shape) if isinstance(input_shape, (tuple, list, torch.Size)) else None
+    if not items or any(
+        isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in items
+    ):
+        raise ConfigError(
+            f"model {name!r}: input shape must be a tuple of positive ints, got {input_shape!r}"
+        )
+    return tuple(int(s) for s in items)
+
+
+def build_model(
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    *,
+    seed: int = 0,
+    **options: object,
+) -> Classifier:
+    """Build model ``name`` for samples of ``input_shape`` and ``num_classes`` classes.
+
+    Parameters are initialised deterministically from ``seed`` through a local generator; the
+    global RNG is untouched. ``options`` are the model's keyword options (e.g. ``l2`` for
+    ``svm``, ``norm`` for ``resnet18``). Raises :class:`~fedaccel.errors.ConfigError` for an unknown
+    name or option, or an input shape the model cannot take.
+
+    Example:
+        >>> model = build_model("svm", (1, 28, 28), 10)
+        >>> model(torch.zeros(4, 1, 28, 28)).shape
+        torch.Size([4])
+    """
+    factory = MODELS.get(name)
+    if factory is None:
+        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}")
+    shape = _check_input_shape(name, input_shape)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise ConfigError(
+            f"model {name!r}: num_classes must be an integer ≥ 2, got {num_classes!r}"
+        )
+    _check_options(name, factory, options)
+    # Construct without touching any RNG (meta tensors have no data), then allocate and
+    # initialise from our own generator.
+    with torch.device("meta"):
+        model = factory(shape, num_classes, **options)
+    model = model.to_empty(device="cpu")
+    generator = torch.Generator().manual_seed(seed)
+    model.init_parameters(generator)
+    return model

@@ -1,0 +1,361 @@
+"""The curves figure: one panel per metric, one line per group of seeds (mean and 95% band).
+
+Example:
+    >>> plot_curves(["runs/demo"], "curves.png", targets=[0.93])    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedaccel.errors import UserError
+from fedaccel.report.reading import (
+    METRIC_NAMES,
+    MISSING,
+    Run,
+    available_metrics,
+    flatten_config,
+    fmt_value,
+    group_runs,
+    grouping_config,
+    load_runs,
+    mean_ci,
+)
+
+#: Longest legend label; the full key of a group is its label in :func:`compare_table`.
+LABEL_MAX = 40
+
+
+#: Metrics whose panel switches to a log scale when their values span more than this many decades.
+LOG_DECADES = 1.5
+
+
+_DASHES: tuple[tuple[float, ...] | None, ...] = (None, (6, 2), (2, 1.5), (6, 2, 1.5, 2), (3, 3), (1, 3))
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _short_value(v: Any) -> str | None:
+    """A value as a legend shows it: None when unset, a list of attacks by their kinds."""
+    if v is MISSING:
+        return None
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "none"
+        return "+".join(_short_value(e) or "?" for e in v)
+    if isinstance(v, dict):
+        named = v.get("name", v.get("kind"))
+        return str(named) if named is not None else fmt_value(v)
+    return fmt_value(v)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _determines(a: list[str], b: list[str]) -> bool:
+    """True when equal values in ``a`` always come with equal values in ``b`` (b is a function of a)."""
+    seen: dict[str, str] = {}
+    return all(seen.setdefault(x, y) == y for x, y in zip(a, b))
+
+
+#: Shorter names of long config keys in legend labels.
+KEY_ABBREVIATIONS: dict[str, str] = {
+    "client_fraction": "frac",
+    "local_epochs": "epochs",
+    "local_steps": "steps",
+    "batch_size": "batch",
+    "weight_decay": "wd",
+}
+
+
+def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABEL_MAX) -> list[str]:
+    """Short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them.
+
+    A label is the group's name (``Run.label``) and, for the config values that differ between
+    the groups shown, ``key=value`` (a ``...name`` entry, e.g. the split's, by its value alone,
+    right after the name: ``fedavg dirichlet attacks=noise``).
+    Left out: values that follow from the name or from another value shown (the Dirichlet
+    ``alpha`` next to the split's name), unset values, and a key's path (``train.client_fraction``
+    is ``frac``, see :data:`KEY_ABBREVIATIONS`). Attack lists are named by their kinds; long
+    values are cut until the label has at most ``limit`` characters; labels stay distinct.
+    """
+    if not groups:
+        return []
+    names = [members[0].label for _, members in groups]
+    flats = [flatten_config(grouping_config(m[0].config)) for _, m in groups]
+    keys: list[str] = []
+    for flat in flats:
+        keys.extend(k for k in flat if k not in keys)
+    full = {k: [fmt_value(f.get(k, MISSING)) for f in flats] for k in keys}
+    differing = [k for k in keys if len(set(full[k])) > 1]
+    differing.sort(key=lambda k: not _is_name_key(k))  # a split's name explains more than its alpha
+    kept: list[str] = []
+    for k in differing:  # drop what the name or a value already kept determines
+        if not any(_determines(d, full[k]) for d in [names, *(full[j] for j in kept)]):
+            kept.append(k)
+    kept = [k for k in sorted(kept, key=lambda k: (not _is_name_key(k), keys.index(k)))  # bare values first
+            if _is_name_key(k) or not any(j != k and _determines(full[j], full[k]) for j in kept)]
+
+    shown: dict[str, list[str | None]] = {}
+    for k in kept:
+        short = [_short_value(f.get(k, MISSING)) for f in flats]
+        if len(set(short)) < len(set(full[k])):  # shortening merged values: show them in full
+            short = [None if v == "unset" else v for v in full[k]]
+        shown[k] = short
+    short_keys = _short_keys(kept)
+    labels = []
+    for i, name in enumerate(names):
+        parts = [("" if _is_name_key(k) else f"{short_keys[k]}=", shown[k][i])
+                 for k in kept if shown[k][i] is not None]
+        labels.append(_fit(name, parts, limit))
+    for i, label in enumerate(labels):  # still equal (cut, or differing only in unset values)
+        if labels.count(label) > 1:
+            labels[i] = _clip(label, limit - len(f" #{i + 1}")) + f" #{i + 1}"
+    return labels
+
+
+def _is_name_key(key: str) -> bool:
+    return key.endswith(".name")
+
+
+def _fit(name: str, parts: list[tuple[str, str]], limit: int) -> str:
+    """``name key=value ...``, cutting the longest value a character at a time (down to 5) to fit."""
+    values = [v for _, v in parts]
+
+    def text() -> str:
+        return " ".join([name, *(k + v for (k, _), v in zip(parts, values))])
+
+    while len(text()) > limit and values:
+        longest = max(range(len(values)), key=lambda j: len(values[j]))
+        if len(values[longest]) <= 5:
+            break
+        values[longest] = values[longest][: len(values[longest]) - 2] + "…"
+    return _clip(text(), limit)
+
+
+def _short_keys(keys: Sequence[str]) -> dict[str, str]:
+    """The shortest dotted suffix of each key that tells it from the others (``name`` leaves out)."""
+    def suffix(key: str, n: int) -> str:
+        parts = key.split(".")
+        if len(parts) > 1 and parts[-1] == "name":
+            parts = parts[:-1]
+        if n == 1:
+            return KEY_ABBREVIATIONS.get(parts[-1], parts[-1])
+        return ".".join(parts[-n:])
+
+    out = {}
+    for k in keys:
+        n = 1
+        while n < len(k.split(".")) and any(suffix(j, n) == suffix(k, n) for j in keys if j != k):
+            n += 1
+        out[k] = suffix(k, n)
+    return out
+
+
+def _line_style(i: int, n: int) -> dict[str, Any]:
+    """Group ``i`` of ``n``: later groups are drawn on top, thinner, with their own dashes and
+    markers, so a line they cover shows as a coloured halo around theirs."""
+    colors = "tab10" if n <= 10 else "tab20"
+    import matplotlib
+
+    cmap = matplotlib.colormaps[colors]
+    return {
+        "color": cmap(i % cmap.N),
+        "linewidth": 1.2 + 1.6 * (n - 1 - i) / max(n - 1, 1),
+        "zorder": 3 + i / max(n, 1),
+        "dashes": _DASHES[i % len(_DASHES)],
+        "marker": _MARKERS[i % len(_MARKERS)],
+    }
+
+
+def _first_shown_round(x_all: np.ndarray) -> int:
+    """Rounds from this one on set the y-range: the first ~5% (and round 0) only in the overview."""
+    last = int(x_all.max()) if x_all.size else 0
+    return max(1, math.ceil(0.05 * last))
+
+
+def _padded(lo: float, hi: float, log: bool, margin: float = 0.05) -> tuple[float, float]:
+    if log:
+        a, b = math.log10(lo), math.log10(hi)
+        pad = margin * (b - a) or 0.05
+        return 10 ** (a - pad), 10 ** (b + pad)
+    pad = margin * (hi - lo) or max(abs(hi) * 0.05, 1e-3)
+    return lo - pad, hi + pad
+
+
+def _make_figure(
+    runs: Sequence[Run],
+    metrics: Sequence[str],
+    title: str = "",
+    targets: Sequence[float] = (),
+    target_metric: str = "test_acc",
+):
+    """Build (without saving) the curves figure; returns a matplotlib ``Figure``.
+
+    One column per metric; a panel's y-range covers the data from round ~5% of the last on (the
+    first rounds, round 0's untrained model among them, would flatten the differences), and a thin
+    panel above it shows all values when that range leaves some out. Loss metrics spanning more
+    than :data:`LOG_DECADES` decades are drawn on a log scale; ``targets`` are dotted lines on the
+    ``target_metric`` panel. Lines are the mean over seeds with a 95% Student-t band; groups are
+    drawn in legend order, each later one on top (see :func:`_line_style`). The legend sits
+    below the panels with :func:`legend_labels`, and the figure grows to hold it.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+    from matplotlib.transforms import blended_transform_factory
+
+    metrics = list(metrics)
+    if not metrics:
+        raise UserError("no metrics to plot")
+    groups = group_runs(runs)
+    if not groups:
+        raise UserError("no runs to plot")
+    curves = {m: [mean_ci(g, m) for _, g in groups] for m in metrics}
+    for metric in metrics:
+        if not any(x.size for x, _, _ in curves[metric]):
+            raise UserError(
+                f"metric {metric!r} is in none of the runs; available: "
+                + ", ".join(available_metrics(runs))
+            )
+    labels = legend_labels(groups)
+    styles = [_line_style(i, len(groups)) for i in range(len(groups))]
+
+    plans = [_panel_plan(metric, curves[metric], targets if metric == target_metric else ()) for metric in metrics]
+    overview = any(p["overview"] for p in plans)
+
+    n = len(metrics)
+    width = max(5.0 * n, 6.0)
+    char_in = 0.075  # inches per character of a "small" legend label
+    entry_in = max(len(s) for s in labels) * char_in + 0.9
+    entries = len(labels) + bool(targets) + any(len(g) > 1 for _, g in groups)  # + target, band
+    ncols = max(1, min(entries, int(width // entry_in)))
+    legend_rows = math.ceil(entries / ncols)
+    height = 3.6 + (1.0 if overview else 0.0) + 0.25 * legend_rows + (0.3 if title else 0.0)
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(2 if overview else 1, n, height_ratios=[1, 3.2] if overview else [1])
+
+    handles: dict[int, Any] = {}
+    target_line = None
+    for j, (metric, plan) in enumerate(zip(metrics, plans)):
+        ax = fig.add_subplot(grid[-1, j])
+        over = fig.add_subplot(grid[0, j], sharex=ax) if plan["overview"] else None
+        for i, (x, mean, half) in enumerate(curves[metric]):
+            if not x.size:
+                continue
+            st = styles[i]
+            step = max(1, len(x) // 6)
+            (line,) = ax.plot(
+                x, mean, color=st["color"], linewidth=st["linewidth"], zorder=st["zorder"],
+                marker=st["marker"], markersize=3.5, markevery=(i * step // len(groups), step),
+            )
+            if st["dashes"] is not None:
+                line.set_dashes(st["dashes"])
+            if np.any(half > 0):
+                ax.fill_between(x, mean - half, mean + half, color=st["color"], alpha=0.18, linewidth=0, zorder=1)
+            handles.setdefault(i, line)
+            if over is not None:
+                over.plot(x, mean, color=st["color"], linewidth=0.9, zorder=st["zorder"])
+        if plan["log"]:
+            ax.set_yscale("log")
+        if plan["ylim"] is not None:
+            ax.set_ylim(*plan["ylim"])
+        for t in plan["targets"]:  # labelled at the right, outside the data
+            target_line = ax.axhline(t, linestyle=":", color="0.3", linewidth=1.0, zorder=2)
+            ax.text(1.01, t, f"{t:g}", transform=blended_transform_factory(ax.transAxes, ax.transData),
+                    ha="left", va="center", fontsize="x-small", color="0.3")
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(METRIC_NAMES.get(metric, metric))
+        ax.grid(True, alpha=0.3)
+        if over is not None:
+            if plan["log"]:
+                over.set_yscale("log")
+            over.axhspan(*plan["ylim"], color="0.85", zorder=0)
+            over.set_title("all rounds (shaded: the range below)", fontsize="x-small", loc="left")
+            over.tick_params(labelbottom=False, labelsize="x-small")
+            over.grid(True, alpha=0.3)
+
+    shown = sorted(handles)
+    legend_handles = [handles[i] for i in shown]
+    legend_texts = [labels[i] for i in shown]
+    if any(len(g) > 1 for _, g in groups):
+        legend_handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
+        legend_texts.append("band: 95% CI of the mean over seeds (t)")
+    if target_line is not None:
+        legend_handles.append(target_line)
+        legend_texts.append("target (grid's targets)")
+    fig.legend(legend_handles, legend_texts, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarray]], targets: Sequence[float]) -> dict:
+    """The y-scale, y-range, target lines and whether an overview is needed for one panel."""
+    present = [(x, m, h) for x, m, h in curves if x.size]
+    every = np.concatenate([np.concatenate([m - h, m + h]) for _, m, h in present])
+    every = every[np.isfinite(every)]
+    means = np.concatenate([m for _, m, _ in present])
+    means = means[np.isfinite(means)]
+    plan: dict[str, Any] = {"log": False, "ylim": None, "overview": False, "targets": []}
+    plan["log"] = bool(
+        "loss" in metric.rsplit(".", 1)[-1] and means.size and means.min() > 0
+        and math.log10(means.max() / means.min()) > LOG_DECADES
+    )
+    if plan["log"]:
+        every = every[every > 0]  # a band reaching below 0 is cut at the axis
+    if not every.size:
+        return plan
+    lo_all, hi_all = float(every.min()), float(every.max())
+    first = _first_shown_round(np.concatenate([x for x, _, _ in present]))
+    late = np.concatenate([np.concatenate([m - h, m + h])[np.concatenate([x, x]) >= first] for x, m, h in present])
+    late = late[np.isfinite(late)]
+    if plan["log"]:
+        late = late[late > 0]
+    if not late.size:
+        late = every
+    plan["targets"] = [float(t) for t in targets if lo_all <= t <= hi_all]
+    lo, hi = float(late.min()), float(late.max())
+    for t in plan["targets"]:  # a target the curves cross stays in view
+        lo, hi = min(lo, t), max(hi, t)
+    plan["ylim"] = _padded(lo, hi, plan["log"])
+    plan["overview"] = lo_all < plan["ylim"][0] or hi_all > plan["ylim"][1]
+    return plan
+
+
+def plot_curves(
+    paths_or_runs: str | Path | Run | Iterable[str | Path | Run],
+    out: str | Path,
+    metrics: Sequence[str] = ("test_acc", "test_loss", "train_loss"),
+    title: str = "",
+    targets: Sequence[float] = (),
+    target_metric: str = "test_acc",
+) -> Path:
+    """Plot one panel per metric against the round, one line per group (mean over seeds with a
+    95% confidence band for groups with several), ``targets`` as dotted lines on the
+    ``target_metric`` panel, and save it as a PNG at ``out`` (parent folders are created; an
+    existing folder gets ``curves.png`` inside it). Returns the written path. See
+    :func:`_make_figure` for the ranges, scales and drawing order.
+    """
+    runs = load_runs(paths_or_runs)
+    fig = _make_figure(runs, metrics, title, targets=targets, target_metric=target_metric)
+    out = Path(out)
+    if out.is_dir():
+        out = out / "curves.png"
+    elif not out.suffix:
+        out = out.with_suffix(".png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, format="png")
+    return out

@@ -1,0 +1,325 @@
+"""Reading run folders (finished or running): runs, groups of seeds, and their curves.
+
+A run folder holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one JSON object per
+evaluated round, ``round`` 1-based with an optional round 0 for the initial model) and, once
+finished, ``summary.json``. Runs whose configs differ only in ``run.seed`` (and ``name``) form
+one *group*; :mod:`fedaccel.report.tables` reports a group's mean over seeds, and
+:mod:`fedaccel.report.figures` draws it with its 95% confidence interval (:func:`mean_ci`).
+
+Example:
+    >>> runs = load_runs(["results/exp1"])          # doctest: +SKIP
+    >>> groups = group_runs(runs)                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from fedaccel.errors import UserError
+
+#: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
+NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every")
+
+
+#: Human-readable names for the usual metrics (axis labels, table headers).
+METRIC_NAMES: dict[str, str] = {
+    "test_acc": "test accuracy",
+    "test_loss": "test loss",
+    "train_loss": "train loss",
+    "train_acc": "train accuracy",
+    "wall_s": "wall-clock time (s)",
+    "bytes_up": "bytes uploaded",
+    "bytes_down": "bytes downloaded",
+    "local_steps": "local steps",
+}
+
+
+MISSING = object()
+
+
+@dataclass
+class Run:
+    """One run folder: its resolved config and its per-round metrics (in file order)."""
+
+    path: Path
+    config: dict
+    metrics: list[dict]
+    summary: dict | None = None
+
+    @property
+    def label(self) -> str:
+        """``config['name']`` if non-empty, else the algorithm name (else the folder name)."""
+        name = self.config.get("name")
+        if name:
+            return str(name)
+        algorithm = self.config.get("algorithm")
+        if isinstance(algorithm, dict) and algorithm.get("name"):
+            return str(algorithm["name"])
+        return self.path.name
+
+    @property
+    def group_key(self) -> str:
+        """The config without the seed and name, as canonical JSON: equal for seeds of one setup."""
+        return json.dumps(grouping_config(self.config), sort_keys=True, default=str)
+
+    @property
+    def seed(self) -> Any:
+        """``config['run']['seed']`` (None if absent)."""
+        run = self.config.get("run")
+        return run.get("seed") if isinstance(run, dict) else None
+
+    @property
+    def finished(self) -> bool:
+        """True when ``summary.json`` says the run finished."""
+        return bool(self.summary and self.summary.get("finished"))
+
+
+def load_run(path: str | Path) -> Run:
+    """Read one run folder. Raises :class:`UserError` if it is not a readable run folder.
+
+    An incomplete last line of ``metrics.jsonl`` (left by a killed run) is skipped; an invalid
+    line anywhere else is an error, and so are rounds that do not strictly increase (two
+    processes that wrote the same folder at once).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"run folder not found: {path}")
+    config_file = path / "config.yaml"
+    metrics_file = path / "metrics.jsonl"
+    for f in (config_file, metrics_file):
+        if not f.is_file():
+            raise UserError(f"{path} is not a run folder: {f.name} is missing")
+
+    try:
+        config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{config_file}: not valid YAML ({reason})") from e
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise UserError(f"{config_file}: expected a mapping, got {type(config).__name__}")
+
+    metrics = _read_jsonl(metrics_file)
+
+    summary = None
+    summary_file = path / "summary.json"
+    if summary_file.is_file():
+        try:
+            summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{summary_file}: not valid JSON ({e})") from e
+        if not isinstance(summary, dict):
+            summary = None
+    return Run(path=path, config=config, metrics=metrics, summary=summary)
+
+
+def _read_jsonl(file: Path) -> list[dict]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{file}: not a UTF-8 text file ({e})") from e
+    numbered = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
+    rows: list[dict] = []
+    previous = None
+    for k, (lineno, line) in enumerate(numbered):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if k == len(numbered) - 1:  # a killed run may leave half a line: ignore it
+                break
+            raise UserError(f"{file}:{lineno}: not valid JSON ({e.msg})") from e
+        if not isinstance(row, dict):
+            raise UserError(f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        previous = _check_round(file, lineno, row, previous)
+        rows.append(row)
+    return rows
+
+
+def _check_round(file: Path, lineno: int, row: dict, previous: int | None) -> int:
+    """``row``'s round, which must be an integer above the one before it."""
+    rnd = row.get("round")
+    if not isinstance(rnd, int) or isinstance(rnd, bool):
+        raise UserError(f"{file}:{lineno}: no integer 'round' in this row")
+    if previous is not None and rnd <= previous:
+        raise UserError(
+            f"{file}:{lineno}: round {rnd} after round {previous}; rounds must increase (two processes "
+            "wrote this run at once?): delete the run folder and run it again"
+        )
+    return rnd
+
+
+def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]:
+    """Load run folders; an experiment folder (one holding run folders) expands to its runs.
+
+    Already-loaded :class:`Run` objects pass through unchanged. Sub-folders of an experiment
+    folder are taken in name order; only those containing ``metrics.jsonl`` count.
+    """
+    if isinstance(paths, (str, Path, Run)):
+        paths = [paths]
+    runs: list[Run] = []
+    for p in paths:
+        if isinstance(p, Run):
+            runs.append(p)
+            continue
+        p = Path(p)
+        if not p.is_dir():
+            raise UserError(f"run folder not found: {p}")
+        if (p / "metrics.jsonl").is_file():
+            runs.append(load_run(p))
+            continue
+        subdirs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "metrics.jsonl").is_file())
+        if not subdirs:
+            raise UserError(f"{p} is neither a run folder nor a folder of runs (no metrics.jsonl)")
+        runs.extend(load_run(d) for d in subdirs)
+    return runs
+
+
+def grouping_config(config: dict) -> dict:
+    cfg = copy.deepcopy(config)
+    for dotted in NON_GROUPING_KEYS:
+        *parents, leaf = dotted.split(".")
+        node: Any = cfg
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return cfg
+
+
+def flatten_config(config: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(config, dict) and config:
+        out: dict[str, Any] = {}
+        for k, v in config.items():
+            out.update(flatten_config(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: config} if prefix else {}
+
+
+def fmt_value(v: Any) -> str:
+    if v is MISSING:
+        return "unset"
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, default=str)
+
+
+def group_runs(runs: Iterable[Run]) -> list[tuple[str, list[Run]]]:
+    """Group runs that differ only in seed; returns ``(label, runs)`` in order of first appearance.
+
+    Groups that would share a label get the config values that tell them apart appended,
+    e.g. ``fedavg (data.split=case1)``.
+    """
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.group_key, []).append(run)
+
+    by_label: dict[str, list[str]] = {}
+    for key, members in groups.items():
+        by_label.setdefault(members[0].label, []).append(key)
+
+    labels = {key: members[0].label for key, members in groups.items()}
+    for label, keys in by_label.items():
+        if len(keys) < 2:
+            continue
+        flats = {k: flatten_config(grouping_config(groups[k][0].config)) for k in keys}
+        ordered: list[str] = []
+        for flat in flats.values():
+            ordered.extend(name for name in flat if name not in ordered)
+        differing = [
+            name
+            for name in ordered
+            if len({fmt_value(flats[k].get(name, MISSING)) for k in keys}) > 1
+        ]
+        for k in keys:
+            parts = [f"{name}={fmt_value(flats[k].get(name, MISSING))}" for name in differing]
+            labels[k] = f"{label} ({', '.join(parts)})"
+    return [(labels[key], members) for key, members in groups.items()]
+
+
+def value_at(mapping: Mapping[str, Any], dotted: str) -> Any:
+    """``mapping["a"]["b"]`` for ``"a.b"`` (None where a part is missing): a config value, a nested metric."""
+    node: Any = mapping
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def metric_value(row: dict, metric: str) -> Any:
+    return row[metric] if metric in row else value_at(row, metric)  # dotted: nested entries, e.g. "diag.gsnr"
+
+
+def run_curve(run: Run, metric: str) -> dict[int, float]:
+    curve: dict[int, float] = {}
+    for row in run.metrics:
+        value = metric_value(row, metric)
+        rnd = row.get("round")
+        if rnd is None or value is None or isinstance(value, (bool, dict, list, str)):
+            continue
+        curve[int(rnd)] = float(value)  # rounds are unique: load_run checks they increase
+    return curve
+
+
+def series(runs: Run | Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rounds, mean, std)`` of ``metric`` over the rounds present in every run.
+
+    ``std`` is the population standard deviation across runs (0 for a single run). Rounds where
+    a run lacks the metric do not count as present. All three arrays are empty if no round is
+    common to all runs.
+    """
+    if isinstance(runs, Run):
+        runs = [runs]
+    if not runs:
+        return np.array([], dtype=int), np.array([]), np.array([])
+    curves = [run_curve(r, metric) for r in runs]
+    common = set(curves[0])
+    for c in curves[1:]:
+        common &= set(c)
+    x = np.array(sorted(common), dtype=int)
+    if x.size == 0:
+        return x, np.array([]), np.array([])
+    values = np.array([[c[int(r)] for r in x] for c in curves], dtype=float)
+    return x, values.mean(axis=0), values.std(axis=0)
+
+
+def mean_ci(runs: Run | Sequence[Run], metric: str, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rounds, mean, half)``: the mean over seeds and the half-width of its ``level`` confidence
+    interval, Student's t with n - 1 degrees of freedom (``t * s / sqrt(n)``, ``s`` the sample
+    standard deviation); ``half`` is 0 for a single run. Rounds as in :func:`series`.
+    """
+    if isinstance(runs, Run):
+        runs = [runs]
+    x, mean, std = series(runs, metric)
+    n = len(runs)
+    if n < 2 or not x.size:
+        return x, mean, np.zeros_like(mean)
+    from scipy.stats import t as student_t
+
+    sample_std = std * math.sqrt(n / (n - 1))  # series gives the population std
+    return x, mean, float(student_t.ppf(0.5 + level / 2, n - 1)) * sample_std / math.sqrt(n)
+
+
+def higher_better(metric: str) -> bool:
+    return "loss" not in metric.rsplit(".", 1)[-1]
+
+
+def available_metrics(runs: Sequence[Run]) -> list[str]:
+    names: list[str] = []
+    for run in runs:
+        for row in run.metrics:
+            for k, v in row.items():
+                numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+                if k != "round" and numeric and k not in names:
+                    names.append(k)
+    return names

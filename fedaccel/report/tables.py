@@ -1,0 +1,154 @@
+"""Tables from run folders: rounds to a target and the rounds-to-target comparison table.
+
+Example:
+    >>> print(compare_table(["runs/demo"], targets=[0.8]))    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fedaccel.errors import UserError
+from fedaccel.report.reading import (
+    METRIC_NAMES,
+    Run,
+    flatten_config,
+    fmt_value,
+    group_runs,
+    grouping_config,
+    higher_better,
+    load_runs,
+    run_curve,
+    series,
+)
+
+
+def rounds_to_target(
+    run_or_group: Run | Sequence[Run] | tuple[str, Sequence[Run]],
+    target: float,
+    metric: str = "test_acc",
+    higher_is_better: bool | None = None,
+) -> float | None:
+    """First round where ``metric`` reaches ``target`` (for a group: its mean curve), else None.
+
+    "Reaches" means ``>= target``; for metrics whose name contains ``loss`` it means
+    ``<= target`` unless ``higher_is_better`` says otherwise.
+    """
+    if isinstance(run_or_group, tuple) and len(run_or_group) == 2:
+        if isinstance(run_or_group[0], str):  # a (label, runs) pair from group_runs
+            run_or_group = run_or_group[1]
+    if higher_is_better is None:
+        higher_is_better = higher_better(metric)
+    x, mean, _ = series(run_or_group, metric)
+    hit = mean >= target if higher_is_better else mean <= target
+    idx = np.flatnonzero(hit)
+    return float(x[idx[0]]) if idx.size else None
+
+
+def _fmt_num(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    return f"{v:.4f}"
+
+
+def _fmt_rounds(r: float | None) -> str:
+    if r is None:
+        return "—"
+    return str(int(r)) if float(r).is_integer() else f"{r:g}"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _label_parts(label: str) -> tuple[str, set[str]]:
+    """``"bherd (algorithm.alpha=1.0, data.split.name=case1)"`` -> ("bherd", {"algorithm.alpha=1.0", ...})."""
+    name, _, rest = label.partition(" (")
+    return name, set(rest[:-1].split(", ")) if rest.endswith(")") else set()
+
+
+def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None) -> list[int]:
+    """For every group, the index of the group it is measured against.
+
+    ``baseline`` is a label, or a label with fewer distinguishing values than the groups have
+    (``fedavg`` when the grid also varies the split): every group matching it is a baseline,
+    and each group is measured against the matching one whose config agrees with its own in
+    the most values — FedAvg on the same split, say.
+    """
+    labels = [label for label, _ in groups]
+    if baseline is None:
+        candidates = [i for i, (_, g) in enumerate(groups) if g[0].label == "fedavg"] or [0]
+    elif baseline in labels:
+        candidates = [labels.index(baseline)]
+    else:
+        name, wanted = _label_parts(baseline)
+        candidates = [
+            i for i, (label, g) in enumerate(groups)
+            if g[0].label == name and wanted <= _label_parts(label)[1]
+        ]
+        if not candidates:
+            raise UserError(f"unknown baseline {baseline!r}; the groups are: " + ", ".join(repr(s) for s in labels))
+    flats = [{k: fmt_value(v) for k, v in flatten_config(grouping_config(g[0].config)).items()} for _, g in groups]
+
+    def agreement(i: int, j: int) -> int:
+        return sum(flats[i].get(k) == v for k, v in flats[j].items())
+
+    base_of = [max(candidates, key=lambda c: (agreement(i, c), -c)) for i in range(len(groups))]
+    if len(groups) > 1 and all(b == i for i, b in enumerate(base_of)):  # every group its own baseline
+        base_of = [candidates[0]] * len(groups)  # (runs of one method, other settings): the first one
+    return base_of
+
+
+def compare_table(
+    runs: Sequence[Run] | Iterable[str | Path | Run],
+    targets: Sequence[float],
+    baseline: str | None = None,
+    metric: str = "test_acc",
+) -> str:
+    """A Markdown table comparing the groups of ``runs`` (one row per group).
+
+    Columns: method, seeds, best (mean over seeds of each seed's best), final (mean ± std at the
+    last round common to the group's seeds), then per target ``T`` the rounds the mean curve
+    needs to reach ``T`` and the speed-up ``baseline_rounds / rounds`` (``—`` when either is
+    missing). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
+    see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
+    """
+    runs = load_runs(runs)
+    groups = group_runs(runs)
+    if not groups:
+        raise UserError("no runs to compare")
+    base_of = _baseline_indices(groups, baseline)
+
+    rounds = [[rounds_to_target(g, t, metric) for t in targets] for _, g in groups]
+    name = METRIC_NAMES.get(metric, metric)
+    best_word = "best" if higher_better(metric) else "lowest"
+
+    header = ["method", "seeds", f"{best_word} {name}", f"final {name}"]
+    for t in targets:
+        header += [f"rounds to {t:g}", f"speed-up @{t:g}"]
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+
+    for i, (label, group) in enumerate(groups):
+        x, mean, std = series(group, metric)
+        if x.size:
+            per_run = np.array([[run_curve(r, metric)[int(k)] for k in x] for r in group])
+            best = per_run.max(axis=1) if higher_better(metric) else per_run.min(axis=1)
+            best_cell = _fmt_num(float(best.mean()))
+            final_cell = _fmt_num(float(mean[-1]))
+            if len(group) > 1:
+                final_cell += f" ± {_fmt_num(float(std[-1]))}"
+        else:
+            best_cell = final_cell = "—"
+        is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
+        shown = label + (" (baseline)" if is_baseline else "")
+        row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
+        for r, b in zip(rounds[i], rounds[base_of[i]]):
+            speed = f"{b / r:.2f}×" if r is not None and b is not None and r > 0 else "—"
+            row += [_fmt_rounds(r), speed]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
