@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="test_acc")
     p.set_defaults(handler=cmd_compare)
 
+    p = sub.add_parser("judge", help="judge an experiment's claims on its runs (exact paired tests, BH), or plan seeds")
+    p.add_argument("grid", help="a grid folder (its experiment.yaml holds the claims) or an experiment file")
+    p.add_argument("--claims", help="the experiment file whose claims: section to judge (default: GRID/experiment.yaml)")
+    p.add_argument("--plan", action="store_true", help="treat the grid as a pilot: seeds each claim needs for --power")
+    p.add_argument("--power", type=float, default=0.8)
+    p.set_defaults(handler=cmd_judge)
+
     p = sub.add_parser("split-report", help="per-client label counts of a split, and a heat map")
     p.add_argument("config", nargs="?")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -314,6 +321,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from fedaccel.report.tables import compare_table
 
     print(compare_table(args.runs, args.targets, baseline=args.baseline, metric=args.metric))
+    return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    from fedaccel.grids.experiment import COPY, load_experiment
+    from fedaccel.report.judge import judge_grid, plan, plan_table, table, write_claims
+    from fedaccel.report.reading import load_runs
+
+    grid = Path(args.grid)
+    source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
+    if not source.is_file():
+        raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")
+    experiment = load_experiment(source)
+    folder = experiment.out_dir if grid.is_file() else grid
+    if not experiment.claims:
+        raise UserError(f"{source} has no claims: section (see `fedaccel judge --help` and README \"Your own claims\")")
+    if not 0 < args.power < 1:
+        raise UserError(f"--power must be between 0 and 1, got {args.power}")
+    runs = load_runs(folder)
+    if args.plan:
+        print(plan_table(plan(experiment.claims, runs, experiment.tuning_seeds, args.power), args.power))
+        return 0
+    judgements = judge_grid(experiment.claims, runs, experiment.tuning_seeds)
+    print(table(judgements))
+    print(f"written: {write_claims(judgements, folder)}")
     return 0
 
 

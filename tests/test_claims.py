@@ -1,4 +1,4 @@
-"""The generic judge of claims: measures, pairing by seed, the bootstrap interval and the verdict rule."""
+"""The generic judge of claims: measures, pairing by seed, the exact test, multiplicity and the verdict rule."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ import pytest
 from fedaccel.report.claims import (
     BEST,
     Claim,
-    bootstrap_interval,
     final,
     judge,
+    judge_family,
     mean_over_rounds,
     pick,
     rounds_to,
     speed,
-    verdict,
 )
 from fedaccel.report.reading import Run
 
@@ -32,11 +31,12 @@ def fake_run(algorithm: object, seed: int, acc: list[float], loss: list[float] |
     return Run(Path(f"/runs/{algorithm}-{lr}-{seed}"), config, rows)
 
 
-def test_rounds_to_target_is_censored_at_the_last_round_plus_one_interval() -> None:
+def test_rounds_to_target_is_the_interpolated_crossing_restricted_to_the_budget() -> None:
     measure = rounds_to(0.5)
-    assert measure.of(fake_run("a", 0, [0.1, 0.6, 0.7])) == 2.0
-    assert measure.of(fake_run("a", 0, [0.1, 0.2, 0.3], every=5)) == 20.0  # never: 15 + 5
-    assert rounds_to(0.25, "train_loss").of(fake_run("a", 0, [0.1, 0.6, 0.8])) == 3.0  # a loss is reached from above
+    assert measure.of(fake_run("a", 0, [0.1, 0.6, 0.7])) == pytest.approx(1.8)  # 0.1 at 1, 0.6 at 2: 4/5 of the way
+    assert measure.of(fake_run("a", 0, [0.5, 0.6, 0.7])) == 1.0  # reached at an evaluated round
+    assert measure.of(fake_run("a", 0, [0.1, 0.2, 0.3], every=5)) == 15.0  # never: the last round, counted censored
+    assert rounds_to(0.25, "train_loss").of(fake_run("a", 0, [0.1, 0.6, 0.8])) == pytest.approx(2.75)  # loss 0.4 -> 0.2
 
 
 def test_continuous_measures() -> None:
@@ -46,55 +46,40 @@ def test_continuous_measures() -> None:
     assert final("test_acc", last=2).of(run) == pytest.approx(0.7)
 
 
-def test_bootstrap_interval_of_equal_differences_is_that_difference() -> None:
-    assert bootstrap_interval([-2.0] * 5) == (-2.0, -2.0)
-    low, high = bootstrap_interval([1.0, -1.0, 1.0, -1.0, 0.0])
-    assert low < 0.0 < high
-
-
-@pytest.mark.parametrize(
-    ("expect", "low", "high", "margin", "word"),
-    [
-        ("less", -3.0, -1.0, 0.0, "agrees"),
-        ("less", 1.0, 3.0, 0.0, "disagrees"),
-        ("less", -1.0, 1.0, 0.0, "inconclusive"),
-        ("less", 0.0, 0.0, 0.0, "inconclusive"),  # no difference at all: covers "no effect"
-        ("greater", 0.03, 0.05, 0.02, "agrees"),
-        ("greater", 0.0, 0.01, 0.02, "disagrees"),  # surely below the stated margin
-        ("equal", -0.004, 0.006, 0.01, "agrees"),
-        ("equal", 0.02, 0.05, 0.01, "disagrees"),
-        ("equal", 0.0, 0.05, 0.01, "inconclusive"),
-    ],
-)
-def test_verdict_rule(expect: str, low: float, high: float, margin: float, word: str) -> None:
-    assert verdict(expect, low, high, margin) == word
-
-
 def _grid(b_curve: list[float], a_curves: list[list[float]]) -> list[Run]:
     runs = [fake_run("b", s, b_curve) for s in range(len(a_curves))]
     return runs + [fake_run("a", s, curve) for s, curve in enumerate(a_curves)]
 
 
-def test_judge_pairs_seeds_and_reports_effect_interval_and_baseline_rounds() -> None:
-    b = [0.1, 0.2, 0.3, 0.4, 0.6, 0.7]  # reaches 0.5 at round 5
-    runs = _grid(b, [[0.1, 0.2, 0.6, 0.7, 0.8, 0.9]] * 5)  # round 3 in every seed
+def test_judge_pairs_seeds_and_reports_effect_interval_p_and_baseline_rounds() -> None:
+    b = [0.1, 0.2, 0.3, 0.4, 0.5, 0.7]  # reaches 0.5 at round 5
+    runs = _grid(b, [[0.1, 0.2, 0.5, 0.7, 0.8, 0.9]] * 6)  # round 3 in every seed
     j = judge(Claim("a sooner", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "less", "2x"), runs)
-    assert (j.verdict, j.seeds, j.effect, j.low, j.high) == ("agrees", 5, -2.0, -2.0, -2.0)
-    assert (j.a_median, j.b_median, j.baseline_rounds, j.on_paper_side) == (3.0, 5.0, 5.0, 5)
+    assert (j.verdict, j.seeds, j.effect, j.low, j.high) == ("agrees", 6, -2.0, -2.0, -2.0)
+    assert j.p == pytest.approx(2 / 64)  # six pairs: the smallest two-sided p is 2 of 2^6 sign vectors
+    assert (j.a_median, j.b_median, j.baseline_rounds, j.on_paper_side) == (3.0, 5.0, 5.0, 6)
     row = j.as_dict()
     assert row["verdict"] == "agrees" and row["interval"] == [-2.0, -2.0] and row["paper"] == "2x"
-    assert row["baseline_median_rounds_to_target"] == 5.0 and row["seeds"] == 5
+    assert row["differences"] == [-2.0] * 6 and row["paired_seeds"] == list(range(6)) and row["censored"] == [0, 0]
+    assert row["baseline_median_rounds_to_target"] == 5.0 and row["seeds"] == 6 and row["p"] == row["q"]
 
     slower = judge(Claim("b sooner", "x", {"algorithm": "b"}, {"algorithm": "a"}, rounds_to(0.5), "less"), runs)
     assert slower.verdict == "disagrees"
 
 
+def test_five_pairs_cannot_decide_however_large_the_effect() -> None:
+    """With 5 pairs the exact test's smallest two-sided p is 2/32 = 0.0625 > 0.05."""
+    runs = _grid([0.1, 0.2, 0.3, 0.4, 0.5, 0.7], [[0.5] * 6] * 5)
+    j = judge(Claim("a sooner", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "less"), runs)
+    assert j.effect == -4.0 and j.p == pytest.approx(0.0625) and j.verdict == "inconclusive"
+
+
 def test_judge_mixed_seeds_are_inconclusive_and_censoring_is_counted() -> None:
-    b = [0.1, 0.2, 0.3, 0.6]  # round 4
-    a = [[0.6] * 4, [0.1] * 4, [0.1, 0.6, 0.6, 0.6], [0.1] * 4, [0.1, 0.1, 0.6, 0.6]]  # 1, never (5), 2, 5, 3
+    b = [0.1, 0.2, 0.3, 0.5]  # round 4
+    a = [[0.5] * 4, [0.1] * 4, [0.1, 0.5, 0.5, 0.5], [0.1] * 4, [0.1, 0.1, 0.5, 0.5]]  # 1, never (4), 2, never, 3
     j = judge(Claim("a sooner", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "less"), _grid(b, a))
     assert j.verdict == "inconclusive" and j.censored == (2, 0)
-    assert j.effect == pytest.approx(np.mean([1 - 4, 5 - 4, 2 - 4, 5 - 4, 3 - 4]))
+    assert j.effect == pytest.approx(np.mean([1 - 4, 4 - 4, 2 - 4, 4 - 4, 3 - 4]))
 
 
 def test_judge_without_pairs_is_inconclusive_and_a_missing_experiment_is_not_run() -> None:
@@ -105,22 +90,76 @@ def test_judge_without_pairs_is_inconclusive_and_a_missing_experiment_is_not_run
 
 
 def test_a_claim_without_b_compares_with_a_constant() -> None:
-    runs = [fake_run("a", s, [0.9, 0.9 + 0.001 * s]) for s in range(5)]
+    runs = [fake_run("a", s, [0.9, 0.9 + 0.001 * s]) for s in range(6)]
     claim = Claim("high", "x", {"algorithm": "a"}, None, final("test_acc", last=1), "greater", value=0.8)
     j = judge(claim, runs)
-    assert j.verdict == "agrees" and j.b_median == 0.8 and j.effect == pytest.approx(0.102)
+    assert j.verdict == "agrees" and j.b_median == 0.8 and j.effect == pytest.approx(0.1025)
 
 
-def test_best_learning_rate_is_chosen_on_the_training_loss_not_the_test_accuracy() -> None:
+def test_a_directional_margin_shifts_the_test() -> None:
+    """'a ends more than 0.02 above b': differences of +0.01 are surely below that margin."""
+    runs = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.51 + 0.0001 * s]) for s in range(6)]
+    claim = Claim("2 points", "x", {"algorithm": "a"}, {"algorithm": "b"}, final("test_acc", 1), "greater", margin=0.02)
+    assert judge(claim, runs).verdict == "disagrees"
+    plain = Claim("higher", "x", {"algorithm": "a"}, {"algorithm": "b"}, final("test_acc", 1), "greater")
+    assert judge(plain, runs).verdict == "agrees"
+
+
+def test_equivalence_needs_a_margin_and_is_judged_by_tost() -> None:
+    with pytest.raises(ValueError, match="margin"):
+        Claim("no difference", "x", {"algorithm": "a"}, {"algorithm": "b"}, final(), "equal")
+    same = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.5 + 0.001 * (s % 2)]) for s in range(6)]
+    claim = Claim("same", "x", {"algorithm": "a"}, {"algorithm": "b"}, final("test_acc", 1), "equal", margin=0.01)
+    j = judge(claim, same)
+    assert j.verdict == "agrees" and j.p == pytest.approx(1 / 64)
+    apart = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.6 + 0.001 * s]) for s in range(6)]
+    assert judge(claim, apart).verdict == "disagrees"
+    unsure = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.5 + 0.02 * (-1) ** s]) for s in range(6)]
+    assert judge(claim, unsure).verdict == "inconclusive"
+
+
+def test_best_learning_rate_is_chosen_on_the_tuning_seeds_training_loss_and_they_are_not_judged() -> None:
     runs = []
-    for s in range(5):
+    for s in range(7):
         runs.append(fake_run("a", s, [0.9, 0.9], loss=[0.5, 0.5], lr=0.1))  # best test accuracy, worse loss
         runs.append(fake_run("a", s, [0.5, 0.5], loss=[0.2, 0.2], lr=0.3))  # lowest training loss
         runs.append(fake_run("b", s, [0.7, 0.7], loss=[0.3, 0.3], lr=0.1))
     claim = Claim("t", "x", {"algorithm": "a", "train.lr": BEST}, {"algorithm": "b", "train.lr": 0.1},
                   final("test_acc", last=1), "greater")
-    j = judge(claim, runs)
+    j = judge(claim, runs, tuning_seeds=[0])
     assert j.chosen == {"train.lr": 0.3} and j.a_median == 0.5 and j.verdict == "disagrees"
+    assert j.tuning_seeds == [0] and j.paired_seeds == [1, 2, 3, 4, 5, 6] and j.seeds == 6
+    with pytest.raises(ValueError, match="tuning seeds"):
+        judge(claim, runs)
+    runs[-3:] = [fake_run("a", 6, [0.9, 0.9], loss=[0.1, 0.1], lr=0.1), runs[-2], runs[-1]]  # a judged seed only
+    assert judge(claim, runs, tuning_seeds=[0]).chosen == {"train.lr": 0.3}  # what it says is not heard
+
+
+def test_family_verdicts_come_from_benjamini_hochberg_q_values() -> None:
+    """Six claims of p = 1/32 (all six pairs one way) and one of p = 0.0625·...: BH lifts the borderline one."""
+    claims, runs = [], []
+    for k in range(4):
+        runs += [fake_run(f"b{k}", s, [0.5]) for s in range(6)]
+        spread = [0.6] * 6 if k < 3 else [0.6, 0.6, 0.6, 0.6, 0.6, 0.45]  # k = 3: five of six pairs one way
+        runs += [fake_run(f"a{k}", s, [v + 0.001 * s]) for s, v in enumerate(spread)]
+        claims.append(Claim(f"c{k}", "x", {"algorithm": f"a{k}"}, {"algorithm": f"b{k}"}, final("test_acc", 1),
+                            "greater"))
+    alone = [judge(c, runs) for c in claims]
+    family = judge_family([judge(c, runs) for c in claims])
+    assert [j.verdict for j in alone[:3]] == ["agrees"] * 3
+    assert alone[3].p > 0.05 and alone[3].verdict == "inconclusive"
+    assert [j.q for j in family[:3]] == pytest.approx([4 / 3 * 2 / 64] * 3)
+    assert family[3].q == pytest.approx(alone[3].p) and family[3].verdict == "inconclusive"
+
+
+def test_a_censored_rounds_claim_takes_its_companion_verdict() -> None:
+    runs = [fake_run("b", s, [0.1, 0.2, 0.3], loss=[0.9, 0.8, 0.7]) for s in range(6)]  # never reaches 0.5
+    runs += [fake_run("a", s, [0.1, 0.2, 0.3 + 0.01 * s], loss=[0.5, 0.4, 0.3]) for s in range(6)]
+    rows = speed("a faster", "x", {"algorithm": "a"}, {"algorithm": "b"}, 0.5)
+    rounds, loss = judge_family([judge(c, runs) for c in rows])
+    assert rounds.censored == (6, 6) and rounds.carried_by == loss.claim.measure.name
+    assert loss.verdict == "agrees" and rounds.verdict == "agrees" and rounds.q is None
+    assert not rounds.in_family and loss.in_family
 
 
 def test_pick_by_name_alone_does_not_match_a_variant() -> None:
@@ -133,8 +172,11 @@ def test_pick_by_name_alone_does_not_match_a_variant() -> None:
 
 def test_speed_claim_is_two_rows_rounds_and_the_continuous_measure() -> None:
     rows = speed("a faster", "x", {"algorithm": "a"}, {"algorithm": "b"}, 0.5, paper="2x")
-    assert [r.measure.name for r in rows] == ["rounds to 0.5 test accuracy", "mean train loss over rounds"]
+    assert [r.measure.name for r in rows] == ["rounds to 0.5 test accuracy (interpolated, restricted)",
+                                              "mean train loss over rounds"]
     assert [r.expect for r in rows] == ["less", "less"]
+    assert rows[1].text == "a faster: lower train loss averaged over the rounds"  # worded as a loss claim
+    assert rows[0].companion == rows[1].measure.name
 
 
 def test_unknown_expectation_is_refused() -> None:
@@ -145,13 +187,14 @@ def test_unknown_expectation_is_refused() -> None:
 def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
     from fedaccel.report.claims import numbers
 
-    b = [0.1, 0.2, 0.3, 0.6]  # round 4
+    b = [0.1, 0.2, 0.3, 0.5]  # round 4
     runs = [fake_run({"name": "gsnr", "samples": 64, "plan": "random"}, s, b) for s in range(5)]
-    runs += [fake_run({"name": "gsnr", "samples": 64}, s, [0.1, 0.6, 0.6, 0.6]) for s in range(5)]  # round 2
+    runs += [fake_run({"name": "gsnr", "samples": 64}, s, [0.1, 0.5, 0.6, 0.6]) for s in range(5)]  # round 2
     claim = Claim("t", "x", {"algorithm": {"name": "gsnr", "samples": 64}},
                   {"algorithm": {"name": "gsnr", "samples": 64, "plan": "random"}}, rounds_to(0.5), "less")
     text = numbers(judge(claim, runs))
-    assert text.startswith("median gsnr 2 vs gsnr plan random 4; a − b = -2 [-2, -2], 5/5 seeds")
+    assert text.startswith("median gsnr 2 vs gsnr plan random 4; a − b = -2 [t 95%: -2, -2], p = 0.0625, q = 0.0625, "
+                           "5/5 seeds")
     assert text.endswith("speed-up of the medians 2.00×")
 
 

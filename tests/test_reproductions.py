@@ -19,7 +19,8 @@ from fedaccel.report.tables import compare_table
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
-MODULES = sorted(m.name for m in pkgutil.iter_modules(reproductions.__path__))
+MODULES = sorted(m.name for m in pkgutil.iter_modules(reproductions.__path__)  # the papers: modules with CLAIMS
+                 if hasattr(importlib.import_module(f"fedaccel.reproductions.{m.name}"), "CLAIMS"))
 EXPERIMENT_FILES = sorted(EXPERIMENTS.rglob("*.yaml"))
 
 
@@ -175,10 +176,27 @@ def test_committed_claims_have_five_seeds_and_match_their_report() -> None:
         assert claims, paper
         for claim in claims:
             assert claim["verdict"] in ("agrees", "disagrees", "inconclusive"), (paper, claim["text"])
-            assert claim["seeds"] >= 5, f"{paper}: {claim['text']} ({claim['measure']}) has {claim['seeds']} seeds"
+            runs = claim["seeds"] + len(claim["tuning_seeds"])  # the tuning seeds' runs are never judged
+            assert runs >= 5, f"{paper}: {claim['text']} ({claim['measure']}) has {claim['seeds']} seeds"
+            assert not set(claim["tuning_seeds"]) & set(claim["paired_seeds"]), claim["text"]
+            assert len(claim["differences"]) == claim["seeds"] == len(claim["paired_seeds"]), claim["text"]
             low, high = claim["interval"]
             assert low <= claim["effect"] <= high or math.isclose(low, high), claim
+            assert 0 < claim["p"] <= 1 and (claim["q"] is None or claim["p"] <= claim["q"] <= 1), claim["text"]
             assert f"| {claim['text']} | {claim['measure']} | **{claim['verdict']}** |" in report, claim["text"]
+
+
+def test_no_claim_repeats_another_ones_numbers() -> None:
+    """Two rows on the same numbers (BHerd with α = 1 is FedAvg; FedNova with equal τ_i is FedAvg) would be
+    one finding counted twice in the family."""
+    for paper in REPORTS:
+        seen: dict[tuple[str, str], str] = {}
+        for claim in json.loads((DOCS / f"{paper}.claims.json").read_text()):
+            if not claim["differences"] or not any(claim["differences"]):
+                continue
+            key = (claim["measure"], json.dumps(claim["differences"]))
+            assert key not in seen, f"{paper}: {claim['text']!r} repeats {seen[key]!r}"
+            seen[key] = claim["text"]
 
 
 def test_render_only_without_data_is_one_line(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fedaccel.errors import UserError
-from fedaccel.report import reading as results
+from fedaccel.report import figures as results
 from fedaccel.report.figures import _make_figure, plot_curves
 from fedaccel.report.reading import group_runs, load_run, load_runs, series
 from fedaccel.report.tables import compare_table, rounds_to_target
@@ -239,7 +239,7 @@ def test_rounds_to_target(experiment):
 
 
 def _rows(table: str) -> dict[str, list[str]]:
-    lines = table.splitlines()
+    lines = [line for line in table.splitlines() if line.startswith("|")]  # the note below the table is not a row
     out = {}
     for line in lines[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -253,7 +253,8 @@ def test_compare_table_speedups(experiment):
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header[:2] == ["method", "seeds"]
     assert "rounds to 0.5" in header and "speed-up @0.8" in header
-    assert len(lines) == 4  # header, separator, two groups
+    assert len(lines) == 6  # header, separator, two groups, a blank line and the note on rounds
+    assert lines[-1].startswith("Rounds to a target: each seed's interpolated crossing")
     rows = _rows(table)
     fedavg, fast = rows["fedavg (baseline)"], rows["fast"]
     assert fedavg[1] == fast[1] == "2"
@@ -262,16 +263,18 @@ def test_compare_table_speedups(experiment):
     assert fedavg[3] == "0.8000 ± 0.1000"
     assert fast[2] == "0.9100"
     assert fast[3] == "0.9100 ± 0.0100"
-    # targets: 0.5 -> fedavg 3, fast 1 (3.00×); 0.8 -> fedavg 5, fast 3 (1.67×); 0.95 -> never
-    assert fedavg[4:] == ["3", "1.00×", "5", "1.00×", "—", "—"]
-    assert fast[4:] == ["1", "3.00×", "3", "1.67×", "—", "—"]
+    # targets, per seed (interpolated): 0.5 -> fedavg 3 and 3, fast 1 and 1 (3.00×); 0.8 -> fedavg never (its
+    # last round, 5) and 4 + 0.2/0.3 = 4.67, mean 4.83; fast 3 and 3 (1.61×); 0.95 -> never. Two seeds can never
+    # tell a difference apart (the smallest two-sided p is 0.5): ≈
+    assert fedavg[4:] == ["3", "1.00×", "4.8 [2.7–7] (1 of 2 never)", "1.00×", "—", "—"]
+    assert fast[4:] == ["1", "3.00× ≈", "3", "1.61× ≈", "—", "—"]
 
 
 def test_compare_table_baseline_choice(experiment):
     runs = load_runs(experiment)
     rows = _rows(compare_table(runs, targets=[0.5], baseline="fast"))
     assert rows["fast (baseline)"][4:] == ["1", "1.00×"]
-    assert rows["fedavg"][4:] == ["3", "0.33×"]
+    assert rows["fedavg"][4:] == ["3", "0.33× ≈"]
     with pytest.raises(UserError, match=r"unknown baseline 'scaffold'.*'fast', 'fedavg'"):
         compare_table(runs, targets=[0.5], baseline="scaffold")
 
@@ -284,7 +287,7 @@ def test_compare_table_default_baseline_without_fedavg(tmp_path):
     assert rows["scaffold (baseline)"][4:] == ["2", "1.00×"]
     assert rows["fedprox"][1] == "1"
     assert rows["fedprox"][3] == "0.7000"  # a single seed: no ± part
-    assert rows["fedprox"][4:] == ["1", "2.00×"]
+    assert rows["fedprox"][4:] == ["1", "2.00× ≈"]
 
 
 def test_each_row_is_measured_against_the_baseline_of_its_own_split(tmp_path):
@@ -299,13 +302,13 @@ def test_each_row_is_measured_against_the_baseline_of_its_own_split(tmp_path):
         rows = _rows(compare_table(runs, targets=[0.5], baseline=baseline))
         assert rows["fedavg (data.split=case1) (baseline)"][4:] == ["4", "1.00×"]
         assert rows["fedavg (data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
-        assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00×"]
-        assert rows["bherd (algorithm.alpha=0.5, data.split=case2)"][4:] == ["1", "2.00×"]
+        assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00× ≈"]
+        assert rows["bherd (algorithm.alpha=0.5, data.split=case2)"][4:] == ["1", "2.00× ≈"]
     # a baseline named by some of its distinguishing values: one per split
     rows = _rows(compare_table(runs, targets=[0.5], baseline="bherd (algorithm.alpha=1.0)"))
     assert rows["bherd (algorithm.alpha=1.0, data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
-    assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00×"]
-    assert rows["fedavg (data.split=case2)"][4:] == ["2", "1.00×"]
+    assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00× ≈"]
+    assert rows["fedavg (data.split=case2)"][4:] == ["2", "1.00× ≈"]
     with pytest.raises(UserError, match="unknown baseline 'bherd \\(algorithm.alpha=0.7\\)'"):
         compare_table(runs, targets=[0.5], baseline="bherd (algorithm.alpha=0.7)")
 
@@ -351,7 +354,7 @@ def test_compare_marks_only_the_real_baseline_among_runs_of_one_method(tmp_path)
     rows = _rows(table)
     marked = [label for label in rows if label.endswith("(baseline)")]
     assert marked == ["fedavg (train.lr=0.1) (baseline)"]
-    assert rows["fedavg (train.lr=0.2)"][4:] == ["1", "2.00×"]
+    assert rows["fedavg (train.lr=0.2)"][4:] == ["1", "2.00× ≈"]
 
 
 # ---------------------------------------------------------------------------- curves that show the difference

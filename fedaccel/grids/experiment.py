@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description",
-                   "figures_by", "diagnostics"}
+                   "figures_by", "diagnostics", "claims", "tuning_seeds"}
+COPY = "experiment.yaml"  # the experiment file, copied beside its runs (what `fedaccel judge GRID_DIR` reads)
 
 
 @dataclass
@@ -53,6 +54,9 @@ class Experiment:
     metrics: tuple[str, ...] = ("test_acc", "test_loss", "train_loss")
     figures_by: str | None = None  # reports: one curves figure per value of this config key
     diagnostics: dict[str, Any] | None = None  # reports: diagnostics of the cells with these values (default: first seed)
+    claims: list[Any] = field(default_factory=list)  # fedaccel judge: Claim rows (fedaccel.report.judge)
+    tuning_seeds: tuple[Any, ...] = ()  # seeds that only pick a claim's best value, never judged
+    source: Path | None = None  # the experiment file
 
 
 @dataclass
@@ -95,8 +99,14 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     if diagnostics is not None and not isinstance(diagnostics, dict):
         raise ConfigError(f"{path}: diagnostics must map config keys to values (the cells whose diagnostics are drawn)")
     figures_by = raw.get("figures_by")
+    from fedaccel.report.judge import parse_claims
+
+    claims = parse_claims(raw["claims"], name, str(path)) if "claims" in raw else []
+    tuning = raw.get("tuning_seeds") or []
+    if not isinstance(tuning, list):
+        raise ConfigError(f"{path}: tuning_seeds must be a list of seeds")
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
-                      str(figures_by) if figures_by else None, diagnostics)
+                      str(figures_by) if figures_by else None, diagnostics, claims, tuple(tuning), path)
 
 
 VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together
@@ -163,6 +173,9 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     from fedaccel.report.tables import compare_table
 
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
+    copy = experiment.out_dir / COPY
+    if experiment.source is not None and experiment.source.is_file() and not (copy.exists() and copy.samefile(experiment.source)):
+        copy.write_text(experiment.source.read_text(encoding="utf-8"), encoding="utf-8")
     todo: list[tuple[int, str, Config, Path]] = []
     run_dirs, skipped = [], []
     for k, (name, config) in enumerate(experiment.cells, start=1):

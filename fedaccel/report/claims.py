@@ -1,24 +1,27 @@
-"""A paper's claims as data, judged by one statistical rule on paired seeds.
+"""Claims as data, judged by one procedure on paired seeds (docs/statistics.md).
 
 A :class:`Claim` is a row: the experiment, the two setups compared (``a`` and ``b``, config values
 by dotted key), a :class:`Measure` of each run, the direction the paper states and the paper's own
-number. :func:`judge` pairs the runs of ``a`` and ``b`` by seed, takes the per-seed differences
-``d_s = m(a_s) - m(b_s)`` and a paired bootstrap of their mean (10,000 resamples, percentile 95%
-interval, fixed resampling seed so a report is reproducible). The verdict:
+number. :func:`judge` pairs the runs of ``a`` and ``b`` by seed and takes the per-seed differences
+``d_s = m(a_s) - m(b_s)`` (or ``m(a_s) - value`` without ``b``); :func:`judge_family` then decides
+every claim of one report together (:mod:`fedaccel.report.statistics`):
 
-- ``expect="less"`` (a's measure is lower: fewer rounds, lower loss): **agrees** when the whole
-  interval lies below ``-margin``, **disagrees** when it lies above it, else **inconclusive**;
-- ``expect="greater"``: the mirror image (above ``margin`` agrees, below it disagrees);
-- ``expect="equal"``: **agrees** when the interval lies within ``[-margin, margin]``, **disagrees**
-  when it lies wholly outside it, else **inconclusive**.
+- ``expect="less"`` / ``"greater"``: the exact paired sign-flip test of ``mean(d) = ∓margin``
+  (two-sided), Benjamini–Hochberg across the family: **agrees** when ``q <= 0.05`` and the mean
+  difference lies on the paper's side, **disagrees** when ``q <= 0.05`` on the other side, else
+  **inconclusive**;
+- ``expect="equal"`` needs a margin (in the measure's units, with the reason in the claim's text):
+  **agrees** when the equivalence test (TOST: two one-sided sign-flip tests) has ``q <= 0.05``,
+  **disagrees** when the whole t interval lies outside ``±margin``, else **inconclusive**.
 
-A claim without ``b`` compares ``a``'s per-seed values with the constant ``value``.
-
-Rounds to a target are censored, never dropped: a run that does not reach the target counts as
-its last round plus one evaluation interval (a lower bound), and the report says how many did not.
-A value of :data:`BEST` in ``a`` or ``b`` (``{"train.lr": BEST}``) picks, among the runs that match
-the rest, the value whose runs have the lowest training loss averaged over rounds and seeds: the
-learning rate is tuned on the training loss, never on the test set.
+The effect is the mean difference with its 95% Student-t interval (an effect size; the verdict
+comes from the exact test). Rounds to a target are the interpolated crossing of the target
+(linear between evaluated rounds, so ties vanish), restricted to the round budget: a run that never
+reaches it counts as the last round (a restricted mean), the censored runs are counted, and where
+more than a third of either side is censored the verdict is carried by the claim's continuous
+companion (the loss averaged over rounds). A value of :data:`BEST` in ``a`` or ``b``
+(``{"train.lr": BEST}``) picks the value whose runs have the lowest training loss averaged over
+rounds, on the *tuning seeds* only; those seeds are never judged.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from typing import Any
 import numpy as np
 
 from fedaccel.report.reading import Run, value_at
+from fedaccel.report.statistics import ALPHA, bh_adjust, sign_flip_p, t_interval, tost_p
 
-BEST = "best"  # in a claim's setup: the value of this key with the lowest mean training loss
-RESAMPLES = 10_000
-LEVEL = 0.95
-METHOD = (f"paired bootstrap over seeds of the mean per-seed difference a - b ({RESAMPLES:,} resamples, "
-          f"{LEVEL:.0%} percentile interval)")
+BEST = "best"  # in a claim's setup: the value of this key with the lowest mean training loss (tuning seeds)
+METHOD = ("exact paired sign-flip test of the mean per-seed difference a - b (TOST against ±margin for "
+          f"'equal'), Benjamini-Hochberg across the report's claims at q <= {ALPHA:g}; effect: mean difference "
+          "with its 95% Student-t interval")
 EXPECTATIONS = ("less", "greater", "equal")
+CENSORED_SHARE = 1 / 3  # beyond this share censored on either side, a rounds claim's companion decides
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,12 @@ class Measure:
     fmt: str = ".4g"
     target: float | None = None  # for rounds-to-target measures: the accuracy aimed at
     metric: str = "test_acc"
+    budget: Callable[[Run], float] | None = None  # rounds measures: the value of a censored run
 
 
-def _curve(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    rows = [(r["round"], r[metric]) for r in run.metrics if r.get(metric) is not None and r["round"] > 0]
+def _curve(run: Run, metric: str, *, with_round_0: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    first = 0 if with_round_0 else 1
+    rows = [(r["round"], r[metric]) for r in run.metrics if r.get(metric) is not None and r["round"] >= first]
     if not rows:
         raise ValueError(f"{run.path}: no {metric} recorded after round 0")
     x, y = np.array(rows, dtype=float).T
@@ -73,17 +79,30 @@ def reached(run: Run, target: float, metric: str = "test_acc") -> bool:
     return bool(np.any(y <= target if "loss" in metric else y >= target))
 
 
+def crossing(x: np.ndarray, y: np.ndarray, target: float, lower_is_better: bool = False) -> float | None:
+    """The round where the curve ``(x, y)`` first reaches ``target``, linear between evaluated rounds
+    (None if it never does)."""
+    hit = np.flatnonzero(y <= target if lower_is_better else y >= target)
+    if not hit.size:
+        return None
+    i = int(hit[0])
+    if i == 0 or y[i] == y[i - 1]:
+        return float(x[i])
+    return float(x[i - 1] + (target - y[i - 1]) / (y[i] - y[i - 1]) * (x[i] - x[i - 1]))
+
+
 def rounds_to(target: float, metric: str = "test_acc") -> Measure:
-    """Rounds until ``metric`` first reaches ``target`` (``<=`` for a loss), censored at the last
-    round plus one evaluation interval."""
+    """Rounds until ``metric`` first reaches ``target`` (``<=`` for a loss), interpolated between evaluated
+    rounds and restricted to the run's budget: a run that never reaches it counts as its last round."""
 
     def of(run: Run) -> float:
-        x, y = _curve(run, metric)
-        hit = np.flatnonzero(y <= target if "loss" in metric else y >= target)
-        return float(x[hit[0]]) if hit.size else float(last_round(run) + eval_interval(run))
+        x, y = _curve(run, metric, with_round_0=True)
+        found = crossing(x, y, target, "loss" in metric)
+        return float(last_round(run)) if found is None else min(found, float(last_round(run)))
 
     word = metric.replace("_", " ").replace("acc", "accuracy")
-    return Measure(f"rounds to {target:g} {word}", of, ".3g", target=target, metric=metric)
+    return Measure(f"rounds to {target:g} {word} (interpolated, restricted)", of, ".3g", target=target, metric=metric,
+                   budget=lambda run: float(last_round(run)))
 
 
 def mean_over_rounds(metric: str = "train_loss", *, upto: float = 1.0) -> Measure:
@@ -123,21 +142,32 @@ class Claim:
     measure: Measure
     expect: str
     paper: str = ""  # the paper's own number or wording
-    margin: float = 0.0
+    margin: float = 0.0  # in the measure's units; required (> 0) for "equal"
     value: float = 0.0  # compared with a's values when there is no b
+    companion: str | None = None  # rounds claims: the measure name of the continuous row that decides when censored
+    detect: float | None = None  # `fedaccel judge --plan`: the difference to detect (default: the pilot's)
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECTATIONS:
             raise ValueError(f"claim {self.text!r}: expect must be one of {EXPECTATIONS}, not {self.expect!r}")
+        if self.expect == "equal" and not self.margin > 0:
+            raise ValueError(f"claim {self.text!r}: a 'no difference' claim needs a margin > 0 in the measure's "
+                             "units (how large a difference would not matter, and why)")
+        if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"claim {self.text!r}: margin must be a number >= 0, not {self.margin!r}")
 
 
 def speed(text: str, experiment: str, a: Mapping[str, Any], b: Mapping[str, Any], target: float,
           paper: str = "", continuous: str = "train_loss") -> list[Claim]:
-    """A speed claim ("a converges faster than b") as two rows: rounds to ``target`` (censored)
-    and the continuous counterpart, ``continuous`` averaged over the rounds (lower for a loss)."""
+    """A speed claim ("a converges faster than b") as two rows: rounds to ``target`` (interpolated,
+    restricted) and, worded as its own claim, ``continuous`` averaged over the rounds (lower for a loss),
+    which also decides the first row when more than a third of either side never reaches the target."""
     better = "less" if "loss" in continuous else "greater"
-    return [Claim(text, experiment, a, b, rounds_to(target), "less", paper),
-            Claim(text, experiment, a, b, mean_over_rounds(continuous), better, paper)]
+    loss = mean_over_rounds(continuous)
+    word = continuous.replace("_", " ")
+    loss_text = f"{text}: {'lower' if better == 'less' else 'higher'} {word} averaged over the rounds"
+    return [Claim(text, experiment, a, b, rounds_to(target), "less", paper, companion=loss.name),
+            Claim(loss_text, experiment, a, b, loss, better, paper)]
 
 
 @dataclass
@@ -148,7 +178,7 @@ class Judgement:
     verdict: str  # agrees, disagrees, inconclusive, not run
     seeds: int = 0
     effect: float | None = None  # mean of the per-seed differences a - b (or a - value)
-    low: float | None = None
+    low: float | None = None  # its 95% Student-t interval
     high: float | None = None
     a_median: float | None = None
     b_median: float | None = None
@@ -157,6 +187,18 @@ class Judgement:
     baseline_rounds: float | None = None  # b's median rounds to the claim's target, when it has one
     chosen: dict[str, Any] = field(default_factory=dict)  # values picked for BEST keys
     note: str = ""
+    differences: list[float] = field(default_factory=list)  # per seed, in seed order
+    paired_seeds: list[Any] = field(default_factory=list)
+    p: float | None = None  # exact sign-flip (TOST for 'equal')
+    q: float | None = None  # Benjamini-Hochberg over the family
+    tuning_seeds: list[Any] = field(default_factory=list)  # seeds BEST values were chosen on (never judged)
+    sides: tuple[int, int] = (0, 0)  # runs of a and b (censoring shares)
+    carried_by: str | None = None  # the companion measure that decided a censored rounds claim
+
+    @property
+    def in_family(self) -> bool:
+        """Whether the claim's own test enters the family's multiplicity control."""
+        return self.p is not None and self.carried_by is None
 
     def as_dict(self) -> dict[str, Any]:
         c = self.claim
@@ -164,10 +206,12 @@ class Judgement:
             "text": c.text, "experiment": c.experiment, "measure": c.measure.name, "expect": c.expect,
             "margin": c.margin, "a": _plain(c.a), "b": _plain(c.b) if c.b is not None else None,
             "value": None if c.b is not None else c.value, "chosen": self.chosen,
-            "verdict": self.verdict, "seeds": self.seeds, "effect": _num(self.effect),
-            "interval": [_num(self.low), _num(self.high)], "method": METHOD,
+            "verdict": self.verdict, "seeds": self.seeds, "paired_seeds": self.paired_seeds,
+            "differences": [_num(d) for d in self.differences], "effect": _num(self.effect),
+            "interval": [_num(self.low), _num(self.high)], "p": _num(self.p), "q": _num(self.q), "method": METHOD,
             "a_median": _num(self.a_median), "b_median": _num(self.b_median),
-            "seeds_on_paper_side": self.on_paper_side, "never_reached": list(self.censored),
+            "seeds_on_paper_side": self.on_paper_side, "censored": list(self.censored),
+            "tuning_seeds": self.tuning_seeds, "carried_by": self.carried_by,
             "paper": c.paper, "baseline_median_rounds_to_target": _num(self.baseline_rounds),
             "target": c.measure.target, "note": self.note,
         }
@@ -195,7 +239,8 @@ def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
 
 def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Resolve :data:`BEST` values of ``where``: the value with the lowest training loss averaged over
-    rounds and seeds, among the runs matching the rest. Returns (resolved where, chosen values)."""
+    rounds and seeds, among the runs matching the rest (give only the tuning seeds' runs). Returns
+    (resolved where, chosen values)."""
     fixed = {k: v for k, v in where.items() if v != BEST}
     chosen: dict[str, Any] = {}
     for key in [k for k, v in where.items() if v == BEST]:
@@ -212,61 +257,104 @@ def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str
     return {**fixed, **chosen}, chosen
 
 
-def _side(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[list[Run], dict[str, Any]]:
-    """The runs of one side of a claim, with the values chosen for its BEST keys."""
-    resolved, chosen = choose_best(runs, where)
-    return pick(runs, resolved), chosen
+def _tunes(claim: Claim) -> bool:
+    return any(v == BEST for v in claim.a.values()) or (claim.b is not None and any(v == BEST for v in claim.b.values()))
 
 
-def bootstrap_interval(differences: Sequence[float], resamples: int = RESAMPLES, level: float = LEVEL,
-                       seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of the mean of ``differences`` under resampling with replacement."""
-    d = np.asarray(differences, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+def _side(runs: Sequence[Run], where: Mapping[str, Any], tuning: Sequence[Any]) -> tuple[list[Run], dict[str, Any]]:
+    """The judged runs of one side of a claim, with the values chosen on the tuning seeds for its BEST keys."""
+    resolved, chosen = choose_best([r for r in runs if r.seed in tuning], where)
+    return [r for r in pick(runs, resolved) if r.seed not in tuning], chosen
 
 
-def verdict(expect: str, low: float, high: float, margin: float = 0.0) -> str:
-    """agrees / disagrees / inconclusive from the interval of a - b (see the module docstring)."""
-    if expect == "less":
-        return "agrees" if high < -margin else "disagrees" if low > -margin else "inconclusive"
-    if expect == "greater":
-        return "agrees" if low > margin else "disagrees" if high < margin else "inconclusive"
-    if -margin <= low and high <= margin:
-        return "agrees"
-    return "disagrees" if low > margin or high < -margin else "inconclusive"
+def claim_p_value(claim: Claim, d: Sequence[float]) -> float:
+    """The p-value of the claim's own test on the differences ``d`` (see the module docstring)."""
+    if claim.expect == "equal":
+        return tost_p(d, claim.margin)
+    shift = -claim.margin if claim.expect == "less" else claim.margin
+    return sign_flip_p(np.asarray(d, dtype=float) - shift)
 
 
-def judge(claim: Claim, runs: Sequence[Run] | None) -> Judgement:
-    """The claim's verdict on the runs of its experiment (None: the experiment was not run)."""
+def verdict(j: Judgement, q: float, alpha: float = ALPHA) -> str:
+    """agrees / disagrees / inconclusive from the adjusted p-value ``q`` (see the module docstring)."""
+    c = j.claim
+    if c.expect == "equal":
+        if q <= alpha:
+            return "agrees"
+        outside = j.low is not None and j.high is not None and (j.low > c.margin or j.high < -c.margin)
+        return "disagrees" if outside else "inconclusive"
+    if q > alpha or j.effect is None:
+        return "inconclusive"
+    shift = -c.margin if c.expect == "less" else c.margin
+    paper_side = j.effect - shift < 0 if c.expect == "less" else j.effect - shift > 0
+    return "agrees" if paper_side else "disagrees"
+
+
+def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] = ()) -> Judgement:
+    """The claim's measurements and its own test on the runs of its experiment (None: not run), its
+    verdict as a family of one; :func:`judge_family` decides a report's claims together. BEST values are
+    chosen on ``tuning_seeds``, whose runs are then left out of the claim's pairs."""
     if runs is None:
         return Judgement(claim, "not run", note=f"experiment {claim.experiment} not run")
-    a_runs, chosen = _side(runs, claim.a)
-    b_runs, chosen_b = _side(runs, claim.b) if claim.b is not None else ([], {})
+    tuning = list(tuning_seeds) if _tunes(claim) else []
+    if _tunes(claim) and not tuning:
+        raise ValueError(f"claim {claim.text!r} picks a best value: give tuning seeds (never the judged ones)")
+    a_runs, chosen = _side(runs, claim.a, tuning)
+    b_runs, chosen_b = _side(runs, claim.b, tuning) if claim.b is not None else ([], {})
     chosen.update({f"b:{k}": v for k, v in chosen_b.items()})
     a = {r.seed: claim.measure.of(r) for r in a_runs}
     b = {r.seed: claim.measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
     seeds = sorted((s for s in set(a) & set(b) if math.isfinite(a[s]) and math.isfinite(b[s])), key=repr)
     if len(seeds) < 2:
-        return Judgement(claim, "inconclusive", len(seeds), chosen=chosen,
+        return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning,
                          note=f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}")
     d = [a[s] - b[s] for s in seeds]
-    low, high = bootstrap_interval(d)
+    low, high = t_interval(d)
     sign = {"less": -1.0, "greater": 1.0}.get(claim.expect)
     side = sum(x * sign > 0 for x in d) if sign else sum(abs(x) <= claim.margin for x in d)
     judgement = Judgement(
-        claim, verdict(claim.expect, low, high, claim.margin), len(seeds), float(np.mean(d)), low, high,
+        claim, "inconclusive", len(seeds), float(np.mean(d)), low, high,
         float(np.median([a[s] for s in seeds])), float(np.median([b[s] for s in seeds])), int(side), chosen=chosen,
+        differences=[float(x) for x in d], paired_seeds=seeds, p=claim_p_value(claim, d), tuning_seeds=tuning,
     )
     target = claim.measure.target
     if target is not None:
         metric = claim.measure.metric
-        judgement.censored = (sum(not reached(r, target, metric) for r in a_runs),
-                              sum(not reached(r, target, metric) for r in b_runs))
+        paired = set(seeds)
+        judgement.censored = (sum(not reached(r, target, metric) for r in a_runs if r.seed in paired),
+                              sum(not reached(r, target, metric) for r in b_runs if r.seed in paired))
+        judgement.sides = (len(seeds), len(seeds) if claim.b is not None else 0)
         judgement.baseline_rounds = judgement.b_median if claim.b is not None else None
+    judgement.q = judgement.p
+    judgement.verdict = verdict(judgement, judgement.p)
     return judgement
+
+
+def too_censored(j: Judgement) -> bool:
+    """More than :data:`CENSORED_SHARE` of either side never reached the claim's target."""
+    return any(n and c > CENSORED_SHARE * n for c, n in zip(j.censored, j.sides))
+
+
+def judge_family(judgements: Sequence[Judgement], alpha: float = ALPHA) -> list[Judgement]:
+    """Decide a report's claims together: Benjamini-Hochberg over the p-values of the claims judged by
+    their own test, verdicts from the q-values; a rounds claim whose sides are too censored takes the
+    verdict of its continuous companion (same experiment and setups) and leaves the family."""
+    by_setup = {(j.claim.experiment, repr(j.claim.a), repr(j.claim.b), j.claim.measure.name): j for j in judgements}
+    for j in judgements:
+        if j.p is not None and j.claim.companion and too_censored(j):
+            j.carried_by = j.claim.companion
+    family = [j for j in judgements if j.in_family]
+    for j, q in zip(family, bh_adjust([j.p for j in family])):
+        j.q = q
+        j.verdict = verdict(j, q, alpha)
+    for j in judgements:
+        if j.carried_by is not None:
+            mate = by_setup.get((j.claim.experiment, repr(j.claim.a), repr(j.claim.b), j.carried_by))
+            j.q = None
+            j.verdict = mate.verdict if mate is not None and mate.in_family else "inconclusive"
+            j.note = (f"{j.censored[0]} and {j.censored[1]} runs never reached the target: "
+                      f"the verdict is the {j.carried_by}'s")
+    return list(judgements)
 
 
 def _short_key(key: str) -> str:
@@ -306,12 +394,20 @@ def numbers(j: Judgement) -> str:
         return j.note
     a_text = describe(c.a, c.b, j.chosen)
     b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} {j.b_median:{f}}" if c.b is not None else f"reference {c.value:{f}}"
+    test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
     text = (f"median {a_text} {j.a_median:{f}} vs {b_text}; "
-            f"a − b = {j.effect:+{f}} [{j.low:+{f}}, {j.high:+{f}}], {j.on_paper_side}/{j.seeds} seeds the paper's way")
+            f"a − b = {j.effect:+{f}} [t 95%: {j.low:+{f}}, {j.high:+{f}}], {test}, "
+            f"{j.on_paper_side}/{j.seeds} seeds the paper's way")
+    if c.expect == "equal":
+        text += f"; margin ±{c.margin:{f}}"
     if c.measure.target is not None and c.b is not None and j.a_median:
         text += f"; speed-up of the medians {j.b_median / j.a_median:.2f}×"
     if c.measure.target is not None and any(j.censored):
-        text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (censored)"
+        text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (counted at the last round)"
+    if j.carried_by:
+        text += f"; verdict carried by the {j.carried_by}"
+    if j.tuning_seeds:
+        text += f"; best values chosen on seed(s) {', '.join(map(str, j.tuning_seeds))}"
     return text
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fedaccel.errors import UserError
+from fedaccel.report.claims import crossing
 from fedaccel.report.reading import (
     METRIC_NAMES,
     Run,
@@ -25,6 +28,7 @@ from fedaccel.report.reading import (
     run_curve,
     series,
 )
+from fedaccel.report.statistics import ALPHA, sign_flip_p, t_interval
 
 
 def rounds_to_target(
@@ -103,18 +107,78 @@ def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None)
     return base_of
 
 
+@dataclass
+class SeedRounds:
+    """Rounds to a target over a group's seeds: the interpolated crossing of each seed's own curve,
+    restricted to its last round (where it never gets there: ``censored``), the claims' definition."""
+
+    by_seed: dict[Any, float]
+    censored: int
+
+    @property
+    def reached(self) -> bool:
+        return len(self.by_seed) > self.censored
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(list(self.by_seed.values())))
+
+    def cell(self) -> str:
+        """``mean [low–high]`` (95% t interval over seeds), ``(k of n never)`` when some are censored."""
+        if not self.reached:
+            return "—"
+        text = _fmt_rounds(round(self.mean, 1))
+        if len(self.by_seed) > 1:
+            low, high = t_interval(list(self.by_seed.values()))
+            if high > low:
+                text += f" [{_fmt_rounds(round(low, 1))}–{_fmt_rounds(round(high, 1))}]"
+        if self.censored:
+            text += f" ({self.censored} of {len(self.by_seed)} never)"
+        return text
+
+
+def seed_rounds(group: Sequence[Run], target: float, metric: str = "test_acc") -> SeedRounds:
+    """Each seed's rounds to ``target`` (interpolated, restricted to its last round)."""
+    by_seed, censored = {}, 0
+    for run in group:
+        curve = run_curve(run, metric)
+        if not curve:
+            continue
+        x = np.array(sorted(curve), dtype=float)
+        y = np.array([curve[int(k)] for k in x])
+        hit = crossing(x, y, target, lower_is_better=not higher_better(metric))
+        censored += hit is None
+        by_seed[run.seed] = float(x[-1]) if hit is None else min(hit, float(x[-1]))
+    return SeedRounds(by_seed, censored)
+
+
+def speed_up(rounds: SeedRounds, base: SeedRounds) -> str:
+    """``base / rounds`` of the means, marked ``≈`` when the paired seeds cannot tell the two apart
+    (the exact sign-flip test of the per-seed differences, p > 0.05, or fewer than two pairs)."""
+    if not rounds.reached or not base.reached or rounds.mean <= 0:
+        return "—"
+    text = f"{base.mean / rounds.mean:.2f}×"
+    if rounds is base:
+        return text
+    seeds = [s for s in rounds.by_seed if s in base.by_seed]
+    d = [rounds.by_seed[s] - base.by_seed[s] for s in seeds]
+    return text + (" ≈" if len(d) < 2 or sign_flip_p(d) > ALPHA else "")
+
+
 def compare_table(
     runs: Sequence[Run] | Iterable[str | Path | Run],
     targets: Sequence[float],
     baseline: str | None = None,
     metric: str = "test_acc",
 ) -> str:
-    """A Markdown table comparing the groups of ``runs`` (one row per group).
+    """A Markdown table comparing the groups of ``runs`` (one row per group), and one line saying how.
 
     Columns: method, seeds, best (mean over seeds of each seed's best), final (mean ± std at the
-    last round common to the group's seeds), then per target ``T`` the rounds the mean curve
-    needs to reach ``T`` and the speed-up ``baseline_rounds / rounds`` (``—`` when either is
-    missing). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
+    last round common to the group's seeds), then per target ``T`` the rounds to ``T`` (each seed's
+    interpolated crossing, restricted to its last round, as the claims count it: the mean over seeds
+    with its 95% t interval, and how many never got there) and the speed-up ``baseline / rounds`` of the
+    means, marked ``≈`` when the paired seeds cannot tell it from the baseline (``—`` when either never
+    reaches ``T``). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
     see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
     """
     runs = load_runs(runs)
@@ -123,7 +187,7 @@ def compare_table(
         raise UserError("no runs to compare")
     base_of = _baseline_indices(groups, baseline)
 
-    rounds = [[rounds_to_target(g, t, metric) for t in targets] for _, g in groups]
+    rounds = [[seed_rounds(g, t, metric) for t in targets] for _, g in groups]
     name = METRIC_NAMES.get(metric, metric)
     best_word = "best" if higher_better(metric) else "lowest"
 
@@ -148,7 +212,12 @@ def compare_table(
         shown = label + (" (baseline)" if is_baseline else "")
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
         for r, b in zip(rounds[i], rounds[base_of[i]]):
-            speed = f"{b / r:.2f}×" if r is not None and b is not None and r > 0 else "—"
-            row += [_fmt_rounds(r), speed]
+            row += [r.cell(), speed_up(r, b)]
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", ROUNDS_NOTE]
     return "\n".join(lines)
+
+
+ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the target, restricted to its last round "
+               "(a seed that never gets there counts as its last round), the mean over seeds with its 95% t interval. "
+               "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05).")

@@ -15,28 +15,29 @@ from fedaccel.report.reading import Run
 
 TITLE = "BHerd — Accelerating Federated Learning by Selecting Beneficial Herd of Local Gradients"
 INTRO = """
-**Does BHerd accelerate? Not here: at the paper's settings it is FedAvg to within half a round, and on
-the CNN it is slower. What reproduces the paper's speed-up is a larger server step, not the
-selection.** At the paper's η = 1e-4 BHerd-FedAvg needs 33 rounds to 93.5% on Case 2 against FedAvg's
-34 (difference −0.5 rounds, 95% interval −0.8 to −0.2 over 10 seeds: detectable, and 1.5%), with the
-training loss averaged over the rounds equal to four decimals (inconclusive); 30 against 30 on Case 1
-in every seed and on Case 3 (whose training loss is 0.05% lower). α = 0.3 changes nothing measurable,
-and α = 0.1 does not fail (94.09% at the end, as α = 0.5). The reason is what BHerd uploads:
-(η/α)Σ_selected z is an estimate of the whole local update ηΣz, and at this η it misses it by 1.3% of
-its norm (mean over clients and rounds; a random subset of the same size misses by 3.7%: herding does
-pick a more representative herd, but both are close to the full update), so the server applies nearly
-FedAvg's step. FedAvg whose server step is raised to 1/α does reproduce the paper's Fig. 3a: 17 rounds
-with step 2 (α = 0.5, 2.0× FedAvg), 13 with step 3.33 (α = 0.3, 2.6×), and step 10 (α = 0.1) diverges
-to 50%. At each method's best η (1e-3 for every method, from {1e-4, 3e-4, 1e-3, 3e-3}) BHerd and FedAvg
-both need 8 rounds and BHerd's training loss is 0.09% higher (interval +0.05% to +0.13%). On the CNN
-(Case 2, 5 seeds) BHerd is slower than FedAvg at both learning rates: at η = 0.01 four of five seeds
-never reach 45% (FedAvg: 21 rounds), at η = 0.05 it needs 29 rounds against 8; there the herd's
-estimate misses the local update by 58% (η = 0.01) and 87% (η = 0.05) of its norm. The SVM rows that
-"agree" do so by less than one round of 34 (BHerd against FedAvg, herding against a random subset,
-BHerd-FedNova against FedNova). GraB with its two flaws fixed is indistinguishable from Algorithm 4 on
-the SVM, and so is BHerd from GraB. The paper's general trends hold: more local epochs, smaller
-batches and fewer clients converge faster, Random Reshuffling makes no difference, and the herd's
-distance to the local mean shrinks over training (to 55% of its early value).
+**Does BHerd accelerate? Not detectably. What the exact tests do decide is that a larger server step
+beats the herd.** Verdicts in this version come from the exact paired sign-flip test with
+Benjamini–Hochberg across the report's claims (docs/statistics.md), not from the bootstrap of the
+previous version. At the paper's η = 1e-4 BHerd-FedAvg reaches 93.5% on Case 2 at round 33.0 against
+FedAvg's 33.2 (interpolated crossings, medians over 10 seeds; mean difference −0.17 rounds, t interval
+−0.32 to −0.02, exact p = 0.031, q = 0.06: **inconclusive**, where the previous version said "agrees");
+its training loss averaged over the rounds cannot be told from FedAvg's (p = 0.17). On Case 1 nothing
+is detected; on Case 3 the loss row agrees (−0.05%, q = 0.005) and the rounds row does not reach
+q ≤ 0.05 (−0.25 rounds). At each method's best η (chosen on seed 0, judged on seeds 1–9) BHerd's
+training loss is 0.1% *higher* than FedAvg's (**disagrees**, q = 0.016). The controls decide clearly:
+FedAvg whose server step is raised to 1/α reaches the target at round 16.7 against BHerd's 33.0 on
+Case 2 (α = 0.5), 14.7 against 29.3 on Case 3, and 12.6 against 33.1 with α = 0.3 (all **disagree**
+with "herding beats the same step", q ≤ 0.009). The herd's estimate of the local update is closer than
+a random α-subset's (1.3% against 3.7% of its norm, **agrees**), but that does not make it converge
+faster than the random subset (inconclusive). α = 0.1 does not fail (**disagrees**). On the CNN (5
+seeds) no claim can be decided: with 5 pairs the smallest two-sided p of the exact test is 0.0625;
+there BHerd's medians are slower than FedAvg's (30 vs 20.7 rounds at η = 0.01, four of five BHerd
+runs never reaching 45%; 29 vs 8 at η = 0.05). The paper's general trends hold (**agree**, q = 0.005):
+more local epochs, smaller batches and fewer clients converge faster, Random Reshuffling changes the
+final accuracy by less than one point (TOST), and the herd's distance to the local mean shrinks over
+training (to 55% of its early value). Two rows of the previous version are gone: "BHerd improves
+FedNova" and "α = 0.5 before α = 1.0" were the same numbers as "BHerd before FedAvg" (with Case 2's
+equal client sizes FedNova is FedAvg, and BHerd with α = 1 is FedAvg), counted three times.
 
 **Cost.** `fedaccel reproduce bherd -j 2` (580 cells) took 62 minutes on this 2-core machine: 44 for the grid at 5 seeds, its first 35 beside the FedGSNR and FedUMF sweeps (six worker processes on two cores), then 18 alone for seeds 5-9 of the 275 SVM cells. The CNN's 30 cells took a third of the first part.
 
@@ -110,6 +111,10 @@ def _memory_floats_per_step(run: Run) -> float:
 ESTIMATE_ERROR = per_run("estimate error ‖(η/α)Σ_sel z − ηΣz‖/‖ηΣz‖, mean over clients and rounds",
                          mean_client_diagnostic("estimate_error"))
 
+# Best learning rates ("train.lr": BEST) are chosen on these seeds' runs only, and those claims leave them
+# out of their pairs: the committed runs were not planned with separate tuning seeds, so seed 0 is given up.
+TUNING_SEEDS = (0,)
+
 CLAIMS = [
     # Fig. 2a: BHerd against FedAvg, and what its speed-up comes from
     *_both_lrs("BHerd-FedAvg converges faster than FedAvg (SVM, Case 2)", "svm_case2", BHERD, FEDAVG, TARGET,
@@ -135,8 +140,8 @@ CLAIMS = [
     *speed("Centralized SGD converges faster than FedAvg (SVM, Case 3, paper's η; the reference curve)", "svm_cases",
            {"algorithm": "centralized", "data.split.name": "case3"}, {**FEDAVG, "data.split.name": "case3"},
            CASE3_TARGET, "Fig. 2a: the optimum"),
-    *speed("BHerd improves FedNova (SVM, Case 2, paper's η)", "svm_combinations",
-           {"algorithm": {"name": "bherd-fednova", "alpha": 0.5}}, {"algorithm": "fednova"}, TARGET, "Fig. 2a"),
+    # "BHerd improves FedNova" is not a row: with Case 2's equal client sizes every τ_i is equal, so FedNova is
+    # FedAvg and BHerd-FedNova is BHerd-FedAvg, to the last digit: the row would repeat the svm_case2 one.
     *speed("BHerd improves SCAFFOLD (SVM, Case 2, paper's η)", "svm_combinations",
            {"algorithm": {"name": "bherd-scaffold", "alpha": 0.5}}, {"algorithm": "scaffold"}, TARGET, "Fig. 2a"),
     # Fig. 2b: the CNN
@@ -147,9 +152,8 @@ CLAIMS = [
     *speed("BHerd's herding beats FedAvg with server step 1/α on the CNN (Case 2, η = 0.01; control)", "cnn_case2",
            _at(BHERD, 0.01), _at(STEP2, 0.01), CNN_TARGET, "implied: the selection accelerates"),
     # Fig. 3a: α
-    *speed("Lowering α from 1.0 to 0.5 accelerates convergence", "fig3_alpha",
-           {"algorithm": {"name": "bherd", "alpha": 0.5}}, {"algorithm": {"name": "bherd", "alpha": 1.0}}, TARGET,
-           "Fig. 3a: about 2x"),
+    # α = 0.5 against α = 1.0 is not a row: BHerd with α = 1 is FedAvg to the last digit, so it would repeat the
+    # svm_case2 row "BHerd-FedAvg converges faster than FedAvg (paper's η)" (Fig. 3a's about 2x is judged there).
     *speed("Lowering α from 1.0 to 0.3 accelerates convergence", "fig3_alpha",
            {"algorithm": {"name": "bherd", "alpha": 0.3}}, {"algorithm": {"name": "bherd", "alpha": 1.0}}, TARGET,
            "Fig. 3a: about 3x"),
@@ -183,5 +187,5 @@ CLAIMS = [
     Claim("A client's memory is its τ_i local gradients of d floats (one value of memory / (4 τ_i) per run)",
           "fig4_selection", {"train.order": "fixed"}, None,
           per_run("distinct values of memory_bytes / (4 τ_i) in a run", _memory_floats_per_step), "equal",
-          "Section 2: τ_i × d floats", value=1.0),
+          "Section 2: τ_i × d floats", value=1.0, margin=0.5),  # a count: within 0.5 of 1 is exactly 1
 ]

@@ -12,25 +12,23 @@ from fedaccel.report.reading import Run
 
 TITLE = "FedGSNR — Accelerating Federated Learning on Non-IID Data via Maximum Gradient Signal to Noise Ratio"
 INTRO = """
-**Does FedGSNR accelerate? Yes, on the split with unequal client sizes, and by much less where
-sizes are equal.** With the same 200 local steps a round, FedGSNR reaches 75% on NonBalance in 13
-rounds against FedAvg's 39 at the shared learning rate (3.0×; 25 rounds sooner, 95% interval 19–32)
-and 8 against 16 with each at its best learning rate (2.0×, 8–12 rounds sooner). On Dirichlet 0.1
-(equal sizes) it is 1.22× at the shared rate (27 vs 33 rounds, 3–9 sooner) and not faster at the
-best rate (17 vs 16 rounds, inconclusive; the training loss averaged over rounds is 1% lower). Both
-methods' best learning rate is 0.2, the top of the grid: a larger one might change the best-rate
-comparison. The controls say where the gain comes from. On NonBalance, giving the same steps in
-proportion to data size alone already takes FedAvg's 39 rounds to 18; the GSNR plan adds 1.38× on
-top (13 rounds), and a random permutation of the GSNR plan's own E_k is 1.85× slower than the plan,
-so who gets the steps matters, not only how unequal they are. On Dirichlet 0.1 the GSNR plan is not
-distinguishable from either control in rounds to 70%, and the data-proportional plan reaches a
-slightly lower training loss (a 1.4% difference, interval 0.6–2.1%). Table 3's higher final accuracy
-on Dirichlet 0.1 is inconclusive (+0.3 points, −1.0 to +1.8). The GSNR statistics behave as the
-paper says: the step distribution's entropy and the clients' GSNR fall from IID to Dirichlet 1.0 to
-Dirichlet 0.1, and an attacked client's GSNR drops against the clean run. But on NonBalance the
-attacked client (the one holding every label) keeps a GSNR above the honest clients' median, and on
-Dirichlet 0.5 so does a label-flipping one: the GSNR ranks clients by data first, so it exposes an
-attacker only among comparable clients.
+**Does FedGSNR accelerate? The medians say yes on unequal client sizes, but at 5 seeds no speed claim
+can be decided.** Verdicts in this version come from the exact paired sign-flip test with
+Benjamini–Hochberg across the report's claims (docs/statistics.md), not from the bootstrap of the
+previous version, and every speed and control claim here has 5 seeds (4 where the best learning rate
+is chosen on seed 0): the smallest two-sided p the exact test can give with 5 pairs is 0.0625, so all
+17 of them are **inconclusive** (13 said "agrees" or "disagrees" before). The effect sizes stand as
+measurements: on NonBalance FedGSNR reaches 75% about 25 rounds before FedAvg at the shared rate
+(medians and t intervals in the table below) with every seed the same way, and
+the GSNR plan is ahead of the random permutation of its own steps and of the data-proportional plan
+in every seed; on Dirichlet 0.1 the differences are small and of mixed sign. Deciding them needs the
+planned re-run at 10 seeds or more (`fedaccel judge --plan` on this data gives the number per claim).
+What the 10-seed experiments decide (**agree**, q ≤ 0.03): the step distribution's entropy and the
+clients' GSNR fall from IID to Dirichlet 1.0 to Dirichlet 0.1 and with Label 2, and an attacked
+client's GSNR drops against the clean run (except label flipping on Dirichlet 0.5, inconclusive). But
+on NonBalance the attacked client (the one holding every label) keeps a GSNR above the honest clients'
+median, and on Dirichlet 0.5 so does a label-flipping one (**disagree**): the GSNR ranks clients by
+data first, so it exposes an attacker only among comparable clients.
 
 **Cost.** `fedaccel reproduce fedgsnr -j 2` (240 cells) took 36 minutes on this 2-core machine: 33 for the grid at 5 seeds, all of it beside the BHerd and FedUMF sweeps (six worker processes on two cores), then 3 alone for seeds 5-9 of the 65 Fig. 3/6/7 cells.
 
@@ -59,8 +57,8 @@ median GSNR over the attacked rounds compared with the same client in the clean 
 seed, and with the honest clients' median.
 
 Each cell of table1 and controls runs 5 seeds (0–4), each cheap Fig. 3/6/7 cell 10 (0–9); a seed changes the split, the model initialisation, the batch order,
-the planning samples, client sampling and the training-loss sample. Claims are judged by a paired
-bootstrap over seeds (the table's header says how).
+the planning samples, client sampling and the training-loss sample. Claims are judged by the exact
+paired sign-flip test with Benjamini–Hochberg across the report (the table's header says how).
 
 Not judged at quick scale: FedProx and SCAFFOLD with and without FedGSNR, and the splits Dirichlet
 0.5, Label 2 and Pareto of Table 1 (each pair costs another 40 cells for its learning-rate grid at
@@ -173,6 +171,10 @@ def _attack_rows(split: Any, name: str) -> list[Claim]:
               "fig6_attacks", noise, flip, ATTACKED, "less", "noise drops it more"),
     ]
 
+
+# Best learning rates ("train.lr": BEST) are chosen on these seeds' runs only, and those claims leave them
+# out of their pairs: the committed runs were not planned with separate tuning seeds, so seed 0 is given up.
+TUNING_SEEDS = (0,)
 
 CLAIMS = [
     # Table 1 at quick scale: FedGSNR with FedAvg against FedAvg, same work.

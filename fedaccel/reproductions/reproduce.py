@@ -193,7 +193,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
     of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``."""
     from fedaccel.grids.experiment import load_experiment
-    from fedaccel.report.claims import judge
+    from fedaccel.report.claims import judge, judge_family
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
@@ -232,7 +232,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         claims_module.INTRO.strip(),
         "",
     ]
-    judgements = [judge(claim, runs_by_experiment.get(claim.experiment)) for claim in claims_module.CLAIMS]
+    tuning = getattr(claims_module, "TUNING_SEEDS", ())
+    judgements = judge_family([judge(claim, runs_by_experiment.get(claim.experiment), tuning)
+                               for claim in claims_module.CLAIMS])
     lines += claims_section(judgements)
     lines += ["", *sections]
     report = docs / f"{figures.name}.md"
@@ -242,20 +244,31 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
 
 def claims_section(judgements: Sequence[Any]) -> list[str]:
     """The report's table of claims: verdict, measured numbers, the paper's value; and a count."""
-    from fedaccel.report.claims import METHOD, numbers
+    from fedaccel.report.claims import CENSORED_SHARE, numbers
+    from fedaccel.report.statistics import ALPHA
 
     counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
     seeds = sorted({j.seeds for j in judgements if j.seeds})
+    family = sum(j.in_family for j in judgements)
+    tuning = sorted({s for j in judgements for s in j.tuning_seeds}, key=repr)
     lines = [
         "## Claims of the paper, judged",
         "",
-        f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} per comparison) by a {METHOD}: "
-        "**agrees** when the interval lies on the paper's side, **disagrees** when it lies on the other side, "
-        "**inconclusive** when it covers no effect. Rounds to a target count a run that never reaches it as its "
-        "last round plus one evaluation interval (censored). "
+        f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} pairs per claim) by the exact "
+        f"paired sign-flip test of the mean per-seed difference a − b (TOST against ± the stated margin for a "
+        f"'no difference' claim), with Benjamini–Hochberg across the {family} claims of this report that are "
+        f"judged by their own test (the family): **agrees** when q ≤ {ALPHA:g} and the difference lies on the "
+        f"paper's side, **disagrees** when q ≤ {ALPHA:g} on the other side, **inconclusive** otherwise "
+        "(docs/statistics.md). The interval shown is the 95% Student-t interval of the mean difference, an "
+        "effect size. Rounds to a target are the interpolated crossing of the target, restricted to the run's "
+        "rounds (a run that never reaches it counts as its last round); where more than "
+        f"{CENSORED_SHARE:.0%} of either side never reaches it, the verdict is carried by the claim's next row, "
+        "the training loss averaged over the rounds. "
+        + (f"Best learning rates are chosen on seed(s) {', '.join(map(str, tuning))} only, which those claims "
+           "then leave out. " if tuning else "")
         + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".",
         "",
-        "| claim | measure | verdict | measured (a vs b; a − b with its 95% interval) | paper |",
+        "| claim | measure | verdict | measured (a vs b; a − b with its 95% t interval; exact p, BH q) | paper |",
         "|---|---|---|---|---|",
     ]
     for j in judgements:

@@ -1,0 +1,178 @@
+"""``fedaccel judge``: a user's own claims about a grid, judged by the reproductions' procedure.
+
+An experiment file may hold a ``claims:`` section (and ``tuning_seeds:`` for claims that pick a best
+value)::
+
+    claims:
+      - text: BHerd reaches 80% in fewer rounds than FedAvg
+        a: {algorithm: bherd}             # config values by dotted key; the seeds pair a with b
+        b: {algorithm: fedavg}
+        measure: {rounds_to: 0.8}         # or mean_train_loss, final_test_acc, {final: test_acc}, ...
+        expect: less                      # less, greater or equal
+      - text: Reshuffling does not change the final accuracy
+        a: {train.order: reshuffle}
+        b: {train.order: fixed}
+        measure: final_test_acc
+        expect: equal
+        margin: 0.01                      # required for equal, in the measure's units
+        why: one point of accuracy is within the run-to-run noise the paper reports
+        detect: 0.005                     # --plan: the difference to detect (default: the pilot's)
+
+:func:`judge_grid` judges them on the grid's runs (:func:`fedaccel.report.claims.judge_family`) and
+:func:`plan` says how many seeds each claim needs for 80% power, from a pilot grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedaccel.errors import ConfigError
+from fedaccel.report.claims import (
+    BEST,
+    EXPECTATIONS,
+    Claim,
+    Judgement,
+    Measure,
+    final,
+    judge,
+    judge_family,
+    mean_over_rounds,
+    rounds_to,
+)
+from fedaccel.report.reading import Run
+from fedaccel.report.statistics import seeds_for_power
+
+CLAIM_KEYS = {"text", "a", "b", "measure", "expect", "margin", "why", "value", "detect", "paper"}
+CLAIMS_FILE = "claims.json"
+
+
+def parse_measure(spec: Any, where: str) -> Measure:
+    """A measure from its YAML form: ``{rounds_to: 0.8}`` (``metric:`` optional), ``mean_<metric>``,
+    ``final_<metric>``, ``{mean_over_rounds: <metric>}`` or ``{final: <metric>}``."""
+    if isinstance(spec, str):
+        for prefix, make in (("mean_", mean_over_rounds), ("final_", final)):
+            if spec.startswith(prefix) and len(spec) > len(prefix):
+                return make(spec[len(prefix):])
+    if isinstance(spec, Mapping):
+        if "rounds_to" in spec and set(spec) <= {"rounds_to", "metric"}:
+            target = spec["rounds_to"]
+            if isinstance(target, (int, float)) and not isinstance(target, bool):
+                return rounds_to(float(target), str(spec.get("metric", "test_acc")))
+        if len(spec) == 1 and "mean_over_rounds" in spec:
+            return mean_over_rounds(str(spec["mean_over_rounds"]))
+        if len(spec) == 1 and "final" in spec:
+            return final(str(spec["final"]))
+    raise ConfigError(f"{where}: measure must be {{rounds_to: TARGET}}, mean_<metric> (e.g. mean_train_loss), "
+                      f"final_<metric> (e.g. final_test_acc), {{mean_over_rounds: METRIC}} or {{final: METRIC}}; "
+                      f"got {str(spec)[:80]!r}")
+
+
+def parse_claims(entries: Any, experiment: str, source: str) -> list[Claim]:
+    """The claims of an experiment file's ``claims:`` section; one-line errors name the entry."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: claims must be a list of claims")
+    claims = []
+    for k, entry in enumerate(entries):
+        where = f"{source}: claims[{k}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{where} must be a mapping with text, a, b, measure and expect")
+        unknown = sorted(set(entry) - CLAIM_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(sorted(CLAIM_KEYS))}")
+        missing = [key for key in ("text", "a", "measure", "expect") if key not in entry]
+        if missing:
+            raise ConfigError(f"{where}: {missing[0]} is missing")
+        for side in ("a", "b"):
+            if side in entry and not isinstance(entry[side], Mapping):
+                raise ConfigError(f"{where}: {side} must map config keys to values, e.g. {{algorithm: fedavg}}")
+        if entry["expect"] not in EXPECTATIONS:
+            raise ConfigError(f"{where}: expect must be one of {', '.join(EXPECTATIONS)}, not {entry['expect']!r}")
+        margin = entry.get("margin", 0.0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0:
+            raise ConfigError(f"{where}: margin must be a number >= 0 in the measure's units")
+        if entry["expect"] == "equal" and not (margin > 0 and str(entry.get("why", "")).strip()):
+            raise ConfigError(f"{where}: a claim of no difference (expect: equal) needs a margin > 0 in the measure's "
+                              "units and why that difference would not matter (why: ...)")
+        if "b" not in entry and "value" not in entry:
+            raise ConfigError(f"{where}: give b (the setup compared with) or value (a constant)")
+        claims.append(Claim(str(entry["text"]), experiment, dict(entry["a"]),
+                            dict(entry["b"]) if "b" in entry else None, parse_measure(entry["measure"], where),
+                            entry["expect"], str(entry.get("paper", "")), float(margin),
+                            float(entry.get("value", 0.0)), detect=_number(entry.get("detect"), where, "detect")))
+    return claims
+
+
+def _number(value: Any, where: str, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {key} must be a number in the measure's units")
+    return float(value)
+
+
+def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = ()) -> list[Judgement]:
+    """Every claim on the grid's runs, decided together (BH over the claims given)."""
+    for claim in claims:
+        tunes = any(v == BEST for side in (claim.a, claim.b or {}) for v in side.values())
+        if tunes and not tuning_seeds:
+            raise ConfigError(f"claim {claim.text!r} picks a best value: list tuning_seeds in the experiment file "
+                              "(seeds used only to pick it, never judged)")
+    return judge_family([judge(claim, runs, tuning_seeds) for claim in claims])
+
+
+def table(judgements: Sequence[Judgement]) -> str:
+    """A Markdown table of the judged claims."""
+    from fedaccel.report.claims import numbers
+
+    lines = ["| claim | measure | verdict | measured (a − b, 95% t interval, exact p, BH q) |", "|---|---|---|---|"]
+    for j in judgements:
+        lines.append(f"| {j.claim.text} | {j.claim.measure.name} | **{j.verdict}** | {numbers(j)} |")
+    return "\n".join(lines)
+
+
+def write_claims(judgements: Sequence[Judgement], grid_dir: Path) -> Path:
+    """``claims.json`` beside the grid's runs, written atomically (temp file, fsync, rename)."""
+    out = grid_dir / CLAIMS_FILE
+    tmp = out.with_name(f".{out.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as file:
+        file.write(json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, out)
+    return out
+
+
+def plan(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = (),
+         power: float = 0.8) -> list[dict[str, Any]]:
+    """Per claim, from a pilot grid: its pairs, the difference to detect (the claim's ``detect``, else the
+    pilot's mean difference), the pilot's standard deviation of the differences, and the seeds needed
+    for ``power`` (None: more than 1,000 or no effect to detect)."""
+    rows = []
+    for j in judge_grid(claims, runs, tuning_seeds):
+        d = np.asarray(j.differences, dtype=float)
+        effect = j.claim.detect
+        if effect is None:
+            effect = float(d.mean()) if d.size else 0.0
+        if j.claim.expect == "equal":
+            effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0  # the room left inside the margin
+        sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
+        needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) else None
+        rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,
+                     "effect": effect, "sd": sd, "seeds_needed": needed})
+    return rows
+
+
+def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
+    lines = [f"| claim | measure | pilot seeds | difference to detect | sd of the differences | seeds for "
+             f"{power:.0%} power |", "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        needed = r["seeds_needed"] if r["seeds_needed"] is not None else "— (no effect, or > 1000)"
+        lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {r['effect']:.4g} | {r['sd']:.4g} "
+                     f"| {needed} |")
+    return "\n".join(lines)

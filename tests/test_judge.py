@@ -1,0 +1,97 @@
+"""`fedaccel judge`: a user's claims in the experiment file, judged on the grid's run folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedaccel.cli import main
+from fedaccel.errors import ConfigError
+from fedaccel.grids.experiment import load_experiment
+
+SEEDS = range(6)
+LR = {"fast": 0.1, "slow": 0.01, "twin": 0.2, "noisy": 0.3}  # four FedAvg setups, told apart by their rate
+
+CLAIMS = [
+    {"text": "fast reaches 0.8 sooner than slow", "a": {"train.lr": LR["fast"]}, "b": {"train.lr": LR["slow"]},
+     "measure": {"rounds_to": 0.8}, "expect": "less"},
+    {"text": "slow reaches 0.8 sooner than fast", "a": {"train.lr": LR["slow"]}, "b": {"train.lr": LR["fast"]},
+     "measure": {"rounds_to": 0.8}, "expect": "less"},
+    {"text": "twin ends where fast ends", "a": {"train.lr": LR["twin"]}, "b": {"train.lr": LR["fast"]},
+     "measure": "final_test_acc", "expect": "equal", "margin": 0.05, "why": "5 points is the noise of one seed"},
+    {"text": "noisy has a lower training loss than fast", "a": {"train.lr": LR["noisy"]}, "b": {"train.lr": LR["fast"]},
+     "measure": "mean_train_loss", "expect": "less"},
+]
+
+
+def curve(name: str, seed: int) -> list[float]:
+    """Test accuracy at rounds 1..6 of each kind of run (slightly different per seed)."""
+    e = 0.002 * seed
+    return {
+        "fast": [0.5, 0.7, 0.85 + e, 0.9, 0.9, 0.9],  # 0.8 at ~2.7
+        "slow": [0.3, 0.4, 0.5, 0.6, 0.75, 0.85 + e],  # 0.8 at ~5.5
+        "twin": [0.5, 0.7, 0.85, 0.9, 0.9, 0.9 + 0.01 * (-1) ** seed],
+        "noisy": [0.5, 0.7, 0.85, 0.9, 0.9, 0.9],
+    }[name]
+
+
+def write_grid(folder: Path, claims: list[dict]) -> Path:
+    for name in ("fast", "slow", "twin", "noisy"):
+        for seed in SEEDS:
+            run = folder / f"{name}-s{seed}"
+            run.mkdir(parents=True)
+            config = {"name": "", "algorithm": "fedavg", "train": {"lr": LR[name]}, "run": {"seed": seed},
+                      "eval": {"every": 1}}
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+            loss = [1.0 - a + (0.05 if name == "noisy" and seed % 2 else -0.05 if name == "noisy" else 0.0)
+                    for a in curve(name, seed)]
+            rows = [{"round": r + 1, "test_acc": a, "train_loss": l}
+                    for r, (a, l) in enumerate(zip(curve(name, seed), loss))]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+            (run / "summary.json").write_text(json.dumps({"finished": True}))
+    experiment = {"name": "toy", "grid": {"train.lr": list(LR.values())}, "claims": claims}
+    (folder / "experiment.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    return folder
+
+
+def test_judge_decides_agrees_disagrees_equivalence_and_inconclusive(tmp_path: Path, capsys) -> None:
+    grid = write_grid(tmp_path / "toy", CLAIMS)
+    assert main(["judge", str(grid)]) == 0
+    printed = capsys.readouterr().out
+    judged = json.loads((grid / "claims.json").read_text())
+    assert [c["verdict"] for c in judged] == ["agrees", "disagrees", "agrees", "inconclusive"]
+    assert "| fast reaches 0.8 sooner than slow |" in printed and "**agrees**" in printed
+    first = judged[0]
+    assert first["seeds"] == 6 and first["paired_seeds"] == list(SEEDS) and len(first["differences"]) == 6
+    assert first["p"] == pytest.approx(2 / 64) and first["q"] >= first["p"] and first["margin"] == 0
+    assert judged[2]["margin"] == 0.05 and judged[3]["censored"] == [0, 0] and judged[0]["tuning_seeds"] == []
+    assert all(-6 < d < -2 for d in first["differences"])  # interpolated crossings: ~2.7 against ~5.5
+
+
+def test_judge_plan_prints_the_seeds_each_claim_needs(tmp_path: Path, capsys) -> None:
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1] + CLAIMS[3:])
+    assert main(["judge", str(grid), "--plan"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| fast") or
+             line.startswith("| noisy")]
+    needed = [line.rstrip(" |").rsplit("| ", 1)[-1] for line in lines]
+    assert needed[0] == "6"  # a huge, steady effect: the exact test's minimum
+    assert needed[1].startswith("—")  # the noisy claim's pilot mean difference is zero: nothing to detect
+
+
+def test_claims_are_checked_when_the_experiment_is_loaded(tmp_path: Path) -> None:
+    bad = {**CLAIMS[2]}
+    del bad["margin"]
+    with pytest.raises(ConfigError, match="needs a margin"):
+        load_experiment(write_grid(tmp_path / "a", [bad]) / "experiment.yaml")
+    with pytest.raises(ConfigError, match="measure must be"):
+        load_experiment(write_grid(tmp_path / "b", [{**CLAIMS[0], "measure": "speed"}]) / "experiment.yaml")
+    with pytest.raises(ConfigError, match="unknown key 'expected'"):
+        load_experiment(write_grid(tmp_path / "c", [{**CLAIMS[0], "expected": "less"}]) / "experiment.yaml")
+
+
+def test_judge_without_claims_is_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["judge", str(tmp_path)]) == 2
+    assert "no claims to judge" in capsys.readouterr().err
