@@ -325,25 +325,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    from fedaccel.grids.experiment import COPY, load_experiment
-    from fedaccel.report.judge import judge_grid, plan, plan_table, table, write_claims
+    from fedaccel.grids.experiment import COPY
+    from fedaccel.report.judge import claims_from_file, judge_grid, plan, plan_table, table, write_claims
     from fedaccel.report.reading import load_runs
 
     grid = Path(args.grid)
     source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
     if not source.is_file():
         raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")
-    experiment = load_experiment(source)
-    folder = experiment.out_dir if grid.is_file() else grid
-    if not experiment.claims:
-        raise UserError(f"{source} has no claims: section (see `fedaccel judge --help` and README \"Your own claims\")")
+    claims, tuning, out_dir = claims_from_file(source)
+    folder = out_dir if grid.is_file() else grid
+    if not claims:
+        raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")
     if not 0 < args.power < 1:
         raise UserError(f"--power must be between 0 and 1, got {args.power}")
     runs = load_runs(folder)
     if args.plan:
-        print(plan_table(plan(experiment.claims, runs, experiment.tuning_seeds, args.power), args.power))
+        print(plan_table(plan(claims, runs, tuning, args.power), args.power))
         return 0
-    judgements = judge_grid(experiment.claims, runs, experiment.tuning_seeds)
+    judgements = judge_grid(claims, runs, tuning)
     print(table(judgements))
     print(f"written: {write_claims(judgements, folder)}")
     return 0

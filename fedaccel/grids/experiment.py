@@ -99,14 +99,11 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     if diagnostics is not None and not isinstance(diagnostics, dict):
         raise ConfigError(f"{path}: diagnostics must map config keys to values (the cells whose diagnostics are drawn)")
     figures_by = raw.get("figures_by")
-    from fedaccel.report.judge import parse_claims
+    from fedaccel.report.judge import claims_from_file
 
-    claims = parse_claims(raw["claims"], name, str(path)) if "claims" in raw else []
-    tuning = raw.get("tuning_seeds") or []
-    if not isinstance(tuning, list):
-        raise ConfigError(f"{path}: tuning_seeds must be a list of seeds")
+    claims, tuning, _ = claims_from_file(path)
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
-                      str(figures_by) if figures_by else None, diagnostics, claims, tuple(tuning), path)
+                      str(figures_by) if figures_by else None, diagnostics, claims, tuning, path)
 
 
 VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together

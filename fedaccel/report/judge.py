@@ -116,6 +116,20 @@ def _number(value: Any, where: str, key: str) -> float | None:
     return float(value)
 
 
+def claims_from_file(path: Path) -> tuple[list[Claim], tuple[Any, ...], Path]:
+    """An experiment file's claims, tuning seeds and output folder, without building its grid (so the
+    copy beside the runs reads even where its ``base:`` path does not resolve)."""
+    from fedaccel.runs.config import read_yaml
+
+    raw = read_yaml(path)
+    name = str(raw.get("name") or path.stem)
+    claims = parse_claims(raw["claims"], name, str(path)) if "claims" in raw else []
+    tuning = raw.get("tuning_seeds") or []
+    if not isinstance(tuning, list):
+        raise ConfigError(f"{path}: tuning_seeds must be a list of seeds")
+    return claims, tuple(tuning), Path(raw.get("out_dir") or Path("runs") / name)
+
+
 def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = ()) -> list[Judgement]:
     """Every claim on the grid's runs, decided together (BH over the claims given)."""
     for claim in claims:

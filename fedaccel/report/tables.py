@@ -129,9 +129,9 @@ class SeedRounds:
             return "—"
         text = _fmt_rounds(round(self.mean, 1))
         if len(self.by_seed) > 1:
-            low, high = t_interval(list(self.by_seed.values()))
-            if high > low:
-                text += f" [{_fmt_rounds(round(low, 1))}–{_fmt_rounds(round(high, 1))}]"
+            low, high = (_fmt_rounds(round(v, 1)) for v in t_interval(list(self.by_seed.values())))
+            if high != low:
+                text += f" [{low}–{high}]"
         if self.censored:
             text += f" ({self.censored} of {len(self.by_seed)} never)"
         return text
