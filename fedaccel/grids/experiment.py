@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
-from fedaccel.runs.config import Config, from_dict, read_yaml, set_path
+from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
 
 if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
@@ -69,7 +69,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     raw = read_yaml(path)
     unknown = sorted(set(raw) - EXPERIMENT_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown experiment key {unknown[0]!r}; known: {', '.join(sorted(EXPERIMENT_KEYS))}")
+        raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
     base = raw.get("base") or {}
     if isinstance(base, str):
         base = read_yaml((path.parent / base) if not Path(base).is_absolute() else base)
@@ -77,6 +77,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
     name = str(raw.get("name") or path.stem)
+    check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
     cells = []
     for values in itertools.product(*grid.values()):
         raw_cell = yaml.safe_load(yaml.safe_dump(base))  # deep copy
@@ -85,7 +86,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
                 set_path(raw_cell, dotted, v)
         for item in overrides or []:
             key, _, value = item.partition("=")
-            set_path(raw_cell, key.strip(), yaml.safe_load(value))
+            set_path(raw_cell, key.strip(), parse_value(key, value))
         config = from_dict(raw_cell)
         cells.append((cell_name(dict(zip(grid, values))), config))
     targets = [float(t) for t in raw.get("targets", [])]
@@ -104,7 +105,7 @@ VARIANT = "variant"  # a grid key whose values are mappings of config keys, chan
 
 def _variant(path: Path, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: each entry of grid.{VARIANT} must map config keys to values, not {value!r}")
+        raise ConfigError(f"{path}: each entry of grid.{VARIANT} must map config keys to values, not {shown(value)}")
     return value
 
 
@@ -132,7 +133,7 @@ def check_same_config(run_dir: Path, config: Config) -> None:
     if not stored_path.is_file():
         return
     try:  # through the current defaults: a key added since the run was made is not a difference
-        stored = from_dict(yaml.safe_load(stored_path.read_text())).to_dict()
+        stored = from_dict(read_yaml(stored_path)).to_dict()
     except ConfigError:
         stored = {}
     wanted = config.to_dict()
