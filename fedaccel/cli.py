@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--clients", type=int, required=True, help="SuperNode key pairs to create")
     p.add_argument("--host", action="append", default=[], help="SuperLink host name or IP (default 127.0.0.1, localhost)")
+    p.add_argument("--force", action="store_true", help="write into a folder that already holds files (keys in it are replaced)")
     p.set_defaults(handler=cmd_certs)
 
     p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
@@ -327,7 +328,11 @@ def print_multi_host_commands(app: Path, clients: int) -> None:
 def cmd_certs(args: argparse.Namespace) -> int:
     from fedaccel.flower.security import make_certificates
 
-    folder = make_certificates(Path(args.folder), args.clients, args.host or ("127.0.0.1", "localhost"))
+    folder = Path(args.folder)
+    if folder.is_dir() and any(folder.iterdir()) and not args.force:
+        raise UserError(f"{folder} already holds files; certificates and keys go into a new or empty folder "
+                        "(or add --force to replace them)")
+    folder = make_certificates(folder, args.clients, args.host or ("127.0.0.1", "localhost"))
     print(f"CA, SuperLink certificate and {args.clients} SuperNode key pairs in {folder}")
     print(f"use them with: fedaccel deploy --tls {folder} --clients {args.clients} CONFIG")
     return 0

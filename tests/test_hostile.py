@@ -177,3 +177,15 @@ def test_a_folder_holding_only_a_lock_is_a_new_run_s_folder(tmp_path: Path) -> N
     (tmp_path / "r" / "x").write_text("")
     with pytest.raises(UserError):
         check_out_folder(tmp_path / "r")
+
+
+def test_certs_do_not_replace_files_in_a_folder_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("cryptography")
+    folder = tmp_path / "tls"
+    folder.mkdir()
+    (folder / "ca.key").write_text("the key of a CA in use\n")
+    assert main(["certs", str(folder), "--clients", "1"]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert (folder / "ca.key").read_text() == "the key of a CA in use\n"
+    assert main(["certs", str(folder), "--clients", "1", "--force"]) == 0
+    assert (folder / "ca.key").read_text() != "the key of a CA in use\n"

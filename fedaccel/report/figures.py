@@ -287,9 +287,9 @@ def _make_figure(
             over.tick_params(labelbottom=False, labelsize="x-small")
             over.grid(True, alpha=0.3)
 
-    shown = sorted(handles)
-    legend_handles = [handles[i] for i in shown]
-    legend_texts = [labels[i] for i in shown]
+    drawn = sorted(handles)
+    legend_handles = [handles[i] for i in drawn]
+    legend_texts = [labels[i] for i in drawn]
     if any(len(g) > 1 for _, g in groups):
         legend_handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
         legend_texts.append("band: 95% CI of the mean over seeds (t)")
