@@ -104,3 +104,18 @@ def test_lists_of_names_are_cut_and_put_the_nearest_first() -> None:
         load_config(None, ["algorithm=scafold"])
     assert "known: scaffold" in str(err.value) and "more" in str(err.value)
     assert len(shown("x" * 10_000)) <= 200 and shown(10**5000) == "<an integer of about 5001 digits>"
+
+
+def test_a_key_that_is_not_a_name_is_one_line(tmp_path: Path) -> None:
+    """YAML reads ``1:`` as a number key; sorting it among names was a TypeError traceback."""
+    from fedaccel.grids.experiment import load_experiment
+
+    for override in ("train={1: 2, lr: 3}", "algorithm={name: fedavg, 1: 2, b: 3}", "data.split={name: iid, 1: 2}"):
+        with pytest.raises(ConfigError, match="config keys are names"):
+            load_config(None, [override])
+    (tmp_path / "e.yaml").write_text("1: 2\nbase: {}\n")
+    with pytest.raises(ConfigError, match="unknown experiment key 1"):
+        load_experiment(tmp_path / "e.yaml")
+    (tmp_path / "e.yaml").write_text("grid: {1: [2]}\n")
+    with pytest.raises(ConfigError, match="grid must map config keys"):
+        load_experiment(tmp_path / "e.yaml")

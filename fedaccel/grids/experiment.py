@@ -67,14 +67,14 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     """Read an experiment file; ``overrides`` (key=value) apply to every cell's config."""
     path = Path(path)
     raw = read_yaml(path)
-    unknown = sorted(set(raw) - EXPERIMENT_KEYS)
+    unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
     if unknown:
         raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
     base = raw.get("base") or {}
     if isinstance(base, str):
         base = read_yaml((path.parent / base) if not Path(base).is_absolute() else base)
     grid = raw.get("grid") or {}
-    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+    if not isinstance(grid, dict) or not all(isinstance(k, str) and isinstance(v, list) and v for k, v in grid.items()):
         raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
     name = str(raw.get("name") or path.stem)
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given

@@ -188,11 +188,11 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         reason = problem or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"{source} is not valid YAML: {shown(reason)[1:-1]}{where}") from None
+        raise ConfigError(f"{source} is not valid YAML: {reason[:200]}{where}") from None
     except RecursionError:
         raise ConfigError(f"{source} nests its values too deeply") from None
     except ValueError as exc:  # int() past Python's 4300-digit limit
-        what = "a number with more than 4300 digits" if "digits" in str(exc) else shown(str(exc))[1:-1]
+        what = "a number with more than 4300 digits" if "digits" in str(exc) else str(exc)[:200]
         raise ConfigError(f"{source} is refused: it holds {what}") from None
 
 
@@ -246,6 +246,7 @@ def from_dict(raw: dict[str, Any]) -> Config:
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"config key {prefix.rstrip('.') or '<top>'} must be a mapping")
+    _check_keys(raw, prefix.rstrip(".") or "the top level")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields))
@@ -274,8 +275,16 @@ def _named(value: Any, key: str, default: str) -> dict[str, Any]:
     if isinstance(value, str):
         return {"name": value}
     if isinstance(value, dict) and isinstance(value.get("name", default), str):
+        _check_keys(value, key)
         return {"name": default, **value}
     raise ConfigError(f"{key} must be a name or a mapping with a 'name' key, got {shown(value)}")
+
+
+def _check_keys(mapping: dict[Any, Any], where: str) -> None:
+    """Config keys are names: ``{1: 2}`` (YAML reads the key as a number) is one line, not a TypeError."""
+    for key in mapping:
+        if not isinstance(key, str):
+            raise ConfigError(f"config keys are names, but {where} has the key {shown(key)}")
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
