@@ -58,8 +58,10 @@ def check_out_folder(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise UserError(f"{path} is a file, not a folder; give --out a new or empty folder")
     if path.is_dir() and not (path / METRICS).exists() and {p.name for p in path.iterdir()} - {LOCK_FILE}:
-        raise UserError(f"{path} is not empty and holds no fedaccel run; give --out a new or empty folder "
-                        "(nothing in it was touched)")
+        killed = (f" (a run killed before its first round: `fedaccel run --resume {path}`)"
+                  if (path / "config.yaml").is_file() else "")
+        raise UserError(f"{path} is not empty and holds no fedaccel run; nothing in it was touched: give --out "
+                        f"a new or empty folder{killed}")
 
 
 def finished(path: Path, rounds: int) -> bool:
