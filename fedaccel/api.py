@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm
@@ -32,7 +31,7 @@ from fedaccel.algorithms.sampling import check_schedule
 from fedaccel.engine.device import resolve_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, shown
 from fedaccel.report.reading import load_run
 from fedaccel.runs.checkpoint import restore_state
 from fedaccel.runs.config import (
@@ -47,6 +46,7 @@ from fedaccel.runs.config import (
     check_participation,
     dump_config,
     local_options,
+    read_yaml,
     warn_if_fedavg_in_disguise,
 )
 from fedaccel.runs.folder import METRICS, new_run_dir
@@ -180,12 +180,12 @@ def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, f
 
 def _check_same_settings(path: Path, config: Config) -> None:
     """A run continues only with the settings it was started with (its progress bar and device aside)."""
-    stored = _flat(_build(Config, yaml.safe_load((path / "config.yaml").read_text()) or {}, "").to_dict())
+    stored = _flat(_build(Config, read_yaml(path / "config.yaml"), "").to_dict())
     wanted = _flat(config.to_dict())
     for key in sorted(set(stored) | set(wanted)):
         if key not in ("run.progress", "run.device") and stored.get(key) != wanted.get(key):
             raise UserError(
-                f"{path} holds a run with {key} = {stored.get(key)!r}, not {wanted.get(key)!r}; "
+                f"{path} holds a run with {key} = {shown(stored.get(key))}, not {shown(wanted.get(key))}; "
                 "resume it with its settings or use another folder"
             )
 

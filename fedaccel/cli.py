@@ -14,18 +14,19 @@
     fedaccel data [--install]
 
 A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
-the traceback.
+the traceback. A full disk prints one line too (which file, how to continue) and exits with 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, check_png_output
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,12 +48,51 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as exc:
+        if args.debug or not disk_full(exc):
+            raise
+        print(f"error: {disk_full_message(args, argv, exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         if args.command in ("run", "deploy") and not args.resume:
             print("interrupted before the first round: nothing to continue", file=sys.stderr)
         else:
             print(f"interrupted; `{continue_command(args, argv, None)}` continues", file=sys.stderr)
         return 130
+
+
+# what torch.save's C++ writer says when a write fails (it does not pass on the errno)
+WRITE_FAILED = ("No space left", "iostream error", "file write failed", "unexpected pos")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that failed for want of space (ENOSPC, a quota, torch's writer)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in WRITE_FAILED)
+
+
+def disk_full_message(args: argparse.Namespace, argv: Sequence[str], exc: BaseException) -> str:
+    """One line for a full disk: the file, the space left there, and the command that continues."""
+    import shutil
+
+    filename = getattr(exc, "filename", None)
+    file = Path(filename) if filename else None
+    run_dir = file.parent if file is not None and (file.parent / "config.yaml").is_file() else None
+    if run_dir is None and args.command in ("run", "deploy") and getattr(args, "out", None):
+        run_dir = Path(args.out)
+    where = f"writing {file}" if file is not None else "writing a file"
+    try:
+        free = shutil.disk_usage(file.parent if file is not None else Path.cwd()).free
+        left = f" ({free / 2**20:.0f} MB free there)"
+    except OSError:
+        left = ""
+    if args.command in ("run", "deploy") and run_dir is None and not args.resume:
+        how = f"free some space, then `fedaccel {args.command} --resume RUN_DIR` (the run folder it started)"
+    else:
+        how = f"free some space, then `{continue_command(args, argv, run_dir)}`"
+    return (f"the disk is full: {where} failed{left}. What was checkpointed is kept; {how} "
+            "continues from the last checkpoint")
 
 
 def continue_command(args: argparse.Namespace, argv: Sequence[str], run_dir: Path | None) -> str:
@@ -97,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--clients", type=int, required=True, help="SuperNode key pairs to create")
     p.add_argument("--host", action="append", default=[], help="SuperLink host name or IP (default 127.0.0.1, localhost)")
+    p.add_argument("--force", action="store_true", help="write into a folder that already holds files (keys in it are replaced)")
     p.set_defaults(handler=cmd_certs)
 
     p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
@@ -113,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="accuracy and loss curves of runs (PNG), and their diagnostics on request")
     p.add_argument("runs", nargs="+", help="run folders or experiment folders")
     p.add_argument("-o", "--out", default="curves.png", help="the PNG to write (nothing else is written)")
+    add_force_option(p)
     p.add_argument("--diagnostics", action="store_true",
                    help="also the algorithms' diagnostic plots, beside -o as <name>-<diagnostic>.png")
     p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
@@ -137,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("split-report", help="per-client label counts of a split, and a heat map")
     p.add_argument("config", nargs="?")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("-o", "--out", default="split.png")
+    p.add_argument("-o", "--out", default="split.png", help="the heat map's PNG")
+    add_force_option(p)
     p.set_defaults(handler=cmd_split_report)
 
     p = sub.add_parser("reproduce", help="run a paper's experiments and write its reproduction report")
@@ -187,6 +230,12 @@ def ray_options(args: argparse.Namespace) -> object:
     from fedaccel.grids.ray_tasks import RayOptions
 
     return RayOptions(args.ray, cpus_per_cell=args.cpus_per_cell, gpus_per_cell=args.gpus_per_cell)
+
+
+def add_force_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="write the PNG even over an existing file that is not a PNG (by default such a file "
+                             "is left alone: fedaccel only redraws PNGs)")
 
 
 def add_tensorboard_option(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +289,7 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from fedaccel.flower.deploy import deploy, prepare
+    from fedaccel.launch import check_out_folder
     from fedaccel.report.reading import load_run
     from fedaccel.runs.config import from_dict, load_config, read_yaml
     from fedaccel.runs.folder import new_run_dir
@@ -255,6 +305,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             overrides.append(f"data.clients={args.clients}")
         config = load_config(args.config, overrides)
         out = Path(args.out) if args.out else new_run_dir(config)
+        check_out_folder(out)
     if args.prepare:
         if args.resume:
             raise UserError("--prepare makes a new run folder; to continue one, run the same `flwr run` again")
@@ -284,7 +335,11 @@ def print_multi_host_commands(app: Path, clients: int) -> None:
 def cmd_certs(args: argparse.Namespace) -> int:
     from fedaccel.flower.security import make_certificates
 
-    folder = make_certificates(Path(args.folder), args.clients, args.host or ("127.0.0.1", "localhost"))
+    folder = Path(args.folder)
+    if folder.is_dir() and any(folder.iterdir()) and not args.force:
+        raise UserError(f"{folder} already holds files; certificates and keys go into a new or empty folder "
+                        "(or add --force to replace them)")
+    folder = make_certificates(folder, args.clients, args.host or ("127.0.0.1", "localhost"))
     print(f"CA, SuperLink certificate and {args.clients} SuperNode key pairs in {folder}")
     print(f"use them with: fedaccel deploy --tls {folder} --clients {args.clients} CONFIG")
     return 0
@@ -310,9 +365,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     runs = load_runs(args.runs)
     out = Path(args.out)
-    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets))
+    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets,
+                      force=args.force))
     if args.diagnostics:
-        for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix("")):
+        for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix(""), force=args.force):
             print(path)
     return 0
 
@@ -355,11 +411,12 @@ def cmd_split_report(args: argparse.Namespace) -> int:
     from fedaccel.runs.setup import build_partition
 
     config = load_config(args.config, args.set)
+    check_png_output(args.out, args.force)  # before the data are read
     dataset, partition = build_partition(config)
     counts = label_counts(partition, dataset.y_train.numpy(), dataset.num_classes)
     print(format_report(counts))
     title = f"{config.data.dataset}, split {config.data.split['name']}, {len(partition)} clients"
-    print(f"heat map: {plot_heatmap(counts, args.out, title=title)}")
+    print(f"heat map: {plot_heatmap(counts, args.out, title=title, force=args.force)}")
     return 0
 
 

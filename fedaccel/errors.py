@@ -15,3 +15,60 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A missing, truncated or corrupted dataset file."""
+
+
+SHOWN = 200  # characters of a user's value an error message prints at most
+LISTED = 10  # names a "known: ..." list prints at most
+
+
+def shown(value: object, limit: int = SHOWN) -> str:
+    """``repr(value)`` in at most ``limit`` characters, without building the whole repr of a huge
+    or deeply nested value (a YAML bomb is billions of characters long as text)."""
+    import reprlib
+
+    class Cut(reprlib.Repr):
+        def repr_int(self, x: int, level: int) -> str:
+            if x.bit_length() > 4000:  # past Python's 4300-digit limit for str()
+                return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+            return super().repr_int(x, level)
+
+    cut = Cut()
+    cut.maxlevel = 3
+    cut.maxstring = cut.maxother = cut.maxlong = limit
+    cut.maxlist = cut.maxtuple = cut.maxdict = cut.maxset = cut.maxfrozenset = cut.maxdeque = cut.maxarray = 12
+    text = cut.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def listed(names: object, limit: int = LISTED, near: object = None) -> str:
+    """``a, b, c`` for at most ``limit`` names, then ``and N more``; with ``near`` (an unknown
+    name), the up to five known names closest to it come first."""
+    import difflib
+
+    names = [str(n) if len(str(n)) <= 60 else str(n)[:57] + "..." for n in names]  # type: ignore[attr-defined]
+    if near is not None and len(names) > limit:
+        close = difflib.get_close_matches(str(near)[:SHOWN], names, n=5, cutoff=0.5)
+        names = close + [n for n in names if n not in close]
+    if not names:
+        return "none"
+    head = ", ".join(names[:limit])
+    return head if len(names) <= limit else f"{head} and {len(names) - limit} more"
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png_output(path: object, force: bool = False) -> None:
+    """Refuse to write a PNG over an existing file that is not a PNG (a file fedaccel did not
+    write: ``-o notes.txt``), unless ``force``; a PNG is redrawn in place."""
+    from pathlib import Path
+
+    path = Path(str(path))
+    if force or not path.exists():
+        return
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name for the PNG")
+    with open(path, "rb") as f:
+        if f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE:
+            return
+    raise UserError(f"{path} exists and is not a PNG: it is left as it is; give another file name or add --force")

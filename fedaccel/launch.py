@@ -11,6 +11,8 @@ and reaches the same numbers as an uninterrupted run.
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 from fedaccel.engine.device import check_device_name
@@ -26,7 +28,7 @@ from fedaccel.runs.config import (
     warn_if_fedavg_in_disguise,
 )
 from fedaccel.runs.folder import METRICS, new_run_dir, removed_on_failed_start
-from fedaccel.runs.lock import lock_run_dir
+from fedaccel.runs.lock import LOCK_FILE, lock_run_dir
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import build_setup
 
@@ -34,6 +36,7 @@ from fedaccel.runs.setup import build_setup
 def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | None = None) -> Path:
     """Run ``config`` into ``run_dir`` (default: a new folder under ``run.out_dir``)."""
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    check_out_folder(path)
     warn_if_fedavg_in_disguise(config)
     before = set(path.iterdir()) if path.is_dir() else None
     with lock_run_dir(path):  # before anything is read or written: one writer per folder
@@ -47,6 +50,31 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         run_loop(setup, state, path, wall=0.0, progress=progress)
     return path
+
+
+def check_out_folder(path: Path) -> None:
+    """A new run goes into a new or empty folder (``.lock`` aside: a start that failed) or, to be
+    refused with the way to continue it, a run folder: never into a folder of the user's files."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{path} is a file, not a folder; give --out a new or empty folder")
+    if path.is_dir() and not (path / METRICS).exists() and {p.name for p in path.iterdir()} - {LOCK_FILE}:
+        killed = (f" (a run killed before its first round: `fedaccel run --resume {path}`)"
+                  if (path / "config.yaml").is_file() else "")
+        raise UserError(f"{path} is not empty and holds no fedaccel run; nothing in it was touched: give --out "
+                        f"a new or empty folder{killed}")
+
+
+def finished(path: Path, rounds: int) -> bool:
+    """Whether the run in ``path`` says it finished its ``rounds`` and its last metrics row is that
+    round (a run whose last row was cut short is resumed, not called finished)."""
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        lines = (path / METRICS).read_text(encoding="utf-8").splitlines()
+        last = json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return False
+    return (isinstance(summary, dict) and summary.get("finished") is True and summary.get("rounds") == rounds
+            and isinstance(last, dict) and last.get("round") == rounds)
 
 
 def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:
@@ -67,6 +95,10 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
     if device is not None:
         check_device_name(device)
         config.run.device = device
+    if finished(path, config.train.rounds):
+        print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "
+              "nothing to resume, nothing was changed", file=sys.stderr)
+        return path
     with lock_run_dir(path):  # before restore_state cuts the metrics back
         if config.run.runtime not in LOCAL_RUNTIMES:
             return _run_on_flower(config, path, progress)

@@ -292,7 +292,9 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
             "--out", str(out), "--timeout", "400"]
     for item in overrides:
         argv += ["--set", item]
-    deploy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    mark = f"FEDACCEL_TEST_MARK={tmp_path}"  # inherited by every process this test starts, orphans too
+    deploy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "FEDACCEL_TEST_MARK": str(tmp_path)})
     refused: dict[str, tuple[int, str]] = {}
     nodes: dict[str, subprocess.Popen] = {}
     try:
@@ -302,7 +304,8 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
             time.sleep(0.2)
         toml = (out / "flower" / "home" / "config.toml").read_text()
         address = re.search(r'address = "([^"]+)"', toml).group(1)  # type: ignore[union-attr]
-        env = {**os.environ, **ENV, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+        env = {**os.environ, **ENV, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+               "FEDACCEL_TEST_MARK": str(tmp_path)}
         for name, key in (("intruder", ["--auth-supernode-private-key", str(intruder)]), ("keyless", [])):
             (tmp_path / name).mkdir()
             with open(tmp_path / name / "supernode.log", "w") as sink:  # `process`: no children of its own
@@ -324,7 +327,17 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     for name, (code, log) in refused.items():
         assert code != 0, (name, log[-500:])
         assert "Exit Code: 305" in log, (name, log[-500:])  # "Failed to activate" / "must be registered"
-    assert not live_flower_processes()
+
+    def ours(proc: Path) -> str | None:  # alive, started by this test (its mark in the environment): the command
+        try:
+            alive = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            marked = mark.encode() in (proc / "environ").read_bytes().split(b"\0")
+            return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode() if alive and marked else None
+        except (OSError, IndexError):
+            return None
+
+    left = [cmd for proc in Path("/proc").glob("[0-9]*") if (cmd := ours(proc))]  # other people's Flower: unmarked
+    assert not left + live_flower_processes(within=tmp_path), "processes this test started are left running"
 
 
 def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_state(tmp_path: Path) -> None:

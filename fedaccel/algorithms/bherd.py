@@ -46,7 +46,7 @@ from fedaccel.algorithms.batched import (
     relative,
     row_blocks,
 )
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 
 def selected_count(alpha: float, steps: int) -> int:
@@ -364,7 +364,7 @@ def bherd_selection(*, alpha: float = 0.5, selection: str = "herding") -> Part:
     if not 0 < alpha <= 1:
         raise ConfigError(f"bherd alpha must be in (0, 1], got {alpha}")
     if selection not in SELECTIONS:
-        raise ConfigError(f"bherd selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+        raise ConfigError(f"bherd selection must be one of {', '.join(SELECTIONS)}, got {shown(selection)}")
 
     def estimator(ctx: ClientContext, dim: int) -> Estimator:
         picks = random_subset(ctx, selected_count(alpha, ctx.steps)) if selection == "random" else None

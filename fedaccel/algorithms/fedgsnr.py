@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientAccess, ClientContext, Part, RoundInfo, State
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 GSNR_CAP = 1e6  # r_k when Q_k L - M_k^2 vanishes numerically (1 / sqrt(1e-12))
 _CHUNK_FLOATS = 1 << 24  # per-sample gradients held at once: at most ~64 MB of float32
@@ -201,11 +201,11 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
         ['fedgsnr', 'mean']
     """
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
-        raise ConfigError(f"fedgsnr samples (B_s) must be an integer >= 2, got {samples!r}")
+        raise ConfigError(f"fedgsnr samples (B_s) must be an integer >= 2, got {shown(samples)}")
     if isinstance(e_const, bool) or not isinstance(e_const, int) or e_const < 1:
-        raise ConfigError(f"fedgsnr e_const (local steps) must be an integer >= 1, got {e_const!r}")
+        raise ConfigError(f"fedgsnr e_const (local steps) must be an integer >= 1, got {shown(e_const)}")
     if plan not in PLANS:
-        raise ConfigError(f"fedgsnr plan must be one of {', '.join(PLANS)}; got {plan!r}")
+        raise ConfigError(f"fedgsnr plan must be one of {', '.join(PLANS)}; got {shown(plan)}")
     statistics = plan in _NEEDS_STATISTICS
 
     def plan_client(

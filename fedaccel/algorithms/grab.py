@@ -47,7 +47,7 @@ from torch import Tensor
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, Estimator, Part, RoundInfo, State
 from fedaccel.algorithms.batched import SMALL_BYTES, Workspace, check_steps, copy_active_rows, relative, row_blocks
 from fedaccel.algorithms.mean import renormalised_weights
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 VARIANTS = ("paper", "fixed")
 # What a client's diagnostics carry for the server's estimate_error (see the module docstring), removed there.
@@ -239,7 +239,7 @@ def grab_selection(*, variant: str = "paper") -> Part:
     """
 
     if variant not in VARIANTS:
-        raise ConfigError(f"grab variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        raise ConfigError(f"grab variant must be one of {', '.join(VARIANTS)}, got {shown(variant)}")
     fixed = variant == "fixed"
 
     def estimator(ctx: ClientContext, dim: int) -> Estimator:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientUpdate, Part, RoundInfo, weighted_sum
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 
 def renormalised_weights(updates: Sequence[ClientUpdate], weighting: str = "data") -> list[float]:
@@ -34,7 +34,7 @@ def mean_aggregate(*, server_lr: float = 1.0, weighting: str = "data") -> Part:
     if server_lr <= 0:
         raise ConfigError(f"server_lr must be > 0, got {server_lr}")
     if weighting not in ("data", "uniform"):
-        raise ConfigError(f"weighting must be 'data' or 'uniform', got {weighting!r}")
+        raise ConfigError(f"weighting must be 'data' or 'uniform', got {shown(weighting)}")
 
     def aggregate(info: RoundInfo, w: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
         if not updates:

@@ -23,7 +23,7 @@ from fedaccel.algorithms.fedgsnr import fedgsnr_planning
 from fedaccel.algorithms.fedprox import fedprox as fedprox_term
 from fedaccel.algorithms.fedumf import fedumf as fedumf_part
 from fedaccel.algorithms.mean import mean_aggregate
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, shown
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def hyperparameters(name: str) -> dict[str, Any]:
 
 def get_recipe(name: str) -> Recipe:
     if name not in RECIPES:
-        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(sorted(RECIPES))}")
+        raise ConfigError(f"unknown algorithm {shown(name)}; known: {listed(sorted(RECIPES), near=name)}")
     return RECIPES[name]
 
 
@@ -247,6 +247,6 @@ def build_algorithm(name: str, **params: Any) -> Algorithm:
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
-        listed = ", ".join(sorted(known)) or "none"
-        raise ConfigError(f"algorithm {name!r} has no hyperparameter {unknown[0]!r}; known: {listed}")
+        raise ConfigError(f"algorithm {shown(name)} has no hyperparameter {shown(unknown[0])}; "
+                          f"known: {listed(sorted(known), near=unknown[0])}")
     return get_recipe(name).build(**params)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedaccel.algorithms.base import Part, Participation, RoundInfo
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 
 def sample_clients(info: RoundInfo, fraction: float) -> tuple[int, ...]:
@@ -59,15 +59,15 @@ def check_schedule(schedule: Any, n_clients: int, key: str = "train.participatio
         return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)) and len(value) > 0
 
     if not is_list(schedule):
-        raise ConfigError(f"{key} must be a non-empty list of client lists, e.g. [[0, 1], [2, 3]]; got {schedule!r}")
+        raise ConfigError(f"{key} must be a non-empty list of client lists, e.g. [[0, 1], [2, 3]]; got {shown(schedule)}")
     checked = []
     for t, entry in enumerate(schedule):
         if not is_list(entry):
-            raise ConfigError(f"{key}[{t}] must be a non-empty list of client ids, got {entry!r}")
+            raise ConfigError(f"{key}[{t}] must be a non-empty list of client ids, got {shown(entry)}")
         for client in entry:
             if isinstance(client, bool) or not isinstance(client, numbers.Integral) or not 0 <= client < n_clients:
-                raise ConfigError(f"{key}[{t}] names client {client!r}; client ids are integers in [0, {n_clients})")
+                raise ConfigError(f"{key}[{t}] names client {shown(client)}; client ids are integers in [0, {n_clients})")
         if len(set(entry)) != len(entry):
-            raise ConfigError(f"{key}[{t}] names a client twice: {list(entry)!r}")
+            raise ConfigError(f"{key}[{t}] names a client twice: {shown(list(entry))}")
         checked.append([int(c) for c in entry])
     return checked

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, LocalTerm, Part, RoundInfo, State
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 
 def scaffold(*, weighting: str = "data") -> Part:
@@ -52,7 +52,7 @@ def scaffold(*, weighting: str = "data") -> Part:
         'scaffold'
     """
     if weighting not in ("data", "uniform"):
-        raise ConfigError(f"scaffold weighting must be 'data' or 'uniform', got {weighting!r}")
+        raise ConfigError(f"scaffold weighting must be 'data' or 'uniform', got {shown(weighting)}")
 
     def zeros(w0: Tensor) -> Tensor:
         return torch.zeros_like(w0)

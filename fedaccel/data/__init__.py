@@ -32,7 +32,7 @@ from fedaccel.data.cifar import find_cifar_source, load_cifar
 from fedaccel.data.embedded import fashion_mnist_dir, install_fashion_mnist
 from fedaccel.data.idx import idx_stems, load_idx_folder, locate_idx_folder
 from fedaccel.data.synthetic import generate_synthetic
-from fedaccel.errors import DataError
+from fedaccel.errors import DataError, listed, shown
 
 __all__ = [
     "DATASETS",
@@ -179,7 +179,7 @@ _EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, 
 def _load_emnist(root: Path | None, seed: int, emnist_split: str = "balanced") -> Dataset:
     if emnist_split not in _EMNIST_CLASSES:
         raise DataError(
-            f"emnist: unknown emnist_split '{emnist_split}'; use one of {', '.join(_EMNIST_CLASSES)}"
+            f"emnist: unknown emnist_split {shown(emnist_split)}; use one of {listed(_EMNIST_CLASSES, near=emnist_split)}"
         )
     if root is None:
         raise _need_root("emnist")
@@ -268,7 +268,7 @@ def _canonical(name: str) -> str:
     key = name.strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
     if key not in DATASETS:
-        raise DataError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
+        raise DataError(f"unknown dataset {shown(name)}; known: {listed(DATASETS, near=name)}")
     return key
 
 
@@ -323,8 +323,7 @@ def load_dataset(
     spec = DATASETS[key]
     unknown = sorted(set(options) - set(spec.options))
     if unknown:
-        allowed = ", ".join(spec.options) or "none"
-        raise DataError(f"{key}: unknown option(s) {', '.join(unknown)}; allowed: {allowed}")
+        raise DataError(f"{key}: unknown option(s) {listed(unknown)}; allowed: {listed(spec.options, near=unknown[0])}")
     path = Path(root).expanduser() if root is not None else resolve_root(key)[0]
     ds = spec.loader(path, seed, **options)
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, shown
 
 ATTACKS = ("label-flip", "noise")
 
@@ -74,7 +74,7 @@ def attack_clients(
 
 def _check(kind: str, x: Tensor, num_classes: int, shift: int) -> None:
     if kind not in ATTACKS:
-        raise ConfigError(f"unknown attack {kind!r}; choose one of: {', '.join(ATTACKS)}")
+        raise ConfigError(f"unknown attack {shown(kind)}; choose one of: {listed(ATTACKS, near=kind)}")
     if kind == "label-flip":
         if num_classes < 2:
             raise ConfigError(f"label flipping needs num_classes >= 2, got {num_classes}")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import DataError
+from fedaccel.errors import DataError, listed, shown
 
 __all__ = ["CifarLayout", "LAYOUTS", "find_cifar_source", "load_cifar"]
 
@@ -197,7 +197,7 @@ def load_cifar(
     layout = LAYOUTS[name]
     if label_mode not in layout.label_keys:
         raise DataError(
-            f"{name}: unknown label_mode '{label_mode}'; use one of {sorted(layout.label_keys)}"
+            f"{name}: unknown label_mode {shown(label_mode)}; use one of {listed(sorted(layout.label_keys))}"
         )
     label_key, num_classes = layout.label_keys[label_mode]
     source = find_cifar_source(root, name)

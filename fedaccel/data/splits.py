@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, check_png_output, listed, shown
 
 Parts = list[np.ndarray]
 
@@ -98,7 +98,7 @@ def _client_sizes(
     if kind in (None, "equal"):
         return np.full(n_clients, n // n_clients, np.int64) + (np.arange(n_clients) < n % n_clients)
     if kind != "lognormal":
-        raise ConfigError(f"unknown sizes {kind!r}: use 'equal' or 'lognormal'")
+        raise ConfigError(f"unknown sizes {shown(kind)}: use 'equal' or 'lognormal'")
     if not sigma >= 0:
         raise ConfigError(f"sigma must be >= 0 for lognormal sizes, got {sigma}")
     share = rng.lognormal(0.0, sigma, n_clients)
@@ -453,24 +453,24 @@ def split(
     Returns one sorted int64 array of sample indices per client.
     """
     if name not in SPLITS:
-        raise ConfigError(f"unknown split {name!r}; known splits: {', '.join(SPLITS)}")
+        raise ConfigError(f"unknown split {shown(name)}; known splits: {listed(SPLITS, near=name)}")
     if not isinstance(rng, np.random.Generator):
         raise TypeError("rng must be a numpy.random.Generator")
     labels = np.asarray(labels)
     if labels.ndim != 1 or (labels.size and not np.issubdtype(labels.dtype, np.integer)):
         raise ConfigError("labels must be a 1-D array of integer class labels")
     if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
-        raise ConfigError(f"n_clients must be an integer >= 1, got {n_clients!r}")
+        raise ConfigError(f"n_clients must be an integer >= 1, got {shown(n_clients)}")
     n_clients = int(n_clients)
     if n_clients > len(labels):
-        raise ConfigError(f"split {name!r}: {n_clients} clients but only {len(labels)} samples")
+        raise ConfigError(f"split {shown(name)}: {n_clients} clients but only {len(labels)} samples")
     fn = SPLITS[name]
     accepted = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(args) - set(accepted))
     if unknown:
         raise ConfigError(
-            f"split {name!r} got unknown argument(s) {', '.join(unknown)}; "
-            f"accepted: {', '.join(accepted) or 'none'}"
+            f"split {shown(name)} got unknown argument(s) {listed(unknown)}; "
+            f"accepted: {listed(accepted, near=unknown[0])}"
         )
     return fn(labels, n_clients, rng, **args)
 
@@ -504,14 +504,16 @@ def format_report(counts: np.ndarray) -> str:
     return "\n".join(lines)
 
 
-def plot_heatmap(counts: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """Save a clients x labels heat map of ``counts`` as PNG (counts written in cells up to 20 x 20)."""
+def plot_heatmap(counts: np.ndarray, path: str | Path, title: str = "", force: bool = False) -> Path:
+    """Save a clients x labels heat map of ``counts`` as PNG (counts written in cells up to 20 x 20;
+    an existing file that is not a PNG is left alone unless ``force``)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     counts = np.asarray(counts)
     n_clients, n_classes = counts.shape
     path = Path(path)
+    check_png_output(path, force)
     fig = Figure(figsize=(min(2 + 0.5 * n_classes, 16), min(1.5 + 0.35 * n_clients, 20)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 DEVICES = ("cpu", "cuda", "cuda:N", "mps", "auto")
 _SPELLING = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
@@ -23,7 +23,7 @@ _SPELLING = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
 def check_device_name(name: str) -> None:
     """Raise ConfigError unless ``name`` is spelled as one of :data:`DEVICES` (not whether it is here)."""
     if not isinstance(name, str) or not _SPELLING.fullmatch(name):
-        raise ConfigError(f"run.device must be one of {', '.join(DEVICES)}, got {name!r}")
+        raise ConfigError(f"run.device must be one of {', '.join(DEVICES)}, got {shown(name)}")
 
 
 def _mps_available() -> bool:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from fedaccel.algorithms.base import Estimator, LocalTerm
 from fedaccel.engine.flat import FlatModel
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 ORDERS = ("fixed", "reshuffle", "given")
 
@@ -37,7 +37,7 @@ def batch_order(order: str, reshuffle: bool = False) -> str:
     reshuffle: a new permutation every round (RR); given: the client's index array as it is.
     """
     if order not in ORDERS:
-        raise ConfigError(f"train.order must be one of {', '.join(ORDERS)}, got {order!r}")
+        raise ConfigError(f"train.order must be one of {', '.join(ORDERS)}, got {shown(order)}")
     if reshuffle and order == "given":
         raise ConfigError("train.reshuffle: true (the old spelling of train.order: reshuffle) contradicts "
                           "train.order: given; set train.order alone")

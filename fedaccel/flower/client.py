@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedaccel.algorithms.base import ClientContext
 from fedaccel.engine.round import round_info, train_client
 from fedaccel.flower.wire import pack, unpack
-from fedaccel.runs.config import from_dict
+from fedaccel.runs.config import from_dict, parse_yaml
 from fedaccel.runs.setup import Setup, apply_attacks, build_setup
 
 STATE = "fedaccel.client."  # prefix of the client's part states in context.state
@@ -57,7 +56,7 @@ def setup_for(config_text: str) -> Setup:
     key = config_key(config_text)
     if key not in _SETUPS:
         _SETUPS.clear()
-        _SETUPS[key] = build_setup(from_dict(yaml.safe_load(config_text)))
+        _SETUPS[key] = build_setup(from_dict(parse_yaml(config_text, "the config from the server")))
         print(f"fedaccel client: built the run's setup in process {os.getpid()}", file=sys.stderr, flush=True)
     return _SETUPS[key]
 

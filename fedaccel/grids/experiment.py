@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
-from fedaccel.runs.config import Config, from_dict, read_yaml, set_path
+from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
 
 if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
@@ -71,16 +71,17 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     """Read an experiment file; ``overrides`` (key=value) apply to every cell's config."""
     path = Path(path)
     raw = read_yaml(path)
-    unknown = sorted(set(raw) - EXPERIMENT_KEYS)
+    unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
     if unknown:
-        raise ConfigError(f"{path}: unknown experiment key {unknown[0]!r}; known: {', '.join(sorted(EXPERIMENT_KEYS))}")
+        raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
     base = raw.get("base") or {}
     if isinstance(base, str):
         base = read_yaml((path.parent / base) if not Path(base).is_absolute() else base)
     grid = raw.get("grid") or {}
-    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+    if not isinstance(grid, dict) or not all(isinstance(k, str) and isinstance(v, list) and v for k, v in grid.items()):
         raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
     name = str(raw.get("name") or path.stem)
+    check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
     cells = []
     for values in itertools.product(*grid.values()):
         raw_cell = yaml.safe_load(yaml.safe_dump(base))  # deep copy
@@ -89,7 +90,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
                 set_path(raw_cell, dotted, v)
         for item in overrides or []:
             key, _, value = item.partition("=")
-            set_path(raw_cell, key.strip(), yaml.safe_load(value))
+            set_path(raw_cell, key.strip(), parse_value(key, value))
         config = from_dict(raw_cell)
         cells.append((cell_name(dict(zip(grid, values))), config))
     targets = [float(t) for t in raw.get("targets", [])]
@@ -111,7 +112,7 @@ VARIANT = "variant"  # a grid key whose values are mappings of config keys, chan
 
 def _variant(path: Path, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: each entry of grid.{VARIANT} must map config keys to values, not {value!r}")
+        raise ConfigError(f"{path}: each entry of grid.{VARIANT} must map config keys to values, not {shown(value)}")
     return value
 
 
@@ -139,7 +140,7 @@ def check_same_config(run_dir: Path, config: Config) -> None:
     if not stored_path.is_file():
         return
     try:  # through the current defaults: a key added since the run was made is not a difference
-        stored = from_dict(yaml.safe_load(stored_path.read_text())).to_dict()
+        stored = from_dict(read_yaml(stored_path)).to_dict()
     except ConfigError:
         stored = {}
     wanted = config.to_dict()

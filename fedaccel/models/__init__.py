@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.models.base import Classifier, Shape, functional_loss, num_parameters
 from fedaccel.models.cnn import BHerdCNN, FedDCCNN, LeNet5
 from fedaccel.models.deep import VGG16, ResNet18
@@ -88,8 +88,8 @@ def _check_options(name: str, factory: ModelFactory, options: dict[str, object])
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ConfigError(
-            f"model {name!r} has no option {', '.join(unknown)}; "
-            f"it accepts: {', '.join(accepted) or 'no options'}"
+            f"model {shown(name)} has no option {listed(unknown)}; "
+            f"it accepts: {listed(accepted, near=unknown[0]) if accepted else 'no options'}"
         )
 
 
@@ -99,7 +99,7 @@ def _check_input_shape(name: str, input_shape: Sequence[int]) -> Shape:
         isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in items
     ):
         raise ConfigError(
-            f"model {name!r}: input shape must be a tuple of positive ints, got {input_shape!r}"
+            f"model {shown(name)}: input shape must be a tuple of positive ints, got {shown(input_shape)}"
         )
     return tuple(int(s) for s in items)
 
@@ -126,11 +126,11 @@ def build_model(
     """
     factory = MODELS.get(name)
     if factory is None:
-        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}")
+        raise ConfigError(f"unknown model {shown(name)}; choose one of: {listed(sorted(MODELS), near=name)}")
     shape = _check_input_shape(name, input_shape)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ConfigError(
-            f"model {name!r}: num_classes must be an integer ≥ 2, got {num_classes!r}"
+            f"model {shown(name)}: num_classes must be an integer ≥ 2, got {shown(num_classes)}"
         )
     _check_options(name, factory, options)
     # Construct without touching any RNG (meta tensors have no data), then allocate and

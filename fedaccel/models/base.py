@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 
 Shape = tuple[int, ...]
 
@@ -82,11 +82,11 @@ def image_shape(name: str, shape: Shape) -> tuple[int, int, int]:
         c, h, w = shape
         if c > 4 and w in (1, 3):
             raise ConfigError(
-                f"model {name!r}: input shape {shape} looks channels-last; "
+                f"model {shown(name)}: input shape {shape} looks channels-last; "
                 f"fedaccel uses (C, H, W), e.g. ({w}, {c}, {h})"
             )
         return (c, h, w)
-    raise ConfigError(f"model {name!r} needs an image input shape (C, H, W), got {shape}")
+    raise ConfigError(f"model {shown(name)} needs an image input shape (C, H, W), got {shape}")
 
 
 def fmt_shape(shape: Sequence[int]) -> str:
@@ -100,12 +100,12 @@ def flatten_batch(x: Tensor) -> Tensor:
 def check_choice(name: str, option: str, value: object, choices: Sequence[object]) -> None:
     if value not in choices:
         allowed = ", ".join(repr(c) for c in choices)
-        raise ConfigError(f"model {name!r}: {option}={value!r} is not one of {allowed}")
+        raise ConfigError(f"model {shown(name)}: {option}={shown(value)} is not one of {allowed}")
 
 
 def check_positive_int(name: str, option: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"model {name!r}: {option} must be a positive integer, got {value!r}")
+        raise ConfigError(f"model {shown(name)}: {option} must be a positive integer, got {shown(value)}")
     return value
 
 

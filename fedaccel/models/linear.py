@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 from fedaccel.models.base import Classifier, Shape, check_choice, flatten_batch
 
 
@@ -40,7 +40,7 @@ class SquaredSVM(Classifier):
     ) -> None:
         super().__init__()
         if isinstance(l2, bool) or not isinstance(l2, (int, float)) or not l2 >= 0:
-            raise ConfigError(f"model 'svm': l2 must be a number ≥ 0, got {l2!r}")
+            raise ConfigError(f"model 'svm': l2 must be a number ≥ 0, got {shown(l2)}")
         check_choice(self.NAME, "labels", labels, ("parity", "sign"))
         self.l2 = float(l2)
         self.labels = labels

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, check_png_output
 
 PER_CLIENT_KEYS = {
     "distance": "‖g/(ατ) − μ‖",
@@ -83,11 +83,13 @@ def _figure(panels: int, width: float = 4.0, height: float = 3.2) -> tuple[Any, 
 DPI = 110  # of every diagnostic plot's PNG
 
 
-def save_figure(fig: Any, out: str | Path) -> Path:
-    """Draw ``fig`` into a PNG at ``out`` (parent folders are created)."""
+def save_figure(fig: Any, out: str | Path, force: bool = False) -> Path:
+    """Draw ``fig`` into a PNG at ``out`` (parent folders are created; an existing file that is
+    not a PNG is left alone unless ``force``)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     out = Path(out)
+    check_png_output(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fig.savefig(out, dpi=DPI)
@@ -195,9 +197,12 @@ def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Calla
     return figures
 
 
-def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path) -> list[Path]:
+def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path, force: bool = False) -> list[Path]:
     """Every diagnostic plot that applies to the given runs, as ``<out_prefix>-<name>.png``; returns the files."""
-    return [save_figure(build(), f"{out_prefix}-{name}.png") for name, _, build in diagnostic_figures(run_dirs)]
+    figures = diagnostic_figures(run_dirs)
+    for name, _, _ in figures:  # every name checked before the first is written
+        check_png_output(f"{out_prefix}-{name}.png", force)
+    return [save_figure(build(), f"{out_prefix}-{name}.png", force) for name, _, build in figures]
 
 
 def contribution_ranking(run_dir: str | Path, key: str = "gsnr") -> list[tuple[str, float, int]] | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, check_png_output, listed, shown
 from fedaccel.report.reading import (
     METRIC_NAMES,
     MISSING,
@@ -225,8 +225,8 @@ def _make_figure(
     for metric in metrics:
         if not any(x.size for x, _, _ in curves[metric]):
             raise UserError(
-                f"metric {metric!r} is in none of the runs; available: "
-                + ", ".join(available_metrics(runs))
+                f"metric {shown(metric)} is in none of the runs; available: "
+                + listed(available_metrics(runs), near=metric)
             )
     labels = legend_labels(groups)
     styles = [_line_style(i, len(groups)) for i in range(len(groups))]
@@ -287,9 +287,9 @@ def _make_figure(
             over.tick_params(labelbottom=False, labelsize="x-small")
             over.grid(True, alpha=0.3)
 
-    shown = sorted(handles)
-    legend_handles = [handles[i] for i in shown]
-    legend_texts = [labels[i] for i in shown]
+    drawn = sorted(handles)
+    legend_handles = [handles[i] for i in drawn]
+    legend_texts = [labels[i] for i in drawn]
     if any(len(g) > 1 for _, g in groups):
         legend_handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
         legend_texts.append("band: 95% CI of the mean over seeds (t)")
@@ -342,20 +342,23 @@ def plot_curves(
     title: str = "",
     targets: Sequence[float] = (),
     target_metric: str = "test_acc",
+    force: bool = False,
 ) -> Path:
     """Plot one panel per metric against the round, one line per group (mean over seeds with a
     95% confidence band for groups with several), ``targets`` as dotted lines on the
     ``target_metric`` panel, and save it as a PNG at ``out`` (parent folders are created; an
-    existing folder gets ``curves.png`` inside it). Returns the written path. See
+    existing folder gets ``curves.png`` inside it; an existing file that is not a PNG is left alone
+    unless ``force``). Returns the written path. See
     :func:`_make_figure` for the ranges, scales and drawing order.
     """
-    runs = load_runs(paths_or_runs)
-    fig = _make_figure(runs, metrics, title, targets=targets, target_metric=target_metric)
     out = Path(out)
     if out.is_dir():
         out = out / "curves.png"
     elif not out.suffix:
         out = out.with_suffix(".png")
+    check_png_output(out, force)  # before any work
+    runs = load_runs(paths_or_runs)
+    fig = _make_figure(runs, metrics, title, targets=targets, target_metric=target_metric)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120, format="png")
     return out

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from fedaccel.errors import UserError
+from fedaccel.runs.config import read_yaml
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
 NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every")
@@ -99,15 +99,7 @@ def load_run(path: str | Path) -> Run:
         if not f.is_file():
             raise UserError(f"{path} is not a run folder: {f.name} is missing")
 
-    try:
-        config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"{config_file}: not valid YAML ({reason})") from e
-    if config is None:
-        config = {}
-    if not isinstance(config, dict):
-        raise UserError(f"{config_file}: expected a mapping, got {type(config).__name__}")
+    config = read_yaml(config_file)  # bounded: a run folder may come from someone else
 
     metrics = _read_jsonl(metrics_file)
 

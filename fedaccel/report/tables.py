@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, listed, shown
 from fedaccel.report.claims import crossing
 from fedaccel.report.reading import (
     METRIC_NAMES,
@@ -95,7 +95,8 @@ def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None)
             if g[0].label == name and wanted <= _label_parts(label)[1]
         ]
         if not candidates:
-            raise UserError(f"unknown baseline {baseline!r}; the groups are: " + ", ".join(repr(s) for s in labels))
+            raise UserError(f"unknown baseline {shown(baseline)}; the groups are: "
+                            + listed([repr(s) for s in labels], near=repr(baseline)))
     flats = [{k: fmt_value(v) for k, v in flatten_config(grouping_config(g[0].config)).items()} for _, g in groups]
 
     def agreement(i: int, j: int) -> int:

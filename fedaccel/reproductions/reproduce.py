@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedaccel.errors import ConfigError, UserError
+from fedaccel.errors import ConfigError, UserError, listed, shown
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "reproductions"
@@ -76,11 +76,11 @@ def experiment_files(paper: str, scale: str, only: Sequence[str] = ()) -> list[P
     folder = ROOT / "experiments" / paper / scale
     if not folder.is_dir():
         known = sorted(p.name for p in (ROOT / "experiments").iterdir() if p.is_dir())
-        raise UserError(f"no experiments for {paper!r} at scale {scale!r} ({folder}); papers: {', '.join(known)}")
+        raise UserError(f"no experiments for {shown(paper)} at scale {shown(scale)} ({folder}); papers: {listed(known, near=paper)}")
     files = sorted(folder.glob("*.yaml"))
     missing = sorted(set(only) - {f.stem for f in files})
     if missing:
-        raise UserError(f"no experiment {missing[0]!r} in {folder}; there are: {', '.join(f.stem for f in files)}")
+        raise UserError(f"no experiment {shown(missing[0])} in {folder}; there are: {listed([f.stem for f in files], near=missing[0])}")
     return files
 
 
@@ -199,10 +199,11 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.report.tables import compare_table
     from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
+    files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
     claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
     figures = _figures_folder(paper, scale, docs)
     sections, drawings, runs_by_experiment = [], [], {}
-    for file in experiment_files(paper, scale):
+    for file in files:
         data = figures / "data" / f"{file.stem}{SUFFIX}"
         if not data.is_file():
             continue  # never run: its claims say "not run"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, shown
 
 NAMED = "named"  # metadata marker for {name: ..., **params} sections
 
@@ -119,19 +120,102 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set expects key=value, got {item!r}")
-        set_path(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
+            raise ConfigError(f"--set expects key=value, got {shown(item)}")
+        set_path(raw, key.strip(), parse_value(key, value))
     return from_dict(raw)
 
 
+MAX_YAML_BYTES = 4 * 2**20  # a config or experiment file is a few kB: a larger one is refused unread
+MAX_ALIAS_NODES = 10_000  # values that anchors and aliases may repeat beyond those written out
+# YAML 1.2 floats: PyYAML (YAML 1.1) wants a dot, so `1e4` and `1E-3` would be read as strings
+FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``1e4`` as a float and refuses a document whose anchors and
+    aliases repeat more than ``MAX_ALIAS_NODES`` values (a "billion laughs" bomb is a few hundred
+    bytes that expand to billions of values once anything walks them)."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        expanded, written = _node_counts(node)
+        if expanded - written > MAX_ALIAS_NODES:
+            raise ConfigError(f"its aliases repeat {expanded - written:,} values (at most {MAX_ALIAS_NODES:,})")
+        return node
+
+
+BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(FLOAT.pattern + "$"), list("-+0123456789."))
+
+
+def _node_counts(root: yaml.Node) -> tuple[int, int]:
+    """(values the document holds with every alias expanded, distinct nodes): without expanding."""
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return []
+
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        if closing:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children(node))
+            continue
+        if id(node) in sizes:
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        for child in children(node):
+            if id(child) in open_nodes:
+                raise ConfigError("an alias refers to a value that holds it (a recursive structure)")
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)], len(sizes)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """``text`` read as YAML by :class:`BoundedLoader`; ``source`` names it in the one-line error."""
+    try:
+        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as exc:
+        raise ConfigError(f"{source} is refused: {exc}") from None
+    except yaml.YAMLError as exc:
+        problem = ", ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        reason = problem or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{source} is not valid YAML: {reason[:200]}{where}") from None
+    except RecursionError:
+        raise ConfigError(f"{source} nests its values too deeply") from None
+    except ValueError as exc:  # int() past Python's 4300-digit limit
+        what = "a number with more than 4300 digits" if "digits" in str(exc) else str(exc)[:200]
+        raise ConfigError(f"{source} is refused: it holds {what}") from None
+
+
+def parse_value(key: str, value: str) -> Any:
+    """The value of ``--set key=value``, read as YAML (empty: null)."""
+    return parse_yaml(value, f"--set {shown(key.strip(), 60)[1:-1]}") if value.strip() else None
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config or experiment file: a mapping, at most ``MAX_YAML_BYTES`` long, bounded aliases."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give a YAML config file")
     if not path.is_file():
         raise ConfigError(f"config file {path} not found")
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise ConfigError(f"{path} is {path.stat().st_size / 2**20:.1f} MB: a config file is at most "
+                          f"{MAX_YAML_BYTES // 2**20} MB")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file (not UTF-8)") from None
+    raw = parse_yaml(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping of config keys")
     return raw
@@ -162,13 +246,14 @@ def from_dict(raw: dict[str, Any]) -> Config:
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"config key {prefix.rstrip('.') or '<top>'} must be a mapping")
+    _check_keys(raw, prefix.rstrip(".") or "the top level")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
         raise ConfigError(
-            f"unknown config key {prefix + unknown[0]!r}; known under "
-            f"{prefix.rstrip('.') or 'the top level'}: {', '.join(fields)}"
+            f"unknown config key {shown(prefix + unknown[0])}; known under "
+            f"{prefix.rstrip('.') or 'the top level'}: {listed(fields, near=unknown[0])}"
         )
     values: dict[str, Any] = {}
     for name, f in fields.items():
@@ -190,8 +275,16 @@ def _named(value: Any, key: str, default: str) -> dict[str, Any]:
     if isinstance(value, str):
         return {"name": value}
     if isinstance(value, dict) and isinstance(value.get("name", default), str):
+        _check_keys(value, key)
         return {"name": default, **value}
-    raise ConfigError(f"{key} must be a name or a mapping with a 'name' key, got {value!r}")
+    raise ConfigError(f"{key} must be a name or a mapping with a 'name' key, got {shown(value)}")
+
+
+def _check_keys(mapping: dict[Any, Any], where: str) -> None:
+    """Config keys are names: ``{1: 2}`` (YAML reads the key as a number) is one line, not a TypeError."""
+    for key in mapping:
+        if not isinstance(key, str):
+            raise ConfigError(f"config keys are names, but {where} has the key {shown(key)}")
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
@@ -213,13 +306,15 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     elif "float" in text:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and FLOAT.fullmatch(value.strip()):  # `1e4` from a YAML 1.1 reader
+            return float(value)
     elif "str" in text:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
     else:
         return value
     wanted = text.replace("typing.", "").replace("<class '", "").replace("'>", "")
-    raise ConfigError(f"{key} must be of type {wanted}, got {value!r}")
+    raise ConfigError(f"{key} must be of type {wanted}, got {shown(value)}")
 
 
 def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -> None:
@@ -230,7 +325,7 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ConfigError(
-            f"{kind} {name!r} has no option {unknown[0]!r}; known: {', '.join(sorted(accepted)) or 'none'}"
+            f"{kind} {shown(name)} has no option {shown(unknown[0])}; known: {listed(sorted(accepted), near=unknown[0])}"
         )
 
 
@@ -241,16 +336,17 @@ def validate(config: Config) -> None:
     from fedaccel.engine.local import LocalOptions
     from fedaccel.models import MODELS
 
+    check_name(config.name, "name")
     build_algorithm_from(config)
     if config.data.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {config.data.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+        raise ConfigError(f"unknown dataset {shown(config.data.dataset)}; known: {listed(sorted(DATASETS), near=config.data.dataset)}")
     split = dict(config.data.split)
     split_name = split.pop("name")
     if split_name not in SPLITS:
-        raise ConfigError(f"unknown split {split_name!r}; known: {', '.join(sorted(SPLITS))}")
+        raise ConfigError(f"unknown split {shown(split_name)}; known: {listed(sorted(SPLITS), near=split_name)}")
     _check_params("split", split_name, split, SPLITS[split_name])
     if config.model["name"] not in MODELS:
-        raise ConfigError(f"unknown model {config.model['name']!r}; known: {', '.join(sorted(MODELS))}")
+        raise ConfigError(f"unknown model {shown(config.model['name'])}; known: {listed(sorted(MODELS), near=config.model['name'])}")
     local_options(config)  # LocalOptions validates its own values
     checks = [
         (config.data.clients >= 1, "data.clients must be >= 1"),
@@ -282,6 +378,13 @@ def validate(config: Config) -> None:
     del LocalOptions
 
 
+def check_name(name: str, key: str) -> None:
+    """A name that becomes part of a folder name must be one path component: ``name=../../x``
+    would otherwise put the run outside ``run.out_dir``."""
+    if any(c in name for c in "/\\\0") or name in (".", ".."):
+        raise ConfigError(f"{key} {shown(name)} must be one folder name: no '/', '\\', NUL, '.' or '..'")
+
+
 def check_participation(config: Config, n_clients: int) -> list[list[int]] | None:
     """``train.participation`` checked against the clients; it replaces the selection, so a client
     fraction beside it would be silently ignored and is refused."""
@@ -302,17 +405,17 @@ ATTACK_KEYS = {"kind": str, "clients": list, "from_round": int, "shift": int}
 
 def validate_attack(attack: Any, n_clients: int) -> None:
     if not isinstance(attack, dict) or "kind" not in attack or "clients" not in attack:
-        raise ConfigError(f"each attack needs 'kind' and 'clients', got {attack!r}")
+        raise ConfigError(f"each attack needs 'kind' and 'clients', got {shown(attack)}")
     for key, value in attack.items():
         if key not in ATTACK_KEYS:
-            raise ConfigError(f"unknown attack key {key!r}; known: {', '.join(ATTACK_KEYS)}")
+            raise ConfigError(f"unknown attack key {shown(key)}; known: {listed(ATTACK_KEYS, near=key)}")
         if not isinstance(value, ATTACK_KEYS[key]) or isinstance(value, bool):
-            raise ConfigError(f"attack {key} must be of type {ATTACK_KEYS[key].__name__}, got {value!r}")
+            raise ConfigError(f"attack {key} must be of type {ATTACK_KEYS[key].__name__}, got {shown(value)}")
     if attack["kind"] not in ("label-flip", "noise"):
-        raise ConfigError(f"attack kind must be 'label-flip' or 'noise', got {attack['kind']!r}")
+        raise ConfigError(f"attack kind must be 'label-flip' or 'noise', got {shown(attack['kind'])}")
     bad = [c for c in attack["clients"] if not isinstance(c, int) or not 0 <= c < n_clients]
     if bad:
-        raise ConfigError(f"attack clients must be client ids in [0, {n_clients}), got {bad[0]!r}")
+        raise ConfigError(f"attack clients must be client ids in [0, {n_clients}), got {shown(bad[0])}")
     if attack.get("from_round", 0) < 0:
         raise ConfigError("attack from_round must be >= 0")
 

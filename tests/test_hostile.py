@@ -1,0 +1,191 @@
+"""Attacks that must stay refused (issue 21): each is one line, quick, and leaves nothing changed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedaccel.cli import main
+from fedaccel.errors import ConfigError, UserError
+from fedaccel.runs.config import from_dict, load_config
+
+# ---------------------------------------------------------------------------------------------
+# items 6 and 7: hostile and mistaken input
+# ---------------------------------------------------------------------------------------------
+
+TINY = ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=2", "train.batch_size=50",
+        "run.progress=false"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [arg for item in overrides for arg in ("--set", item)]
+
+
+def bomb(levels: int = 10, ways: int = 9, flow: bool = False) -> str:
+    """A "billion laughs": level i is ``ways`` aliases of level i - 1 (``ways ** levels`` values)."""
+    items = ["&a0 [" + ", ".join(["lol"] * ways) + "]"]
+    items += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * ways) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]" if flow else "".join(f"  - {item}\n" for item in items)
+
+
+# runs the CLI in a child whose address space is capped, and reports how long `main` took and how
+# much its resident memory grew (imports done before the clock starts)
+MEASURED = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from fedaccel.cli import main
+import fedaccel.launch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.monotonic()
+code = main(sys.argv[1:])
+print("measured", code, time.monotonic() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.parametrize("where", ["file", "--set"])
+def test_a_yaml_bomb_under_name_is_refused_in_one_line_quickly_and_in_bounded_memory(tmp_path: Path, where: str) -> None:
+    if where == "file":
+        (tmp_path / "bomb.yaml").write_text("name:\n" + bomb())
+        args = ["run", "--no-progress", str(tmp_path / "bomb.yaml")]
+    else:
+        args = ["run", "--no-progress", "--set", "name=" + bomb(flow=True)]
+    done = subprocess.run([sys.executable, "-c", MEASURED, *args], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.stdout.splitlines()[-1:] and done.stdout.splitlines()[-1].startswith("measured"), done.stderr[-2000:]
+    _, code, seconds, grown_kb = done.stdout.splitlines()[-1].split()
+    lines = done.stderr.splitlines()
+    assert int(code) == 2 and len(lines) == 1 and lines[0].startswith("error:"), done.stderr[-2000:]
+    assert "aliases repeat" in lines[0] and len(lines[0]) < 300
+    assert float(seconds) < 5 and int(grown_kb) < 200_000, (seconds, grown_kb)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_aliases_that_repeat_a_few_values_are_fine_and_a_recursive_one_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("train: &t {rounds: 3, lr: 0.5}\nattacks:\n  - {kind: noise, clients: &c [0, 1]}\n"
+                      "  - {kind: label-flip, clients: *c}\n")
+    loaded = load_config(config)
+    assert loaded.train.rounds == 3 and loaded.attacks[1]["clients"] == [0, 1]
+    config.write_text("attacks: &a [*a]\n")
+    with pytest.raises(ConfigError, match="recursive") as err:
+        load_config(config)
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_file_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    config = tmp_path / "huge.yaml"
+    line = "# " + "x" * 1000 + "\n"
+    config.write_text("train: {rounds: 3}\n" + line * (5 * 2**20 // len(line)))  # 5 MB, mostly comments
+    with pytest.raises(ConfigError, match=r"huge.yaml is \d+\.\d MB: a config file is at most 4 MB") as err:
+        load_config(config)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("override", [
+    "train.lr=" + "x" * 100_000,  # a type error
+    "algorithm=" + "y" * 100_000,  # an unknown name
+    "data.split=" + "z" * 100_000,
+    "train.participation={" + ", ".join(f"r{i}: [0, 1]" for i in range(20_000)) + "}",  # a long mapping
+    "attacks=[[" + ", ".join(["7"] * 50_000) + "]]",  # a long list
+    "data.clients=[" + "9" * 4000 + "]",  # a huge number
+])
+def test_error_messages_print_at_most_200_characters_of_a_value(override: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*TINY, override])
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 400, message[:1000]
+
+
+def test_run_out_refuses_a_non_empty_folder_that_is_not_a_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("my: own config\n")
+    (mine / "notes.txt").write_text("keep me\n")
+    assert main(["run", *sets(TINY), "--out", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not empty and holds no fedaccel run" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["config.yaml", "notes.txt"]
+    assert (mine / "config.yaml").read_text() == "my: own config\n"
+    (tmp_path / "file").write_text("x")
+    assert main(["run", *sets(TINY), "--out", str(tmp_path / "file")]) == 2
+    assert (tmp_path / "file").read_text() == "x"
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty folder is a new run's folder
+    assert main(["run", *sets(TINY), "--out", str(empty)]) == 0
+    assert (empty / "metrics.jsonl").is_file()
+    capsys.readouterr()
+    assert main(["run", *sets(TINY), "--out", str(empty)]) == 2  # a run folder: the way to continue it
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_outputs_are_never_written_over_a_file_fedaccel_did_not_write_unless_forced(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["run", *sets(TINY), "--out", str(run_dir)]) == 0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    split = ["split-report", *sets(["data.dataset=digits", "data.clients=3"])]
+    for command in (["plot", str(run_dir)], split):
+        capsys.readouterr()
+        assert main([*command, "-o", str(notes)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a PNG" in err and "--force" in err
+        assert notes.read_text() == "my notes\n"
+    picture = tmp_path / "curves.png"
+    assert main(["plot", str(run_dir), "-o", str(picture)]) == 0
+    assert main(["plot", str(run_dir), "-o", str(picture)]) == 0  # a PNG is redrawn in place
+    assert main([*split, "-o", str(picture)]) == 0
+    assert main(["plot", str(run_dir), "-o", str(notes), "--force"]) == 0
+    assert notes.read_bytes()[:8] == PNG
+    notes.write_text("my notes\n")
+    assert main([*split, "-o", str(notes), "--force"]) == 0
+    assert notes.read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "/tmp/x", "a\\b", "..", ".", "a\0b"])
+def test_a_run_name_is_one_path_component(name: str) -> None:
+    with pytest.raises(ConfigError, match="must be one folder name") as err:
+        from_dict({"name": name})
+    assert "\n" not in str(err.value)
+    if "\0" not in name:  # YAML itself refuses a NUL
+        with pytest.raises(ConfigError, match="must be one folder name"):
+            load_config(None, [*TINY, f"name={name!r}"])
+
+
+def test_a_run_named_to_escape_out_dir_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out_dir = tmp_path / "a" / "b" / "runs"
+    assert main(["run", *sets([*TINY, f"run.out_dir={out_dir}", "name=../../escaped"])]) == 2
+    assert "must be one folder name" in capsys.readouterr().err
+    assert not any(p.name.startswith("escaped") for p in tmp_path.rglob("*"))
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text("name: ../../escaped\nbase: {train: {rounds: 2}}\n")
+    assert main(["experiment", str(experiment)]) == 2
+    assert "must be one folder name" in capsys.readouterr().err
+
+
+def test_a_folder_holding_only_a_lock_is_a_new_run_s_folder(tmp_path: Path) -> None:
+    """A start that failed leaves at most ``.lock``: the folder is still free for a run."""
+    from fedaccel.launch import check_out_folder
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / ".lock").write_text("")
+    check_out_folder(tmp_path / "r")
+    (tmp_path / "r" / "x").write_text("")
+    with pytest.raises(UserError):
+        check_out_folder(tmp_path / "r")
+
+
+def test_certs_do_not_replace_files_in_a_folder_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("cryptography")
+    folder = tmp_path / "tls"
+    folder.mkdir()
+    (folder / "ca.key").write_text("the key of a CA in use\n")
+    assert main(["certs", str(folder), "--clients", "1"]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert (folder / "ca.key").read_text() == "the key of a CA in use\n"
+    assert main(["certs", str(folder), "--clients", "1", "--force"]) == 0
+    assert (folder / "ca.key").read_text() != "the key of a CA in use\n"
