@@ -68,7 +68,7 @@ def test_a_signal_checkpoints_the_current_round_and_names_the_real_resume_comman
     assert rounds[-1] >= 3 and (run_dir / CHECKPOINT).is_file()
     import torch
 
-    assert torch.load(run_dir / CHECKPOINT, weights_only=False)["state"].round == rounds[-1]
+    assert torch.load(run_dir / CHECKPOINT, weights_only=True)["state"]["round"] == rounds[-1]
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,16 +5,28 @@ flushed as it is written), ``diagnostics.jsonl`` (the algorithm's diagnostics of
 ``checkpoint.pt`` (every ``run.checkpoint_every`` rounds, :mod:`fedaccel.runs.checkpoint`; the one
 before it is kept as ``checkpoint.prev.pt``), ``model.pt`` (the final flat parameter vector) and
 ``summary.json``. Its one writer holds ``.lock`` (:mod:`fedaccel.runs.lock`).
+
+Every file fedaccel rewrites goes through :func:`write_atomic` (a temporary file beside it,
+fsynced, then renamed over it): a kill or a full disk leaves the old file or the new one, never
+half of one. Every ``.pt`` file is read by :func:`load_plain` (``torch.load(weights_only=True)``):
+a file that would need code to load is refused, never run.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import IO, Any
 
+import torch
+
+from fedaccel.errors import UserError
 from fedaccel.runs.config import Config
 
 
@@ -53,3 +65,72 @@ def removed_on_failed_start(path: Path, before: set[Path] | None) -> Iterator[No
                 for item in set(path.iterdir()) - before:
                     shutil.rmtree(item) if item.is_dir() else item.unlink()
         raise
+
+
+class UnsafeFile(UserError):
+    """A file that would run code if loaded (a planted pickle, or one of an earlier fedaccel)."""
+
+
+def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *, previous: Path | None = None) -> None:
+    """Replace ``path`` by ``data`` (text as UTF-8, bytes, or a function writing to the open file)
+    through a temporary file in the same folder, fsynced and renamed: whatever stops the write
+    leaves ``path`` as it was. ``previous``: where the file being replaced is kept."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as file:
+            if callable(data):
+                data(file)
+            else:
+                file.write(data.encode("utf-8") if isinstance(data, str) else data)
+            file.flush()
+            os.fsync(file.fileno())
+        if previous is not None and path.exists():
+            os.replace(path, previous)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the system allows opening a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_plain(path: Path, value: Any, *, previous: Path | None = None) -> None:
+    """``torch.save`` of plain data (tensors, containers, numbers, strings), atomically."""
+    write_atomic(path, lambda file: torch.save(value, file), previous=previous)
+
+
+def load_plain(file: Path) -> Any:
+    """``torch.load(file, weights_only=True)`` on the CPU. A file that asks for anything but tensors
+    and plain data is refused with :class:`UnsafeFile` (one line naming it): nothing in it runs.
+    A damaged file raises what ``torch.load`` raises."""
+    try:
+        return torch.load(file, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        if "weights only load failed" not in str(exc).lower():
+            raise
+        raise UnsafeFile(unsafe_reason(file, str(exc))) from None
+
+
+def unsafe_reason(file: Path, message: str) -> str:
+    """One line: why ``file`` is refused, from torch's weights-only message."""
+    found = re.search(r"GLOBAL ([\w.]+)", message)
+    wanted = found.group(1) if found else None
+    if wanted and wanted.startswith("fedaccel."):
+        return (f"{file} is refused: loading it would run code ({wanted}); it was written by an earlier fedaccel, "
+                "which pickled its classes: delete it (and the run's other checkpoints) to start the run again")
+    what = f"it asks for {wanted}" if wanted else "it holds more than tensors and plain data"
+    return (f"{file} is refused: loading it would run code ({what}); fedaccel never writes such a file, "
+            "so it did not come from fedaccel: delete it")
