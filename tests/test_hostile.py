@@ -98,6 +98,7 @@ def test_a_planted_checkpoint_is_refused_and_runs_nothing(
     line = resume_error(path, capsys)
     assert not marker.exists()
     assert line.startswith(f"error: {path / CHECKPOINT} is refused: loading it would run code"), line
+    assert "system" in line or "exec" in line  # what it would have run
     assert (path / "metrics.jsonl").read_text() == metrics  # refused before anything was cut back
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
+import pickletools
+import zipfile
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -113,24 +114,49 @@ def save_plain(path: Path, value: Any, *, previous: Path | None = None) -> None:
 
 
 def load_plain(file: Path) -> Any:
-    """``torch.load(file, weights_only=True)`` on the CPU. A file that asks for anything but tensors
-    and plain data is refused with :class:`UnsafeFile` (one line naming it): nothing in it runs.
-    A damaged file raises what ``torch.load`` raises."""
+    """``torch.load(file, weights_only=True)`` on the CPU. A whole pickle that asks for anything but
+    tensors and plain data is refused with :class:`UnsafeFile` (one line naming it): nothing in it
+    runs. A damaged file raises what ``torch.load`` raises."""
     try:
         return torch.load(file, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         if "weights only load failed" not in str(exc).lower():
             raise
-        raise UnsafeFile(unsafe_reason(file, str(exc))) from None
+        wanted = pickle_globals(file)
+        if wanted is None:  # not a whole pickle: damaged, not hostile
+            raise
+        raise UnsafeFile(unsafe_reason(file, wanted)) from None
 
 
-def unsafe_reason(file: Path, message: str) -> str:
-    """One line: why ``file`` is refused, from torch's weights-only message."""
-    found = re.search(r"GLOBAL ([\w.]+)", message)
-    wanted = found.group(1) if found else None
-    if wanted and wanted.startswith("fedaccel."):
-        return (f"{file} is refused: loading it would run code ({wanted}); it was written by an earlier fedaccel, "
+def pickle_globals(file: Path) -> list[str] | None:
+    """The ``module.name``s the pickle in ``file`` (a plain pickle, or torch's zip) would import,
+    read without running it; None if it is not a whole pickle."""
+    try:
+        data = file.read_bytes()
+        if zipfile.is_zipfile(file):
+            with zipfile.ZipFile(file) as archive:
+                name = next(n for n in archive.namelist() if n.endswith("data.pkl"))
+                data = archive.read(name)
+        found, strings = [], []
+        for op, arg, _ in pickletools.genops(data):  # parses opcodes only; raises on damage
+            if op.name == "GLOBAL":
+                found.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append(".".join(strings[-2:]))
+            elif isinstance(arg, str):
+                strings.append(arg)
+        return found
+    except Exception:
+        return None
+
+
+def unsafe_reason(file: Path, wanted: list[str]) -> str:
+    """One line: why ``file`` is refused, naming what it would import."""
+    ours = [name for name in wanted if name.startswith("fedaccel.")]
+    if ours:
+        return (f"{file} is refused: loading it would run code ({ours[0]}); it was written by an earlier fedaccel, "
                 "which pickled its classes: delete it (and the run's other checkpoints) to start the run again")
-    what = f"it asks for {wanted}" if wanted else "it holds more than tensors and plain data"
+    foreign = [name for name in wanted if not name.startswith(("torch.", "collections."))]
+    what = f"it asks for {foreign[0]}" if foreign else "it holds more than tensors and plain data"
     return (f"{file} is refused: loading it would run code ({what}); fedaccel never writes such a file, "
             "so it did not come from fedaccel: delete it")
