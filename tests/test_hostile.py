@@ -19,7 +19,8 @@ from fedaccel.errors import UserError
 from fedaccel.launch import run
 from fedaccel.runs.checkpoint import load_checkpoint
 from fedaccel.runs.config import load_config
-from fedaccel.runs.folder import CHECKPOINT, PREVIOUS_CHECKPOINT, UnsafeFile
+from fedaccel.runs.files import UnsafeFile
+from fedaccel.runs.folder import CHECKPOINT, PREVIOUS_CHECKPOINT
 
 SMALL = ["data.dataset=digits", "model=softmax", "data.split=dirichlet", "data.split.alpha=0.5", "data.clients=4",
          "train.lr=0.1", "train.batch_size=20", "train.client_fraction=0.75", "run.progress=false"]

@@ -149,3 +149,57 @@ def test_the_run_says_its_runtime_device_and_threads_first(tmp_path: Path, capsy
     run(config, tmp_path / "run")
     first = capsys.readouterr().err.splitlines()[0]
     assert "runtime in-process" in first and "device cpu" in first and "1 torch thread (run.threads)" in first
+
+
+class _DiesHalfway:
+    """A file whose writes stop halfway with ENOSPC (a full disk)."""
+
+    def __init__(self, file) -> None:  # type: ignore[no-untyped-def]
+        self._file = file
+
+    def write(self, data):  # type: ignore[no-untyped-def]
+        self._file.write(data[: len(data) // 2])
+        self._file.flush()
+        raise OSError(28, "No space left on device")
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._file, name)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+        return self._file.__exit__(*exc)
+
+
+def test_a_rewrite_that_dies_midway_leaves_the_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--resume cuts metrics.jsonl and diagnostics.jsonl back to the checkpoint: a full disk during
+    that rewrite must not cost the rows it keeps (a temporary file is renamed over it)."""
+    import builtins
+    import io
+
+    from fedaccel.runs.checkpoint import truncate_metrics
+
+    path = run(load_config(None, [*SMALL, "train.rounds=4"]), tmp_path / "run")
+    before = {name: (path / name).read_bytes() for name in ("metrics.jsonl", "diagnostics.jsonl", "summary.json")}
+    real_open = io.open
+
+    def dying_open(file, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened = real_open(file, mode, *args, **kwargs)
+        writes = any(m in mode for m in "wax") and Path(file).parent == path
+        return _DiesHalfway(opened) if writes else opened
+
+    monkeypatch.setattr(builtins, "open", dying_open)
+    monkeypatch.setattr(io, "open", dying_open)
+    for name in ("metrics.jsonl", "diagnostics.jsonl"):
+        with pytest.raises(OSError, match="No space left"):
+            truncate_metrics(path / name, 2)
+    from fedaccel.runs.files import write_atomic
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(path / "summary.json", "{}")
+    monkeypatch.undo()
+    assert {name: (path / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in path.iterdir() if p.name.endswith(".tmp")) == []  # nothing left behind
+    truncate_metrics(path / "metrics.jsonl", 2)
+    assert [row["round"] for row in rows_of(path)] == [0, 1, 2]

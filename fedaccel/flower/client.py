@@ -39,7 +39,7 @@ from fedaccel.engine.round import round_info, train_client
 from fedaccel.errors import UserError
 from fedaccel.flower.wire import pack, unpack
 from fedaccel.runs.config import from_dict
-from fedaccel.runs.folder import UnsafeFile, load_plain, save_plain
+from fedaccel.runs.files import UnsafeFile, load_plain, save_plain
 from fedaccel.runs.setup import Setup, apply_attacks, build_setup
 
 STATE = "fedaccel.client."  # prefix of the client's part states in context.state

@@ -27,7 +27,8 @@ import yaml
 from fedaccel.errors import UserError
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
-NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every")
+NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
+                                     "run.on_divergence")
 
 
 #: Human-readable names for the usual metrics (axis labels, table headers).
@@ -88,7 +89,8 @@ def load_run(path: str | Path) -> Run:
 
     An incomplete last line of ``metrics.jsonl`` (left by a killed run) is skipped; an invalid
     line anywhere else is an error, and so are rounds that do not strictly increase (two
-    processes that wrote the same folder at once).
+    processes that wrote the same folder at once) and a gap: an evaluation round missing
+    between two rows, given the config's ``eval.every`` and ``train.rounds``.
     """
     path = Path(path)
     if not path.is_dir():
@@ -110,6 +112,7 @@ def load_run(path: str | Path) -> Run:
         raise UserError(f"{config_file}: expected a mapping, got {type(config).__name__}")
 
     metrics = _read_jsonl(metrics_file)
+    _check_no_gap(metrics_file, metrics, config)
 
     summary = None
     summary_file = path / "summary.json"
@@ -156,6 +159,26 @@ def _check_round(file: Path, lineno: int, row: dict, previous: int | None) -> in
             "wrote this run at once?): delete the run folder and run it again"
         )
     return rnd
+
+
+def _check_no_gap(file: Path, rows: list[dict], config: dict) -> None:
+    """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
+    ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
+    present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round."""
+    every, rounds = value_at(config, "eval.every"), value_at(config, "train.rounds")
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        return  # not a fedaccel config (hand-made folders): nothing to check against
+    last = rows[-1]["round"] if rows else 0
+    present = {row["round"] for row in rows}
+    due = set(range(every, last + 1, every))
+    if isinstance(rounds, int) and rounds <= last:
+        due.add(rounds)
+    missing = sorted(due - present)
+    if missing:
+        raise UserError(
+            f"{file}: round {missing[0]} is missing (eval.every = {every}){' and more' if len(missing) > 1 else ''}; "
+            "its rows were lost: resume the run from an earlier checkpoint or run it again"
+        )
 
 
 def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]:

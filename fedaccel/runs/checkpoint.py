@@ -8,7 +8,7 @@ a resumed run reaches the same numbers as an uninterrupted one: every random dra
 
 A checkpoint holds plain data only (the ``FLState``'s fields, its part states through
 :mod:`fedaccel.algorithms.states`) and is read with ``torch.load(weights_only=True)``: a file that
-would need code to load is refused with one line (:class:`~fedaccel.runs.folder.UnsafeFile`),
+would need code to load is refused with one line (:class:`~fedaccel.runs.files.UnsafeFile`),
 never skipped for its predecessor as if it were merely damaged.
 """
 
@@ -25,16 +25,8 @@ from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.device import to_device
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError
-from fedaccel.runs.folder import (
-    CHECKPOINT,
-    DIAGNOSTICS,
-    METRICS,
-    PREVIOUS_CHECKPOINT,
-    UnsafeFile,
-    load_plain,
-    save_plain,
-    write_atomic,
-)
+from fedaccel.runs.files import UnsafeFile, load_plain, save_plain, write_atomic
+from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS, PREVIOUS_CHECKPOINT
 from fedaccel.runs.setup import Setup
 
 
