@@ -194,6 +194,7 @@ def test_a_rewrite_that_dies_midway_leaves_the_file_intact(tmp_path: Path, monke
     for name in ("metrics.jsonl", "diagnostics.jsonl"):
         with pytest.raises(OSError, match="No space left"):
             truncate_metrics(path / name, 2)
+        assert (path / name).read_bytes() == before[name]
     from fedaccel.runs.files import write_atomic
 
     with pytest.raises(OSError, match="No space left"):
@@ -203,3 +204,31 @@ def test_a_rewrite_that_dies_midway_leaves_the_file_intact(tmp_path: Path, monke
     assert sorted(p.name for p in path.iterdir() if p.name.endswith(".tmp")) == []  # nothing left behind
     truncate_metrics(path / "metrics.jsonl", 2)
     assert [row["round"] for row in rows_of(path)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("cut", ["damaged", "missing"])
+def test_resume_evaluates_again_the_checkpoints_row_when_it_was_lost(
+    tmp_path: Path, cut: str, capsys: pytest.CaptureFixture
+) -> None:
+    """`truncate -s -7 RUN/metrics.jsonl` on a finished run, then --resume: the final round's row
+    is evaluated again from the checkpoint and summary.json's final row is that round, not the one before."""
+    config = load_config(None, [*SMALL, "train.rounds=5", "eval.every=1"])
+    path = run(config, tmp_path / "run")
+    want = rows_of(path)
+    metrics = path / "metrics.jsonl"
+    data = metrics.read_bytes()
+    metrics.write_bytes(data[:-7] if cut == "damaged" else data[: data.rstrip(b"\n").rfind(b"\n") + 1])
+    capsys.readouterr()
+    assert main(["run", "--resume", str(path), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{metrics}: the row of round 5 was missing or damaged; evaluated it again from the checkpoint" in err
+    got = rows_of(path)
+    assert [r["round"] for r in got] == [0, 1, 2, 3, 4, 5]
+    assert got[:5] == want[:5]
+    assert got[5].pop("reevaluated") is True
+    for key in ("test_acc", "test_loss", "train_acc", "train_loss", "bytes_up", "bytes_down", "local_steps"):
+        assert got[5][key] == want[5][key], key
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["finished"] and summary["rounds"] == 5 and summary["final"]["round"] == 5
+    assert main(["run", "--resume", str(path), "--no-progress"]) == 0  # nothing missing: nothing evaluated again
+    assert "evaluated it again" not in capsys.readouterr().err and len(rows_of(path)) == 6

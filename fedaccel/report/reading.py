@@ -83,6 +83,14 @@ class Run:
         """True when ``summary.json`` says the run finished."""
         return bool(self.summary and self.summary.get("finished"))
 
+    @property
+    def diverged_round(self) -> int | None:
+        """The round ``summary.json`` says the run diverged at (a NaN or infinite model or loss), else None."""
+        if not (self.summary and self.summary.get("diverged")):
+            return None
+        rnd = self.summary.get("diverged_round")
+        return int(rnd) if isinstance(rnd, (int, float)) and not isinstance(rnd, bool) else -1
+
 
 def load_run(path: str | Path) -> Run:
     """Read one run folder. Raises :class:`UserError` if it is not a readable run folder.
@@ -179,6 +187,12 @@ def _check_no_gap(file: Path, rows: list[dict], config: dict) -> None:
             f"{file}: round {missing[0]} is missing (eval.every = {every}){' and more' if len(missing) > 1 else ''}; "
             "its rows were lost: resume the run from an earlier checkpoint or run it again"
         )
+
+
+def diverged_at(runs: Sequence[Run]) -> int | None:
+    """The first round any of ``runs`` diverged at (-1: round unknown); None if none diverged."""
+    rounds = [r.diverged_round for r in runs if r.diverged_round is not None]
+    return min(rounds) if rounds else None
 
 
 def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]:

@@ -16,6 +16,7 @@ from fedaccel.errors import UserError
 from fedaccel.report.reading import (
     METRIC_NAMES,
     Run,
+    diverged_at,
     flatten_config,
     fmt_value,
     group_runs,
@@ -55,8 +56,11 @@ def _fmt_num(v: float) -> str:
     return f"{v:.4f}"
 
 
-def _fmt_rounds(r: float | None) -> str:
+def _fmt_rounds(r: float | None, diverged: int | None = None) -> str:
+    """Rounds to a target; a target not reached says whether the group diverged (and when)."""
     if r is None:
+        if diverged is not None:
+            return "diverged" + (f" at round {diverged}" if diverged >= 0 else "")
         return "—"
     return str(int(r)) if float(r).is_integer() else f"{r:g}"
 
@@ -113,8 +117,8 @@ def compare_table(
 
     Columns: method, seeds, best (mean over seeds of each seed's best), final (mean ± std at the
     last round common to the group's seeds), then per target ``T`` the rounds the mean curve
-    needs to reach ``T`` and the speed-up ``baseline_rounds / rounds`` (``—`` when either is
-    missing). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
+    needs to reach ``T`` (``diverged at round N`` when a seed diverged before it did) and the
+    speed-up ``baseline_rounds / rounds`` (``—`` when either is missing). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
     see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
     """
     runs = load_runs(runs)
@@ -137,7 +141,7 @@ def compare_table(
         x, mean, std = series(group, metric)
         if x.size:
             per_run = np.array([[run_curve(r, metric)[int(k)] for k in x] for r in group])
-            best = per_run.max(axis=1) if higher_better(metric) else per_run.min(axis=1)
+            best = np.nanmax(per_run, axis=1) if higher_better(metric) else np.nanmin(per_run, axis=1)
             best_cell = _fmt_num(float(best.mean()))
             final_cell = _fmt_num(float(mean[-1]))
             if len(group) > 1:
@@ -147,8 +151,9 @@ def compare_table(
         is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
         shown = label + (" (baseline)" if is_baseline else "")
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
+        diverged = diverged_at(group)
         for r, b in zip(rounds[i], rounds[base_of[i]]):
             speed = f"{b / r:.2f}×" if r is not None and b is not None and r > 0 else "—"
-            row += [_fmt_rounds(r), speed]
+            row += [_fmt_rounds(r, diverged), speed]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
