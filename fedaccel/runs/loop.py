@@ -197,7 +197,8 @@ LOSSES = ("test_loss", "train_loss")
 
 def non_finite_losses(row: dict[str, Any]) -> str | None:
     """Why this metrics row shows divergence (a NaN or infinite loss), or None."""
-    bad = [name for name in LOSSES if isinstance(row.get(name), float) and not math.isfinite(row[name])]
+    bad = [name for name in LOSSES if isinstance(row.get(name), (int, float, np.floating))
+           and not isinstance(row[name], bool) and not math.isfinite(float(row[name]))]
     return f"{' and '.join(bad)} {row[bad[0]]}" if bad else None
 
 
