@@ -212,7 +212,7 @@ def test_resume_evaluates_again_the_checkpoints_row_when_it_was_lost(
 ) -> None:
     """`truncate -s -7 RUN/metrics.jsonl` on a finished run, then --resume: the final round's row
     is evaluated again from the checkpoint and summary.json's final row is that round, not the one before."""
-    config = load_config(None, [*SMALL, "train.rounds=5", "eval.every=1"])
+    config = load_config(None, [*SMALL, "train.rounds=5", "eval.every=1", "algorithm=bherd-fedavg"])
     path = run(config, tmp_path / "run")
     want = rows_of(path)
     metrics = path / "metrics.jsonl"
@@ -226,6 +226,7 @@ def test_resume_evaluates_again_the_checkpoints_row_when_it_was_lost(
     assert [r["round"] for r in got] == [0, 1, 2, 3, 4, 5]
     assert got[:5] == want[:5]
     assert got[5].pop("reevaluated") is True
+    assert got[5]["diag"] == want[5]["diag"]  # from diagnostics.jsonl
     for key in ("test_acc", "test_loss", "train_acc", "train_loss", "bytes_up", "bytes_down", "local_steps"):
         assert got[5][key] == want[5][key], key
     summary = json.loads((path / "summary.json").read_text())

@@ -252,6 +252,9 @@ def repair_checkpoint_row(setup: Setup, state: FLState, path: Path, metrics_file
         return {}
     row = _metrics(setup, state, None, wall)
     if state.round > 0:
+        diag = _diagnostics_of(path / DIAGNOSTICS, state.round)
+        if diag:
+            row["diag"] = diag
         row["reevaluated"] = True  # the round's participation and bytes were in the lost row
         print(f"{path / METRICS}: the row of round {state.round} was missing or damaged; "
               f"evaluated it again from the checkpoint", file=sys.stderr, flush=True)
@@ -263,6 +266,18 @@ def _say(line: str) -> None:
     from tqdm import tqdm  # above a progress bar, not through it
 
     tqdm.write(line, file=sys.stderr)
+
+
+def _diagnostics_of(file: Path, round_: int) -> dict[str, Any] | None:
+    """The diagnostics row of ``round_`` (without its round), as a metrics row carries it."""
+    for line in file.read_text().splitlines() if file.is_file() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if row.get("round") == round_:
+            return {k: v for k, v in row.items() if k != "round"}
+    return None
 
 
 def _last_round(metrics: Path) -> int | None:
