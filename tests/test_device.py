@@ -119,7 +119,7 @@ def test_checkpoints_hold_cpu_tensors_and_a_gpu_run_resumes_on_the_cpu(tmp_path:
     ``--set run.device=cpu`` from its checkpoint, with the numbers of an uninterrupted run."""
     reference = run(load_config(None, [*SMALL, "train.rounds=4", "algorithm=scaffold"]), tmp_path / "ref")
     path = run(load_config(None, [*SMALL, "train.rounds=2", "algorithm=scaffold"]), tmp_path / "moved")
-    saved = torch.load(path / CHECKPOINT, weights_only=False)  # no map_location: where it was saved
+    saved = torch.load(path / CHECKPOINT, weights_only=True)  # no map_location: where it was saved
     assert _on("cpu", saved["state"])
     config = yaml.safe_load((path / "config.yaml").read_text())
     config["train"]["rounds"], config["run"]["device"] = 4, "cuda:99"
@@ -160,7 +160,7 @@ def test_cuda_gives_the_numbers_of_the_cpu(name: str, tmp_path: Path) -> None:
 def test_a_cuda_run_checkpoints_cpu_tensors_and_resumes_on_the_cpu(tmp_path: Path) -> None:
     reference = run(load_config(None, [*SMALL, "train.rounds=4", "algorithm=scaffold"]), tmp_path / "ref")
     path = run(load_config(None, [*SMALL, "train.rounds=2", "algorithm=scaffold", "run.device=cuda"]), tmp_path / "g")
-    assert _on("cpu", torch.load(path / CHECKPOINT, weights_only=False)["state"])
+    assert _on("cpu", torch.load(path / CHECKPOINT, weights_only=True)["state"])
     config = yaml.safe_load((path / "config.yaml").read_text())
     config["train"]["rounds"] = 4
     (path / "config.yaml").write_text(yaml.safe_dump(config))

@@ -100,7 +100,7 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
         stopped = [cell for cell in running if not (cell / "summary.json").is_file()]  # not finished meanwhile
         assert stopped, "every running cell finished before the signal took effect: raise ROUNDS"
         for cell in stopped:
-            saved = torch.load(cell / "checkpoint.pt", weights_only=False)["state"].round
+            saved = torch.load(cell / "checkpoint.pt", weights_only=True)["state"]["round"]
             assert saved == rounds(cell)[-1] < ROUNDS, cell.name
         return
     result = run_experiment(load_experiment(path), workers=1)

@@ -505,7 +505,7 @@ def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_
     finally:
         if first.poll() is None:
             first.kill()
-    stopped_at = torch.load(out / "checkpoint.pt", weights_only=False)["state"].round
+    stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["round"]
     assert first.returncode == 130, stderr[-2000:]
     assert stderr.splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel deploy --resume {out}` continues "
                                        f"from round {stopped_at}")

@@ -68,7 +68,7 @@ def test_a_signal_checkpoints_the_current_round_and_names_the_real_resume_comman
     assert rounds[-1] >= 3 and (run_dir / CHECKPOINT).is_file()
     import torch
 
-    assert torch.load(run_dir / CHECKPOINT, weights_only=False)["state"].round == rounds[-1]
+    assert torch.load(run_dir / CHECKPOINT, weights_only=True)["state"]["round"] == rounds[-1]
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,3 +149,87 @@ def test_the_run_says_its_runtime_device_and_threads_first(tmp_path: Path, capsy
     run(config, tmp_path / "run")
     first = capsys.readouterr().err.splitlines()[0]
     assert "runtime in-process" in first and "device cpu" in first and "1 torch thread (run.threads)" in first
+
+
+class _DiesHalfway:
+    """A file whose writes stop halfway with ENOSPC (a full disk)."""
+
+    def __init__(self, file) -> None:  # type: ignore[no-untyped-def]
+        self._file = file
+
+    def write(self, data):  # type: ignore[no-untyped-def]
+        self._file.write(data[: len(data) // 2])
+        self._file.flush()
+        raise OSError(28, "No space left on device")
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._file, name)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+        return self._file.__exit__(*exc)
+
+
+def test_a_rewrite_that_dies_midway_leaves_the_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--resume cuts metrics.jsonl and diagnostics.jsonl back to the checkpoint: a full disk during
+    that rewrite must not cost the rows it keeps (a temporary file is renamed over it)."""
+    import builtins
+    import io
+
+    from fedaccel.runs.checkpoint import truncate_metrics
+
+    path = run(load_config(None, [*SMALL, "train.rounds=4"]), tmp_path / "run")
+    before = {name: (path / name).read_bytes() for name in ("metrics.jsonl", "diagnostics.jsonl", "summary.json")}
+    real_open = io.open
+
+    def dying_open(file, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened = real_open(file, mode, *args, **kwargs)
+        writes = any(m in mode for m in "wax") and Path(file).parent == path
+        return _DiesHalfway(opened) if writes else opened
+
+    monkeypatch.setattr(builtins, "open", dying_open)
+    monkeypatch.setattr(io, "open", dying_open)
+    for name in ("metrics.jsonl", "diagnostics.jsonl"):
+        with pytest.raises(OSError, match="No space left"):
+            truncate_metrics(path / name, 2)
+        assert (path / name).read_bytes() == before[name]
+    from fedaccel.runs.files import write_atomic
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(path / "summary.json", "{}")
+    monkeypatch.undo()
+    assert {name: (path / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in path.iterdir() if p.name.endswith(".tmp")) == []  # nothing left behind
+    truncate_metrics(path / "metrics.jsonl", 2)
+    assert [row["round"] for row in rows_of(path)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("cut", ["damaged", "missing"])
+def test_resume_evaluates_again_the_checkpoints_row_when_it_was_lost(
+    tmp_path: Path, cut: str, capsys: pytest.CaptureFixture
+) -> None:
+    """`truncate -s -7 RUN/metrics.jsonl` on a finished run, then --resume: the final round's row
+    is evaluated again from the checkpoint and summary.json's final row is that round, not the one before."""
+    config = load_config(None, [*SMALL, "train.rounds=5", "eval.every=1", "algorithm=bherd-fedavg"])
+    path = run(config, tmp_path / "run")
+    want = rows_of(path)
+    metrics = path / "metrics.jsonl"
+    data = metrics.read_bytes()
+    metrics.write_bytes(data[:-7] if cut == "damaged" else data[: data.rstrip(b"\n").rfind(b"\n") + 1])
+    capsys.readouterr()
+    assert main(["run", "--resume", str(path), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{metrics}: the row of round 5 was missing or damaged; evaluated it again from the checkpoint" in err
+    got = rows_of(path)
+    assert [r["round"] for r in got] == [0, 1, 2, 3, 4, 5]
+    assert got[:5] == want[:5]
+    assert got[5].pop("reevaluated") is True
+    assert got[5]["diag"] == want[5]["diag"]  # from diagnostics.jsonl
+    for key in ("test_acc", "test_loss", "train_acc", "train_loss", "bytes_up", "bytes_down", "local_steps"):
+        assert got[5][key] == want[5][key], key
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["finished"] and summary["rounds"] == 5 and summary["final"]["round"] == 5
+    assert main(["run", "--resume", str(path), "--no-progress"]) == 0  # nothing missing: nothing evaluated again
+    assert "evaluated it again" not in capsys.readouterr().err and len(rows_of(path)) == 6

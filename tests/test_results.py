@@ -133,6 +133,36 @@ def test_rounds_that_do_not_increase_are_refused_by_every_reader(tmp_path):
         load_run(folder)
 
 
+def test_a_gap_in_the_evaluated_rounds_is_refused_by_every_reader(tmp_path, capsys):
+    """Rows lost from the middle of metrics.jsonl (a rewrite cut short by a full disk): no table from that."""
+    from fedaccel.cli import main
+
+    config = {**make_config(), "train": {"rounds": 7, "lr": 0.05}, "eval": {"every": 2}}
+    folder = write_run(tmp_path / "exp" / "r", config, [0.1, 0.2, 0.3, 0.4, 0.5], start_round=0)
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    for row, rnd in zip(rows, [0, 2, 4, 6, 7]):
+        row["round"] = rnd
+    write = lambda kept: (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))  # noqa: E731
+    write(rows)
+    assert [r["round"] for r in load_run(folder).metrics] == [0, 2, 4, 6, 7]  # the rhythm of eval.every and the end
+    write(rows[:3])  # a run still going (or killed) at round 4: no gap
+    assert len(load_run(folder).metrics) == 3
+    write([rows[0], rows[1], rows[3], rows[4]])  # round 4 lost
+    for read in (load_run, lambda f: compare_table([f.parent], [0.5])):
+        with pytest.raises(UserError, match=r"metrics.jsonl: round 4 is missing \(eval.every = 2\)") as info:
+            read(folder)
+        assert "\n" not in str(info.value)
+    capsys.readouterr()
+    assert main(["compare", str(folder.parent), "--targets", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "round 4 is missing" in err[0] and str(folder / "metrics.jsonl") in err[0]
+    write([rows[0], rows[1], rows[2], rows[3]])  # the final round lost is no gap (the run may still go on)
+    assert len(load_run(folder).metrics) == 4
+    write([rows[1], rows[2], rows[4]])  # round 6 lost before the final row
+    with pytest.raises(UserError, match="round 6 is missing"):
+        load_run(folder)
+
+
 def test_missing_folder_and_missing_files_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_run(tmp_path / "nope")

@@ -278,3 +278,83 @@ def test_grid_variant_changes_several_keys_together_per_cell(tmp_path):
     path.write_text("name: e\ngrid:\n  variant: [0.5]\n")
     with pytest.raises(ConfigError, match="variant"):
         load_experiment(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Divergence (issue 21, item 5): a NaN/inf model or loss stops the run, or is recorded
+# --------------------------------------------------------------------------------------------
+
+DIVERGING = ["data.dataset=digits", "model=svm", "data.clients=4", "train.batch_size=20", "train.lr=10000",
+             "run.progress=false"]
+
+
+def test_a_diverging_run_stops_with_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = sum((["--set", c] for c in [*DIVERGING, "train.rounds=6"]), [])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "fedaccel.cli", "run", *args, "--out", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert err[0].startswith("error: the run diverged at round 1:") and "learning rate too high?" in err[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["diverged"] is True and summary["diverged_round"] == 1 and summary["finished"] is False
+    assert not (out / "model.pt").exists() and not (out / "checkpoint.pt").exists()  # no NaN state kept
+
+
+def test_a_diverged_run_keeps_its_last_finite_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    import fedaccel.runs.loop as loop
+    from fedaccel.runs.checkpoint import load_checkpoint
+    from fedaccel.runs.loop import Diverged
+
+    real = loop.run_round
+
+    def nan_in_round_3(*args, **kwargs):  # type: ignore[no-untyped-def]
+        state, report = real(*args, **kwargs)
+        if state.round == 3:
+            state.w[0] = float("nan")
+        return state, report
+
+    monkeypatch.setattr(loop, "run_round", nan_in_round_3)
+    config = load_config(None, [*SMALL, "train.rounds=6", "run.checkpoint_every=1", "eval.every=2"])
+    with pytest.raises(Diverged, match="diverged at round 3: the model's parameters became NaN") as info:
+        run(config, tmp_path / "run")
+    assert "keeps its last finite checkpoint, of round 2" in str(info.value) and "\n" not in str(info.value)
+    saved = load_checkpoint(tmp_path / "run")
+    assert saved is not None and saved["state"].round == 2 and bool(torch.isfinite(saved["state"].w).all())
+    rows = metrics_of(tmp_path / "run")
+    assert [r["round"] for r in rows] == [0, 2, 3]  # the diverging round's row, off the eval rhythm
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["diverged_round"] == 3 and summary["final"]["round"] == 3
+
+
+def test_on_divergence_continue_runs_to_the_end_and_marks_the_run(tmp_path: Path, capsys) -> None:
+    path = run(load_config(None, [*DIVERGING, "train.rounds=4", "run.on_divergence=continue"]), tmp_path / "run")
+    assert "warning: the run diverged at round 1" in capsys.readouterr().err
+    rows = metrics_of(path)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3, 4] and all(r["test_loss"] != r["test_loss"] for r in rows[1:])
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["finished"] is True and summary["diverged"] is True and summary["diverged_round"] == 1
+    with pytest.raises(ConfigError, match="run.on_divergence must be one of stop, continue"):
+        load_config(None, ["run.on_divergence=ignore"])
+
+
+def test_tables_and_curves_show_a_diverged_run_as_such(tmp_path: Path) -> None:
+    from fedaccel.report.figures import _make_figure
+    from fedaccel.report.reading import load_runs
+    from fedaccel.report.tables import compare_table
+
+    steady = run(load_config(None, [*SMALL, "train.rounds=3", "name=steady"]), tmp_path / "steady")
+    with pytest.raises(UserError):
+        run(load_config(None, [*DIVERGING, "train.rounds=3", "name=wild"]), tmp_path / "wild")
+    table = compare_table([steady, tmp_path / "wild"], [0.99])
+    wild = next(line for line in table.splitlines() if line.startswith("| wild"))
+    calm = next(line for line in table.splitlines() if line.startswith("| steady"))
+    assert "diverged at round 1" in wild and "diverged" not in calm
+    figure = _make_figure(load_runs([steady, tmp_path / "wild"]), ["test_acc"])
+    texts = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
+    assert any(t.startswith("wild") and t.endswith("(diverged)") for t in texts)
+    assert not any(t.startswith("steady") and "diverged" in t for t in texts)

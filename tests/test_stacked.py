@@ -326,8 +326,8 @@ def test_stack_seeds_sigint_checkpoints_every_seed_and_resumes(tmp_path: Any, mo
     assert not STOP.is_set()
     for seed in (0, 1):  # both stopped early, each at a round it checkpointed
         rows = (tmp_path / "out" / f"run.seed={seed}" / "metrics.jsonl").read_text().splitlines()
-        state = torch.load(tmp_path / "out" / f"run.seed={seed}" / "checkpoint.pt", weights_only=False)["state"]
-        assert json.loads(rows[-1])["round"] == state.round < 60
+        state = torch.load(tmp_path / "out" / f"run.seed={seed}" / "checkpoint.pt", weights_only=True)["state"]
+        assert json.loads(rows[-1])["round"] == state["round"] < 60
     monkeypatch.setattr(stacked, "train_jobs", train_jobs)
     run_experiment(load_experiment(path), progress=False, stack_seeds=True)
     for seed in (0, 1):

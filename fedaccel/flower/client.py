@@ -33,9 +33,12 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from fedaccel.algorithms.base import ClientContext
+from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.round import round_info, train_client
+from fedaccel.errors import UserError
 from fedaccel.flower.wire import pack, unpack
 from fedaccel.runs.config import from_dict, parse_yaml
+from fedaccel.runs.files import UnsafeFile, load_plain, save_plain
 from fedaccel.runs.setup import Setup, apply_attacks, build_setup
 
 STATE = "fedaccel.client."  # prefix of the client's part states in context.state
@@ -94,9 +97,19 @@ def _state_folder(context: Context, config_text: str) -> Path | None:
 
 
 def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, ...] | None:
+    """This client's part states of ``round_`` from node config ``state-dir`` (None: not kept).
+    Plain data only: a file that would need code to load is refused with one line, never run."""
     folder = _state_folder(context, config_text)
     file = folder / f"round-{round_}.pt" if folder else None
-    return tuple(torch.load(file, weights_only=False)) if file and file.is_file() else None  # our own file
+    if not file or not file.is_file():
+        return None
+    try:
+        return tuple(from_plain(load_plain(file)))
+    except (UnsafeFile, UserError):
+        raise
+    except Exception as exc:
+        raise UserError(f"{file} is damaged ({str(exc).strip()[:120] or type(exc).__name__}): delete it "
+                        "and resume the run from an earlier checkpoint") from None
 
 
 def save_states(context: Context, setup: Setup, round_done: int, states: tuple[Any, ...]) -> None:
@@ -113,9 +126,7 @@ def keep_states(context: Context, round_: int, states: tuple[Any, ...]) -> None:
     if folder is None:
         return
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"round-{round_}.tmp"
-    torch.save(states, tmp)
-    os.replace(tmp, folder / f"round-{round_}.pt")
+    save_plain(folder / f"round-{round_}.pt", to_plain(states))
     for old in sorted(folder.glob("round-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-2]:
         old.unlink()
 

@@ -7,15 +7,14 @@ fedaccel's frozen state dataclasses are ``{"$dc": "module:Class", ...fields}``. 
 ``INLINE_LIMIT`` bytes or more go to an ``ArrayRecord`` (``<prefix>arrays``, ``{"$a": key}``)
 instead, which Flower streams in chunks. One record per value keeps a message to a few
 objects, and every object is a request to the SuperLink. Unpacking rebuilds only tensors of
-plain dtypes, plain containers and dataclasses defined in ``fedaccel.algorithms``: a message
-from a broken or hostile peer cannot run code. :func:`check_update` is the server's gate for
+plain dtypes, plain containers and dataclasses defined in ``fedaccel.algorithms``
+(:mod:`fedaccel.algorithms.states`, which checkpoints use too): a message from a broken or
+hostile peer cannot run code. :func:`check_update` is the server's gate for
 uploads.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
 import math
 from typing import Any
@@ -25,9 +24,10 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from torch import Tensor
 
+from fedaccel.algorithms.states import from_plain, to_plain
+
 PACKED, ARRAYS = "packed", "arrays"
 INLINE_LIMIT = 1 << 20  # bytes: larger tensors travel as Flower Arrays (chunked)
-_SAFE_MODULES = "fedaccel.algorithms."
 _DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
@@ -46,34 +46,16 @@ def pack(value: Any, into: RecordDict | None = None, prefix: str = "") -> Record
     inline: dict[str, bytes] = {}
     arrays: dict[str, Array] = {}
 
-    def encode(node: Any) -> Any:
-        if isinstance(node, Tensor):
-            data = node.detach().cpu().contiguous().numpy()
-            key = str(len(inline) + len(arrays))
-            if data.nbytes >= INLINE_LIMIT:
-                arrays[key] = Array(data)
-                return {"$a": key}
-            inline[key] = data.tobytes()
-            return {"$t": key, "dtype": str(data.dtype), "shape": list(data.shape)}
-        if dataclasses.is_dataclass(node) and not isinstance(node, type):
-            kind = type(node)
-            fields = {f.name: encode(getattr(node, f.name)) for f in dataclasses.fields(node)}
-            return {"$dc": f"{kind.__module__}:{kind.__qualname__}", **fields}
-        if isinstance(node, tuple):
-            return {"$tuple": [encode(v) for v in node]}
-        if isinstance(node, list):
-            return [encode(v) for v in node]
-        if isinstance(node, dict):
-            if not all(isinstance(k, str) and not k.startswith("$") for k in node):
-                raise TypeError(f"cannot send a dict with keys {list(node)[:3]}")
-            return {k: encode(v) for k, v in node.items()}
-        if isinstance(node, (np.integer, np.floating)):
-            return node.item()
-        if node is None or isinstance(node, (bool, int, float, str)):
-            return node
-        raise TypeError(f"cannot send a {type(node).__name__}")
+    def encode(tensor: Tensor) -> dict[str, Any]:
+        data = tensor.detach().cpu().contiguous().numpy()
+        key = str(len(inline) + len(arrays))
+        if data.nbytes >= INLINE_LIMIT:
+            arrays[key] = Array(data)
+            return {"$a": key}
+        inline[key] = data.tobytes()
+        return {"$t": key, "dtype": str(data.dtype), "shape": list(data.shape)}
 
-    skeleton = encode(value)
+    skeleton = to_plain(value, encode)
     records[prefix + PACKED] = ConfigRecord({"json": json.dumps(skeleton), **inline})
     if arrays:
         records[prefix + ARRAYS] = ArrayRecord(arrays)
@@ -100,11 +82,7 @@ def unpack(records: RecordDict, prefix: str = "") -> Any:
     except (KeyError, TypeError, ValueError) as exc:
         raise BadMessage(f"missing or unreadable {prefix}records: {exc}") from exc
 
-    def decode(node: Any) -> Any:
-        if isinstance(node, list):
-            return [decode(v) for v in node]
-        if not isinstance(node, dict):
-            return node
+    def tensor(node: dict[str, Any]) -> Tensor | None:
         if "$t" in node:
             return _tensor(node, packed)
         if "$a" in node:
@@ -112,19 +90,9 @@ def unpack(records: RecordDict, prefix: str = "") -> Any:
                 return torch.from_numpy(np.array(records[prefix + ARRAYS][node["$a"]].numpy(), copy=True))
             except (KeyError, TypeError) as exc:
                 raise BadMessage(f"tensor {node['$a']!r} missing") from exc
-        if "$tuple" in node:
-            return tuple(decode(v) for v in node["$tuple"])
-        if "$dc" in node:
-            module, _, name = str(node["$dc"]).partition(":")
-            if not module.startswith(_SAFE_MODULES):
-                raise BadMessage(f"refusing to build {node['$dc']!r}")
-            kind = getattr(importlib.import_module(module), name, None)
-            if kind is None or not dataclasses.is_dataclass(kind):
-                raise BadMessage(f"no state class {node['$dc']!r}")
-            return kind(**{k: decode(v) for k, v in node.items() if k != "$dc"})
-        return {k: decode(v) for k, v in node.items()}
+        return None
 
-    return decode(skeleton)
+    return from_plain(skeleton, tensor, BadMessage)
 
 
 def check_update(delta: Any, extras: Any, dim: int) -> str | None:

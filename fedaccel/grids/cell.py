@@ -26,8 +26,11 @@ def verb(run_dir: Path) -> str:
 def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None) -> Path:
     """Run one cell, or resume it when an earlier, interrupted run left its folder. ``threads``
     is given in a parallel worker: it uses that many torch threads, and once asked to stop it
-    starts no further cell (one may already wait in the pool's queue)."""
+    starts no further cell (one may already wait in the pool's queue). A cell that diverges
+    (``run.on_divergence: stop``) is said in one line and the grid goes on: its summary.json marks
+    it, and the table and curves show it as diverged."""
     from fedaccel.launch import resume, run
+    from fedaccel.runs.loop import Diverged
     from fedaccel.runs.stopping import Interrupted
 
     global _worker_stopped
@@ -42,6 +45,11 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
     except Interrupted:
         _worker_stopped = threads is not None
         raise
+    except Diverged as diverged:
+        from tqdm import tqdm  # above the grid's bars
+
+        tqdm.write(f"{run_dir.name}: {diverged}", file=sys.stderr)
+        return run_dir
 
 
 _worker_stopped = False  # a parallel worker was asked to stop (SIGTERM from the experiment)

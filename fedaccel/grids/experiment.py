@@ -33,6 +33,7 @@ from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
+from fedaccel.runs.files import write_atomic
 
 if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
@@ -213,7 +214,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
             report.close()
     targets = experiment.targets or [0.5]
     table = compare_table(run_dirs, targets, baseline=experiment.baseline)
-    (experiment.out_dir / "table.md").write_text(table + "\n")
+    write_atomic(experiment.out_dir / "table.md", table + "\n")
     plot = plot_curves(run_dirs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
                        targets=experiment.targets)
     return ExperimentResult(experiment.out_dir, run_dirs, table, plot)

@@ -19,6 +19,7 @@ from fedaccel.report.reading import (
     MISSING,
     Run,
     available_metrics,
+    diverged_at,
     flatten_config,
     fmt_value,
     group_runs,
@@ -228,7 +229,8 @@ def _make_figure(
                 f"metric {shown(metric)} is in none of the runs; available: "
                 + listed(available_metrics(runs), near=metric)
             )
-    labels = legend_labels(groups)
+    labels = [label + (" (diverged)" if diverged_at(g) is not None else "") for label, (_, g) in
+              zip(legend_labels(groups), groups)]
     styles = [_line_style(i, len(groups)) for i in range(len(groups))]
 
     plans = [_panel_plan(metric, curves[metric], targets if metric == target_metric else ()) for metric in metrics]

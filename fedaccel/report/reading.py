@@ -27,7 +27,8 @@ from fedaccel.errors import UserError
 from fedaccel.runs.config import read_yaml
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
-NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every")
+NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
+                                     "run.on_divergence")
 
 
 #: Human-readable names for the usual metrics (axis labels, table headers).
@@ -82,13 +83,22 @@ class Run:
         """True when ``summary.json`` says the run finished."""
         return bool(self.summary and self.summary.get("finished"))
 
+    @property
+    def diverged_round(self) -> int | None:
+        """The round ``summary.json`` says the run diverged at (a NaN or infinite model or loss), else None."""
+        if not (self.summary and self.summary.get("diverged")):
+            return None
+        rnd = self.summary.get("diverged_round")
+        return int(rnd) if isinstance(rnd, (int, float)) and not isinstance(rnd, bool) else -1
+
 
 def load_run(path: str | Path) -> Run:
     """Read one run folder. Raises :class:`UserError` if it is not a readable run folder.
 
     An incomplete last line of ``metrics.jsonl`` (left by a killed run) is skipped; an invalid
     line anywhere else is an error, and so are rounds that do not strictly increase (two
-    processes that wrote the same folder at once).
+    processes that wrote the same folder at once) and a gap: an evaluation round missing
+    between two rows, given the config's ``eval.every`` and ``train.rounds``.
     """
     path = Path(path)
     if not path.is_dir():
@@ -102,6 +112,7 @@ def load_run(path: str | Path) -> Run:
     config = read_yaml(config_file)  # bounded: a run folder may come from someone else
 
     metrics = _read_jsonl(metrics_file)
+    _check_no_gap(metrics_file, metrics, config)
 
     summary = None
     summary_file = path / "summary.json"
@@ -148,6 +159,32 @@ def _check_round(file: Path, lineno: int, row: dict, previous: int | None) -> in
             "wrote this run at once?): delete the run folder and run it again"
         )
     return rnd
+
+
+def _check_no_gap(file: Path, rows: list[dict], config: dict) -> None:
+    """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
+    ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
+    present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round."""
+    every, rounds = value_at(config, "eval.every"), value_at(config, "train.rounds")
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        return  # not a fedaccel config (hand-made folders): nothing to check against
+    last = rows[-1]["round"] if rows else 0
+    present = {row["round"] for row in rows}
+    due = set(range(every, last + 1, every))
+    if isinstance(rounds, int) and rounds <= last:
+        due.add(rounds)
+    missing = sorted(due - present)
+    if missing:
+        raise UserError(
+            f"{file}: round {missing[0]} is missing (eval.every = {every}){' and more' if len(missing) > 1 else ''}; "
+            "its rows were lost: resume the run from an earlier checkpoint or run it again"
+        )
+
+
+def diverged_at(runs: Sequence[Run]) -> int | None:
+    """The first round any of ``runs`` diverged at (-1: round unknown); None if none diverged."""
+    rounds = [r.diverged_round for r in runs if r.diverged_round is not None]
+    return min(rounds) if rounds else None
 
 
 def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]:

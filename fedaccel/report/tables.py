@@ -19,6 +19,7 @@ from fedaccel.report.claims import crossing
 from fedaccel.report.reading import (
     METRIC_NAMES,
     Run,
+    diverged_at,
     flatten_config,
     fmt_value,
     group_runs,
@@ -59,8 +60,11 @@ def _fmt_num(v: float) -> str:
     return f"{v:.4f}"
 
 
-def _fmt_rounds(r: float | None) -> str:
+def _fmt_rounds(r: float | None, diverged: int | None = None) -> str:
+    """Rounds to a target; a target not reached says whether the group diverged (and when)."""
     if r is None:
+        if diverged is not None:
+            return "diverged" + (f" at round {diverged}" if diverged >= 0 else "")
         return "—"
     return str(int(r)) if float(r).is_integer() else f"{r:g}"
 
@@ -202,7 +206,7 @@ def compare_table(
         x, mean, std = series(group, metric)
         if x.size:
             per_run = np.array([[run_curve(r, metric)[int(k)] for k in x] for r in group])
-            best = per_run.max(axis=1) if higher_better(metric) else per_run.min(axis=1)
+            best = np.nanmax(per_run, axis=1) if higher_better(metric) else np.nanmin(per_run, axis=1)
             best_cell = _fmt_num(float(best.mean()))
             final_cell = _fmt_num(float(mean[-1]))
             if len(group) > 1:
@@ -212,8 +216,9 @@ def compare_table(
         is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
         shown = label + (" (baseline)" if is_baseline else "")
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
+        diverged = diverged_at(group)
         for r, b in zip(rounds[i], rounds[base_of[i]]):
-            row += [r.cell(), speed_up(r, b)]
+            row += [r.cell() if r.reached or diverged is None else _fmt_rounds(None, diverged), speed_up(r, b)]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", ROUNDS_NOTE]
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaccel.errors import ConfigError, UserError, listed, shown
+from fedaccel.runs.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "reproductions"
@@ -138,9 +139,9 @@ def render(paper: str, scale: str = "quick", *, docs: Path = DOCS) -> Path:
             manifest[drawing.name] = {"fingerprint": fingerprint(drawing.build()), "pixels": pixels(png)}
     for stale in sorted(set(p.name for p in report.figures.glob("*.png")) - set(manifest)):
         (report.figures / stale).unlink()  # a figure of an earlier grid
-    (report.data / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    report.path.write_text(report.text)
-    report.claims_path.write_text(report.claims)
+    write_atomic(report.data / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    write_atomic(report.path, report.text)
+    write_atomic(report.claims_path, report.claims)
     return report.path
 
 

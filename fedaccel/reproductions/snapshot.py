@@ -27,6 +27,7 @@ import numpy as np
 import yaml
 
 from fedaccel.errors import UserError
+from fedaccel.runs.files import write_atomic
 
 SUFFIX = ".jsonl.xz"
 
@@ -57,7 +58,7 @@ def pack(run_dirs: Sequence[str | Path], out: str | Path) -> bool:
     if out.is_file() and _read(out) == text:
         return False
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(lzma.compress(text, preset=9))
+    write_atomic(out, lzma.compress(text, preset=9))
     return True
 
 
@@ -70,7 +71,7 @@ def unpack(file: str | Path, into: str | Path) -> list[Path]:
         run_dir.mkdir(parents=True, exist_ok=True)
         diagnostics = record["diagnostics"]
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(record["config"], sort_keys=False, allow_unicode=True))
+        write_atomic(run_dir / "config.yaml", yaml.safe_dump(record["config"], sort_keys=False, allow_unicode=True))
         _write_jsonl(run_dir / "metrics.jsonl", metrics)
         if diagnostics is not None:
             _write_jsonl(run_dir / "diagnostics.jsonl", diagnostics)
@@ -92,7 +93,7 @@ def _read(file: Path) -> bytes:
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 # --------------------------------------------------------------------------------------------

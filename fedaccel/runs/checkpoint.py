@@ -5,21 +5,27 @@
 skipped with one line) and cuts ``metrics.jsonl`` and ``diagnostics.jsonl`` back to its round, so
 a resumed run reaches the same numbers as an uninterrupted one: every random draw derives from
 (seed, round, client), never from the history of the process.
+
+A checkpoint holds plain data only (the ``FLState``'s fields, its part states through
+:mod:`fedaccel.algorithms.states`) and is read with ``torch.load(weights_only=True)``: a file that
+would need code to load is refused with one line (:class:`~fedaccel.runs.files.UnsafeFile`),
+never skipped for its predecessor as if it were merely damaged.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.device import to_device
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError
+from fedaccel.runs.files import UnsafeFile, load_plain, save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS, PREVIOUS_CHECKPOINT
 from fedaccel.runs.setup import Setup
 
@@ -50,9 +56,9 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
         if not file.is_file():
             continue
         try:
-            saved = torch.load(file, weights_only=False, map_location="cpu")  # our own file
-            if not isinstance(saved, dict) or not isinstance(saved.get("state"), FLState):
-                raise ValueError("not a fedaccel checkpoint")
+            saved = checkpoint_from_plain(load_plain(file))
+        except UnsafeFile:
+            raise  # refused, not damaged: its predecessor is not silently taken instead
         except Exception as exc:  # truncated zip, 0 bytes (EOFError), pickle garbage, ...
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             damaged.append(f"{file} ({reason[:120]})")
@@ -65,8 +71,26 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
     return None
 
 
+def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
+    """``{"state": FLState, "wall_s": float}`` from what :func:`save_checkpoint` wrote."""
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT or not isinstance(saved.get("state"), dict):
+        raise ValueError("not a fedaccel checkpoint")
+    plain = saved["state"]
+    state = FLState(
+        round=int(plain["round"]),
+        w=plain["w"],
+        server=from_plain(plain["server"]),
+        clients=from_plain(plain["clients"]),
+        totals=dict(plain["totals"]),
+    )
+    if not isinstance(state.w, torch.Tensor) or not isinstance(state.server, tuple) or not isinstance(state.clients, list):
+        raise ValueError("not a fedaccel checkpoint")
+    return {"state": state, "wall_s": float(saved["wall_s"])}
+
+
 def truncate_metrics(path: Path, last_round: int) -> None:
-    """Drop metric lines written after the checkpoint (and a half-written last line)."""
+    """Drop metric lines written after the checkpoint (and a half-written last line); the file is
+    replaced atomically, never rewritten in place."""
     if not path.exists():
         return
     kept = []
@@ -77,17 +101,17 @@ def truncate_metrics(path: Path, last_round: int) -> None:
             break
         if row["round"] <= last_round:
             kept.append(line)
-    path.write_text("".join(k + "\n" for k in kept))
+    write_atomic(path, "".join(k + "\n" for k in kept))
+
+
+FORMAT = "fedaccel-checkpoint/2"  # plain data; version 1 pickled FLState and is refused (it would run code)
 
 
 def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
     """Write atomically and keep the one before as ``checkpoint.prev.pt``: a kill during the write
     leaves the previous checkpoint intact, and a damaged newest one still has a predecessor.
-    Tensors are saved on the CPU, so the run resumes on any device."""
-    tmp = path.with_suffix(".tmp")
-    torch.save({"state": to_device(state, "cpu"), "wall_s": wall}, tmp)
-    with open(tmp, "rb") as file:
-        os.fsync(file.fileno())
-    if path.exists():
-        os.replace(path, path.with_name(PREVIOUS_CHECKPOINT))
-    os.replace(tmp, path)
+    Tensors are saved on the CPU, so the run resumes on any device; the state as plain data."""
+    state = to_device(state, "cpu")
+    plain = {"round": state.round, "w": state.w, "server": to_plain(state.server),
+             "clients": to_plain(state.clients), "totals": dict(state.totals)}
+    save_plain(path, {"format": FORMAT, "state": plain, "wall_s": wall}, previous=path.with_name(PREVIOUS_CHECKPOINT))

@@ -25,6 +25,7 @@ from typing import Any, get_type_hints
 import yaml
 
 from fedaccel.errors import ConfigError, listed, shown
+from fedaccel.runs.files import write_atomic
 
 NAMED = "named"  # metadata marker for {name: ..., **params} sections
 
@@ -85,6 +86,7 @@ class RunConfig:
     tensorboard: bool = False  # TensorBoard event files in the run folder, written as the run goes
     threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: README)
     device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto (the first of cuda, mps, cpu here): model, data, states
+    on_divergence: str = "stop"  # a NaN/inf model or loss: stop (exit non-zero, last finite checkpoint kept) or continue
 
 
 @dataclass
@@ -108,6 +110,7 @@ class Config:
         return self.name or str(self.algorithm["name"])
 
 
+ON_DIVERGENCE = ("stop", "continue")
 RUNTIMES = ("in-process", "stacked", "auto", "flower-simulation", "flower-deployment")
 LOCAL_RUNTIMES = ("in-process", "stacked", "auto")  # run in this process by fedaccel.runs.loop
 
@@ -356,6 +359,7 @@ def validate(config: Config) -> None:
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
         (config.run.timeout > 0, "run.timeout must be > 0"),
+        (config.run.on_divergence in ON_DIVERGENCE, f"run.on_divergence must be one of {', '.join(ON_DIVERGENCE)}"),
         (config.run.stack_size is None or config.run.stack_size >= 1, "run.stack_size must be >= 1 or null (auto)"),
         (config.run.threads is None or config.run.threads >= 1, "run.threads must be >= 1 or null (auto)"),
         (config.data.subset is None or config.data.subset >= 1, "data.subset must be >= 1 or null"),
@@ -462,4 +466,4 @@ def local_options(config: Config) -> Any:
 
 
 def dump_config(config: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -5,6 +5,9 @@ flushed as it is written), ``diagnostics.jsonl`` (the algorithm's diagnostics of
 ``checkpoint.pt`` (every ``run.checkpoint_every`` rounds, :mod:`fedaccel.runs.checkpoint`; the one
 before it is kept as ``checkpoint.prev.pt``), ``model.pt`` (the final flat parameter vector) and
 ``summary.json``. Its one writer holds ``.lock`` (:mod:`fedaccel.runs.lock`).
+
+Every file of it is written through :func:`fedaccel.runs.files.write_atomic` and every ``.pt``
+file read through :func:`fedaccel.runs.files.load_plain`.
 """
 
 from __future__ import annotations
@@ -53,3 +56,4 @@ def removed_on_failed_start(path: Path, before: set[Path] | None) -> Iterator[No
                 for item in set(path.iterdir()) - before:
                     shutil.rmtree(item) if item.is_dir() else item.unlink()
         raise
+

@@ -4,11 +4,18 @@ checkpoints written as they come, whichever runtime trains the clients.
 ``run_loop`` picks the torch threads (:func:`choose_threads`) and, for a local run, the client
 runtime (:func:`choose_runtime`: in process or stacked); a Flower ServerApp hands in its own.
 SIGINT/SIGTERM finish the current round and checkpoint it (:mod:`fedaccel.runs.stopping`).
+
+After every round the model must be finite, and so must the losses of a metrics row: a run that
+diverges stops there (:class:`Diverged`, ``run.on_divergence: stop``, the default) keeping its last
+finite checkpoint, or goes on recording NaNs (``continue``); either way ``summary.json`` says
+``"diverged": true`` with the round. A resumed run whose checkpoint's metrics row is missing or
+damaged evaluates that round again from the checkpoint (:func:`repair_checkpoint_row`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -22,8 +29,10 @@ import torch
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
 from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
+from fedaccel.errors import UserError
 from fedaccel.runs.checkpoint import save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
+from fedaccel.runs.files import save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS
 from fedaccel.runs.setup import Setup, apply_attacks
 from fedaccel.runs.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
@@ -118,14 +127,14 @@ def run_loop(
     bar = progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
     events = _event_log(config, path, state.round)
+    diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
     try:
         with stop_signals(), open(path / METRICS, "a") as metrics_file, open(path / DIAGNOSTICS, "a") as diag_file:
-            if state.round == 0:
-                _write(metrics_file, first := _metrics(setup, state, None, wall))
-                events.metrics(first)
+            last: dict[str, Any] = repair_checkpoint_row(setup, state, path, metrics_file, wall)
+            if last:
+                events.metrics(last)
                 if on_eval:
-                    on_eval(state, first)
-            last: dict[str, Any] = {}
+                    on_eval(state, last)
             while state.round < rounds:
                 apply_attacks(setup, state.round)
                 started = time.perf_counter()
@@ -137,13 +146,22 @@ def run_loop(
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
                     events.diagnostics(diag_row)
-                if state.round % config.eval.every == 0 or state.round == rounds:
+                cause = None if diverged else non_finite_model(state)
+                if state.round % config.eval.every == 0 or state.round == rounds or cause:
                     last = _metrics(setup, state, report, wall)
-                    _write(metrics_file, last)
+                    _write(metrics_file, last)  # a diverging round's row is kept even off the eval rhythm
                     events.metrics(last)
                     if on_eval:
                         on_eval(state, last)
                     bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
+                    cause = cause or (None if diverged else non_finite_losses(last))
+                if cause:
+                    diverged = (state.round, cause)
+                    message = divergence_message(config, state.round, cause, report, path, checkpointed)
+                    if config.run.on_divergence == "stop":  # no checkpoint of this round: the last finite one stays
+                        write_summary(path, rounds, last, finished=False, diverged=state.round)
+                        raise Diverged(message)
+                    _say(f"warning: {message}")
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
                     save_checkpoint(path / CHECKPOINT, state, wall)
@@ -158,10 +176,113 @@ def run_loop(
             clear_stop()
         bar.close()  # before anything else is printed: no message in the middle of the bar
         events.close()
-    torch.save({"w": state.w.cpu(), "config": config.to_dict()}, path / "model.pt")
-    final = last or _last_metrics(path / METRICS)
-    (path / "summary.json").write_text(json.dumps({"finished": True, "rounds": rounds, "final": final}, indent=1))
+    save_plain(path / "model.pt", {"w": state.w.cpu(), "config": config.to_dict()})
+    write_summary(path, rounds, last or _last_metrics(path / METRICS), finished=True,
+                  diverged=diverged[0] if diverged else None)
     return state
+
+
+class Diverged(UserError):
+    """A run whose model or loss became non-finite, stopped at that round (its folder keeps the
+    last finite checkpoint; ``summary.json`` says ``"diverged": true``)."""
+
+
+def non_finite_model(state: FLState) -> str | None:
+    """Why the model after this round cannot go on (NaN or infinite parameters), or None."""
+    return None if bool(torch.isfinite(state.w).all()) else "the model's parameters became NaN or infinite"
+
+
+LOSSES = ("test_loss", "train_loss")
+
+
+def non_finite_losses(row: dict[str, Any]) -> str | None:
+    """Why this metrics row shows divergence (a NaN or infinite loss), or None."""
+    bad = [name for name in LOSSES if isinstance(row.get(name), (int, float, np.floating))
+           and not isinstance(row[name], bool) and not math.isfinite(float(row[name]))]
+    return f"{' and '.join(bad)} {row[bad[0]]}" if bad else None
+
+
+def first_divergence(metrics: Path) -> tuple[int, str] | None:
+    """The first round of ``metrics`` whose losses are not finite (an earlier part of a resumed run)."""
+    if not metrics.is_file():
+        return None
+    for line in metrics.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if why := non_finite_losses(row):
+            return int(row["round"]), why
+    return None
+
+
+def divergence_message(
+    config: Config, round_: int, why: str, report: RoundReport, path: Path, checkpointed: int
+) -> str:
+    """One line: the round, the clients if known, the likely cause and what the folder keeps."""
+    rejected = report.diag.get("rejected") if isinstance(report.diag, dict) else None
+    clients = (f" (client(s) {', '.join(sorted(rejected))} uploaded rejected updates)"
+               if isinstance(rejected, dict) and rejected else "")
+    if config.run.on_divergence == "continue":
+        keeps = "; run.on_divergence=continue: the run goes on"
+    elif (path / CHECKPOINT).is_file():
+        keeps = f"; {path} keeps its last finite checkpoint, of round {checkpointed}"
+    else:
+        keeps = "; no checkpoint was due before it"
+    return (f"the run diverged at round {round_}: {why}{clients}; learning rate too high? "
+            f"(train.lr = {config.train.lr:g}){keeps}")
+
+
+def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: bool, diverged: int | None) -> None:
+    """``summary.json``, atomically: whether the run finished, its last metrics row, and the round
+    it diverged at (if it did)."""
+    summary: dict[str, Any] = {"finished": finished, "rounds": rounds, "final": final}
+    if diverged is not None:
+        summary.update(diverged=True, diverged_round=diverged)
+    write_atomic(path / "summary.json", json.dumps(summary, indent=1))
+
+
+def repair_checkpoint_row(setup: Setup, state: FLState, path: Path, metrics_file: Any, wall: float) -> dict[str, Any]:
+    """Write the metrics row of the round the run starts from when it is due and missing: round 0
+    of a new run, or the checkpoint's round whose row was lost (a cut-short last line), evaluated
+    again from the checkpoint and said so on stderr. Returns the row written ({} if none)."""
+    config = setup.config
+    due = state.round == 0 or state.round % config.eval.every == 0 or state.round == config.train.rounds
+    if not due or _last_round(path / METRICS) == state.round:
+        return {}
+    row = _metrics(setup, state, None, wall)
+    if state.round > 0:
+        diag = _diagnostics_of(path / DIAGNOSTICS, state.round)
+        if diag:
+            row["diag"] = diag
+        row["reevaluated"] = True  # the round's participation and bytes were in the lost row
+        print(f"{path / METRICS}: the row of round {state.round} was missing or damaged; "
+              f"evaluated it again from the checkpoint", file=sys.stderr, flush=True)
+    _write(metrics_file, row)
+    return row
+
+
+def _say(line: str) -> None:
+    from tqdm import tqdm  # above a progress bar, not through it
+
+    tqdm.write(line, file=sys.stderr)
+
+
+def _diagnostics_of(file: Path, round_: int) -> dict[str, Any] | None:
+    """The diagnostics row of ``round_`` (without its round), as a metrics row carries it."""
+    for line in file.read_text().splitlines() if file.is_file() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if row.get("round") == round_:
+            return {k: v for k, v in row.items() if k != "round"}
+    return None
+
+
+def _last_round(metrics: Path) -> int | None:
+    rows = metrics.read_text().splitlines() if metrics.is_file() else []
+    return int(json.loads(rows[-1])["round"]) if rows else None
 
 
 def _event_log(config: Config, path: Path, start_round: int) -> Any:
