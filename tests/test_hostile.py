@@ -76,9 +76,12 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def copy_run(source: Path, to: Path) -> Path:
+    """A copy of ``source`` as a run killed after its last checkpoint (no summary.json), so that
+    ``--resume`` loads its checkpoints rather than saying it is already finished."""
     import shutil
 
     shutil.copytree(source, to)
+    (to / "summary.json").unlink()
     return to
 
 

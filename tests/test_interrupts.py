@@ -100,6 +100,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, cap
     assert (whole / PREVIOUS_CHECKPOINT).is_file()
     newest = whole / CHECKPOINT
     newest.write_bytes(newest.read_bytes()[:100])  # truncated: torch's zip reader fails
+    (whole / "summary.json").unlink()  # killed after its last checkpoint: a finished run has nothing to resume
     capsys.readouterr()
     assert main(["run", "--resume", str(whole), "--no-progress"]) == 0
     err = capsys.readouterr().err.splitlines()
@@ -112,6 +113,7 @@ def test_no_loadable_checkpoint_is_one_line_naming_the_files(tmp_path: Path, cap
     path = run(config, tmp_path / "run")
     (path / CHECKPOINT).write_bytes(b"")  # 0 bytes: EOFError in torch.load
     (path / PREVIOUS_CHECKPOINT).write_bytes(b"garbage")
+    (path / "summary.json").unlink()  # killed after its last checkpoint: a finished run has nothing to resume
     capsys.readouterr()
     assert main(["run", "--resume", str(path)]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]

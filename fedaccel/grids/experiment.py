@@ -174,7 +174,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
     copy = experiment.out_dir / COPY
     if experiment.source is not None and experiment.source.is_file() and not (copy.exists() and copy.samefile(experiment.source)):
-        copy.write_text(experiment.source.read_text(encoding="utf-8"), encoding="utf-8")
+        write_atomic(copy, experiment.source.read_bytes())
     todo: list[tuple[int, str, Config, Path]] = []
     run_dirs, skipped = [], []
     for k, (name, config) in enumerate(experiment.cells, start=1):

@@ -25,7 +25,6 @@ value)::
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -152,13 +151,10 @@ def table(judgements: Sequence[Judgement]) -> str:
 
 def write_claims(judgements: Sequence[Judgement], grid_dir: Path) -> Path:
     """``claims.json`` beside the grid's runs, written atomically (temp file, fsync, rename)."""
+    from fedaccel.runs.files import write_atomic
+
     out = grid_dir / CLAIMS_FILE
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as file:
-        file.write(json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n")
     return out
 
 

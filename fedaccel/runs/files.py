@@ -41,6 +41,11 @@ def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *,
         if previous is not None and path.exists():
             os.replace(path, previous)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc.filename, str) and Path(exc.filename) in (tmp, path):
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc  # name the file, not the open object
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
