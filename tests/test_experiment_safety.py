@@ -95,6 +95,7 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
         assert err.strip().splitlines()[-1] == (
             f"interrupted by {signal.Signals(sig).name}; `fedaccel experiment {path} -j 2` continues every "
             "unfinished cell from its checkpoint")
+        assert err.count("finishing the current round") == 1, err  # said by the experiment, not by each worker
         import torch
 
         stopped = [cell for cell in running if not (cell / "summary.json").is_file()]  # not finished meanwhile
