@@ -181,7 +181,7 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     row.update(state.totals)
     if report is not None:
         row["clients"] = len(report.participation.train)
-        row["uploaded"] = len(report.participation.upload)
+        row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped
         row["round_bytes_up"] = report.bytes_up  # this round's own (the others are running totals)
         row["round_bytes_down"] = report.bytes_down
         row["round_local_steps"] = report.local_steps
