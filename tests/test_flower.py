@@ -130,6 +130,79 @@ def test_wire_round_trip_and_gate() -> None:
     assert "float32" in check_update(torch.zeros(4, dtype=torch.float64), {}, 4)
 
 
+class SilentAndGoneGrid:
+    """Node 10 never answers; node 11 is declared gone by the SuperLink ``after`` s into the wait
+    (the error reply as flwr's SuperLink makes it: from no node, only naming the message it answers)."""
+
+    def __init__(self, after: float) -> None:
+        from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
+
+        self.after, self.pushed, self.started = after, {}, 0.0
+        self.unavailable = create_message_error_unavailable_res_message  # imported before the clock runs
+
+    def push_messages(self, messages: list[Message]) -> list[str]:
+        import time
+
+        for k, message in enumerate(messages):
+            message.metadata.__dict__["_message_id"] = f"m{k}"
+            self.pushed[f"m{k}"] = message
+        self.started = time.monotonic()
+        return list(self.pushed)
+
+    def pull_messages(self, ids: set[str]) -> list[Message]:
+        import time
+
+        if time.monotonic() - self.started < self.after:
+            return []
+        return [self.unavailable(m.metadata, "node_unavail")
+                for i, m in self.pushed.items() if i in ids and m.metadata.dst_node_id == 11]
+
+
+def test_a_deployed_round_says_how_long_it_waited_for_a_silent_client_and_when_a_node_was_found_gone(
+    capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SuperLink's "node unavailable" reply comes from no node: it is matched by the message it
+    answers, and each loss is said with the time it really took (not run.timeout for both)."""
+    import re
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedaccel.flower.server import FlowerClients
+
+    for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process has
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
+    setup = build_setup(load_config(None, TINY))
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), 3)
+    info = round_info(setup.federation, 0)
+    contexts = [ClientContext(info, client, 2, True) for client in (0, 1)]
+    runtime = FlowerClients(SilentAndGoneGrid(after=0.3), setup, {0: 10, 1: 11}, timeout=1.5)  # type: ignore[arg-type]
+    updates, diag = runtime.train(contexts, state.w, state.server)
+    assert updates == [] and diag == {"lost": [0, 1]}
+    err = capsys.readouterr().err
+    silent = re.search(r"round 1: no answer from client\(s\) \[0\] in (\d+\.\d) s \(run.timeout\)", err)
+    gone = re.search(r"round 1: client\(s\) \[1\] lost: the SuperLink found their node gone \(no heartbeat\) "
+                     r"(\d+\.\d) s into the round", err)
+    assert silent and gone, err
+    assert 1.5 <= float(silent.group(1)) < 3.0 and 0.3 <= float(gone.group(1)) < 1.0, err
+
+
+def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_path: Path, capsys) -> None:
+    """The ServerApp is the process that writes a deployed run: it takes the folder's lock, so a
+    second writer (here this process, through another open) makes it stop with one line."""
+    from types import SimpleNamespace
+
+    from fedaccel.flower.apps import main as server_main
+    from fedaccel.runs.lock import lock_run_dir
+
+    run_dir = tmp_path / "run"
+    with lock_run_dir(run_dir):
+        server_main(None, SimpleNamespace(run_config={"run-dir": str(run_dir)}))  # type: ignore[arg-type]
+    assert capsys.readouterr().err.strip() == (f"fedaccel server: error: {run_dir} is being written by process "
+                                               f"{os.getpid()}; wait for it to end (or stop it), then run again")
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
 DEPLOYED = {
     "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
     "scaffold": ["algorithm=scaffold"],
@@ -185,6 +258,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     """Kill SuperNode 2 (its ClientApp runs inside) after round 1: later rounds wait run.timeout, record
     the client as lost (or its node as unavailable), aggregate the others and finish."""
     import os
+    import re
     import signal
     import subprocess
     import sys
@@ -222,7 +296,10 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     missing = [set(d.get("lost", [])) | {int(c) for c in d.get("rejected", {})} for d in later]
     # round 2 was under way when the node died (it may have answered already); rounds 3 and 4 miss it
     assert missing[0] in ({2}, set()) and missing[1:] == [{2}, {2}], missing
-    assert all(r["uploaded"] == 3 for r in metrics[1:])  # asked of all three, two answered
+    # uploaded: the updates aggregated (all three in round 1, then without the lost client)
+    assert [r["uploaded"] for r in metrics[1:]] == [3, *(3 - len(m) for m in missing)], metrics
+    waits = [float(t) for t in re.findall(r"no answer from client\(s\) \[2\] in (\d+\.\d) s \(run.timeout\)", output)]
+    assert all(10.0 <= t < 15.0 for t in waits), output  # the time it waited: run.timeout, said as measured
     assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
     assert not live_flower_processes()
 
