@@ -445,6 +445,118 @@ def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_sta
     assert not live_flower_processes()
 
 
+def test_a_deployment_killed_with_sigkill_leaves_no_process_and_deploy_resume_finishes(tmp_path: Path) -> None:
+    """kill -9 of `fedaccel deploy` mid-run: within seconds no process it started lives (Flower's own
+    SuperExec and ServerApp included), and `deploy --resume` ends the run with every round once,
+    in order. Meanwhile the ServerApp held the run folder's lock (it writes the run), and the
+    deployment's first lines were the run line and what it starts."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fedaccel.cli import main
+
+    out = tmp_path / "deployed"
+    rounds = 15
+    overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=fedavg", "run.checkpoint_every=2",
+                 "run.progress=true"]
+    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= 3):
+            assert first.poll() is None, (tmp_path / "stderr.txt").read_text()[-2000:]
+            time.sleep(0.1)
+        started = descendants({first.pid})
+        commands = {pid: command_line(pid) for pid in started}
+        for name in ("flower-superlink", "flower-superexec", "flwr-serverapp", "flwr run"):
+            assert any(name in c for c in commands.values()), (name, commands)
+        assert sum("fedaccel.flower.node" in c for c in commands.values()) == 2, commands
+        holder = int((out / ".lock").read_text())
+        assert "flwr-serverapp" in command_line(holder), command_line(holder)  # the writer holds the lock
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and [pid for pid in started if alive(pid)]:
+            time.sleep(0.1)
+        assert not [commands[pid] for pid in started if alive(pid)], "processes of the killed deployment live on"
+    finally:
+        for pid in [first.pid, *started]:  # leave nothing behind when the test fails
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    lines = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert lines[0].startswith(f"fedavg: softmax, 2 clients, rounds 1-{rounds} -> {out.resolve()} [runtime "
+                               "flower-deployment"), lines[:3]
+    assert lines[1] == "starting SuperLink and 2 SuperNodes", lines[:3]
+    assert main(["deploy", "--resume", str(out), "--timeout", "400", "--no-progress"]) == 0
+    assert [r["round"] for r in rows(out)] == list(range(rounds + 1))
+    assert not live_flower_processes(within=tmp_path)
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_deploy_resume_is_refused_with_one_line_while_another_process_writes_the_run(tmp_path: Path, capsys) -> None:
+    """An orphaned writer (here a process holding the run folder's lock, as a ServerApp does)
+    makes `deploy --resume` stop at once with one line naming it; nothing is started."""
+    import subprocess
+    import sys
+
+    from fedaccel.cli import main
+
+    out = tmp_path / "run"
+    argv = ["deploy", "--prepare", "--out", str(out)]
+    for item in [*TINY, "data.clients=2"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    capsys.readouterr()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from fedaccel.runs.lock import lock_run_dir; "
+         "lock = lock_run_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        code = main(["deploy", "--resume", str(out), "--timeout", "60"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {out.resolve()} is being written by process {holder.pid}; "
+                                               "wait for it to end (or stop it), then run again")
+    assert not (out / "flower" / "superlink.log").exists() and not live_flower_processes(within=tmp_path)
+
+
+def test_deploy_refuses_clients_that_disagree_with_data_clients(tmp_path: Path, capsys) -> None:
+    """`--clients` is checked against data.clients, as its help says: a mismatch is one line, no folder."""
+    import yaml
+
+    from fedaccel.cli import main
+
+    config = tmp_path / "five.yaml"
+    config.write_text(yaml.safe_dump({"data": {"dataset": "digits", "clients": 5}, "model": "softmax"}))
+    for extra in (["--prepare"], ["--timeout", "30"]):
+        assert main(["deploy", str(config), "--clients", "3", "--out", str(tmp_path / "run"), *extra]) == 2
+        assert capsys.readouterr().err.strip() == ("error: --clients 3 but data.clients = 5 (one SuperNode per client): "
+                                                   "--set data.clients=3, or leave --clients out")
+        assert not (tmp_path / "run").exists()
+
+
 class ScriptedGrid:
     """A Grid whose connected nodes change over time: ``script[k]`` answers the k-th poll (the
     last one answers every later poll)."""

@@ -111,10 +111,10 @@ def run_loop(
     if show:
         from tqdm import tqdm  # its write: above a grid's bars (fedaccel.grids.progress), not through them
 
-        tqdm.write(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
-                   f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
-                   f"[runtime {shown}, device {federation.device}, {threads} torch thread"
-                   f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr)
+        what = (f"{type(federation.model.module).__name__} ({federation.model.theta.numel():,} parameters), "
+                f"{federation.n_clients} clients")
+        tqdm.write(run_line(config, path, state.round, what, f"runtime {shown}, device {federation.device}, "
+                            f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
     bar = progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
     events = _event_log(config, path, state.round)
@@ -162,6 +162,11 @@ def run_loop(
     final = last or _last_metrics(path / METRICS)
     (path / "summary.json").write_text(json.dumps({"finished": True, "rounds": rounds, "final": final}, indent=1))
     return state
+
+
+def run_line(config: Config, path: Path, done: int, what: str, how: str) -> str:
+    """The first line a run prints: what runs, which rounds, where to, and how."""
+    return f"{config.label}: {what}, rounds {done + 1}-{config.train.rounds} -> {path} [{how}]"
 
 
 def _event_log(config: Config, path: Path, start_round: int) -> Any:
