@@ -557,8 +557,9 @@ def test_deploy_refuses_clients_that_disagree_with_data_clients(tmp_path: Path, 
     config.write_text(yaml.safe_dump({"data": {"dataset": "digits", "clients": 5}, "model": "softmax"}))
     for extra in (["--prepare"], ["--timeout", "30"]):
         assert main(["deploy", str(config), "--clients", "3", "--out", str(tmp_path / "run"), *extra]) == 2
-        assert capsys.readouterr().err.strip() == ("error: --clients 3 but data.clients = 5 (one SuperNode per client): "
-                                                   "--set data.clients=3, or leave --clients out")
+        assert capsys.readouterr().err.strip() == (
+            "error: --clients 3 but data.clients = 5 (one SuperNode per client): --set data.clients=3, "
+            "or leave --clients out")
         assert not (tmp_path / "run").exists()
 
 
