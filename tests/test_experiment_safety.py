@@ -132,6 +132,34 @@ def test_a_second_writer_of_a_run_folder_is_refused_with_one_line_naming_the_hol
     assert rounds(folder) == [0, 1, 2]
 
 
+EXITING_HOLDER = """
+import ctypes, os, sys, threading, time
+from fedaccel.runs.lock import lock_run_dir
+lock = lock_run_dir(sys.argv[1])
+threading.Thread(target=lambda: (time.sleep(2.0), os._exit(0))).start()  # still holds the lock for 2 s
+print("locked", flush=True)
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # only this thread exits
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"),
+                    reason="exits one thread with a raw syscall")
+def test_a_writer_that_is_still_exiting_is_waited_for_not_reported(tmp_path: Path) -> None:
+    """A killed writer whose first thread is already a zombie while another finishes (an fsync,
+    say) still holds the lock for a moment: the next writer waits for it instead of refusing."""
+    holder = subprocess.Popen([sys.executable, "-c", EXITING_HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        deadline = time.monotonic() + 10
+        while alive(holder.pid) and time.monotonic() < deadline:  # its first thread: a zombie
+            time.sleep(0.01)
+        with lock_run_dir(tmp_path):
+            assert holder.poll() == 0  # taken once the holder had ended
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_run_killed_before_its_first_checkpoint_resumes_without_repeating_round_0(tmp_path: Path) -> None:
     config = load_config(None, ["data.dataset=digits", "model=svm", "data.clients=2", "train.rounds=2",
                                 "run.progress=false"])
