@@ -132,6 +132,52 @@ def test_a_second_writer_of_a_run_folder_is_refused_with_one_line_naming_the_hol
     assert rounds(folder) == [0, 1, 2]
 
 
+LAUNCHING_PARENT = """
+import importlib.util, os, shutil, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("lifetime", sys.argv[1])
+lifetime = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lifetime)
+wrapped = os.path.join(sys.argv[2], "sleep")  # what the shell below starts by name
+with open(wrapped, "w") as file:
+    file.write(lifetime.wrapper(shutil.which("sleep")))
+os.chmod(wrapped, 0o755)
+env = {**os.environ, "PATH": sys.argv[2] + os.pathsep + os.environ["PATH"]}
+child = subprocess.Popen(lifetime.launched(["sh", "-c", "sleep 120 & wait"]), env=env, start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_launched_command_and_what_it_starts_by_name_die_with_their_parent(tmp_path: Path) -> None:
+    """fedaccel.runs.lifetime: a command started through `launched`, in a session of its own, and a
+    program it starts by name through a `wrapper` on PATH, both die at once with a parent killed -9."""
+    import fedaccel.runs.lifetime as lifetime
+
+    parent = subprocess.Popen([sys.executable, "-I", "-c", LAUNCHING_PARENT, lifetime.__file__, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    started: list[int] = []
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                b"sleep\x00120" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in descendants(child) if alive(pid)):
+            time.sleep(0.05)
+        started = [child, *descendants(child)]
+        assert len(started) == 2, started  # the shell and its sleep
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in started):
+            time.sleep(0.05)
+        assert not [pid for pid in started if alive(pid)]
+    finally:
+        for pid in [parent.pid, *started]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 EXITING_HOLDER = """
 import ctypes, os, sys, threading, time
 from fedaccel.runs.lock import lock_run_dir
