@@ -300,10 +300,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         config = from_dict(read_yaml(Path(args.resume) / "config.yaml"))
         out = Path(args.resume)
     else:
-        overrides = list(args.set) + ["run.runtime=flower-deployment"]
-        if args.clients is not None and not any(o.startswith("data.clients=") for o in args.set):
-            overrides.append(f"data.clients={args.clients}")
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
+        if args.clients is not None and args.clients != config.data.clients:
+            raise UserError(f"--clients {args.clients} but data.clients = {config.data.clients} (one SuperNode per "
+                            f"client): --set data.clients={args.clients}, or leave --clients out")
         out = Path(args.out) if args.out else new_run_dir(config)
         check_out_folder(out)
     if args.prepare:

@@ -95,6 +95,7 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
         assert err.strip().splitlines()[-1] == (
             f"interrupted by {signal.Signals(sig).name}; `fedaccel experiment {path} -j 2` continues every "
             "unfinished cell from its checkpoint")
+        assert err.count("finishing the current round") == 1, err  # said by the experiment, not by each worker
         import torch
 
         stopped = [cell for cell in running if not (cell / "summary.json").is_file()]  # not finished meanwhile
@@ -129,6 +130,80 @@ def test_a_second_writer_of_a_run_folder_is_refused_with_one_line_naming_the_hol
         assert not (fresh / "config.yaml").exists()
     resume(folder)  # released on leaving the block
     assert rounds(folder) == [0, 1, 2]
+
+
+LAUNCHING_PARENT = """
+import importlib.util, os, shutil, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("lifetime", sys.argv[1])
+lifetime = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lifetime)
+wrapped = os.path.join(sys.argv[2], "sleep")  # what the shell below starts by name
+with open(wrapped, "w") as file:
+    file.write(lifetime.wrapper(shutil.which("sleep")))
+os.chmod(wrapped, 0o755)
+env = {**os.environ, "PATH": sys.argv[2] + os.pathsep + os.environ["PATH"]}
+child = subprocess.Popen(lifetime.launched(["sh", "-c", "sleep 120 & wait"]), env=env, start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_launched_command_and_what_it_starts_by_name_die_with_their_parent(tmp_path: Path) -> None:
+    """fedaccel.runs.lifetime: a command started through `launched`, in a session of its own, and a
+    program it starts by name through a `wrapper` on PATH, both die at once with a parent killed -9."""
+    import fedaccel.runs.lifetime as lifetime
+
+    parent = subprocess.Popen([sys.executable, "-I", "-c", LAUNCHING_PARENT, lifetime.__file__, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    started: list[int] = []
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                b"sleep\x00120" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in descendants(child) if alive(pid)):
+            time.sleep(0.05)
+        started = [child, *descendants(child)]
+        assert len(started) == 2, started  # the shell and its sleep
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in started):
+            time.sleep(0.05)
+        assert not [pid for pid in started if alive(pid)]
+    finally:
+        for pid in [parent.pid, *started]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+EXITING_HOLDER = """
+import ctypes, os, sys, threading, time
+from fedaccel.runs.lock import lock_run_dir
+lock = lock_run_dir(sys.argv[1])
+threading.Thread(target=lambda: (time.sleep(2.0), os._exit(0))).start()  # still holds the lock for 2 s
+print("locked", flush=True)
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # only this thread exits
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"),
+                    reason="exits one thread with a raw syscall")
+def test_a_writer_that_is_still_exiting_is_waited_for_not_reported(tmp_path: Path) -> None:
+    """A killed writer whose first thread is already a zombie while another finishes (an fsync,
+    say) still holds the lock for a moment: the next writer waits for it instead of refusing."""
+    holder = subprocess.Popen([sys.executable, "-c", EXITING_HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        deadline = time.monotonic() + 10
+        while alive(holder.pid) and time.monotonic() < deadline:  # its first thread: a zombie
+            time.sleep(0.01)
+        with lock_run_dir(tmp_path):
+            assert holder.poll() == 0  # taken once the holder had ended
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_run_killed_before_its_first_checkpoint_resumes_without_repeating_round_0(tmp_path: Path) -> None:

@@ -130,6 +130,79 @@ def test_wire_round_trip_and_gate() -> None:
     assert "float32" in check_update(torch.zeros(4, dtype=torch.float64), {}, 4)
 
 
+class SilentAndGoneGrid:
+    """Node 10 never answers; node 11 is declared gone by the SuperLink ``after`` s into the wait
+    (the error reply as flwr's SuperLink makes it: from no node, only naming the message it answers)."""
+
+    def __init__(self, after: float) -> None:
+        from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
+
+        self.after, self.pushed, self.started = after, {}, 0.0
+        self.unavailable = create_message_error_unavailable_res_message  # imported before the clock runs
+
+    def push_messages(self, messages: list[Message]) -> list[str]:
+        import time
+
+        for k, message in enumerate(messages):
+            message.metadata.__dict__["_message_id"] = f"m{k}"
+            self.pushed[f"m{k}"] = message
+        self.started = time.monotonic()
+        return list(self.pushed)
+
+    def pull_messages(self, ids: set[str]) -> list[Message]:
+        import time
+
+        if time.monotonic() - self.started < self.after:
+            return []
+        return [self.unavailable(m.metadata, "node_unavail")
+                for i, m in self.pushed.items() if i in ids and m.metadata.dst_node_id == 11]
+
+
+def test_a_deployed_round_says_how_long_it_waited_for_a_silent_client_and_when_a_node_was_found_gone(
+    capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SuperLink's "node unavailable" reply comes from no node: it is matched by the message it
+    answers, and each loss is said with the time it really took (not run.timeout for both)."""
+    import re
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedaccel.flower.server import FlowerClients
+
+    for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process has
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
+    setup = build_setup(load_config(None, TINY))
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), 3)
+    info = round_info(setup.federation, 0)
+    contexts = [ClientContext(info, client, 2, True) for client in (0, 1)]
+    runtime = FlowerClients(SilentAndGoneGrid(after=0.3), setup, {0: 10, 1: 11}, timeout=1.5)  # type: ignore[arg-type]
+    updates, diag = runtime.train(contexts, state.w, state.server)
+    assert updates == [] and diag == {"lost": [0, 1]}
+    err = capsys.readouterr().err
+    silent = re.search(r"round 1: no answer from client\(s\) \[0\] in (\d+\.\d) s \(run.timeout\)", err)
+    gone = re.search(r"round 1: client\(s\) \[1\] lost: the SuperLink found their node gone \(no heartbeat\) "
+                     r"(\d+\.\d) s into the round", err)
+    assert silent and gone, err
+    assert 1.5 <= float(silent.group(1)) < 3.0 and 0.3 <= float(gone.group(1)) < 1.0, err
+
+
+def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_path: Path, capsys) -> None:
+    """The ServerApp is the process that writes a deployed run: it takes the folder's lock, so a
+    second writer (here this process, through another open) makes it stop with one line."""
+    from types import SimpleNamespace
+
+    from fedaccel.flower.apps import main as server_main
+    from fedaccel.runs.lock import lock_run_dir
+
+    run_dir = tmp_path / "run"
+    with lock_run_dir(run_dir):
+        server_main(None, SimpleNamespace(run_config={"run-dir": str(run_dir)}))  # type: ignore[arg-type]
+    assert capsys.readouterr().err.strip() == (f"fedaccel server: error: {run_dir} is being written by process "
+                                               f"{os.getpid()}; wait for it to end (or stop it), then run again")
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
 DEPLOYED = {
     "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
     "scaffold": ["algorithm=scaffold"],
@@ -185,6 +258,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     """Kill SuperNode 2 (its ClientApp runs inside) after round 1: later rounds wait run.timeout, record
     the client as lost (or its node as unavailable), aggregate the others and finish."""
     import os
+    import re
     import signal
     import subprocess
     import sys
@@ -222,7 +296,10 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     missing = [set(d.get("lost", [])) | {int(c) for c in d.get("rejected", {})} for d in later]
     # round 2 was under way when the node died (it may have answered already); rounds 3 and 4 miss it
     assert missing[0] in ({2}, set()) and missing[1:] == [{2}, {2}], missing
-    assert all(r["uploaded"] == 3 for r in metrics[1:])  # asked of all three, two answered
+    # uploaded: the updates aggregated (all three in round 1, then without the lost client)
+    assert [r["uploaded"] for r in metrics[1:]] == [3, *(3 - len(m) for m in missing)], metrics
+    waits = [float(t) for t in re.findall(r"no answer from client\(s\) \[2\] in (\d+\.\d) s \(run.timeout\)", output)]
+    assert all(10.0 <= t < 15.0 for t in waits), output  # the time it waited: run.timeout, said as measured
     assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
     assert not live_flower_processes()
 
@@ -379,6 +456,124 @@ def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_sta
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     assert not live_flower_processes()
+
+
+def test_a_deployment_killed_with_sigkill_leaves_no_process_and_deploy_resume_finishes(tmp_path: Path) -> None:
+    """kill -9 of `fedaccel deploy` mid-run: within seconds no process it started lives (Flower's own
+    SuperExec and ServerApp included), and `deploy --resume` ends the run with every round once,
+    in order. Meanwhile the ServerApp held the run folder's lock (it writes the run), and the
+    deployment's first lines were the run line and what it starts."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fedaccel.cli import main
+
+    out = tmp_path / "deployed"
+    rounds = 15
+    overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=fedavg", "run.checkpoint_every=2",
+                 "run.progress=true"]
+    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= 3):
+            assert first.poll() is None, (tmp_path / "stderr.txt").read_text()[-2000:]
+            time.sleep(0.1)
+        started = descendants({first.pid})
+        commands = {pid: command_line(pid) for pid in started}
+        for name in ("flower-superlink", "flower-superexec", "flwr-serverapp", "flwr run"):
+            assert any(name in c for c in commands.values()), (name, commands)
+        assert sum("fedaccel.flower.node" in c for c in commands.values()) == 2, commands
+        holder = int((out / ".lock").read_text())
+        assert "flwr-serverapp" in command_line(holder), command_line(holder)  # the writer holds the lock
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and [pid for pid in started if alive(pid)]:
+            time.sleep(0.1)
+        assert not [commands[pid] for pid in started if alive(pid)], "processes of the killed deployment live on"
+    finally:
+        for pid in [first.pid, *started]:  # leave nothing behind when the test fails
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    lines = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert lines[0].startswith(f"fedavg: softmax, 2 clients, rounds 1-{rounds} -> {out.resolve()} [runtime "
+                               "flower-deployment"), lines[:3]
+    assert lines[1] == "starting SuperLink and 2 SuperNodes", lines[:3]
+    assert main(["deploy", "--resume", str(out), "--timeout", "400", "--no-progress"]) == 0
+    assert [r["round"] for r in rows(out)] == list(range(rounds + 1))
+    assert not live_flower_processes(within=tmp_path)
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """Whether any thread of ``pid`` still runs: a killed process whose first thread is already a
+    zombie may still have a thread finishing (an fsync, say), and its files (a lock) stay open."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def test_deploy_resume_is_refused_with_one_line_while_another_process_writes_the_run(tmp_path: Path, capsys) -> None:
+    """An orphaned writer (here a process holding the run folder's lock, as a ServerApp does)
+    makes `deploy --resume` stop at once with one line naming it; nothing is started."""
+    import subprocess
+    import sys
+
+    from fedaccel.cli import main
+
+    out = tmp_path / "run"
+    argv = ["deploy", "--prepare", "--out", str(out)]
+    for item in [*TINY, "data.clients=2"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    capsys.readouterr()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from fedaccel.runs.lock import lock_run_dir; "
+         "lock = lock_run_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        code = main(["deploy", "--resume", str(out), "--timeout", "60"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {out.resolve()} is being written by process {holder.pid}; "
+                                               "wait for it to end (or stop it), then run again")
+    assert not (out / "flower" / "superlink.log").exists() and not live_flower_processes(within=tmp_path)
+
+
+def test_deploy_refuses_clients_that_disagree_with_data_clients(tmp_path: Path, capsys) -> None:
+    """`--clients` is checked against data.clients, as its help says: a mismatch is one line, no folder."""
+    import yaml
+
+    from fedaccel.cli import main
+
+    config = tmp_path / "five.yaml"
+    config.write_text(yaml.safe_dump({"data": {"dataset": "digits", "clients": 5}, "model": "softmax"}))
+    for extra in (["--prepare"], ["--timeout", "30"]):
+        assert main(["deploy", str(config), "--clients", "3", "--out", str(tmp_path / "run"), *extra]) == 2
+        assert capsys.readouterr().err.strip() == (
+            "error: --clients 3 but data.clients = 5 (one SuperNode per client): --set data.clients=3, "
+            "or leave --clients out")
+        assert not (tmp_path / "run").exists()
 
 
 class ScriptedGrid:

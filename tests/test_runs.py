@@ -217,6 +217,28 @@ def test_fedumf_takes_its_fraction_from_train_client_fraction(tmp_path: Path) ->
     assert [r["uploaded"] for r in explicit[1:]] == [1, 1]
 
 
+def test_uploaded_counts_the_updates_aggregated_not_the_clients_asked(tmp_path: Path) -> None:
+    """A client runtime that loses client 0 (as a dead Flower node is lost): the metrics say it
+    under diag.lost, and `uploaded` counts the updates that were aggregated."""
+    from fedaccel.engine.round import InProcessClients, init_state
+    from fedaccel.runs.loop import run_loop
+    from fedaccel.runs.setup import build_setup
+
+    class LosesClient0(InProcessClients):
+        def train(self, contexts, w, server):  # type: ignore[no-untyped-def]
+            updates, _ = super().train(contexts, w, server)
+            return [u for u in updates if u.client != 0], {"lost": [0]}
+
+    setup = build_setup(load_config(None, [*SMALL, "algorithm=fedavg", "train.rounds=2", "train.client_fraction=1.0"]))
+    n = setup.federation.n_clients
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), n)
+    (tmp_path / "r").mkdir()
+    run_loop(setup, state, tmp_path / "r", wall=0.0, progress=False,
+             runtime=LosesClient0(setup.algorithm, setup.federation, state.clients))
+    rows = metrics_of(tmp_path / "r")
+    assert [(r["clients"], r["uploaded"], r["diag"]["lost"]) for r in rows[1:]] == [(n, n - 1, [0])] * 2
+
+
 def test_label_flip_attack_gets_the_lowest_gsnr_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     overrides = [
         *SMALL, "algorithm=fedgsnr", "algorithm.e_const=10", "data.split=iid", "train.client_fraction=1.0",

@@ -42,7 +42,8 @@ class FLState:
 
 @dataclass
 class RoundReport:
-    """What happened in one round: who took part, what it cost, the parts' diagnostics."""
+    """What happened in one round: who took part, what it cost, the parts' diagnostics;
+    ``uploaded``: the updates aggregated (not those of clients lost, rejected or skipped)."""
 
     round: int
     participation: Participation
@@ -50,6 +51,7 @@ class RoundReport:
     bytes_down: int
     local_steps: int
     diag: dict[str, Any]
+    uploaded: int = 0
 
 
 def init_state(algorithm: Algorithm, w0: Tensor, n_clients: int) -> FLState:
@@ -210,7 +212,7 @@ def run_round(
         state, round=state.round + 1, w=w_next, server=tuple(server_list),
         clients=runtime.states(state.clients), totals=totals,
     )
-    report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag)
+    report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag, uploaded=len(updates))
     return new_state, report
 
 

@@ -1,7 +1,8 @@
 """The Flower App components for the deployment runtime (``fedaccel deploy``, or by hand).
 
 ``server_app`` reads the run folder from the run config (``run-dir``: the resolved config is
-its ``config.yaml``, e.g. from ``fedaccel deploy --prepare``) and serves the run there; it logs
+its ``config.yaml``, e.g. from ``fedaccel deploy --prepare``) and serves the run there, holding
+the folder's lock (:mod:`fedaccel.runs.lock`: a second writer is refused, and refuses it); it logs
 one line per round, and a user's mistake as one ``error: ...`` line (no traceback), which
 ``flwr run --stream`` shows. Run config ``connect-timeout``: seconds to wait for the SuperNodes
 (0: the default, see :func:`fedaccel.flower.server.serve`). ``client_app`` is
@@ -19,6 +20,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower.client import app as client_app
 from fedaccel.flower.server import RoundLines, log, serve
 from fedaccel.runs.config import from_dict, read_yaml
+from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.stopping import Interrupted
 
 server_app = ServerApp()
@@ -35,8 +37,9 @@ def main(grid: Grid, context: Context) -> None:
             raise UserError("no run folder: flwr run APP CONNECTION --run-config \"run-dir='RUN_DIR'\" "
                             "(`fedaccel deploy --prepare CONFIG --out RUN_DIR` makes one)")
         timeout = float(context.run_config.get("connect-timeout", 0)) or None  # type: ignore[arg-type]
-        serve(grid, from_dict(read_yaml(run_dir / "config.yaml")), run_dir, progress=RoundLines,
-              connect_timeout=timeout)
+        with lock_run_dir(run_dir):  # this process writes the run folder: one writer, on every runtime
+            serve(grid, from_dict(read_yaml(run_dir / "config.yaml")), run_dir, progress=RoundLines,
+                  connect_timeout=timeout)
     except Interrupted as stopped:
         log(f"interrupted at round {stopped.round}; the same `flwr run` (run-dir '{run_dir}') continues")
     except UserError as exc:

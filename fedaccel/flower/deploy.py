@@ -4,7 +4,10 @@ Every piece is a real Flower process (``flower-superlink``, ``flower-supernode``
 the run folder is the in-process runtime's. Their logs go to ``RUN_DIR/flower/``. The
 ServerApp's round lines in ``flwr run``'s stream drive the same progress bar as ``fedaccel run``.
 Ctrl-C or SIGTERM: the run finishes its round, checkpoints it and stops (a second one stops at
-once); every process started here is stopped when the run ends, fails or is interrupted.
+once); every process started here is stopped when the run ends, fails or is interrupted, and
+dies with ``fedaccel deploy`` if that is killed (:mod:`fedaccel.runs.lifetime`), Flower's own
+children (SuperExec, ServerApp, ClientApps) included. The ServerApp holds the run folder's lock
+while it writes; ``fedaccel deploy`` holds ``RUN_DIR/flower/.lock`` (one deployment per folder).
 
 On several hosts, start the same pieces by hand (see docs/flower.md): :func:`prepare` makes the
 run folder and the app (``fedaccel deploy --prepare``), then the SuperLink on one host,
@@ -30,6 +33,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower import ENV
 from fedaccel.flower.server import ROUND_LINE, SERVER_PREFIX, STOP_FILE
 from fedaccel.runs.config import Config, dump_config
+from fedaccel.runs.lifetime import launched, wrapper
 from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.stopping import Interrupted
 
@@ -80,17 +84,32 @@ def _tool(name: str) -> str:
     return found
 
 
+FLOWER_CHILDREN = ("flower-superexec", "flwr-serverapp", "flwr-clientapp")  # what Flower starts by name
+
+
+def die_with_parents(folder: Path) -> str:
+    """A folder for the front of ``PATH`` with a wrapper for each program that Flower starts by
+    name (:data:`FLOWER_CHILDREN`): each then dies with the Flower process that started it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in FLOWER_CHILDREN:
+        script = folder / name
+        script.write_text(wrapper(_tool(name)))
+        script.chmod(0o755)
+    return str(folder)
+
+
 class Processes:
     """Started processes, stopped in reverse order (TERM, then KILL after a grace period): the
     later ones (SuperNodes, the run) first, so that they can still say goodbye to the first
-    one (the SuperLink), which goes last."""
+    one (the SuperLink), which goes last. Each dies with this process (with the thread that
+    started it), whatever ends it."""
 
     def __init__(self, logs: Path, env: dict[str, str]) -> None:
         self.logs, self.env, self.started = logs, env, []
 
     def start(self, name: str, args: list[str], cwd: Path | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "w")
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=cwd,
+        process = subprocess.Popen(launched(args), stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=cwd,
                                    start_new_session=True)
         self.started.append((name, process, log))
         return process
@@ -302,9 +321,9 @@ def checkpoint_round(run_dir: Path) -> int:
 def prepare(config: Config, run_dir: Path, *, clients: int | None = None, resume: bool = False) -> Path:
     """Make ``run_dir`` ready for a deployed run: its ``config.yaml`` (unless resumed) and the
     Flower App folder ``RUN_DIR/flower/app`` for ``flwr run``; returns the app folder."""
-    n = clients or config.data.clients
+    n = config.data.clients if clients is None else clients
     if n != config.data.clients:
-        raise UserError(f"--clients {n} but the config has data.clients = {config.data.clients}")
+        raise UserError(f"--clients {n} but data.clients = {config.data.clients} (one SuperNode per client)")
     if resume and not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
     if not resume and (run_dir / "metrics.jsonl").exists():
@@ -366,13 +385,17 @@ def deploy(
     Ctrl-C / SIGTERM raise :class:`~fedaccel.runs.stopping.Interrupted` with the checkpoint's round.
     """
     from fedaccel.runs.folder import removed_on_failed_start
-    from fedaccel.runs.loop import progress_bar
+    from fedaccel.runs.loop import progress_bar, run_line
 
     before = set(run_dir.iterdir()) if run_dir.is_dir() else None
-    lock = lock_run_dir(run_dir)  # noqa: F841 - held until deploy returns (its ServerApp writes unlocked)
     run_dir = run_dir.resolve()
     with removed_on_failed_start(run_dir, before):
-        app = prepare(config, run_dir, clients=clients, resume=resume)
+        # One deployment per folder (held until deploy returns); the run folder's own lock only
+        # while preparing it (refused while another process, e.g. a ServerApp, writes the run):
+        # then it is the ServerApp's, which holds it while it writes (fedaccel.flower.apps).
+        deployment = lock_run_dir(run_dir / "flower")  # noqa: F841
+        with lock_run_dir(run_dir):
+            app = prepare(config, run_dir, clients=clients, resume=resume)
     n = config.data.clients
     flower = run_dir / "flower"
     link_port = free_port()
@@ -387,10 +410,17 @@ def deploy(
     (home / "config.toml").write_text(
         f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link_port}"\n{security}\n')
     bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
-    env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    path = os.pathsep.join([die_with_parents(flower / "bin"), bin_dir, os.environ.get("PATH", "")])
+    env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": path}
     procs = Processes(flower, env)
     show = config.run.progress if progress is None else progress
-    bar = progress_bar(config.train.rounds, checkpoint_round(run_dir) if resume else 0, config.label, show)
+    done = checkpoint_round(run_dir) if resume else 0
+    if show:  # at once, as `fedaccel run` does: the processes and the data take a while to start
+        what = f"{config.model['name']}, {n} clients"
+        print(run_line(config, run_dir, done, what, 'runtime flower-deployment' + (', TLS' if tls else '')),
+              file=sys.stderr, flush=True)
+        print(f"starting SuperLink and {n} SuperNodes", file=sys.stderr, flush=True)
+    bar = progress_bar(config.train.rounds, done, config.label, show)
     stream = Stream(flower / "flwr-run.log", bar)
     with Interrupts(run_dir / STOP_FILE) as stop:
         try:

@@ -3,9 +3,10 @@
 :class:`FlowerClients` is a :class:`~fedaccel.engine.round.ClientRuntime`: the engine's
 ``run_round`` does participation, planning, aggregation and server state exactly as in process,
 and asks this runtime to run ``plan_client`` / the local training on the clients' nodes. A
-client that does not answer within ``run.timeout`` seconds (killed, disconnected) is recorded
-in the round's diagnostics as ``lost`` and the round goes on with the others (the aggregators
-renormalise the weights over the updates they get). An answer that does not decode, has the
+client that does not answer within ``run.timeout`` seconds (killed, disconnected), or whose
+node the SuperLink declares gone (no heartbeat for about 45 s), is recorded in the round's
+diagnostics as ``lost``, said with the time it took, and the round goes on with the others (the
+aggregators renormalise the weights over the updates they get). An answer that does not decode, has the
 wrong shape or non-finite values is ``rejected`` with its reason, logged and never aggregated.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from torch import Tensor
 
@@ -62,8 +64,7 @@ class FlowerClients:
         self, message_type: str, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[dict[int, Message], dict[str, Any]]:
         """Send to every context's client, wait up to the timeout; (answers by client, diag)."""
-        by_node = {self.nodes[ctx.client]: ctx.client for ctx in contexts}
-        clients = set(by_node.values())
+        clients = {ctx.client for ctx in contexts}
         shared = shared_content(w, server) if clients - self.plain else RecordDict()  # each built once
         model = plain_content(w) if clients & self.plain else RecordDict()
         messages = [
@@ -73,20 +74,27 @@ class FlowerClients:
         ]
         answers: dict[int, Message] = {}
         rejected: dict[str, str] = {}
-        for reply in exchange(self.grid, messages, self.timeout):
-            client = by_node.get(reply.metadata.src_node_id)
-            if client is None:
-                continue
-            if reply.has_error():
-                rejected[str(client)] = f"client error: {reply.error.reason}"
+        silent: list[tuple[int, float]] = []  # no answer within the timeout: (client, seconds waited)
+        gone: list[tuple[int, float]] = []  # the SuperLink says the node is gone: (client, seconds until it said so)
+        for ctx, (reply, seconds) in zip(contexts, exchange(self.grid, messages, self.timeout)):
+            if reply is None:
+                silent.append((ctx.client, seconds))
+            elif reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE:
+                gone.append((ctx.client, seconds))
+            elif reply.has_error():
+                rejected[str(ctx.client)] = f"client error: {reply.error.reason}"
             else:
-                answers[client] = reply
-        lost = sorted(set(by_node.values()) - set(answers) - {int(c) for c in rejected})
+                answers[ctx.client] = reply
         diag: dict[str, Any] = {}
-        if lost:
-            diag["lost"] = lost
-            log(f"round {contexts[0].info.round + 1}: no answer from client(s) {lost} within "
-                f"{self.timeout:g} s; going on without them")
+        round_ = contexts[0].info.round + 1 if contexts else 0
+        if silent:
+            log(f"round {round_}: no answer from client(s) {sorted(c for c, _ in silent)} in "
+                f"{max(t for _, t in silent):.1f} s (run.timeout); going on without them")
+        if gone:
+            log(f"round {round_}: client(s) {sorted(c for c, _ in gone)} lost: the SuperLink found their node gone "
+                f"(no heartbeat) {max(t for _, t in gone):.1f} s into the round; going on without them")
+        if silent or gone:
+            diag["lost"] = sorted(c for c, _ in silent + gone)
         if rejected:
             diag["rejected"] = rejected
         return answers, diag
@@ -145,12 +153,11 @@ class FlowerClients:
     def keep_states(self, round_: int) -> None:
         """Ask every fedaccel node to keep its clients' states of ``round_`` (a checkpoint out of
         the ``run.checkpoint_every`` rhythm: a run stopped there resumes with them)."""
-        nodes = [node for client, node in self.nodes.items() if client not in self.plain]
-        messages = [Message(RecordDict({"config": ConfigRecord({"round": round_})}), node, "query.keep")
-                    for node in nodes]
-        kept = {reply.metadata.src_node_id for reply in exchange(self.grid, messages, self.timeout)
-                if not reply.has_error()}
-        missing = sorted(client for client, node in self.nodes.items() if node in set(nodes) - kept)
+        clients = [client for client in self.nodes if client not in self.plain]
+        messages = [Message(RecordDict({"config": ConfigRecord({"round": round_})}), self.nodes[client],
+                            "query.keep") for client in clients]
+        replies = exchange(self.grid, messages, self.timeout)
+        missing = sorted(client for client, (reply, _) in zip(clients, replies) if reply is None or reply.has_error())
         if missing:
             log(f"client(s) {missing} kept no state of round {round_}: they start fresh on resume")
 
@@ -183,23 +190,35 @@ class RoundLines:
         pass
 
 
-def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.05) -> list[Message]:
-    """Push ``messages``, collect replies until all answered or ``timeout`` s passed.
+def exchange(
+    grid: Grid, messages: list[Message], timeout: float, poll: float = 0.05
+) -> list[tuple[Message | None, float]]:
+    """Push ``messages``, collect replies until all answered or ``timeout`` s passed: for each
+    message, in order, its reply (None: none in time) and the seconds from the push until it came
+    (or until the wait ended).
 
-    Like ``Grid.send_and_receive``, which on a SuperLink waits 3 s between polls.
+    Like ``Grid.send_and_receive``, which on a SuperLink waits 3 s between polls. A reply is
+    matched by the message it answers: the SuperLink's own error replies (a node gone) come from
+    no node.
     """
     if not messages:
         return []
-    waiting = set(grid.push_messages(messages))
-    deadline = time.monotonic() + timeout
-    replies: list[Message] = []
+    pushed = list(grid.push_messages(messages))
+    started = time.monotonic()
+    ids = pushed if len(pushed) == len(messages) else [m.metadata.message_id for m in messages]
+    index = {message_id: k for k, message_id in enumerate(ids) if message_id}
+    waiting = set(index)
+    deadline = started + timeout
+    replies: list[tuple[Message | None, float]] = [(None, 0.0)] * len(messages)
     while waiting and time.monotonic() < deadline:
-        got = list(grid.pull_messages(waiting))
-        replies.extend(got)
-        waiting -= {m.metadata.reply_to_message_id for m in got}
+        got = [m for m in grid.pull_messages(waiting) if m.metadata.reply_to_message_id in waiting]
+        for reply in got:
+            waiting.discard(reply.metadata.reply_to_message_id)
+            replies[index[reply.metadata.reply_to_message_id]] = (reply, time.monotonic() - started)
         if waiting and not got:
             time.sleep(poll)
-    return replies
+    waited = time.monotonic() - started
+    return [(reply, seconds if reply is not None else waited) for reply, seconds in replies]
 
 
 def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float = QUIET) -> list[int]:
@@ -239,16 +258,18 @@ def connect(
                      "query.hello") for node in nodes]
     mapping: dict[int, int] = {}
     foreign: list[int] = []
-    for reply in exchange(grid, hello, timeout):
+    for node, (reply, _) in zip(nodes, exchange(grid, hello, timeout)):
+        if reply is None or (reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE):
+            continue
         if reply.has_error() or "hello" not in reply.content:
-            foreign.append(reply.metadata.src_node_id)  # a plain Flower ClientApp: no hello of ours
+            foreign.append(node)  # a plain Flower ClientApp: no hello of ours
             continue
         client = int(reply.content["hello"]["client"])
         if start_round and not reply.content["hello"].get("restored", False):
             log(f"client {client} kept no state of round {start_round}: it starts from a fresh state")
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
-        mapping[client] = reply.metadata.src_node_id
+        mapping[client] = node
     plain = set()
     for client, node in zip(sorted(set(range(n_clients)) - set(mapping)), sorted(foreign)):
         log(f"node {node} answers no fedaccel hello: it takes client id {client} (plain Flower protocol)")

@@ -2,7 +2,7 @@
 (:mod:`fedaccel.grids.pool`) or a Ray task (:mod:`fedaccel.grids.ray_tasks`).
 
 ``run_cell`` runs a cell, or resumes it when an earlier, interrupted run left its folder. A pool
-worker is set up by :func:`die_with_parent`: it ends with the experiment however that ends, and
+worker is set up by :func:`init_worker`: it ends with the experiment however that ends, and
 its SIGTERM lets the running round finish and checkpoint before the worker starts no further cell.
 """
 
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from fedaccel.runs.config import Config
+from fedaccel.runs.lifetime import die_with_parent
 
 
 def verb(run_dir: Path) -> str:
@@ -65,26 +63,16 @@ def _stop_worker(signum: int, frame: Any) -> None:
     STOP.set()
 
 
-def die_with_parent(parent: int) -> None:
-    """Pool worker initializer: end this worker as soon as the experiment's process ``parent`` ends.
-
-    On Linux the kernel kills the worker when the thread that started it exits
-    (``PR_SET_PDEATHSIG``; the pool starts its workers from the thread that submits the cells,
-    which waits for them to the end), even after ``kill -9``. A watchdog thread covers other
-    systems and a parent that died before the request was made: it exits once the worker's
-    parent is no longer ``parent``.
+def init_worker(parent: int) -> None:
+    """Pool worker initializer: end this worker as soon as the experiment's process ``parent``
+    ends (:func:`fedaccel.runs.lifetime.die_with_parent`: the kernel kills it when the thread that
+    started it exits, which waits for the workers to the end, even after ``kill -9``), in a
+    process group of its own (Ctrl-C at a terminal reaches only the experiment, which asks its
+    workers to stop once), and quiet about a stop request: the experiment says it, once.
     """
-    os.setpgrp()  # Ctrl-C at a terminal reaches only the experiment, which asks its workers to stop once
+    from fedaccel.runs.stopping import announce_stops
+
+    os.setpgrp()
     signal.signal(signal.SIGTERM, _stop_worker)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
-
-
-def _watch_parent(parent: int, every: float = 0.5) -> None:
-    while os.getppid() == parent:
-        time.sleep(every)
-    os._exit(1)
+    announce_stops(False)
+    die_with_parent(parent)

@@ -1,6 +1,6 @@
 """The cells of a grid in ``experiment -j N`` worker processes (spawned, one torch thread each).
 
-The workers end with the experiment however it ends (:func:`fedaccel.grids.cell.die_with_parent`);
+The workers end with the experiment however it ends (:func:`fedaccel.grids.cell.init_worker`);
 when it stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell
 killed mid-round loses nothing: the next run resumes it from its checkpoint.
 """
@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedaccel.grids.cell import die_with_parent, run_cell, verb
+from fedaccel.grids.cell import init_worker, run_cell, verb
 from fedaccel.runs.config import Config
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: int, report: GridProgress) -> None:
     """Cells in ``workers`` processes, shown by ``report`` (a line per running cell).
 
-    The workers end with this process however it ends (see :func:`die_with_parent`); when it
+    The workers end with this process however it ends (see :func:`init_worker`); when it
     stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell killed
     mid-round loses nothing: the next run resumes it from its checkpoint.
     """
@@ -40,7 +40,7 @@ def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: in
 
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                               initializer=die_with_parent, initargs=(os.getpid(),))
+                               initializer=init_worker, initargs=(os.getpid(),))
     try:
         with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
             pending = {}

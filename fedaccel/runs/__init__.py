@@ -6,6 +6,7 @@
 - ``checkpoint``: saving a run's state atomically and restoring it (``--resume``);
 - ``loop``: the round loop, writing metrics, diagnostics and checkpoints as it goes;
 - ``lock``: one writer per run folder; ``stopping``: Ctrl-C/SIGTERM finish the round first;
+- ``lifetime``: processes that die with their parent (``experiment -j`` workers, a deployment);
 - ``tensorboard``: the optional event files.
 
 The dispatcher that picks a runtime for a run (``run``, ``resume``) sits above this package and

@@ -53,7 +53,10 @@ def lock_run_dir(path: str | Path) -> RunLock:
     path.mkdir(parents=True, exist_ok=True)
     fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by started programs
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _wait_while_the_holder_exits(fd)
     except BlockingIOError:
         holder = _holder(fd)
         os.close(fd)
@@ -65,6 +68,30 @@ def lock_run_dir(path: str | Path) -> RunLock:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return RunLock(path, fd)
+
+
+def _wait_while_the_holder_exits(fd: int, seconds: float = 10.0) -> None:
+    """Take the lock once a holder that was killed has exited (its first thread already a zombie,
+    another still finishing, e.g. an fsync); raises BlockingIOError if the holder lives on."""
+    deadline = time.monotonic() + seconds
+    while True:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if not (text.isdigit() and _exiting(int(text))) or time.monotonic() > deadline:
+            raise BlockingIOError
+        time.sleep(0.1)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
+
+
+def _exiting(pid: int) -> bool:
+    """Whether ``pid``'s first thread has exited while the process still holds its files (Linux)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _holder(fd: int, attempts: int = 20) -> str:

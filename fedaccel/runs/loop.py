@@ -120,10 +120,10 @@ def run_loop(
     if show:
         from tqdm import tqdm  # its write: above a grid's bars (fedaccel.grids.progress), not through them
 
-        tqdm.write(f"{config.label}: {type(federation.model.module).__name__} ({federation.model.theta.numel():,} "
-                   f"parameters), {federation.n_clients} clients, rounds {state.round + 1}-{rounds} -> {path} "
-                   f"[runtime {shown}, device {federation.device}, {threads} torch thread"
-                   f"{'s' if threads > 1 else ''} ({why})]", file=sys.stderr)
+        what = (f"{type(federation.model.module).__name__} ({federation.model.theta.numel():,} parameters), "
+                f"{federation.n_clients} clients")
+        tqdm.write(run_line(config, path, state.round, what, f"runtime {shown}, device {federation.device}, "
+                            f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
     bar = progress_bar(rounds, state.round, config.label, show)
     checkpointed = state.round
     events = _event_log(config, path, state.round)
@@ -285,6 +285,11 @@ def _last_round(metrics: Path) -> int | None:
     return int(json.loads(rows[-1])["round"]) if rows else None
 
 
+def run_line(config: Config, path: Path, done: int, what: str, how: str) -> str:
+    """The first line a run prints: what runs, which rounds, where to, and how."""
+    return f"{config.label}: {what}, rounds {done + 1}-{config.train.rounds} -> {path} [{how}]"
+
+
 def _event_log(config: Config, path: Path, start_round: int) -> Any:
     from fedaccel.runs.tensorboard import EventLog, NoEvents
 
@@ -302,7 +307,7 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     row.update(state.totals)
     if report is not None:
         row["clients"] = len(report.participation.train)
-        row["uploaded"] = len(report.participation.upload)
+        row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped
         row["round_bytes_up"] = report.bytes_up  # this round's own (the others are running totals)
         row["round_bytes_down"] = report.bytes_down
         row["round_local_steps"] = report.local_steps

@@ -45,6 +45,13 @@ class Interrupted(UserError):
 
 
 _received: list[str] = []
+_announce = [True]  # say "finishing the current round" on a signal (a worker leaves it to its parent)
+
+
+def announce_stops(say: bool) -> None:
+    """Whether this process says, on SIGINT/SIGTERM, that it finishes the round (default: yes). An
+    ``experiment -j`` worker does not: its experiment says it once for every worker."""
+    _announce[0] = say
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -53,8 +60,9 @@ def _on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
     _received.append(name)
     STOP.set()
-    print(f"\n{name}: finishing the current round and checkpointing it (again to stop at once)",
-          file=sys.stderr, flush=True)
+    if _announce[0]:
+        print(f"\n{name}: finishing the current round and checkpointing it (again to stop at once)",
+              file=sys.stderr, flush=True)
 
 
 def clear_stop() -> None:
