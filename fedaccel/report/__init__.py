@@ -4,5 +4,7 @@
 - ``tables``: rounds to a target and the comparison table (``fedaccel compare``);
 - ``figures``: the curves figure (``fedaccel plot``, ``curves.png``);
 - ``diagnostics``: plots of the algorithms' per-round diagnostics;
-- ``claims``: the statistics that judge a claim on paired seeds (the verdicts of the reproductions).
+- ``statistics``: the exact paired sign-flip test, t intervals, TOST, Benjamini-Hochberg, seeds for power;
+- ``claims``: a claim as data and its verdict on paired seeds (docs/statistics.md);
+- ``judge``: a user's claims in an experiment file (``fedaccel judge``).
 """
