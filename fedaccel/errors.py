@@ -72,3 +72,10 @@ def check_png_output(path: object, force: bool = False) -> None:
         if f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE:
             return
     raise UserError(f"{path} exists and is not a PNG: it is left as it is; give another file name or add --force")
+
+
+def nearest_names(name: object, names: object, limit: int = 5) -> list[str]:
+    """The up to ``limit`` of ``names`` most like ``name`` (difflib's ratio), most alike first."""
+    import difflib
+
+    return difflib.get_close_matches(str(name)[:SHOWN], [str(n) for n in names], n=limit, cutoff=0.0)  # type: ignore[attr-defined]
