@@ -7,8 +7,12 @@ gradients, their mean and variance, for every participant) and ``plan_server`` (
 are wrapped with timers (``dataclasses.replace`` on the algorithm's parts; the engine is not
 touched), and their time is compared with the whole round's. Goal: at most 20%.
 
-    python benchmarks/fedgsnr_overhead.py [--rounds 3] [--warmup 1]
-        [--cell data.split=dirichlet-0.1,algorithm=fedgsnr-64-20] [--set key=value ...] [--threads N]
+    python benchmarks/fedgsnr_overhead.py [--rounds 3] [--warmup 1] [--cell NAME] [--set key=value ...]
+        [--threads N] [--smoke]
+
+Without ``--cell`` the first FedGSNR cell on the Dirichlet split is timed, found by its config's
+values (a cell's folder name changes whenever the grid gains a key). ``--smoke``: one round on
+1,000 samples with 2 local steps, to check that the script runs (its figures then mean nothing).
 
 Both wall-clock and process CPU time are reported: the machine may be shared, and CPU time is
 then the better estimate of what the phases cost on an idle machine.
@@ -27,12 +31,16 @@ import torch
 
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.engine.round import init_state, run_round
-from fedaccel.grids.experiment import load_experiment
+from fedaccel.errors import UserError
+from fedaccel.grids.experiment import Experiment, load_experiment
+from fedaccel.report.reading import value_at
 from fedaccel.runs.setup import build_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "fedgsnr" / "quick" / "table1.yaml"
-DEFAULT_CELL = "data.split=dirichlet-0.1,algorithm=fedgsnr-64-20"
+#: The default cell's values, most important first: a FedGSNR cell, on the Dirichlet split if there is one.
+PREFERRED = {"algorithm.name": "fedgsnr", "data.split.name": "dirichlet"}
+SMOKE = ["data.subset=1000", "data.test_subset=100", "train.local_steps=2"]
 GOAL = 0.20
 
 
@@ -75,23 +83,40 @@ def with_timed_planning(algorithm: Algorithm, clock: Clock) -> Algorithm:
     return replace(algorithm, parts=tuple(parts))
 
 
+def default_cell(experiment: Experiment) -> str:
+    """The first cell with every value of PREFERRED, dropping the last ones while none has them all."""
+    configs = [(name, config.to_dict()) for name, config in experiment.cells]
+    wanted = list(PREFERRED.items())
+    while wanted:
+        for name, config in configs:
+            if all(value_at(config, key) == value for key, value in wanted):
+                return name
+        wanted.pop()
+    raise SystemExit(f"no cell of {experiment.name!r} has {PREFERRED}: pick one with --cell")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", type=Path, default=EXPERIMENT)
-    parser.add_argument("--cell", default=DEFAULT_CELL, help="cell (folder) name in the experiment grid")
+    parser.add_argument("--cell", help="cell (folder) name in the experiment grid (default: a FedGSNR cell, by values)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds")
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: 1 round, 1,000 samples, 2 local steps, 1 thread (a test, not a measurement)")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.warmup, args.threads, args.set = 1, 0, 1, [*SMOKE, *args.set]
     if args.threads:
         torch.set_num_threads(args.threads)
 
     experiment = load_experiment(args.experiment, args.set)
-    cells = dict(experiment.cells)
-    if args.cell not in cells:
-        raise SystemExit(f"no cell {args.cell!r} in {args.experiment}; cells: {', '.join(cells)}")
-    config = cells[args.cell]
+    args.cell = args.cell or default_cell(experiment)
+    try:
+        config = experiment.cell(args.cell)
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None
     setup = build_setup(config)
     clock = Clock()
     algorithm = with_timed_planning(setup.algorithm, clock)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedaccel.errors import ConfigError, listed, shown
+from fedaccel.errors import ConfigError, listed, nearest_names, shown
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
@@ -58,6 +58,14 @@ class Experiment:
     claims: list[Any] = field(default_factory=list)  # fedaccel judge: Claim rows (fedaccel.report.judge)
     tuning_seeds: tuple[Any, ...] = ()  # seeds that only pick a claim's best value, never judged
     source: Path | None = None  # the experiment file
+
+    def cell(self, name: str) -> Config:
+        """The config of the cell (folder) ``name``; an unknown name is one line with the nearest cell names."""
+        names = [cell for cell, _ in self.cells]
+        if name not in names:
+            raise ConfigError(f"experiment {self.name!r} has no cell {name!r}; nearest: "
+                              f"{', '.join(nearest_names(name, names))} (of {len(names)} cells)")
+        return self.cells[names.index(name)][1]
 
 
 @dataclass
