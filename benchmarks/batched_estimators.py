@@ -8,7 +8,9 @@ the ratio is of the medians. Torch threads are pinned (1 by default, ``--threads
 CPU time on the CPU (``time.process_time``: a shared, loaded machine disturbs it less than wall time) and wall
 time with synchronisation on a GPU.
 
-    python benchmarks/batched_estimators.py [--repeats 7] [--threads 1] [--device cpu]
+    python benchmarks/batched_estimators.py [--repeats 7] [--threads 1] [--device cpu] [--smoke]
+
+``--smoke``: one repeat, d = 784 and 1,000, to check that the script runs (its figures then mean nothing).
 
 Prints one line per (estimator, d) with both times and the ratio batched / per-client (below 1: batched wins).
 """
@@ -72,12 +74,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: 1 repeat, small d (a test, not a measurement)")
     args = parser.parse_args()
+    dims = (784, 1_000) if args.smoke else (784, 100_000)
+    if args.smoke:
+        args.repeats = 1
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     print(f"K = {CLIENTS} clients, tau = {STEPS}, float32 on {device}, torch threads {torch.get_num_threads()}, "
           f"median of {args.repeats}")
-    for dim in (784, 100_000):
+    for dim in dims:
         g = torch.Generator().manual_seed(0)
         z = torch.randn(CLIENTS, STEPS, dim, generator=g).to(device)
         steps = [z[:, step].contiguous() for step in range(STEPS)]  # what a stacked step hands over

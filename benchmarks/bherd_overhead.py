@@ -4,7 +4,10 @@ BHerd CNN on a Fashion-MNIST subset, 5 clients (iid split), batch 50, E = 1, so 
 25000 samples every client runs tau = 100 local steps; alpha = 0.5. Both variants do the same SGD
 steps; BHerd also stores each client's tau x d matrix of step directions and herds it.
 
-    python benchmarks/bherd_overhead.py [--samples 25000] [--repeats 3] [--threads N]
+    python benchmarks/bherd_overhead.py [--samples 25000] [--repeats 3] [--threads N] [--smoke]
+
+``--smoke``: 500 samples (tau = 2), one repeat, one thread, to check that the script runs (its figures
+then mean nothing).
 
 Time: the rounds run in this process, alternating between the two variants (and which goes
 first), and the ratio is of the medians, since the machine may be shared; the ratio of the
@@ -181,7 +184,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of each variant for the time ratio")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--memory-child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: 500 samples, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
+    if args.smoke:
+        args.samples, args.repeats, args.threads = 500, 1, 1
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.memory_child:

@@ -4,14 +4,15 @@ Both do exactly the same SGD steps (BHerd CNN, Fashion-MNIST subset, 5 clients, 
 batch 50, the same batches in the same order) in one process; the script checks that they end
 at the same model and prints the time ratio engine / plain. Goal: at most 1.10.
 
-    python benchmarks/engine_overhead.py [--samples 5000] [--repeats 3] [--threads 1] [--device cpu]
+    python benchmarks/engine_overhead.py [--samples 5000] [--repeats 3] [--threads 1] [--device cpu] [--smoke]
 
 Torch threads are pinned (``--threads``, default 1: on a shared 2-core machine two threads made one
 CNN step 20x slower and the timings noise). Each contender runs once untimed first (the plain
 loop's first ``optimizer.step()`` imports torch's optimiser code, 1-4 s), then the repeats
 alternate between the two; the ratio printed is the median of the per-repeat ratios. The
 equality check is relative, so it holds at any thread count (reductions are summed in another
-order with more threads).
+order with more threads). ``--smoke``: 500 samples, one repeat, to check that the script runs (its
+figures then mean nothing).
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (pinned)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: 500 samples, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
+    if args.smoke:
+        args.samples, args.repeats = 500, 1
     torch.set_num_threads(args.threads)
 
     data = load_dataset("fashion-mnist", subset=args.samples, test_subset=500)

@@ -17,7 +17,9 @@ the repeats alternate and the median per client-step is printed,
 with the ratios step/raw and round/raw. Goal (issue 12): step/raw at most 1.5. Torch threads are
 pinned (``--threads``, default 1). The three must end at the same model (relative tolerance).
 
-    python benchmarks/local_step.py [--samples 10000] [--repeats 5] [--threads 1] [--device cpu]
+    python benchmarks/local_step.py [--samples 10000] [--repeats 5] [--threads 1] [--device cpu] [--smoke]
+
+``--smoke``: 1,000 samples, one repeat, to check that the script runs (its figures then mean nothing).
 """
 
 from __future__ import annotations
@@ -107,7 +109,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--gather", action="store_true", help="no layout: gather every batch with index_select")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: 1,000 samples, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
+    if args.smoke:
+        args.samples, args.repeats = 1000, 1
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
 

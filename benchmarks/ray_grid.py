@@ -8,7 +8,9 @@ the Ray grid time; the grids include their workers' start (spawn and import of t
 its workers, so only its first grid pays it). Prints the median times, the ratio Ray / ``-j N``
 (above 1: Ray is slower) and what one command costs: start-up plus the first, cold grid.
 
-    python benchmarks/ray_grid.py [--workers 2] [--seeds 4] [--rounds 30] [--repeats 2]
+    python benchmarks/ray_grid.py [--workers 2] [--seeds 4] [--rounds 30] [--repeats 2] [--smoke]
+
+``--smoke``: one seed, 2 rounds, one repeat, to check that the script runs (its figures then mean nothing).
 """
 
 from __future__ import annotations
@@ -51,7 +53,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: 1 seed, 2 rounds, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
+    if args.smoke:
+        args.seeds, args.rounds, args.repeats = 1, 2, 1
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     import ray

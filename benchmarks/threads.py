@@ -7,7 +7,10 @@ first with the machine as it is, then with as many busy-looping processes as the
 (another run, a compiler, a second experiment). Prints the ratio time(1 thread) / time(all
 cores) per case: below 1, one thread is faster.
 
-    python benchmarks/threads.py [--rounds 3] [--repeats 3] [--samples 6000]
+    python benchmarks/threads.py [--rounds 3] [--repeats 3] [--samples 6000] [--smoke]
+
+``--smoke``: the SVM only, 500 samples, one round, one repeat, to check that the script runs (its figures
+then mean nothing).
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ import time
 
 import torch
 
+from pathlib import Path
+
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.runs.config import load_config
 from fedaccel.runs.setup import build_setup
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def busy() -> None:
@@ -45,13 +53,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--samples", type=int, default=6000)
+    parser.add_argument("--smoke", action="store_true",
+                        help="smallest size: SVM only, 500 samples, 1 round, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
+    if args.smoke:
+        args.samples, args.rounds, args.repeats = 500, 1, 1
     cores = os.cpu_count() or 1
     base = ["data.split=case2", f"data.subset={args.samples}", "eval.train_samples=1000", "run.progress=false"]
-    setups = {
-        "svm": build_setup(load_config("configs/demo.yaml", base)),
-        "cnn": build_setup(load_config(None, [*base, "model=cnn", "train.lr=0.05"])),
-    }
+    setups = {"svm": build_setup(load_config(ROOT / "configs" / "demo.yaml", base))}
+    if not args.smoke:
+        setups["cnn"] = build_setup(load_config(None, [*base, "model=cnn", "train.lr=0.05"]))
     print(f"{cores} cores; FedAvg, 5 clients, {args.samples} samples, {args.rounds} rounds per timing, "
           f"median of {args.repeats}")
     for condition in ("as it is", f"{cores} busy processes beside"):
