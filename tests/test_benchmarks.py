@@ -1,0 +1,98 @@
+"""Benchmarks that cannot rot: every script in benchmarks/ runs at its smallest size (``--smoke``),
+exits 0 and prints the lines that carry its figures (their values are not checked: a smoke size
+measures nothing). A new script is picked up by the glob and fails until it has ``--smoke`` and
+an entry in FIGURES."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+
+#: Per script, the patterns of the lines its figures are printed in.
+FIGURES = {
+    "batched_estimators.py": [r"bherd .*batched/per-client \d", r"grab .*batched/per-client \d"],
+    "bherd_overhead.py": [r"time ratio bherd/fedavg: \d", r"BHerd extra memory: .* x tau\*d\*4"],
+    "engine_overhead.py": [r"ratio engine/plain: \d"],
+    "fedgsnr_overhead.py": [r"planning share of a round over 1 rounds: [\d.]+% wall"],
+    "local_step.py": [r"ratio round/raw: \d", r"ratio step/raw: \d"],
+    "ray_grid.py": [r"ratio ray / -j \d+: +\d", r"ray start-up \(ray.init\): +\d"],
+    "runtime_overhead.py": [r"ratio simulation/in-process: \d", r"ratio deployment/in-process: \d"],
+    "stacked.py": [r"\| svm \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 2 seeds x 2 \|",
+                   r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
+    "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],
+}
+
+#: Scripts that need a runtime beyond torch: skipped without it.
+NEEDS = {"ray_grid.py": "ray", "runtime_overhead.py": "flwr"}
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch each: 3-10 s on 2 cores, 20-40 s with Ray or Flower
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+def test_benchmark_runs_at_its_smallest_size_and_prints_its_figures(script: Path) -> None:
+    """``python benchmarks/X.py --smoke`` from the repository root: exit 0, and every figure line printed."""
+    module = NEEDS.get(script.name)
+    if module is not None and importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+    assert "--smoke" in script.read_text(), f"{script.name} has no --smoke mode (its smallest size, for this test)"
+    assert script.name in FIGURES, f"say in FIGURES which lines {script.name} prints its figures in"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+           "RAY_ADDRESS": "", "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, str(script), "--smoke"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"{script.name} --smoke exited {done.returncode}:\n{done.stderr[-3000:]}"
+    missing = [p for p in FIGURES[script.name] if not re.search(p, done.stdout)]
+    assert not missing, f"{script.name} --smoke printed none of {missing}:\n{done.stdout[-3000:]}"
+
+
+def _fedgsnr_overhead() -> object:
+    spec = importlib.util.spec_from_file_location("fedgsnr_overhead", ROOT / "benchmarks" / "fedgsnr_overhead.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fedgsnr_overhead_picks_its_cell_by_values_whatever_the_grid_calls_it(tmp_path: Path) -> None:
+    """The default cell is a FedGSNR cell on the Dirichlet split, found by its config, not its folder name;
+    without a Dirichlet cell, the first FedGSNR one."""
+    from fedaccel.grids.experiment import load_experiment
+
+    bench = _fedgsnr_overhead()
+    table1 = load_experiment(bench.EXPERIMENT)
+    name = bench.default_cell(table1)
+    config = table1.cell(name).to_dict()
+    assert (config["algorithm"]["name"], config["data"]["split"]["name"]) == ("fedgsnr", "dirichlet")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: other\nbase: {model: svm}\ngrid:\n  run.seed: [3, 4]\n"
+                    "  algorithm: [fedavg, {name: fedgsnr, samples: 8}, scaffold]\n  data.split: [iid, case2]\n")
+    other = load_experiment(grid)
+    assert bench.default_cell(other) == "run.seed=3,algorithm=fedgsnr-8,data.split=iid"
+
+
+def test_an_unknown_cell_is_one_line_with_the_nearest_cell_names() -> None:
+    """The cell name fedgsnr_overhead.py once asked for: one line, at most five of the grid's cells, the nearest."""
+    from fedaccel.errors import ConfigError
+    from fedaccel.grids.experiment import load_experiment
+
+    table1 = load_experiment(ROOT / "experiments" / "fedgsnr" / "quick" / "table1.yaml")
+    asked = "data.split=dirichlet-0.1,algorithm=fedgsnr-64-20"
+    with pytest.raises(ConfigError) as error:
+        table1.cell(asked)
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 600, message
+    assert message.startswith(f"experiment 'table1' has no cell {asked!r}; nearest: ")
+    assert message.endswith(f" (of {len(table1.cells)} cells)")
+    named = message.split("nearest: ")[1].rsplit(" (of", 1)[0].split(", ")
+    cells = [cell for cell, _ in table1.cells]
+    assert 1 <= len(named) <= 5 and set(named) <= set(cells)
+    assert all(n.startswith(asked + ",") for n in named), named  # the cells it was renamed to
