@@ -46,6 +46,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_flower_simulation_gives_the_in_process_numbers(case: str, tmp_path: Path) -> None:
     overrides = [*TINY, *CASES[case]]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
@@ -82,6 +83,7 @@ def broken_app() -> ClientApp:
     return app
 
 
+@pytest.mark.slow
 def test_broken_updates_are_rejected_with_a_reason_and_never_aggregated(tmp_path: Path) -> None:
     import cloudpickle
 
@@ -211,6 +213,7 @@ DEPLOYED = {
 
 
 @pytest.mark.parametrize("case", sorted(DEPLOYED))
+@pytest.mark.slow
 def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes(case: str, tmp_path: Path) -> None:
     """`fedaccel deploy`: a real SuperLink and two SuperNode processes on 127.0.0.1, bounded in time."""
     from fedaccel.cli import main
@@ -254,6 +257,7 @@ def live_flower_processes(within: Path | None = None) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> None:
     """Kill SuperNode 2 (its ClientApp runs inside) after round 1: later rounds wait run.timeout, record
     the client as lost (or its node as unavailable), aggregate the others and finish."""
@@ -335,6 +339,7 @@ def numpy_client_app() -> ClientApp:
     return app
 
 
+@pytest.mark.slow
 def test_a_numpy_only_flower_client_joins_a_fedavg_federation(tmp_path: Path) -> None:
     import cloudpickle
 
@@ -346,6 +351,7 @@ def test_a_numpy_only_flower_client_joins_a_fedavg_federation(tmp_path: Path) ->
     assert metrics[-1]["test_acc"] > 0.6 > metrics[0]["test_acc"]
 
 
+@pytest.mark.slow
 def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_path: Path) -> None:
     """`fedaccel certs` + `fedaccel deploy --tls`: the run goes over TLS with registered SuperNode
     keys; a SuperNode with a key of its own (or none) is refused by the SuperLink."""
@@ -417,6 +423,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     assert not left + live_flower_processes(within=tmp_path), "processes this test started are left running"
 
 
+@pytest.mark.slow
 def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_state(tmp_path: Path) -> None:
     """SCAFFOLD (client controls c_i) deployed for 4 rounds, checkpoint every 2; everything is
     killed after round 3; `fedaccel deploy --resume` ends with the uninterrupted run's numbers."""
@@ -607,6 +614,7 @@ def test_waiting_for_supernodes_says_how_many_once_per_change_and_fails_in_one_l
     assert grid.polls > 3  # it kept polling, and said nothing more while the count stayed
 
 
+@pytest.mark.slow
 def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails_in_one_line(
     tmp_path: Path, capsys
 ) -> None:
@@ -667,6 +675,7 @@ def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails
     assert not live_flower_processes(within=tmp_path)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_resume_finishes(
     tmp_path: Path,
 ) -> None:
@@ -683,7 +692,8 @@ def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_
 
     from fedaccel.cli import main
 
-    overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=scaffold", "run.checkpoint_every=100"]
+    rounds = 8  # the signal comes after round 2, so a few more rounds are left to stop and to resume
+    overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=scaffold", "run.checkpoint_every=100"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     out = tmp_path / "deployed"
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
@@ -704,16 +714,16 @@ def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_
     assert first.returncode == 130, stderr[-2000:]
     assert stderr.splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel deploy --resume {out}` continues "
                                        f"from round {stopped_at}")
-    assert 2 <= stopped_at < 20 and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
+    assert 2 <= stopped_at < rounds and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
     assert not live_flower_processes(within=tmp_path)
-    assert re.search(rf"\| {stopped_at}/20 \[.*round.*acc=0\.\d+\]", stderr), stderr[-2000:]  # the bar, as in process
+    assert re.search(rf"\| {stopped_at}/{rounds} \[.*round.*acc=0\.\d+\]", stderr), stderr[-2000:]  # the bar, as in process
     assert "fedaccel server: round" not in stderr  # the bar instead of the lines, not both
     stream = (out / "flower" / "flwr-run.log").read_text()
-    assert re.search(r"^fedaccel server: round 2/20  test_acc 0\.\d{4}  \(\d+\.\d s\)$", stream, re.M), stream[-2000:]
+    assert re.search(rf"^fedaccel server: round 2/{rounds}  test_acc 0\.\d{{4}}  \(\d+\.\d s\)$", stream, re.M), stream[-2000:]
 
     assert main(["deploy", "--resume", str(out), "--timeout", "400", "--no-progress"]) == 0
     resumed = rows(out)
-    assert [r["round"] for r in resumed] == list(range(21))
+    assert [r["round"] for r in resumed] == list(range(rounds + 1))
     for a, b in zip(local, resumed, strict=True):
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
