@@ -8,7 +8,7 @@ the run's own ``wall_s`` (the rounds only). The three must give the same test ac
 
     python benchmarks/runtime_overhead.py [--rounds 60] [--algorithm fedavg] [--smoke]
 
-``--smoke``: 2 rounds on 1,000 samples, to check that the script runs (its figures then mean nothing).
+``--smoke``: 2 clients, 2 rounds, 1,000 samples, to check that the script runs (its figures then mean nothing).
 
 Goal (issue 6): deployment at most 3x in process. Absolute times drift on a shared machine;
 the ratios of one run are what to compare.
@@ -39,12 +39,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="default: the demo's")
     parser.add_argument("--algorithm", default="fedavg")
     parser.add_argument("--smoke", action="store_true",
-                        help="smallest size: 2 rounds, 1,000 samples (a test, not a measurement)")
+                        help="smallest size: 2 clients, 2 rounds, 1,000 samples (a test, not a measurement)")
     args = parser.parse_args()
     overrides = [f"algorithm={args.algorithm}", "run.progress=false"]
     if args.smoke:
         args.rounds = 2
-        overrides += ["data.subset=1000", "data.test_subset=200", "eval.train_samples=200"]
+        overrides += ["data.clients=2", "data.subset=1000", "data.test_subset=200", "eval.train_samples=200"]
     if args.rounds:
         overrides.append(f"train.rounds={args.rounds}")
     results = {}
