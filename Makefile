@@ -1,10 +1,11 @@
 # make demo  - install everything, then run the main job (FedAvg vs centralized SGD, ~2 minutes)
-# make test  - install everything, then run the test suite
+# make test  - install everything, then run the test suite (all of it: what CI runs)
+# make test-fast - the suite without the tests marked slow (Flower, Ray, processes, benchmarks): day-to-day work
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test benchmark clean
+.PHONY: install demo test test-fast benchmark clean
 
 install: $(STAMP)
 
@@ -17,6 +18,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 benchmark: install
 	$(BIN)/python benchmarks/engine_overhead.py

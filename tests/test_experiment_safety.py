@@ -50,6 +50,7 @@ def rounds(run_dir: Path) -> list[int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["KILL", "TERM", "INT"])
+@pytest.mark.slow
 def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig: int, tmp_path: Path) -> None:
     """`experiment -j 2` on five cells gets ``sig`` while two cells are mid-run (one waiting in the
     pool's call queue, two queued behind it, which a stop cancels): 5 s later none of its processes lives and no cell went on to its end; after kill -9,

@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fedaccel.grids.experiment import load_experiment, run_experiment
@@ -74,6 +75,7 @@ def test_last_round_skips_a_half_written_line(tmp_path: Path) -> None:
     assert last_round(tmp_path / "none") is None
 
 
+@pytest.mark.slow
 def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_path: Path, monkeypatch,
                                                                              capsys) -> None:
     """Two tiny experiment files stand in for a paper's: each is announced with its place, and the

@@ -50,6 +50,7 @@ def wait_for_rounds(run_dir: Path, rounds: int, process: subprocess.Popen, timeo
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_a_signal_checkpoints_the_current_round_and_names_the_real_resume_command(
     tmp_path: Path, sig: signal.Signals
 ) -> None:

@@ -46,6 +46,7 @@ def grid(tmp_path: Path, out: str, grid: dict, **train) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_grid_on_ray_gives_the_numbers_of_one_cell_at_a_time(local_ray, tmp_path: Path) -> None:
     cells = {"algorithm": ["fedavg", {"name": "bherd", "alpha": 0.5}], "run.seed": [0, 1]}
     serial = run_experiment(load_experiment(grid(tmp_path, "serial", cells)), workers=1)
@@ -57,6 +58,7 @@ def test_a_grid_on_ray_gives_the_numbers_of_one_cell_at_a_time(local_ray, tmp_pa
     assert on_ray.table == serial.table
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_cell_costs_a_retry_from_its_checkpoint(local_ray, tmp_path: Path) -> None:
     """The test kills the Ray worker writing the cell (the PID in its folder's lock) once the cell
     has a checkpoint; Ray retries the task, which resumes from that checkpoint: rounds 0..R once
@@ -109,6 +111,7 @@ def test_a_retry_waits_while_a_live_writer_holds_the_folder(tmp_path: Path) -> N
     assert waited.is_set()
 
 
+@pytest.mark.slow
 def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tmp_path: Path) -> None:
     """The MNIST cell finds no data; the grid stops with that line, and the digits cell beside it
     is stopped too (at a checkpoint, not run to its end)."""
@@ -122,6 +125,7 @@ def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tm
     assert not (beside / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_cells_each_keeping_its_checkpoint(tmp_path: Path) -> None:
     """`experiment --ray auto` (its own local Ray) gets SIGINT while its two cells run: each
     finishes its round and checkpoints it, and the last line names the command that continues."""

@@ -110,6 +110,7 @@ def test_eval_every_k_rounds_and_always_the_last(tmp_path: Path) -> None:
     assert json.loads((path / "summary.json").read_text())["finished"]
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_gives_the_same_final_numbers(tmp_path: Path) -> None:
     overrides = [*SMALL, "train.rounds=60", "run.checkpoint_every=1", "model=2nn"]
     config_path = tmp_path / "config.yaml"
@@ -153,6 +154,7 @@ def test_experiment_runs_every_cell_then_skips_finished_ones(tmp_path: Path) -> 
     assert (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_parallel_cells_give_the_numbers_of_serial_cells(tmp_path: Path) -> None:
     base = {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
             "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
@@ -170,6 +172,7 @@ def test_parallel_cells_give_the_numbers_of_serial_cells(tmp_path: Path) -> None
     assert results[2] == results[1]
 
 
+@pytest.mark.slow
 def test_failing_parallel_cell_stops_the_experiment(tmp_path: Path) -> None:
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({
@@ -239,6 +242,7 @@ def test_uploaded_counts_the_updates_aggregated_not_the_clients_asked(tmp_path: 
     assert [(r["clients"], r["uploaded"], r["diag"]["lost"]) for r in rows[1:]] == [(n, n - 1, [0])] * 2
 
 
+@pytest.mark.slow
 def test_label_flip_attack_gets_the_lowest_gsnr_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     overrides = [
         *SMALL, "algorithm=fedgsnr", "algorithm.e_const=10", "data.split=iid", "train.client_fraction=1.0",

@@ -280,6 +280,7 @@ def test_heatmap_png(tmp_path, shape: tuple[int, int]) -> None:
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_import_is_light() -> None:
     import subprocess
     import sys

@@ -221,6 +221,7 @@ def test_stacked_on_a_gpu_equals_in_process_on_the_cpu() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["scaffold", "fedgsnr"])
+@pytest.mark.slow
 def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
         tmp_path: Any, algorithm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
@@ -293,6 +294,7 @@ def test_a_parts_batched_estimator_is_called_with_the_active_rows() -> None:
     assert any(not all(active) for _, active in seen)  # unequal tau: some rows finished early
 
 
+@pytest.mark.slow
 def test_stack_seeds_sigint_checkpoints_every_seed_and_resumes(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT during a stacked-seeds experiment: every seed finishes its round, checkpoints, and the
     experiment stops with Interrupted (not a KeyboardInterrupt while the seeds' threads go on)."""
