@@ -123,6 +123,7 @@ SCENARIOS = {  # a and b drawn alike (no effect): each a run's measure, the pair
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_false_positive_rate_is_at_most_nominal(name: str) -> None:
     """Where a and b do not differ, at most 5% of claims are decided (within Monte Carlo error)."""
@@ -130,6 +131,7 @@ def test_false_positive_rate_is_at_most_nominal(name: str) -> None:
     assert rate <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / REPS), f"{name}: {rate:.3f}"
 
 
+@pytest.mark.slow
 def test_the_t_interval_covers_at_its_level_on_normal_data_and_a_real_effect_is_found() -> None:
     rate, coverage = _decisions(lambda r: (r.normal(1.5, 1, N), r.normal(0, 1, N)), effect=1.5)
     assert abs(coverage - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / REPS)
