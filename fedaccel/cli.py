@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paper", help="bherd, fedgsnr or fedumf")
     p.add_argument("--scale", default="quick", choices=["quick", "paper"])
     p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
+    p.add_argument("--plan", action="store_true",
+                   help="run nothing: the committed data as a pilot, the seeds each claim needs for 80%% power")
     p.add_argument("--render-only", action="store_true",
                    help="run nothing: draw the report and figures again from the committed data")
     p.add_argument("--no-progress", action="store_true")
@@ -421,7 +423,11 @@ def cmd_split_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from fedaccel.reproductions.reproduce import reproduce
+    from fedaccel.reproductions.reproduce import plan, reproduce
+
+    if args.plan:
+        print(plan(args.paper, args.scale))
+        return 0
 
     report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
                        workers=args.workers, ray=ray_options(args), render_only=args.render_only)

@@ -227,3 +227,16 @@ def test_reports_draw_one_curves_figure_per_value_and_the_first_seeds_diagnostic
     assert [r.path.name for r in _diagnosed(experiment, runs)] == ["lr0.1-s3", "lr0.3-s3"]
     experiment.diagnostics = {"train.lr": 0.3}
     assert [r.path.name for r in _diagnosed(experiment, runs)] == ["lr0.3-s3", "lr0.3-s4"]
+
+
+@pytest.mark.slow
+def test_plan_reads_the_committed_data_as_a_pilot() -> None:
+    """`fedaccel reproduce fedumf --plan`: one row per claim, each with its pilot's pairs and the seeds it needs."""
+    from fedaccel.reproductions import fedumf
+    from fedaccel.reproductions.reproduce import plan
+
+    rows = [line for line in plan("fedumf").splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == len(fedumf.CLAIMS)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert int(cells[2]) >= 4 and (cells[-1].isdigit() and int(cells[-1]) >= 6 or cells[-1].startswith("—"))

@@ -160,17 +160,23 @@ def write_claims(judgements: Sequence[Judgement], grid_dir: Path) -> Path:
 
 def plan(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = (),
          power: float = 0.8) -> list[dict[str, Any]]:
-    """Per claim, from a pilot grid: its pairs, the difference to detect (the claim's ``detect``, else the
-    pilot's mean difference), the pilot's standard deviation of the differences, and the seeds needed
-    for ``power`` (None: more than 1,000 or no effect to detect)."""
+    """Per claim, from a pilot grid: see :func:`plan_rows`."""
+    return plan_rows(judge_grid(claims, runs, tuning_seeds), power)
+
+
+def plan_rows(judgements: Sequence[Judgement], power: float = 0.8) -> list[dict[str, Any]]:
+    """Per judged claim of a pilot: its pairs, the difference to detect (the claim's ``detect``, else the
+    pilot's mean difference; for ``equal``, the room left inside the margin), the pilot's standard
+    deviation of the differences, and the seeds needed for ``power`` (None: more than 1,000 or no
+    effect to detect)."""
     rows = []
-    for j in judge_grid(claims, runs, tuning_seeds):
+    for j in judgements:
         d = np.asarray(j.differences, dtype=float)
         effect = j.claim.detect
         if effect is None:
             effect = float(d.mean()) if d.size else 0.0
         if j.claim.expect == "equal":
-            effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0  # the room left inside the margin
+            effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0
         sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
         needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) else None
         rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,

@@ -244,6 +244,27 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     return Report(report, figures, "\n".join(lines) + "\n", drawings, claims)
 
 
+def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 0.8) -> str:
+    """The committed data as a pilot: per claim, the seeds it needs for ``power``
+    (:func:`fedaccel.report.judge.plan_rows`), as a Markdown table."""
+    from fedaccel.report.claims import judge
+    from fedaccel.report.judge import plan_rows, plan_table
+    from fedaccel.report.reading import load_runs
+    from fedaccel.reproductions.snapshot import SUFFIX, unpack
+
+    claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
+    figures = _figures_folder(paper, scale, docs)
+    tuning = getattr(claims_module, "TUNING_SEEDS", ())
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {}
+        for file in experiment_files(paper, scale):
+            data = figures / "data" / f"{file.stem}{SUFFIX}"
+            if data.is_file():
+                runs[file.stem] = load_runs(unpack(data, Path(tmp) / file.stem))
+        judged = [judge(c, runs[c.experiment], tuning) for c in claims_module.CLAIMS if c.experiment in runs]
+    return plan_table(plan_rows(judged, power), power)
+
+
 def claims_section(judgements: Sequence[Any]) -> list[str]:
     """The report's table of claims: verdict, measured numbers, the paper's value; and a count."""
     from fedaccel.report.claims import CENSORED_SHARE, numbers
