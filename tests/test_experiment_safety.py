@@ -191,6 +191,7 @@ ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0) 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"),
                     reason="exits one thread with a raw syscall")
+@pytest.mark.slow
 def test_a_writer_that_is_still_exiting_is_waited_for_not_reported(tmp_path: Path) -> None:
     """A killed writer whose first thread is already a zombie while another finishes (an fsync,
     say) still holds the lock for a moment: the next writer waits for it instead of refusing."""

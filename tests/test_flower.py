@@ -160,6 +160,7 @@ class SilentAndGoneGrid:
                 for i, m in self.pushed.items() if i in ids and m.metadata.dst_node_id == 11]
 
 
+@pytest.mark.slow
 def test_a_deployed_round_says_how_long_it_waited_for_a_silent_client_and_when_a_node_was_found_gone(
     capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -465,6 +466,7 @@ def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_sta
     assert not live_flower_processes()
 
 
+@pytest.mark.slow
 def test_a_deployment_killed_with_sigkill_leaves_no_process_and_deploy_resume_finishes(tmp_path: Path) -> None:
     """kill -9 of `fedaccel deploy` mid-run: within seconds no process it started lives (Flower's own
     SuperExec and ServerApp included), and `deploy --resume` ends the run with every round once,
@@ -537,6 +539,7 @@ def alive(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_deploy_resume_is_refused_with_one_line_while_another_process_writes_the_run(tmp_path: Path, capsys) -> None:
     """An orphaned writer (here a process holding the run folder's lock, as a ServerApp does)
     makes `deploy --resume` stop at once with one line naming it; nothing is started."""
@@ -595,6 +598,7 @@ class ScriptedGrid:
         return self.script[min(self.polls - 1, len(self.script) - 1)]
 
 
+@pytest.mark.slow
 def test_waiting_for_supernodes_says_how_many_once_per_change_and_fails_in_one_line(capsys) -> None:
     from fedaccel.errors import UserError
     from fedaccel.flower.server import wait_for_nodes

@@ -244,6 +244,7 @@ print("measured", code, time.monotonic() - start, resource.getrusage(resource.RU
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["file", "--set"])
 def test_a_yaml_bomb_under_name_is_refused_in_one_line_quickly_and_in_bounded_memory(tmp_path: Path, where: str) -> None:
     if where == "file":
@@ -291,6 +292,7 @@ def test_a_config_file_larger_than_the_limit_is_refused_unread(tmp_path: Path) -
     "attacks=[[" + ", ".join(["7"] * 50_000) + "]]",  # a long list
     "data.clients=[" + "9" * 4000 + "]",  # a huge number
 ])
+@pytest.mark.slow
 def test_error_messages_print_at_most_200_characters_of_a_value(override: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(None, [*TINY, override])

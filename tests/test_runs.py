@@ -314,6 +314,7 @@ DIVERGING = ["data.dataset=digits", "model=svm", "data.clients=4", "train.batch_
              "run.progress=false"]
 
 
+@pytest.mark.slow
 def test_a_diverging_run_stops_with_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = sum((["--set", c] for c in [*DIVERGING, "train.rounds=6"]), [])
