@@ -397,7 +397,7 @@ def numbers(j: Judgement) -> str:
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
     text = (f"median {a_text} {j.a_median:{f}} vs {b_text}; "
             f"a − b = {j.effect:+{f}} [t 95%: {j.low:+{f}}, {j.high:+{f}}], {test}, "
-            f"{j.on_paper_side}/{j.seeds} seeds the paper's way")
+            f"{j.on_paper_side}/{j.seeds} seeds the claimed way")
     if c.expect == "equal":
         text += f"; margin ±{c.margin:{f}}"
     if c.measure.target is not None and c.b is not None and j.a_median:
