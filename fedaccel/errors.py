@@ -43,11 +43,9 @@ def shown(value: object, limit: int = SHOWN) -> str:
 def listed(names: object, limit: int = LISTED, near: object = None) -> str:
     """``a, b, c`` for at most ``limit`` names, then ``and N more``; with ``near`` (an unknown
     name), the up to five known names closest to it come first."""
-    import difflib
-
     names = [str(n) if len(str(n)) <= 60 else str(n)[:57] + "..." for n in names]  # type: ignore[attr-defined]
     if near is not None and len(names) > limit:
-        close = difflib.get_close_matches(str(near)[:SHOWN], names, n=5, cutoff=0.5)
+        close = nearest_names(near, names, cutoff=0.5)
         names = close + [n for n in names if n not in close]
     if not names:
         return "none"
@@ -74,8 +72,9 @@ def check_png_output(path: object, force: bool = False) -> None:
     raise UserError(f"{path} exists and is not a PNG: it is left as it is; give another file name or add --force")
 
 
-def nearest_names(name: object, names: object, limit: int = 5) -> list[str]:
-    """The up to ``limit`` of ``names`` most like ``name`` (difflib's ratio), most alike first."""
+def nearest_names(name: object, names: object, limit: int = 5, cutoff: float = 0.0) -> list[str]:
+    """The up to ``limit`` of ``names`` most like ``name`` (difflib's ratio, at least ``cutoff``), most
+    alike first."""
     import difflib
 
-    return difflib.get_close_matches(str(name)[:SHOWN], [str(n) for n in names], n=limit, cutoff=0.0)  # type: ignore[attr-defined]
+    return difflib.get_close_matches(str(name)[:SHOWN], [str(n) for n in names], n=limit, cutoff=cutoff)  # type: ignore[attr-defined]

@@ -75,7 +75,8 @@ def eval_interval(run: Run) -> int:
 
 
 def reached(run: Run, target: float, metric: str = "test_acc") -> bool:
-    x, y = _curve(run, metric)
+    """Whether ``run`` reaches ``target`` at all (round 0 included, as :func:`rounds_to` counts it)."""
+    x, y = _curve(run, metric, with_round_0=True)
     return bool(np.any(y <= target if "loss" in metric else y >= target))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedaccel.errors import UserError, listed, shown
-from fedaccel.report.claims import crossing
+from fedaccel.report.claims import reached, rounds_to
 from fedaccel.report.reading import (
     METRIC_NAMES,
     Run,
@@ -143,17 +143,12 @@ class SeedRounds:
 
 
 def seed_rounds(group: Sequence[Run], target: float, metric: str = "test_acc") -> SeedRounds:
-    """Each seed's rounds to ``target`` (interpolated, restricted to its last round)."""
-    by_seed, censored = {}, 0
+    """Each seed's rounds to ``target`` as the claims measure it (:func:`fedaccel.report.claims.rounds_to`)."""
+    measure, by_seed, censored = rounds_to(target, metric), {}, 0
     for run in group:
-        curve = run_curve(run, metric)
-        if not curve:
-            continue
-        x = np.array(sorted(curve), dtype=float)
-        y = np.array([curve[int(k)] for k in x])
-        hit = crossing(x, y, target, lower_is_better=not higher_better(metric))
-        censored += hit is None
-        by_seed[run.seed] = float(x[-1]) if hit is None else min(hit, float(x[-1]))
+        if run_curve(run, metric):
+            by_seed[run.seed] = measure.of(run)
+            censored += not reached(run, target, metric)
     return SeedRounds(by_seed, censored)
 
 
