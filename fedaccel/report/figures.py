@@ -15,6 +15,7 @@ import numpy as np
 
 from fedaccel.errors import UserError, check_png_output, listed, shown
 from fedaccel.report.reading import (
+    METRIC_NAMES,  # noqa: F401 (read from here by callers)
     MISSING,
     Run,
     available_metrics,
