@@ -23,6 +23,7 @@ from fedaccel.algorithms.base import (
     tensor_bytes,
 )
 from fedaccel.algorithms.sampling import sample_clients, scheduled_clients
+from fedaccel.engine.evaluated import track
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import train_local
 
@@ -38,6 +39,7 @@ class FLState:
     totals: dict[str, int] = field(
         default_factory=lambda: {"bytes_up": 0, "bytes_down": 0, "local_steps": 0}
     )
+    evaluated: dict[str, Tensor] = field(default_factory=dict)  # extra models' tensors (eval.models)
 
 
 @dataclass
@@ -210,7 +212,7 @@ def run_round(
     }
     new_state = replace(
         state, round=state.round + 1, w=w_next, server=tuple(server_list),
-        clients=runtime.states(state.clients), totals=totals,
+        clients=runtime.states(state.clients), totals=totals, evaluated=track(state.evaluated, state.w, updates),
     )
     report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag, uploaded=len(updates))
     return new_state, report

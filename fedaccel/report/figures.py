@@ -15,7 +15,7 @@ import numpy as np
 
 from fedaccel.errors import UserError, check_png_output, listed, shown
 from fedaccel.report.reading import (
-    METRIC_NAMES,
+    METRIC_NAMES,  # noqa: F401 (read from here by callers)
     MISSING,
     Run,
     available_metrics,
@@ -26,6 +26,7 @@ from fedaccel.report.reading import (
     grouping_config,
     load_runs,
     mean_ci,
+    metric_label,
 )
 
 #: Longest legend label; the full key of a group is its label in :func:`compare_table`.
@@ -279,7 +280,7 @@ def _make_figure(
                     ha="left", va="center", fontsize="x-small", color="0.3")
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel(METRIC_NAMES.get(metric, metric))
+        ax.set_ylabel(metric_label(metric))
         ax.grid(True, alpha=0.3)
         if over is not None:
             if plan["log"]:

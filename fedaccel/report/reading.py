@@ -28,7 +28,7 @@ from fedaccel.runs.config import read_yaml
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
 NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
-                                     "run.on_divergence")
+                                     "run.on_divergence", "eval.models")
 
 
 #: Human-readable names for the usual metrics (axis labels, table headers).
@@ -42,6 +42,13 @@ METRIC_NAMES: dict[str, str] = {
     "bytes_down": "bytes downloaded",
     "local_steps": "local steps",
 }
+
+
+def metric_label(metric: str) -> str:
+    """An axis label or table header: ``client_mean/test_acc`` -> ``test accuracy (client mean)``."""
+    model, _, plain = metric.rpartition("/")
+    name = METRIC_NAMES.get(plain, plain)
+    return f"{name} ({model.replace('_', ' ')})" if model else name
 
 
 MISSING = object()

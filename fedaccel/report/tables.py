@@ -17,7 +17,6 @@ import numpy as np
 from fedaccel.errors import UserError, listed, shown
 from fedaccel.report.claims import reached, rounds_to
 from fedaccel.report.reading import (
-    METRIC_NAMES,
     Run,
     diverged_at,
     flatten_config,
@@ -26,6 +25,7 @@ from fedaccel.report.reading import (
     grouping_config,
     higher_better,
     load_runs,
+    metric_label,
     run_curve,
     series,
 )
@@ -188,7 +188,7 @@ def compare_table(
     base_of = _baseline_indices(groups, baseline)
 
     rounds = [[seed_rounds(g, t, metric) for t in targets] for _, g in groups]
-    name = METRIC_NAMES.get(metric, metric)
+    name = metric_label(metric)
     best_word = "best" if higher_better(metric) else "lowest"
 
     header = ["method", "seeds", f"{best_word} {name}", f"final {name}"]

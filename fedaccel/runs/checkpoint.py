@@ -82,8 +82,11 @@ def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
         server=from_plain(plain["server"]),
         clients=from_plain(plain["clients"]),
         totals=dict(plain["totals"]),
+        evaluated=dict(plain.get("evaluated", {})),  # eval.models' tensors; absent before they existed
     )
     if not isinstance(state.w, torch.Tensor) or not isinstance(state.server, tuple) or not isinstance(state.clients, list):
+        raise ValueError("not a fedaccel checkpoint")
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.evaluated.items()):
         raise ValueError("not a fedaccel checkpoint")
     return {"state": state, "wall_s": float(saved["wall_s"])}
 
@@ -113,5 +116,5 @@ def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
     Tensors are saved on the CPU, so the run resumes on any device; the state as plain data."""
     state = to_device(state, "cpu")
     plain = {"round": state.round, "w": state.w, "server": to_plain(state.server),
-             "clients": to_plain(state.clients), "totals": dict(state.totals)}
+             "clients": to_plain(state.clients), "totals": dict(state.totals), "evaluated": dict(state.evaluated)}
     save_plain(path, {"format": FORMAT, "state": plain, "wall_s": wall}, previous=path.with_name(PREVIOUS_CHECKPOINT))

@@ -72,6 +72,8 @@ class TrainConfig:
 class EvalConfig:
     every: int = 1  # evaluate every k rounds (and always after the last)
     train_samples: int | None = 10000  # training-set loss on a fixed sample of this size; null = all
+    # models scored: broadcast (w_t, plain columns), client_mean, all_mean (columns client_mean/test_acc, ...)
+    models: list[str] = field(default_factory=lambda: ["broadcast"])
 
 
 @dataclass
@@ -368,6 +370,7 @@ def validate(config: Config) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    check_eval_models(config.eval.models)
     for attack in config.attacks:
         validate_attack(attack, config.data.clients)
     from fedaccel.algorithms.registry import get_recipe
@@ -380,6 +383,20 @@ def validate(config: Config) -> None:
         raise ConfigError(f"run.device {config.run.device}: the Flower runtimes run on the CPU; "
                           "use run.runtime=in-process for a GPU")
     del LocalOptions
+
+
+def check_eval_models(models: list[Any]) -> None:
+    """``eval.models``: distinct known names, the broadcast model (the plain columns) among them."""
+    from fedaccel.engine.evaluated import BROADCAST, EVAL_MODELS
+
+    for model in models:
+        if model not in EVAL_MODELS:
+            raise ConfigError(f"unknown eval.models entry {shown(model)}; known: {listed(EVAL_MODELS, near=str(model))}")
+    if len(set(models)) < len(models):
+        raise ConfigError(f"eval.models names a model twice: {shown(models)}")
+    if BROADCAST not in models:
+        raise ConfigError(f"eval.models must include broadcast (the plain test_acc, train_loss, ... columns), "
+                          f"got {shown(models)}")
 
 
 def check_name(name: str, key: str) -> None:

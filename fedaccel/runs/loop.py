@@ -20,12 +20,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_models
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
 from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
@@ -112,6 +114,7 @@ def run_loop(
     show = config.run.progress if progress is None else progress
     threads, why = choose_threads(config, federation.model.theta.numel())
     torch.set_num_threads(threads)
+    state = with_evaluated(state, config.eval.models, federation.n_clients)
     if runtime is None and config.run.runtime in LOCAL_RUNTIMES:
         runtime, name, runtime_why = local_runtime(setup, state)
         shown = name if runtime_why == "run.runtime" else f"{name} ({runtime_why})"
@@ -179,6 +182,18 @@ def run_loop(
     save_plain(path / "model.pt", {"w": state.w.cpu(), "config": config.to_dict()})
     write_summary(path, rounds, last or _last_metrics(path / METRICS), finished=True,
                   diverged=diverged[0] if diverged else None)
+    return state
+
+
+def with_evaluated(state: FLState, models: list[str], n_clients: int) -> FLState:
+    """``state`` keeping the tensors ``eval.models`` needs (:mod:`fedaccel.engine.evaluated`),
+    made at round 0; a later state (a checkpoint) must already hold them."""
+    if state.round == 0:
+        return replace(state, evaluated=init_evaluated(models, state.w, n_clients))
+    wanted = kept(models)
+    if set(state.evaluated) != wanted:
+        raise UserError(f"the checkpoint of round {state.round} keeps {sorted(state.evaluated) or 'no'} extra models' "
+                        f"tensors, but eval.models {models} needs {sorted(wanted) or 'none'}: start the run again")
     return state
 
 
@@ -302,7 +317,8 @@ def _runtime_name(config: Config, runtime: ClientRuntime | None) -> str:
 
 def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: float) -> dict[str, Any]:
     row: dict[str, Any] = {"round": state.round}
-    row.update(setup.federation.evaluate(state.w))
+    for model, theta in scored_models(setup.config.eval.models, state.w, state.evaluated):
+        row.update({column(model, k): v for k, v in setup.federation.evaluate(theta).items()})
     row["wall_s"] = round(wall, 4)
     row.update(state.totals)
     if report is not None:
