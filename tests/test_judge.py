@@ -95,3 +95,19 @@ def test_claims_are_checked_when_the_experiment_is_loaded(tmp_path: Path) -> Non
 def test_judge_without_claims_is_one_line(tmp_path: Path, capsys) -> None:
     assert main(["judge", str(tmp_path)]) == 2
     assert "no claims to judge" in capsys.readouterr().err
+
+
+def test_b_measure_compares_two_columns_of_the_same_runs(tmp_path: Path) -> None:
+    """a and b the same setup, measured two ways: the pairs are the same runs, d = m_a(run) - m_b(run)."""
+    claim = {"text": "fast's final accuracy exceeds its final loss", "a": {"train.lr": LR["fast"]},
+             "b": {"train.lr": LR["fast"]}, "measure": "final_test_acc", "b_measure": "final_train_loss",
+             "expect": "greater"}
+    grid = write_grid(tmp_path / "toy", [claim])
+    assert main(["judge", str(grid)]) == 0
+    judged = json.loads((grid / "claims.json").read_text())[0]
+    # the last three rounds of fast: accuracy 0.9 and loss 1 - 0.9 = 0.1 on every seed
+    assert judged["differences"] == pytest.approx([0.8] * 6)
+    assert judged["verdict"] == "agrees" and judged["p"] == pytest.approx(2 / 64)
+    assert judged["measure_b"].startswith("final train loss")
+    with pytest.raises(ConfigError, match="b_measure measures b's runs"):
+        load_experiment(write_grid(tmp_path / "bad", [{k: v for k, v in claim.items() if k != "b"}]) / "experiment.yaml")

@@ -147,6 +147,11 @@ class Claim:
     value: float = 0.0  # compared with a's values when there is no b
     companion: str | None = None  # rounds claims: the measure name of the continuous row that decides when censored
     detect: float | None = None  # `fedaccel judge --plan`: the difference to detect (default: the pilot's)
+    measure_b: Measure | None = None  # b's measure when it differs from a's (two columns of the same runs)
+
+    @property
+    def b_measure(self) -> Measure:
+        return self.measure_b or self.measure
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECTATIONS:
@@ -215,7 +220,7 @@ class Judgement:
             "tuning_seeds": self.tuning_seeds, "carried_by": self.carried_by,
             "paper": c.paper, "baseline_median_rounds_to_target": _num(self.baseline_rounds),
             "target": c.measure.target, "note": self.note,
-        }
+        } | ({"measure_b": c.measure_b.name} if c.measure_b is not None else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -304,7 +309,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     b_runs, chosen_b = _side(runs, claim.b, tuning) if claim.b is not None else ([], {})
     chosen.update({f"b:{k}": v for k, v in chosen_b.items()})
     a = {r.seed: claim.measure.of(r) for r in a_runs}
-    b = {r.seed: claim.measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
+    b = {r.seed: claim.b_measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
     seeds = sorted((s for s in set(a) & set(b) if math.isfinite(a[s]) and math.isfinite(b[s])), key=repr)
     if len(seeds) < 2:
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning,
@@ -320,10 +325,10 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     )
     target = claim.measure.target
     if target is not None:
-        metric = claim.measure.metric
+        metric, metric_b = claim.measure.metric, claim.b_measure.metric
         paired = set(seeds)
         judgement.censored = (sum(not reached(r, target, metric) for r in a_runs if r.seed in paired),
-                              sum(not reached(r, target, metric) for r in b_runs if r.seed in paired))
+                              sum(not reached(r, target, metric_b) for r in b_runs if r.seed in paired))
         judgement.sides = (len(seeds), len(seeds) if claim.b is not None else 0)
         judgement.baseline_rounds = judgement.b_median if claim.b is not None else None
     judgement.q = judgement.p

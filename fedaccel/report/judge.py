@@ -17,6 +17,14 @@ value)::
         margin: 0.01                      # required for equal, in the measure's units
         why: one point of accuracy is within the run-to-run noise the paper reports
         detect: 0.005                     # --plan: the difference to detect (default: the pilot's)
+      - text: The mean of the client models scores as well as the broadcast model
+        a: {algorithm: feddyn}            # a and b may be the same runs, measured two ways:
+        b: {algorithm: feddyn}
+        measure: final_client_mean/test_acc
+        b_measure: final_test_acc         # b's measure (default: measure)
+        expect: equal
+        margin: 0.01
+        why: ...
 
 :func:`judge_grid` judges them on the grid's runs (:func:`fedaccel.report.claims.judge_family`) and
 :func:`plan` says how many seeds each claim needs for 80% power, from a pilot grid.
@@ -47,7 +55,7 @@ from fedaccel.report.claims import (
 from fedaccel.report.reading import Run
 from fedaccel.report.statistics import seeds_for_power
 
-CLAIM_KEYS = {"text", "a", "b", "measure", "expect", "margin", "why", "value", "detect", "paper"}
+CLAIM_KEYS = {"text", "a", "b", "measure", "b_measure", "expect", "margin", "why", "value", "detect", "paper"}
 CLAIMS_FILE = "claims.json"
 
 
@@ -98,12 +106,15 @@ def parse_claims(entries: Any, experiment: str, source: str) -> list[Claim]:
         if entry["expect"] == "equal" and not (margin > 0 and str(entry.get("why", "")).strip()):
             raise ConfigError(f"{where}: a claim of no difference (expect: equal) needs a margin > 0 in the measure's "
                               "units and why that difference would not matter (why: ...)")
+        if "b_measure" in entry and "b" not in entry:
+            raise ConfigError(f"{where}: b_measure measures b's runs: give b")
         if "b" not in entry and "value" not in entry:
             raise ConfigError(f"{where}: give b (the setup compared with) or value (a constant)")
         claims.append(Claim(str(entry["text"]), experiment, dict(entry["a"]),
                             dict(entry["b"]) if "b" in entry else None, parse_measure(entry["measure"], where),
                             entry["expect"], str(entry.get("paper", "")), float(margin),
-                            float(entry.get("value", 0.0)), detect=_number(entry.get("detect"), where, "detect")))
+                            float(entry.get("value", 0.0)), detect=_number(entry.get("detect"), where, "detect"),
+                            measure_b=parse_measure(entry["b_measure"], where) if "b_measure" in entry else None))
     return claims
 
 
