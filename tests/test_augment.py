@@ -160,6 +160,31 @@ def test_each_stacked_row_sees_the_batch_its_client_sees_in_process(monkeypatch:
     assert stacked_batches == in_process_batches
 
 
+def test_stacked_seeds_draw_each_row_from_its_own_federation() -> None:
+    """Two seeds' clients stacked in the same chunks (``--stack-seeds``) train as each seed alone."""
+    from fedaccel.algorithms.base import ClientContext
+    from fedaccel.engine.round import round_info
+    from fedaccel.engine.stacked import Job, train_jobs
+
+    def job(seed: int) -> Job:
+        fed = image_federation("2nn", augment=CROP_FLIP)
+        fed.seed = seed  # the seeds' federations differ in their draws only
+        algorithm = build_algorithm("fedavg")
+        w = fed.model.theta.clone()
+        contexts = [ClientContext(round_info(fed, 1), c, int(fed.steps[c]), True) for c in range(1, 6)]
+        return Job(algorithm, fed, contexts, w, algorithm.init_server(w),
+                   [algorithm.init_client(w) for _ in range(fed.n_clients)])
+
+    together = [job(0), job(1)]
+    train_jobs(together)
+    for seed, stacked in enumerate(together):
+        alone = job(seed)
+        train_jobs([alone])
+        for a, b in zip(alone.updates, stacked.updates):
+            torch.testing.assert_close(b.delta, a.delta, atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(together[0].updates[0].delta, together[1].updates[0].delta)
+
+
 def test_the_flower_client_trains_on_the_same_augmented_batches(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
                                                                 ) -> None:
     """The ClientApp's ``train`` handler (called directly, no Flower process) gives the in-process update."""
