@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import make_rng
+from fedaccel.data.augment import augment_batch, check_images
 from fedaccel.engine.flat import FlatModel
 from fedaccel.engine.local import BatchGradient, LocalOptions, batch_positions
 from fedaccel.errors import ConfigError
@@ -75,6 +76,8 @@ class Federation:
         self.x_test, self.y_test = x_test.to(self.device), y_test.to(self.device)
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
         self.options = options
+        if options.augment is not None:
+            check_images(tuple(x_train.shape[1:]))
         self.seed = seed
         self.weights = sizes / sizes.sum()
         self.steps = np.array([options.steps(int(n)) for n in sizes])
@@ -103,6 +106,18 @@ class Federation:
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
         return batch_positions(self.order(client, round_), steps, self.options.batch_size)
+
+    def augment_rng(self, client: int, round_: int, step: int) -> np.random.Generator:
+        """The generator of the augmentation of one batch: (seed, round, client, step), in every runtime."""
+        return make_rng(self.seed, "augment", round_, client, step)
+
+    def augmenter(self, client: int, round_: int) -> Callable[[int, Tensor], Tensor] | None:
+        """``(step, x rows) -> x rows as trained on``: the client's batches this round cropped and
+        flipped (``train.augment``); None when augmentation is off."""
+        augment = self.options.augment
+        if augment is None:
+            return None
+        return lambda step, x: augment_batch(x, augment, self.augment_rng(client, round_, step))
 
     def batch_gradient(self) -> BatchGradient:
         """The mini-batch gradient clients use on the current training data (built once per data)."""

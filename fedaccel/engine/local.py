@@ -4,6 +4,10 @@ A step is ``theta <- theta - eta * d`` where the direction d is built from the m
 gradient z in this order: clip z (optional), add the algorithm's local terms (FedProx,
 SCAFFOLD, ...), add weight decay, apply heavy-ball momentum (PyTorch's convention). An
 estimator part (BHerd, GraB) observes every d; with plain SGD, d = z + local terms.
+``clip_scope: objective`` clips z + local terms instead (the reference codes' clip_grad_norm_
+after backward of the whole local loss; weight decay, in their optimiser, comes after it).
+With ``augment`` set, each batch's images are cropped and flipped before z is taken
+(:mod:`fedaccel.data.augment`; the caller gives the per-batch transform).
 
 The step is lean: batches come laid out in the client's order already (see
 ``Federation.client_batches``), or a client-round's batch indices reach the data's device in one
@@ -24,10 +28,12 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import Estimator, LocalTerm
+from fedaccel.data.augment import Augment, parse_augment
 from fedaccel.engine.flat import FlatModel
 from fedaccel.errors import ConfigError, shown
 
 ORDERS = ("fixed", "reshuffle", "given")
+CLIP_SCOPES = ("gradient", "objective")  # what train.clip bounds: the mini-batch gradient, or it + local terms
 
 
 def batch_order(order: str, reshuffle: bool = False) -> str:
@@ -58,8 +64,13 @@ class LocalOptions:
     clip: float | None = None  # max L2 norm of each mini-batch gradient
     order: str = "fixed"  # batches of the sample order: fixed, reshuffle (RR) or given (see batch_order)
     reshuffle: bool = False  # the older spelling of order="reshuffle"; always equal to order == "reshuffle"
+    clip_scope: str = "gradient"  # clip the mini-batch gradient, or the objective's (gradient + local terms)
+    augment: Augment | None = None  # random crop / flip of image batches (fedaccel.data.augment); None = off
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "augment", parse_augment(self.augment))
+        if self.clip_scope not in CLIP_SCOPES:
+            raise ConfigError(f"train.clip_scope must be one of {', '.join(CLIP_SCOPES)}, got {shown(self.clip_scope)}")
         object.__setattr__(self, "order", batch_order(self.order, self.reshuffle))
         object.__setattr__(self, "reshuffle", self.order == "reshuffle")
         if not self.lr > 0:
@@ -135,6 +146,13 @@ class BatchGradient:
             return model.gradient(self.loss_fn(model.module(xb), lb))
 
 
+def clip_rows(grad: Tensor, clip: float) -> None:
+    """Scale each row of ``grad`` (d,) or (K, d) down to L2 norm ``clip`` where it is longer, in place
+    (as a tensor: no device-to-host sync per step; rows within the bound are left exact)."""
+    norm = torch.linalg.vector_norm(grad, dim=-1, keepdim=True)
+    grad.mul_(torch.where(norm > clip, clip / norm, torch.ones_like(norm)))
+
+
 def _index_rows(batches: Sequence[np.ndarray] | Tensor, device: torch.device) -> Sequence[Tensor]:
     """The batches' sample indices on ``device``, moved in one transfer."""
     if isinstance(batches, Tensor):
@@ -158,30 +176,36 @@ def train_local(
     terms: Sequence[LocalTerm] = (),
     estimator: Estimator | None = None,
     gradient: BatchGradient | None = None,
+    augment: Callable[[int, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Run one SGD step per batch from ``start``; return the final parameters (a new tensor).
 
     ``batches``: index arrays (or one (steps, B) tensor) into ``x``/``y``, gathered per step, or
     the batches laid out already as ``(x rows, gradient.labels rows)`` pairs
     (:meth:`fedaccel.engine.federation.Federation.client_batches`); ``gradient`` the mini-batch
-    gradient (default: :class:`BatchGradient` of ``model``, ``x``, ``y``)."""
+    gradient (default: :class:`BatchGradient` of ``model``, ``x``, ``y``); ``augment(step, x rows)``
+    the batch's inputs as trained on (:meth:`fedaccel.engine.federation.Federation.augmenter`)."""
     model.load(start)
     theta = model.theta
     model.module.train()
     if gradient is None:
         gradient = BatchGradient(model, x, y, loss_fn)
     clip, weight_decay, momentum = options.clip, options.weight_decay, options.momentum
+    clip_gradient = clip is not None and options.clip_scope == "gradient"
+    clip_objective = clip is not None and options.clip_scope == "objective"
     buffer: Tensor | None = None
     laid_out = len(batches) > 0 and isinstance(batches[0], tuple)
     rows = batches if laid_out else _index_rows(batches, x.device)  # type: ignore[arg-type]
     with torch.no_grad():
         for step, batch in enumerate(rows):
-            grad = gradient(*(batch if laid_out else gradient.gather(batch)))
-            if clip is not None:
-                # as a tensor: no device-to-host sync per step; a factor 1 leaves grad exact
-                grad.mul_((clip / torch.linalg.vector_norm(grad)).clamp_(max=1.0))
+            xb, lb = batch if laid_out else gradient.gather(batch)
+            grad = gradient(xb if augment is None else augment(step, xb), lb)
+            if clip_gradient:
+                clip_rows(grad, clip)  # type: ignore[arg-type]
             for term in terms:
                 term(theta, grad)
+            if clip_objective:
+                clip_rows(grad, clip)  # type: ignore[arg-type]
             if weight_decay:
                 grad.add_(theta, alpha=weight_decay)
             direction = grad

@@ -269,6 +269,7 @@ def train_client(
         terms,
         estimator,
         gradient=federation.batch_gradient(),
+        augment=federation.augmenter(ctx.client, ctx.info.round),
     )
     trajectory = theta0 - theta_end
     extras: dict[str, Tensor] = {}

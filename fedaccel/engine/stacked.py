@@ -10,7 +10,10 @@ an index table (K, tau_max, b), and a local step is one batched gradient for all
   activations laid out (K, features, B), autograd for the backward;
 - any other module (users' own): ``torch.func`` (functional_call + vmap + grad) over the rows.
 
-Everything else in a step is row-wise vector arithmetic on (K, d): clip per row, the local terms
+With ``train.augment`` each row's batch is cropped and flipped with the draws of its own (seed,
+round, client, step), as in process, and the (K, b) images are transformed in one call.
+Everything else in a step is row-wise vector arithmetic on (K, d): clip per row (before or after
+the local terms: ``train.clip_scope``), the local terms
 (a part's ``batched_local_term``; otherwise its per-client term on each row, said once), weight
 decay, momentum, the estimator (a part's ``batched_estimator``; otherwise one per-client estimator per
 row). Unequal tau_k (FedGSNR's plans, epochs over clients of unequal size) shrink the active set:
@@ -44,7 +47,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, State
+from fedaccel.data.augment import crop_flip
 from fedaccel.engine.federation import Federation
+from fedaccel.engine.local import clip_rows
 
 MEMORY_CAP = 1 << 30  # bytes one chunk of stacked clients may hold (parameters, batches, estimator store)
 CPU_BATCH_BYTES = 8 << 20  # on a CPU, by default what a chunk's step reads (batches, parameters, gradients)
@@ -346,17 +351,20 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
         alive = None if all_live else [k for k in range(K) if counts[k] > step]
         active = None if alive is None else torch.tensor(alive, device=device)
         x, y = _gather(segments, index[:, step], alive)
+        if options.augment is not None:
+            x = _augment(rows, range(K) if alive is None else alive, step, x, options.augment)
         if all_live:
             grad = kernel(theta, x, y)
         else:
             grad.zero_()
             grad.index_copy_(0, active, kernel(theta.index_select(0, active), x, y))
         with torch.no_grad():
-            if options.clip is not None:
-                norm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
-                grad.mul_(torch.where(norm > options.clip, options.clip / norm, torch.ones_like(norm)))
+            if options.clip is not None and options.clip_scope == "gradient":
+                clip_rows(grad, options.clip)
             for term, lo, hi in terms:
                 term(theta[lo:hi], grad[lo:hi])
+            if options.clip is not None and options.clip_scope == "objective":
+                clip_rows(grad, options.clip)
             if options.weight_decay:
                 grad.add_(theta, alpha=options.weight_decay)
             direction = grad
@@ -373,6 +381,17 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
             else:
                 theta.index_add_(0, active, direction.index_select(0, active), alpha=-lr)
     _finish(rows, segments, theta0, theta, estimators)
+
+
+def _augment(rows: Sequence[_Row], live: Sequence[int], step: int, x: Tensor, augment: Any) -> Tensor:
+    """The live rows' batches x (m, b, C, H, W) cropped and flipped, row k with the draws of its
+    client's (seed, round, client, step), as :meth:`Federation.augmenter` draws them in process."""
+    draws = [augment.draw(rows[k].job.federation.augment_rng(rows[k].ctx.client, rows[k].ctx.info.round, step),
+                          x.shape[1]) for k in live]
+    offsets = np.concatenate([o for o, _ in draws])
+    flips = np.concatenate([f for _, f in draws])
+    flat = crop_flip(x.reshape(-1, *x.shape[2:]), offsets, flips, augment.crop_padding)
+    return flat.view(x.shape)
 
 
 def _row_term(term: Callable[[Tensor, Tensor], None]) -> Callable[[Tensor, Tensor], None]:

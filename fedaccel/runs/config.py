@@ -55,6 +55,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
     clip: float | None = None  # max gradient norm per mini-batch
+    clip_scope: str = "gradient"  # what clip bounds: gradient (the mini-batch gradient) or objective (+ local terms)
+    # null (off), or random crop / horizontal flip of image batches, e.g. {crop_padding: 4, flip: true}
+    augment: dict | None = None  # checked by fedaccel.data.augment.parse_augment
     order: str = "fixed"  # batch order: fixed (seeded, once per client), reshuffle (every round, RR) or given
     reshuffle: bool = False  # older spelling of order: reshuffle (kept for existing configs and run folders)
     client_fraction: float = 1.0  # fraction of clients selected per round (FedUMF's C unless algorithm.fraction is set)
@@ -479,6 +482,8 @@ def local_options(config: Config) -> Any:
         lr_decay=t.lr_decay,
         clip=t.clip,
         order=t.order,
+        clip_scope=t.clip_scope,
+        augment=t.augment,
     )
 
 
