@@ -12,6 +12,7 @@
     fedaccel deploy --prepare configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
     fedaccel certs tls --clients 5 && fedaccel deploy --tls tls --clients 5 configs/demo.yaml
     fedaccel data [--install]
+    fedaccel data get mnist cifar10        # download, check, unpack into ~/.cache/fedaccel (resumable)
 
 A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
 the traceback. A full disk prints one line too (which file, how to continue) and exits with 1.
@@ -200,9 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.set_defaults(handler=cmd_tensorboard)
 
-    p = sub.add_parser("data", help="list datasets and where they are")
+    p = sub.add_parser("data", help="list datasets and where they are; `data get NAME` downloads one")
     p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
-    p.set_defaults(handler=cmd_data)
+    p.set_defaults(handler=cmd_data, data_command=None)
+    get = p.add_subparsers(dest="data_command", metavar="get").add_parser(
+        "get", help="download a dataset into the folder loading looks in (checksum checked, resumable)")
+    get.add_argument("names", nargs="+", metavar="NAME", help="mnist, fashion-mnist, emnist, cifar10 or cifar100")
+    get.add_argument("--to", metavar="FOLDER", help="put it here (default: FEDACCEL_DATA_<NAME>, "
+                     "$FEDACCEL_DATA/<name>, else ~/.cache/fedaccel/<name>)")
+    get.add_argument("--force", action="store_true", help="download again even when the files are there")
+    get.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -439,6 +447,13 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fedaccel.data import available_datasets
     from fedaccel.data.embedded import install_fashion_mnist
 
+    if args.data_command == "get":
+        from fedaccel.data import get_dataset
+
+        for name in args.names:
+            folder, downloaded = get_dataset(name, args.to, force=args.force, progress=False if args.quiet else None)
+            print(f"{name}: {'downloaded into' if downloaded else 'already in'} {folder}")
+        return 0
     if args.install:
         print(f"Fashion-MNIST installed in {install_fashion_mnist()}")
     rows = available_datasets()

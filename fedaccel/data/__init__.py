@@ -1,4 +1,4 @@
-"""Datasets: in-memory tensors loaded from local files, never downloaded.
+"""Datasets: in-memory tensors loaded from local files, never downloaded while loading.
 
 ``load_dataset(name)`` returns a :class:`Dataset` (train/test tensors plus metadata). Sources:
 IDX folders (MNIST, Fashion-MNIST, EMNIST), CIFAR-10/100 pickles (folder or ``.tar.gz``),
@@ -10,7 +10,12 @@ Where files are looked for when no ``root`` is given, first match wins:
 1. ``FEDACCEL_DATA_<NAME>`` (e.g. ``FEDACCEL_DATA_MNIST``, ``FEDACCEL_DATA_FASHION_MNIST``,
    ``FEDACCEL_DATA_CIFAR10``): the dataset's folder (or CIFAR ``.tar.gz``);
 2. ``$FEDACCEL_DATA/<name>`` (e.g. ``$FEDACCEL_DATA/mnist``, ``$FEDACCEL_DATA/cifar10``), if it exists;
-3. for ``fashion-mnist`` only: the embedded copy (see :mod:`fedaccel.data.embedded`).
+3. the per-user cache ``$XDG_CACHE_HOME/fedaccel/<name>`` (``~/.cache/fedaccel/mnist``), if it exists;
+   for ``fashion-mnist``: the embedded copy (see :mod:`fedaccel.data.embedded`), which includes that cache.
+
+``fedaccel data get NAME`` (:func:`get_dataset`, explicit, never at run time) downloads MNIST,
+Fashion-MNIST, EMNIST or CIFAR-10/100 into the first of these folders that is configured (else the
+cache), so that loading finds it afterwards (see :mod:`fedaccel.data.download`).
 
 Every user mistake (missing/damaged file, unknown name or option) raises
 :class:`fedaccel.errors.DataError` with a one-line message that says what to do.
@@ -29,6 +34,7 @@ import torch
 
 from fedaccel.data.cifar import LAYOUTS as _CIFAR_LAYOUTS
 from fedaccel.data.cifar import find_cifar_source, load_cifar
+from fedaccel.data.download import SOURCES, cache_root, download_dataset
 from fedaccel.data.embedded import fashion_mnist_dir, install_fashion_mnist
 from fedaccel.data.idx import idx_stems, load_idx_folder, locate_idx_folder
 from fedaccel.data.synthetic import generate_synthetic
@@ -39,7 +45,9 @@ __all__ = [
     "Dataset",
     "DatasetSpec",
     "available_datasets",
+    "download_folder",
     "fashion_mnist_dir",
+    "get_dataset",
     "install_fashion_mnist",
     "load_dataset",
     "resolve_root",
@@ -143,8 +151,8 @@ def _env_name(name: str) -> str:
 
 def _need_root(name: str) -> DataError:
     return DataError(
-        f"{name}: no data folder given; pass root=<folder>, or set {_env_name(name)}=<folder>, "
-        f"or FEDACCEL_DATA=<folder containing {name}/>"
+        f"{name}: no data folder given; run `fedaccel data get {name}`, or pass root=<folder>, "
+        f"or set {_env_name(name)}=<folder> or FEDACCEL_DATA=<folder containing {name}/>"
     )
 
 
@@ -275,8 +283,9 @@ def _canonical(name: str) -> str:
 def resolve_root(name: str, roots: dict[str, str] | None = None) -> tuple[Path | None, str]:
     """Where ``name``'s files are configured: ``(path or None, how it was found)``.
 
-    Order: ``roots[name]``, ``FEDACCEL_DATA_<NAME>``, ``$FEDACCEL_DATA/<name>`` (only if it exists).
-    ``None`` means "not configured" (fashion-mnist then uses the embedded copy).
+    Order: ``roots[name]``, ``FEDACCEL_DATA_<NAME>``, ``$FEDACCEL_DATA/<name>`` (only if it exists),
+    the cache ``$XDG_CACHE_HOME/fedaccel/<name>`` (only if it exists; not for fashion-mnist, whose
+    embedded lookup covers it). ``None`` means "not configured" (fashion-mnist then uses the embedded copy).
     """
     name = _canonical(name)
     if roots:
@@ -291,7 +300,52 @@ def resolve_root(name: str, roots: dict[str, str] | None = None) -> tuple[Path |
         candidate = Path(base).expanduser() / name
         if candidate.exists():
             return candidate, "FEDACCEL_DATA"
+    cached = cache_root() / name
+    if DATASETS[name].kind == "files" and cached.exists():
+        return cached, "the cache"
     return None, ""
+
+
+def download_folder(name: str) -> Path:
+    """Where ``fedaccel data get`` puts ``name``: ``FEDACCEL_DATA_<NAME>``, else ``$FEDACCEL_DATA/<name>``,
+    else the cache ``$XDG_CACHE_HOME/fedaccel/<name>``: the places loading looks, in its order."""
+    name = _canonical(name)
+    env = _env_name(name)
+    if os.environ.get(env):
+        folder = Path(os.environ[env]).expanduser()
+        if folder.is_file():
+            raise DataError(f"{env} names a file ({folder}); point it at a folder, or unset it, to download {name}")
+        return folder
+    base = os.environ.get("FEDACCEL_DATA")
+    return Path(base).expanduser() / name if base else cache_root() / name
+
+
+def get_dataset(
+    name: str, folder: str | os.PathLike[str] | None = None, *, force: bool = False,
+    mirrors: list[str] | None = None, progress: bool | None = None,
+) -> tuple[Path, bool]:
+    """Download ``name`` (mnist, fashion-mnist, emnist, cifar10, cifar100) unless it is already there.
+
+    ``folder`` defaults to :func:`download_folder`. Returns ``(folder, downloaded)``; ``downloaded`` is
+    False when the files were already present (``force`` downloads again). ``mirrors`` replaces the
+    published base URLs (``FEDACCEL_DATA_MIRROR``'s come first either way); ``progress``: a bar on
+    stderr (default: when it is a terminal). See :mod:`fedaccel.data.download`.
+    """
+    key = _canonical(name)
+    if key not in SOURCES:
+        what = {"built-in": "ships with scikit-learn", "generated": "is generated"}.get(DATASETS[key].kind, "")
+        raise DataError(f"{key} {what}: nothing to download; `fedaccel data get` fetches {listed(SOURCES)}")
+    if folder is None and not force:
+        found = _found(key)
+        if found is not None:
+            return found, False
+    target = Path(folder).expanduser() if folder is not None else download_folder(key)
+    if not force and _probe(key, target):
+        return target, False
+    download_dataset(key, target, mirrors=mirrors, progress=progress)
+    if not _probe(key, target):
+        raise DataError(f"{key}: downloaded into {target} but the files the loader needs are not there; report this")
+    return target, True
 
 
 def _subset_indices(n: int, keep: int, rng: np.random.Generator, what: str) -> np.ndarray | None:
@@ -365,10 +419,24 @@ def _probe(name: str, path: Path) -> bool:
     return False
 
 
+def _found(name: str) -> Path | None:
+    """The folder loading would read ``name`` from, if its files are there."""
+    path, _ = resolve_root(name)
+    if path is not None:
+        return path if _probe(name, path) else None
+    if DATASETS[name].kind == "embedded":
+        try:
+            return fashion_mnist_dir()
+        except DataError:
+            return None
+    return None
+
+
 def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
     """``(name, status, where)`` for every known dataset, for ``fedaccel data``.
 
-    status is ``'available'`` (files found), ``'missing'`` (``where`` says what to set or run),
+    status is ``'available'`` (files found), ``'missing'`` (``where`` says what to run or set:
+    ``fedaccel data get NAME`` for the downloadable ones),
     ``'built-in'`` (embedded Fashion-MNIST, scikit-learn digits) or ``'generated'`` (synthetic).
     Only file names are checked; damaged files are reported when loaded.
     """
@@ -385,15 +453,14 @@ def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, s
             if _probe(name, path):
                 rows.append((name, "available", str(path)))
             else:
-                rows.append((name, "missing", f"{path} (from {how}) lacks the files"))
+                get = f"; `fedaccel data get {name}` fetches them" if name in SOURCES else ""
+                rows.append((name, "missing", f"{path} (from {how}) lacks the files{get}"))
             continue
         if spec.kind == "embedded":
             try:
                 rows.append((name, "built-in", str(fashion_mnist_dir())))
             except DataError:
-                rows.append((name, "missing", "run `fedaccel data --install` (or `make install`)"))
+                rows.append((name, "missing", f"run `fedaccel data --install` or `fedaccel data get {name}`"))
             continue
-        rows.append(
-            (name, "missing", f"set {_env_name(name)}=<folder> or FEDACCEL_DATA=<folder with {name}/>")
-        )
+        rows.append((name, "missing", f"`fedaccel data get {name}` fetches it (or set {_env_name(name)}=<folder>)"))
     return rows

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from fedaccel.data.download import cache_root
 from fedaccel.errors import DataError
 
 __all__ = [
@@ -46,8 +47,7 @@ def system_dir() -> Path:
 
 def cache_dir() -> Path:
     """The per-user copy: ``$XDG_CACHE_HOME/fedaccel/fashion-mnist`` (default ``~/.cache/...``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fedaccel" / "fashion-mnist"
+    return cache_root() / "fashion-mnist"
 
 
 def _complete(folder: Path) -> bool:
