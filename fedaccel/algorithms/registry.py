@@ -16,6 +16,7 @@ from fedaccel.algorithms.base import Algorithm, compose
 from fedaccel.algorithms.bherd import bherd_selection
 from fedaccel.algorithms.fednova import fednova_aggregate
 from fedaccel.algorithms.grab import grab_selection
+from fedaccel.algorithms.scaffold import model_weighting
 from fedaccel.algorithms.scaffold import scaffold as scaffold_controls
 from fedaccel.algorithms.feddc import feddc as feddc_part
 from fedaccel.algorithms.feddyn import feddyn as feddyn_part
@@ -72,14 +73,15 @@ def fedgsnr_fedprox(*, samples: int = 64, e_const: int = 20, mu: float = 0.01, p
 
 
 def fedgsnr_scaffold(
-    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data", plan: str = "gsnr"
+    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data", plan: str = "gsnr",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """FedGSNR with SCAFFOLD (paper 003, Table 1): planned local steps, control-variate correction."""
     return compose(
         "fedgsnr-scaffold",
         fedgsnr_planning(samples=samples, e_const=e_const, plan=plan),
-        scaffold_controls(weighting=weighting),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 
@@ -101,19 +103,23 @@ def feddyn(*, alpha: float = 0.01, weighting: str = "uniform") -> Algorithm:
     return compose("feddyn", feddyn_part(alpha=alpha), mean_aggregate(weighting=weighting))
 
 
-def feddc(*, alpha: float = 0.01, weighting: str = "uniform") -> Algorithm:
+def feddc(
+    *, alpha: float = 0.01, weighting: str = "uniform", control_lr: str = "current", control_steps: str = "client"
+) -> Algorithm:
     """FedDC (Gao et al., 2022): drift h_i and gradient correction G_i, server adds the mean drift."""
-    return compose("feddc", feddc_part(alpha=alpha), mean_aggregate(weighting=weighting))
+    part = feddc_part(alpha=alpha, control_lr=control_lr, control_steps=control_steps)
+    return compose("feddc", part, mean_aggregate(weighting=weighting))
 
 
 def fedumf_feddc(
-    *, fraction: float = 0.1, alpha: float = 1.0, feddc_alpha: float = 0.01, weighting: str = "uniform"
+    *, fraction: float = 0.1, alpha: float = 1.0, feddc_alpha: float = 0.01, weighting: str = "uniform",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """FedUMF with FedDC: all clients train with FedDC's terms, a fraction C uploads and fuses."""
     return compose(
         "fedumf-feddc",
         fedumf_part(fraction=fraction, alpha=alpha),
-        feddc_part(alpha=feddc_alpha),
+        feddc_part(alpha=feddc_alpha, control_lr=control_lr, control_steps=control_steps),
         mean_aggregate(weighting=weighting),
     )
 
@@ -132,7 +138,8 @@ def fedumf_fedprox(
 
 
 def fedumf_scaffold(
-    *, fraction: float = 0.1, alpha: float = 1.0, server_lr: float = 1.0, weighting: str = "data"
+    *, fraction: float = 0.1, alpha: float = 1.0, server_lr: float = 1.0, weighting: str = "data",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """FedUMF with SCAFFOLD: all clients train with the control correction, a fraction uploads.
 
@@ -142,8 +149,8 @@ def fedumf_scaffold(
     return compose(
         "fedumf-scaffold",
         fedumf_part(fraction=fraction, alpha=alpha),
-        scaffold_controls(weighting=weighting),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 # --- end FedUMF, FedDyn and FedDC recipes -------------------------------------------------------
@@ -168,18 +175,23 @@ def grab_fedavg(*, variant: str = "paper") -> Algorithm:
     return compose("grab-fedavg", grab_selection(variant=variant), mean_aggregate())
 
 
-def fednova(*, mu: float = 0.0) -> Algorithm:
-    """FedNova (Wang et al., 2020): updates normalised by a_i; mu > 0 adds FedProx's local term."""
+def fednova(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: float = 0.0) -> Algorithm:
+    """FedNova (Wang et al., 2020): updates normalised by a_i; mu > 0 adds FedProx's local term.
+
+    ``tau_eff: steps`` (sum p_i tau_i when mu > 0) and server momentum ``gmf``: the reference code's options."""
     local = (fedprox_term(mu=mu),) if mu > 0 else ()
-    return compose("fednova", *local, fednova_aggregate(mu=mu))
+    return compose("fednova", *local, fednova_aggregate(mu=mu, tau_eff=tau_eff, gmf=gmf))
 
 
-def scaffold(*, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
-    """SCAFFOLD (Karimireddy et al., 2020), option II, server learning rate eta_g."""
+def scaffold(
+    *, server_lr: float = 1.0, weighting: str = "data", control_lr: str = "current", control_steps: str = "client"
+) -> Algorithm:
+    """SCAFFOLD (Karimireddy et al., 2020), option II, server learning rate eta_g; ``control_lr``/``control_steps``:
+    the step 1/(tau_i eta_t) or the reference code's 1/(K eta_0) (docs/algorithms.md "Reference code")."""
     return compose(
         "scaffold",
-        scaffold_controls(weighting=weighting),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 
@@ -189,14 +201,15 @@ def bherd_fednova(*, alpha: float = 0.5, selection: str = "herding") -> Algorith
 
 
 def bherd_scaffold(
-    *, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data", selection: str = "herding"
+    *, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data", selection: str = "herding",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """BHerd-SCAFFOLD: herds the SCAFFOLD-corrected directions; controls follow the real trajectory."""
     return compose(
         "bherd-scaffold",
-        scaffold_controls(weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
         bherd_selection(alpha=alpha, selection=selection),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 

@@ -75,6 +75,8 @@ def round_info(federation: Federation, round_: int, schedule: Sequence[Sequence[
         momentum=options.momentum,
         weight_decay=options.weight_decay,
         scheduled=scheduled_clients(schedule, round_),
+        initial_lr=options.lr,
+        shared_steps=federation.shared_steps,
     )
 
 
