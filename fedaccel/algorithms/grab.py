@@ -223,11 +223,15 @@ class BatchedBalancingFactory:
         return clients * (6 * dim * element + steps + SMALL_BYTES)
 
 
-def grab_selection(*, variant: str = "paper") -> Part:
+TIES = ("strict", "keep")
+
+
+def grab_selection(*, variant: str = "paper", ties: str | None = None) -> Part:
     """GraB online selection on the client plus the server's 1/alpha_t rescaling (Algorithm 4).
 
     ``variant="fixed"`` keeps ties (the first step) and rescales each client by its own 1/alpha_i (module
-    docstring). Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha``
+    docstring). ``ties`` overrides the variant's tie rule: ``"strict"`` (a tie is not kept, Algorithm 4) or
+    ``"keep"`` (a tie counts as +1, as GraB's reference code ``deterministic_balance`` does). Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha``
     (alpha_i), ``estimate_error`` (the rescaled upload against the full local update; None if that is 0 and the
     upload is not) and ``memory_bytes`` (the three d-vectors).
 
@@ -240,10 +244,13 @@ def grab_selection(*, variant: str = "paper") -> Part:
 
     if variant not in VARIANTS:
         raise ConfigError(f"grab variant must be one of {', '.join(VARIANTS)}, got {shown(variant)}")
+    if ties is not None and ties not in TIES:
+        raise ConfigError(f"grab ties must be one of {', '.join(TIES)} (or null: the variant's), got {shown(ties)}")
     fixed = variant == "fixed"
+    keep_ties = fixed if ties is None else ties == "keep"
 
     def estimator(ctx: ClientContext, dim: int) -> Estimator:
-        return BalancingEstimator(ctx.steps, dim, ctx.info.lr, keep_ties=fixed)
+        return BalancingEstimator(ctx.steps, dim, ctx.info.lr, keep_ties=keep_ties)
 
     def server_adjust(info: RoundInfo, updates: Sequence[ClientUpdate], ss: State) -> list[ClientUpdate]:
         if not updates:
@@ -265,7 +272,7 @@ def grab_selection(*, variant: str = "paper") -> Part:
     return Part(
         name="grab",
         estimator=estimator,
-        batched_estimator=BatchedBalancingFactory(keep_ties=fixed),
+        batched_estimator=BatchedBalancingFactory(keep_ties=keep_ties),
         server_adjust=server_adjust,
     )
 

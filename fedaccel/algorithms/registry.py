@@ -168,11 +168,12 @@ def bherd_fedavg(*, alpha: float = 0.5, selection: str = "herding") -> Algorithm
     return compose("bherd-fedavg", bherd_selection(alpha=alpha, selection=selection), mean_aggregate())
 
 
-def grab_fedavg(*, variant: str = "paper") -> Algorithm:
+def grab_fedavg(*, variant: str = "paper", ties: str | None = None) -> Algorithm:
     """GraB-FedAvg (paper 000, Algorithm 4): online balancing keeps steps, server rescales by 1/alpha_t.
 
-    ``variant: fixed`` keeps the first step (ties keep) and rescales each client by its own 1/alpha_i."""
-    return compose("grab-fedavg", grab_selection(variant=variant), mean_aggregate())
+    ``variant: fixed`` keeps the first step (ties keep) and rescales each client by its own 1/alpha_i;
+    ``ties: strict | keep`` sets the tie rule alone (null: the variant's; GraB's reference code keeps ties)."""
+    return compose("grab-fedavg", grab_selection(variant=variant, ties=ties), mean_aggregate())
 
 
 def fednova(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: float = 0.0) -> Algorithm:
