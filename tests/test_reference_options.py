@@ -19,7 +19,7 @@ from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.engine.stacked import StackedClients
 from fedaccel.errors import ConfigError
 from fedaccel.runs.config import dump_config, from_dict, load_config
-from tiny_models import linear_federation, scalar_federation
+from tiny_models import Linear, linear_federation, scalar_federation
 
 # scalar_federation: client 0 holds (x=1, y=2), tau_0 = 1; client 1 holds (x=2, y=2) twice, tau_1 = 2;
 # p = (1/3, 2/3); w0 = 0; the gradient of a sample is (w x - y) x. Shared K = 1 * ceil(1.5 / 1) = 2.
@@ -290,3 +290,93 @@ def test_apply_preset_leaves_its_input_alone() -> None:
     assert out["train"] == {"clip": 10.0, "order": "reshuffle"}
     assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"reshuffle": False}}
                         )["train"] == {"reshuffle": False, "clip": 10.0}  # the older spelling chose the order
+
+
+def test_grab_stale_centre_by_hand_and_kept_across_rounds() -> None:
+    """c = z - (previous mean): z0 = (1, 0), z1 = (0, 1), stale (.5, .5) -> c0 = (.5, -.5) ties, c1 = -c0."""
+    info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, weights=np.ones(1), seed=0)
+    stale = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    kept = {}
+    for ties in ("strict", "keep"):
+        estimator = grab_selection(ties=ties, centre="stale").estimator(ClientContext(info, 0, 2, True), 2, stale)
+        for step, z in enumerate(([1.0, 0.0], [0.0, 1.0])):
+            estimator.observe(step, torch.tensor(z, dtype=torch.float64))
+        kept[ties] = estimator.finish(torch.zeros(2, dtype=torch.float64))[2]["selected"]
+        torch.testing.assert_close(estimator.next_state, stale)  # this round's mean: (z0 + z1) / 2
+    # strict: s = -c0, then <s, c1> = 1/2 > 0: not kept; keep: s = c0, <s, c1> = -1/2 < 0: kept
+    assert kept == {"strict": [], "keep": [0, 1]}
+    # the engine keeps the mean as the client's state: with plain SGD it is (theta0 - theta_end) / (eta tau),
+    # theta_end the local run FedAvg takes (one client: FedAvg's next model)
+    means = []
+    for name, params in (("fedavg", {}), ("grab-fedavg", {"centre": "stale"})):
+        fed = linear_federation(sizes=(6,))
+        algorithm = build_algorithm(name, **params)
+        state = init_state(algorithm, fed.model.theta.clone(), 1)
+        w0 = state.w.clone()
+        state, _ = run_round(algorithm, state, fed, fraction=1.0)
+        means.append((w0 - state.w) / (0.1 * 3) if name == "fedavg" else state.clients[0][0])
+    torch.testing.assert_close(means[1], means[0], rtol=1e-5, atol=1e-6)
+
+
+def reorder_by_hand(x: np.ndarray, y: np.ndarray, order: np.ndarray, rounds: int, lr: float, batch: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """GraB reordering on one client of the linear model by hand: (final theta, the order for the next round)."""
+    theta = np.concatenate([Linear().lin.weight.detach().numpy()[0], Linear().lin.bias.detach().numpy()])
+    theta = theta.astype(np.float64)
+    mean = None
+    for _ in range(rounds):
+        s, total, signs = np.zeros(4), np.zeros(4), []
+        for k in range(len(order) // batch):
+            idx = order[k * batch : (k + 1) * batch]
+            xb = np.hstack([x[idx], np.ones((batch, 1))])
+            z = xb.T @ (xb @ theta - y[idx]) / batch
+            c = z if mean is None else z - mean
+            sign = 1 if s @ c <= 0 else -1
+            s, total = s + sign * c, total + z
+            signs.append(sign)
+            theta = theta - lr * z
+        mean = total / len(signs)
+        blocks = [order[k * batch : (k + 1) * batch] for k in range(len(signs))]
+        order = np.concatenate([b for b, g in zip(blocks, signs) if g > 0]
+                               + [b for b, g in zip(blocks, signs) if g <= 0][::-1])
+    return theta, order
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_grab_reorder_orders_the_next_epoch_by_balancing(rounds: int) -> None:
+    fed = linear_federation(sizes=(8,), batch_size=2)  # one client, 4 batches a round, E = 1
+    x, y = fed.x_train.double().numpy(), fed.y_train.double().numpy()
+    want_theta, want_order = reorder_by_hand(x, y, fed.order(0, 0), rounds, 0.1, 2)
+    algorithm = build_algorithm("grab-reorder")
+    state = init_state(algorithm, fed.model.theta.clone(), 1)
+    for _ in range(rounds):
+        state, _ = run_round(algorithm, state, fed, fraction=1.0)
+    assert state.clients[0][0].order.tolist() == want_order.tolist()
+    np.testing.assert_allclose(state.w.double().numpy(), want_theta, rtol=1e-5, atol=1e-6)
+
+
+def test_grab_reorder_is_fedavg_when_every_sample_is_the_same() -> None:
+    ws = []
+    for name in ("fedavg", "grab-reorder"):
+        x, y = torch.ones(6, 3), torch.full((6,), 2.0)
+        fed = linear_federation(sizes=(6,))
+        fed.set_training_data(x, y)
+        algorithm = build_algorithm(name)
+        state = init_state(algorithm, fed.model.theta.clone(), 1)
+        for _ in range(3):
+            state, _ = run_round(algorithm, state, fed, fraction=1.0)
+        ws.append(state.w)
+    assert torch.equal(ws[0], ws[1])
+
+
+def test_grab_reorder_and_stale_centre_train_one_after_another_when_stacked() -> None:
+    for algorithm in (build_algorithm("grab-reorder"), build_algorithm("grab-fedavg", centre="stale")):
+        ws = []
+        for stacked in (False, True):
+            fed = linear_federation()
+            state = init_state(algorithm, fed.model.theta.clone(), fed.n_clients)
+            runtime = StackedClients(algorithm, fed, state.clients, stack_size=3) if stacked else None
+            for _ in range(3):
+                state, _ = run_round(algorithm, state, fed, fraction=1.0, runtime=runtime)
+            ws.append(state.w)
+        assert torch.equal(ws[0], ws[1])

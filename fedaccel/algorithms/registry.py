@@ -16,6 +16,7 @@ from fedaccel.algorithms.base import Algorithm, compose
 from fedaccel.algorithms.bherd import bherd_selection
 from fedaccel.algorithms.fednova import fednova_aggregate
 from fedaccel.algorithms.grab import grab_selection
+from fedaccel.algorithms.grab_reorder import grab_reordering
 from fedaccel.algorithms.scaffold import model_weighting
 from fedaccel.algorithms.scaffold import scaffold as scaffold_controls
 from fedaccel.algorithms.feddc import feddc as feddc_part
@@ -168,12 +169,19 @@ def bherd_fedavg(*, alpha: float = 0.5, selection: str = "herding") -> Algorithm
     return compose("bherd-fedavg", bherd_selection(alpha=alpha, selection=selection), mean_aggregate())
 
 
-def grab_fedavg(*, variant: str = "paper", ties: str | None = None) -> Algorithm:
+def grab_fedavg(*, variant: str = "paper", ties: str | None = None, centre: str = "running") -> Algorithm:
     """GraB-FedAvg (paper 000, Algorithm 4): online balancing keeps steps, server rescales by 1/alpha_t.
 
     ``variant: fixed`` keeps the first step (ties keep) and rescales each client by its own 1/alpha_i;
-    ``ties: strict | keep`` sets the tie rule alone (null: the variant's; GraB's reference code keeps ties)."""
-    return compose("grab-fedavg", grab_selection(variant=variant, ties=ties), mean_aggregate())
+    ``ties: strict | keep`` sets the tie rule alone (null: the variant's; GraB's reference code keeps ties);
+    ``centre: running | stale`` centres on the running sum (Algorithm 4) or the previous round's mean (GraB's)."""
+    return compose("grab-fedavg", grab_selection(variant=variant, ties=ties, centre=centre), mean_aggregate())
+
+
+def grab_reorder() -> Algorithm:
+    """GraB (Lu et al., 2022) as its authors run it: every local step taken, online balancing orders the
+    client's samples for its next round (previous round's mean as centre); the plain FedAvg update."""
+    return compose("grab-reorder", grab_reordering(), mean_aggregate())
 
 
 def fednova(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: float = 0.0) -> Algorithm:
@@ -233,6 +241,7 @@ RECIPES: dict[str, Recipe] = {
     "bherd": Recipe(bherd_fedavg, "BHerd-FedAvg: upload the herd of local gradients closest to their mean"),
     "bherd-fedavg": Recipe(bherd_fedavg, "BHerd-FedAvg (same as bherd)"),
     "grab-fedavg": Recipe(grab_fedavg, "GraB-FedAvg: online gradient balancing keeps local steps"),
+    "grab-reorder": Recipe(grab_reorder, "GraB: balancing orders each client's next epoch, FedAvg update"),
     "fednova": Recipe(fednova, "FedNova: normalised averaging of local updates"),
     "scaffold": Recipe(scaffold, "SCAFFOLD: control variates correct the client drift (option II)"),
     "bherd-fednova": Recipe(bherd_fednova, "BHerd with FedNova's normalised averaging"),
