@@ -351,7 +351,7 @@ def test_grab_reorder_orders_the_next_epoch_by_balancing(rounds: int) -> None:
     state = init_state(algorithm, fed.model.theta.clone(), 1)
     for _ in range(rounds):
         state, _ = run_round(algorithm, state, fed, fraction=1.0)
-    assert state.clients[0][0].order.tolist() == want_order.tolist()
+    assert list(state.clients[0][0].order) == want_order.tolist()
     np.testing.assert_allclose(state.w.double().numpy(), want_theta, rtol=1e-5, atol=1e-6)
 
 

@@ -38,7 +38,7 @@ from fedaccel.algorithms.base import ClientContext, Part
 class ReorderState:
     """A client's GraB ordering: the sample order of its next round and the stale mean direction."""
 
-    order: Tensor  # int64 sample indices
+    order: tuple[int, ...]  # sample indices (plain integers: model tensors alone follow the run's dtype and device)
     mean: Tensor | None = None
 
 
@@ -85,7 +85,7 @@ class ReorderBalancing:
         """The full update unchanged; the next order and mean go to ``next_state``."""
         order = balanced_order(self.order, self.size, self.signs)
         mean = None if self.total is None else self.total / len(self.signs)
-        self.next_state = ReorderState(torch.from_numpy(order.astype(np.int64)), mean)
+        self.next_state = ReorderState(tuple(int(i) for i in order), mean)
         return full_update, {}, {"front": sum(1 for s in self.signs if s > 0), "balanced": len(self.signs)}
 
 
@@ -100,7 +100,7 @@ def grab_reordering() -> Part:
     """
 
     def order(ctx: ClientContext, cs: ReorderState | None, default: np.ndarray) -> np.ndarray:
-        return default if cs is None else cs.order.cpu().numpy()
+        return default if cs is None else np.asarray(cs.order, dtype=np.int64)
 
     def estimator(ctx: ClientContext, dim: int, cs: ReorderState | None, order_: np.ndarray,
                   batches: Sequence[np.ndarray]) -> ReorderBalancing:
