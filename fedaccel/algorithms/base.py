@@ -54,7 +54,7 @@ class RoundInfo:
     weight_decay: float = 0.0
     scheduled: tuple[int, ...] | None = None  # the clients a participation schedule selects now (None: sampled)
     initial_lr: float | None = None  # eta_0, undecayed (None: not known, read as lr)
-    shared_steps: int | None = None  # K: one nominal step count for every client, as reference codes use (None: not known)
+    shared_steps: int | None = None  # K: one step count for every client, as reference codes use (None: not known)
 
     @property
     def n_clients(self) -> int:

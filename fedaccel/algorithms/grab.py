@@ -249,9 +249,11 @@ def grab_selection(*, variant: str = "paper", ties: str | None = None, centre: s
     ``"keep"`` (a tie counts as +1, as GraB's reference code ``deterministic_balance`` does). ``centre``: the
     vector each direction is centred on, ``"running"`` (m, Algorithm 4) or ``"stale"`` (the mean direction of
     the client's previous round, 0 in its first, as GraB's ``MeanBalance``; kept as client state, so the
-    stacked runtime trains these clients one after another). Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha``
-    (alpha_i), ``estimate_error`` (the rescaled upload against the full local update; None if that is 0 and the
-    upload is not) and ``memory_bytes`` (the three d-vectors).
+    stacked runtime trains these clients one after another).
+
+    Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha`` (alpha_i),
+    ``estimate_error`` (the rescaled upload against the full local update; None if that is 0 and the upload is
+    not) and ``memory_bytes`` (the three d-vectors).
 
     Example:
         >>> from fedaccel.algorithms.base import compose
