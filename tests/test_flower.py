@@ -42,6 +42,7 @@ CASES = {
     "scaffold": ["algorithm=scaffold"],
     "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4"],
     "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
+    "grab-reorder": ["algorithm=grab-reorder"],  # its client state sets the order of the next round
 }
 
 

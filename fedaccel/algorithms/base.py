@@ -14,7 +14,10 @@ holds every client's state and hands it in and out explicitly. One round, in sta
 4. ``local_term``  a term added to the gradient at every local step (FedProx, SCAFFOLD,
    FedDyn, FedDC); returns a closure ``(theta, grad) -> None`` that adds in place.
 5. ``estimator``  watches every local step direction and replaces the full local update by an
-   estimate (BHerd, GraB). At most one per algorithm.
+   estimate (BHerd, GraB). At most one per algorithm. A part with an ``order`` stage (GraB's
+   reordering) sets the client's sample order this round from its client state; its estimator is then
+   called with that state, the order and the batches, and the ``next_state`` it leaves becomes the
+   part's client state (before ``client_end``). At most one per algorithm.
 6. ``client_end``  the client's state after training and extra tensors to upload
    (SCAFFOLD's control delta, FedUMF's stored update, FedDyn/FedDC drift).
 7. ``server_adjust``  server-side rescaling of the uploaded updates (GraB's 1/alpha_t).
@@ -50,6 +53,8 @@ class RoundInfo:
     momentum: float = 0.0  # local optimiser settings, for parts whose maths depends on them
     weight_decay: float = 0.0
     scheduled: tuple[int, ...] | None = None  # the clients a participation schedule selects now (None: sampled)
+    initial_lr: float | None = None  # eta_0, undecayed (None: not known, read as lr)
+    shared_steps: int | None = None  # K: one step count for every client, as reference codes use (None: not known)
 
     @property
     def n_clients(self) -> int:
@@ -162,7 +167,10 @@ class Part:
     - ``local_term(ctx, w, ss, cs) -> LocalTerm | None``
     - ``batched_local_term(contexts, w, ss, css) -> LocalTerm | None``: the same term for K clients at
       once (stacked runtime), adding to (K, d) ``theta``/``grad`` in place, row k for ``contexts[k]``
-    - ``estimator(ctx, d) -> Estimator`` (d = number of parameters)
+    - ``estimator(ctx, d) -> Estimator`` (d = number of parameters); ``estimator(ctx, d, cs, order, batches)``
+      in a part with an ``order`` stage (module docstring)
+    - ``order(ctx, cs, default: np.ndarray) -> np.ndarray``: the client's sample order this round (``default``:
+      the federation's, from ``train.order``)
     - ``batched_estimator(contexts, d, dtype, device) -> BatchedEstimator``: the estimator for K clients at
       once (optional; a :class:`BatchedEstimatorFactory`, which also gives ``chunk_bytes``)
     - ``client_end(ctx, w, theta0, theta_end, ss, cs) -> (cs, extras: dict[str, Tensor])``
@@ -182,6 +190,7 @@ class Part:
     local_term: Callable[..., LocalTerm | None] | None = None
     batched_local_term: Callable[..., LocalTerm | None] | None = None
     estimator: Callable[..., Estimator] | None = None
+    order: Callable[..., np.ndarray] | None = None
     batched_estimator: BatchedEstimatorFactory | None = None
     client_end: Callable[..., tuple[State, dict[str, Tensor]]] | None = None
     server_adjust: Callable[..., list[ClientUpdate]] | None = None
@@ -212,7 +221,7 @@ class Algorithm:
         return found[0] if found else None
 
 
-EXCLUSIVE_STAGES = ("participation", "estimator", "aggregate", "plan_server")
+EXCLUSIVE_STAGES = ("participation", "estimator", "aggregate", "plan_server", "order")
 
 
 def compose(name: str, *parts: Part) -> Algorithm:

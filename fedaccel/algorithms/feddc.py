@@ -23,8 +23,9 @@ Choices (also in ``docs/algorithms.md``):
   after this term, which is the same gradient).
 - The reference's ``1/(K eta)`` uses one nominal K for every client (epochs x the *average*
   client's batches per epoch) and the *initial* learning rate even when it decays per round;
-  here K is the client's own tau_i and eta is this round's eta_t (the step size the trajectory
-  was actually taken with). They agree on equal-size clients without decay.
+  by default K is the client's own tau_i and eta is this round's eta_t (the step size the trajectory
+  was actually taken with). They agree on equal-size clients without decay; ``control_lr="initial"``
+  and ``control_steps="shared"`` give the reference's (:mod:`fedaccel.algorithms.control_step`).
 - ``dG_i`` is uploaded with the model (bytes counted); the mean drift is tracked from the uploaded
   updates (``Delta_i = -delta_i``), so it costs nothing extra. Only clients whose update reaches
   the server change h_i and G_i (with FedUMF, unauthorised clients train with the correction
@@ -45,6 +46,7 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, LocalTerm, Part, RoundInfo
+from fedaccel.algorithms.control_step import check_control, control_scale
 from fedaccel.errors import ConfigError
 
 DG = "feddc_dG"  # the name of the uploaded gradient-correction delta
@@ -66,7 +68,7 @@ class FedDCClient:
     correction: Tensor | None = None  # G_i
 
 
-def feddc(*, alpha: float = 0.01) -> Part:
+def feddc(*, alpha: float = 0.01, control_lr: str = "current", control_steps: str = "client") -> Part:
     """FedDC's local terms, client drift and correction, and the server's G and drift correction.
 
     ``alpha = 0.01`` as in the FedDC reference code and the FedUMF paper's Table A1.
@@ -80,6 +82,7 @@ def feddc(*, alpha: float = 0.01) -> Part:
     """
     if not alpha >= 0:
         raise ConfigError(f"feddc alpha must be >= 0, got {alpha}")
+    check_control("feddc", control_lr, control_steps)
 
     def scale(info: RoundInfo, client: int) -> float:
         return info.n_clients * float(info.weights[client])  # w~_i = N p_i
@@ -134,7 +137,7 @@ def feddc(*, alpha: float = 0.01) -> Part:
         drift = theta_end - w
         if cs.drift is not None:
             drift = drift + cs.drift
-        step = 1.0 / (ctx.steps * ctx.info.lr)
+        step = control_scale(ctx, control_lr, control_steps)  # 1 / (tau_i eta_t), or 1 / (K eta_0)
         # dG_i = G_i+ - G_i = -G / w~_i - (theta_end - theta0) / (tau_i eta_t)
         d_correction = torch.sub(theta_end, theta0).mul_(-step)
         d_correction.sub_(ss.correction, alpha=1.0 / scale(ctx.info, ctx.client))

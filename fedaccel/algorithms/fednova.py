@@ -21,6 +21,15 @@ gradient *before* momentum (so with both, a_i is the engine's exact value, not t
 recurrence, which adds the proximal term after momentum). Weight decay counts as part of the
 gradient, as in the reference code, and does not change a_i. Equal tau_i and plain SGD give a_i = tau,
 tau_eff = tau: exactly FedAvg.
+
+Reference-code options (docs/algorithms.md "Reference code"):
+
+- ``tau_eff="normalisers"`` (default, the paper): tau_eff = sum_i p_i a_i. ``tau_eff="steps"``: the reference
+  code's rule (JYWa/FedNova ``distoptim/FedNova.py``, ``average``) that uses sum_i p_i tau_i whenever mu > 0
+  (a larger server step); with mu = 0 it is the paper's rule.
+- ``gmf`` (default 0: off): the reference's server momentum. With D_t = w_t - (the step above) the
+  aggregated update, buf <- gmf buf + D_t / eta_t (buf = 0 before round 0) and w_{t+1} = w_t - eta_t buf.
+  The buffer is server state (a d-vector); gmf = 0 leaves the step as it is.
 """
 
 from __future__ import annotations
@@ -30,9 +39,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from fedaccel.algorithms.base import ClientUpdate, Part, RoundInfo
+from fedaccel.algorithms.base import ClientUpdate, Part, RoundInfo, State
 from fedaccel.algorithms.mean import renormalised_weights
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
+
+TAU_EFF_RULES = ("normalisers", "steps")
 
 
 def normaliser(steps: int, *, lr: float = 1.0, momentum: float = 0.0, mu: float = 0.0) -> float:
@@ -53,11 +64,12 @@ def normaliser(steps: int, *, lr: float = 1.0, momentum: float = 0.0, mu: float 
     return -y
 
 
-def fednova_aggregate(*, mu: float = 0.0) -> Part:
+def fednova_aggregate(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: float = 0.0) -> Part:
     """FedNova's server step. ``mu`` is the proximal coefficient of the clients' local steps (0: none).
 
     The momentum rho is read from the run's local optimiser (``RoundInfo.momentum``); ``mu`` must be
     the same value as the FedProx part that adds the proximal term (the ``fednova`` recipe does both).
+    ``tau_eff`` and ``gmf``: the reference code's options (module docstring).
 
     Example:
         >>> from fedaccel.algorithms.base import compose
@@ -66,16 +78,32 @@ def fednova_aggregate(*, mu: float = 0.0) -> Part:
     """
     if not mu >= 0:
         raise ConfigError(f"fednova mu must be >= 0, got {mu}")
+    if tau_eff not in TAU_EFF_RULES:
+        raise ConfigError(f"fednova tau_eff must be one of {', '.join(TAU_EFF_RULES)}, got {shown(tau_eff)}")
+    if not 0 <= gmf < 1:
+        raise ConfigError(f"fednova gmf must be in [0, 1), got {gmf}")
 
     def aggregate(info: RoundInfo, w: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
         if not updates:
             return w.clone()
         p = renormalised_weights(updates)
         a = [normaliser(u.steps, lr=info.lr, momentum=info.momentum, mu=mu) for u in updates]
-        tau_eff = sum(pk * ak for pk, ak in zip(p, a, strict=True))
+        scales = [float(u.steps) for u in updates] if tau_eff == "steps" and mu > 0 else a
+        effective = sum(pk * sk for pk, sk in zip(p, scales, strict=True))
         step = torch.zeros_like(w)
         for pk, ak, u in zip(p, a, updates, strict=True):
             step.add_(u.delta, alpha=pk / ak)
-        return torch.sub(w, step, alpha=tau_eff)
+        return torch.sub(w, step, alpha=effective)
 
-    return Part(name="fednova", aggregate=aggregate)
+    def init_momentum(w0: Tensor) -> Tensor:
+        return torch.zeros_like(w0)
+
+    def server_momentum(
+        info: RoundInfo, w: Tensor, w_next: Tensor, updates: Sequence[ClientUpdate], ss: State
+    ) -> tuple[Tensor, State]:
+        buffer = ss.mul(gmf).add_(w - w_next, alpha=1.0 / info.lr)  # gmf buf + D_t / eta_t
+        return torch.sub(w, buffer, alpha=info.lr), buffer
+
+    if gmf == 0:
+        return Part(name="fednova", aggregate=aggregate)
+    return Part(name="fednova", aggregate=aggregate, init_server=init_momentum, server_end=server_momentum)

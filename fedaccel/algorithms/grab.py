@@ -80,18 +80,30 @@ class BalancingEstimator:
     The vectors are created at the first step like the step direction (the model's dtype and device).
     """
 
-    def __init__(self, steps: int, dim: int, lr: float, keep_ties: bool = False) -> None:
+    def __init__(
+        self, steps: int, dim: int, lr: float, keep_ties: bool = False, stale: Tensor | None = None,
+        centre: str = "running",
+    ) -> None:
         self.steps, self.dim, self.lr, self.keep_ties = steps, dim, lr, keep_ties
-        self.m: Tensor | None = None  # running sum of z / tau_i
+        self.centre, self.stale = centre, stale  # "stale": c = z - (the client's previous mean; 0 at first)
+        self.m: Tensor | None = None  # running sum of z / tau_i (the next stale mean once all steps are seen)
         self.s: Tensor | None = None  # signed sum of centred directions
         self.g: Tensor | None = None  # sum of kept raw directions
         self.kept: list[int] = []
+
+    @property
+    def next_state(self) -> Tensor | None:
+        """With ``centre="stale"``: this round's mean direction, the next round's centre."""
+        return self.m
 
     def observe(self, step: int, direction: Tensor) -> None:
         if self.m is None or self.s is None or self.g is None:
             self.m, self.s, self.g = (torch.zeros_like(direction) for _ in range(3))
         self.m.add_(direction, alpha=1.0 / self.steps)
-        c = direction - self.m
+        if self.centre == "running":
+            c = direction - self.m
+        else:
+            c = direction if self.stale is None else direction - self.stale
         inner = float(torch.dot(self.s, c))
         if inner < 0.0 or (self.keep_ties and inner == 0.0):  # ||s + c|| < ||s - c|| (or = with keep_ties)
             self.s.add_(c)
@@ -223,13 +235,25 @@ class BatchedBalancingFactory:
         return clients * (6 * dim * element + steps + SMALL_BYTES)
 
 
-def grab_selection(*, variant: str = "paper") -> Part:
+TIES = ("strict", "keep")
+
+
+CENTRES = ("running", "stale")
+
+
+def grab_selection(*, variant: str = "paper", ties: str | None = None, centre: str = "running") -> Part:
     """GraB online selection on the client plus the server's 1/alpha_t rescaling (Algorithm 4).
 
     ``variant="fixed"`` keeps ties (the first step) and rescales each client by its own 1/alpha_i (module
-    docstring). Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha``
-    (alpha_i), ``estimate_error`` (the rescaled upload against the full local update; None if that is 0 and the
-    upload is not) and ``memory_bytes`` (the three d-vectors).
+    docstring). ``ties`` overrides the variant's tie rule: ``"strict"`` (a tie is not kept, Algorithm 4) or
+    ``"keep"`` (a tie counts as +1, as GraB's reference code ``deterministic_balance`` does). ``centre``: the
+    vector each direction is centred on, ``"running"`` (m, Algorithm 4) or ``"stale"`` (the mean direction of
+    the client's previous round, 0 in its first, as GraB's ``MeanBalance``; kept as client state, so the
+    stacked runtime trains these clients one after another).
+
+    Diagnostics per client and round: ``selected`` (0-based kept steps of the ``tau``), ``alpha`` (alpha_i),
+    ``estimate_error`` (the rescaled upload against the full local update; None if that is 0 and the upload is
+    not) and ``memory_bytes`` (the three d-vectors).
 
     Example:
         >>> from fedaccel.algorithms.base import compose
@@ -240,10 +264,18 @@ def grab_selection(*, variant: str = "paper") -> Part:
 
     if variant not in VARIANTS:
         raise ConfigError(f"grab variant must be one of {', '.join(VARIANTS)}, got {shown(variant)}")
+    if ties is not None and ties not in TIES:
+        raise ConfigError(f"grab ties must be one of {', '.join(TIES)} (or null: the variant's), got {shown(ties)}")
+    if centre not in CENTRES:
+        raise ConfigError(f"grab centre must be one of {', '.join(CENTRES)}, got {shown(centre)}")
     fixed = variant == "fixed"
+    keep_ties = fixed if ties is None else ties == "keep"
 
-    def estimator(ctx: ClientContext, dim: int) -> Estimator:
-        return BalancingEstimator(ctx.steps, dim, ctx.info.lr, keep_ties=fixed)
+    def estimator(ctx: ClientContext, dim: int, cs: State = None, *_: Any) -> Estimator:
+        return BalancingEstimator(ctx.steps, dim, ctx.info.lr, keep_ties=keep_ties, stale=cs, centre=centre)
+
+    def same_order(ctx: ClientContext, cs: State, default: Any) -> Any:
+        return default  # only so that the engine hands the estimator its state (the stale mean)
 
     def server_adjust(info: RoundInfo, updates: Sequence[ClientUpdate], ss: State) -> list[ClientUpdate]:
         if not updates:
@@ -262,10 +294,12 @@ def grab_selection(*, variant: str = "paper") -> Part:
                 out.append(replace(u, delta=u.delta / divisor, diag=with_error(u.diag, alpha_i, 1.0 / divisor)))
         return out
 
+    if centre == "stale":
+        return Part(name="grab", estimator=estimator, order=same_order, server_adjust=server_adjust)
     return Part(
         name="grab",
         estimator=estimator,
-        batched_estimator=BatchedBalancingFactory(keep_ties=fixed),
+        batched_estimator=BatchedBalancingFactory(keep_ties=keep_ties),
         server_adjust=server_adjust,
     )
 

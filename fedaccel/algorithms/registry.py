@@ -16,6 +16,8 @@ from fedaccel.algorithms.base import Algorithm, compose
 from fedaccel.algorithms.bherd import bherd_selection
 from fedaccel.algorithms.fednova import fednova_aggregate
 from fedaccel.algorithms.grab import grab_selection
+from fedaccel.algorithms.grab_reorder import grab_reordering
+from fedaccel.algorithms.scaffold import model_weighting
 from fedaccel.algorithms.scaffold import scaffold as scaffold_controls
 from fedaccel.algorithms.feddc import feddc as feddc_part
 from fedaccel.algorithms.feddyn import feddyn as feddyn_part
@@ -72,14 +74,15 @@ def fedgsnr_fedprox(*, samples: int = 64, e_const: int = 20, mu: float = 0.01, p
 
 
 def fedgsnr_scaffold(
-    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data", plan: str = "gsnr"
+    *, samples: int = 64, e_const: int = 20, server_lr: float = 1.0, weighting: str = "data", plan: str = "gsnr",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """FedGSNR with SCAFFOLD (paper 003, Table 1): planned local steps, control-variate correction."""
     return compose(
         "fedgsnr-scaffold",
         fedgsnr_planning(samples=samples, e_const=e_const, plan=plan),
-        scaffold_controls(weighting=weighting),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 
@@ -101,19 +104,23 @@ def feddyn(*, alpha: float = 0.01, weighting: str = "uniform") -> Algorithm:
     return compose("feddyn", feddyn_part(alpha=alpha), mean_aggregate(weighting=weighting))
 
 
-def feddc(*, alpha: float = 0.01, weighting: str = "uniform") -> Algorithm:
+def feddc(
+    *, alpha: float = 0.01, weighting: str = "uniform", control_lr: str = "current", control_steps: str = "client"
+) -> Algorithm:
     """FedDC (Gao et al., 2022): drift h_i and gradient correction G_i, server adds the mean drift."""
-    return compose("feddc", feddc_part(alpha=alpha), mean_aggregate(weighting=weighting))
+    part = feddc_part(alpha=alpha, control_lr=control_lr, control_steps=control_steps)
+    return compose("feddc", part, mean_aggregate(weighting=weighting))
 
 
 def fedumf_feddc(
-    *, fraction: float = 0.1, alpha: float = 1.0, feddc_alpha: float = 0.01, weighting: str = "uniform"
+    *, fraction: float = 0.1, alpha: float = 1.0, feddc_alpha: float = 0.01, weighting: str = "uniform",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """FedUMF with FedDC: all clients train with FedDC's terms, a fraction C uploads and fuses."""
     return compose(
         "fedumf-feddc",
         fedumf_part(fraction=fraction, alpha=alpha),
-        feddc_part(alpha=feddc_alpha),
+        feddc_part(alpha=feddc_alpha, control_lr=control_lr, control_steps=control_steps),
         mean_aggregate(weighting=weighting),
     )
 
@@ -132,7 +139,8 @@ def fedumf_fedprox(
 
 
 def fedumf_scaffold(
-    *, fraction: float = 0.1, alpha: float = 1.0, server_lr: float = 1.0, weighting: str = "data"
+    *, fraction: float = 0.1, alpha: float = 1.0, server_lr: float = 1.0, weighting: str = "data",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """FedUMF with SCAFFOLD: all clients train with the control correction, a fraction uploads.
 
@@ -142,8 +150,8 @@ def fedumf_scaffold(
     return compose(
         "fedumf-scaffold",
         fedumf_part(fraction=fraction, alpha=alpha),
-        scaffold_controls(weighting=weighting),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 # --- end FedUMF, FedDyn and FedDC recipes -------------------------------------------------------
@@ -161,25 +169,38 @@ def bherd_fedavg(*, alpha: float = 0.5, selection: str = "herding") -> Algorithm
     return compose("bherd-fedavg", bherd_selection(alpha=alpha, selection=selection), mean_aggregate())
 
 
-def grab_fedavg(*, variant: str = "paper") -> Algorithm:
+def grab_fedavg(*, variant: str = "paper", ties: str | None = None, centre: str = "running") -> Algorithm:
     """GraB-FedAvg (paper 000, Algorithm 4): online balancing keeps steps, server rescales by 1/alpha_t.
 
-    ``variant: fixed`` keeps the first step (ties keep) and rescales each client by its own 1/alpha_i."""
-    return compose("grab-fedavg", grab_selection(variant=variant), mean_aggregate())
+    ``variant: fixed`` keeps the first step (ties keep) and rescales each client by its own 1/alpha_i;
+    ``ties: strict | keep`` sets the tie rule alone (null: the variant's; GraB's reference code keeps ties);
+    ``centre: running | stale`` centres on the running sum (Algorithm 4) or the previous round's mean (GraB's)."""
+    return compose("grab-fedavg", grab_selection(variant=variant, ties=ties, centre=centre), mean_aggregate())
 
 
-def fednova(*, mu: float = 0.0) -> Algorithm:
-    """FedNova (Wang et al., 2020): updates normalised by a_i; mu > 0 adds FedProx's local term."""
+def grab_reorder() -> Algorithm:
+    """GraB (Lu et al., 2022) as its authors run it: every local step taken, online balancing orders the
+    client's samples for its next round (previous round's mean as centre); the plain FedAvg update."""
+    return compose("grab-reorder", grab_reordering(), mean_aggregate())
+
+
+def fednova(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: float = 0.0) -> Algorithm:
+    """FedNova (Wang et al., 2020): updates normalised by a_i; mu > 0 adds FedProx's local term.
+
+    ``tau_eff: steps`` (sum p_i tau_i when mu > 0) and server momentum ``gmf``: the reference code's options."""
     local = (fedprox_term(mu=mu),) if mu > 0 else ()
-    return compose("fednova", *local, fednova_aggregate(mu=mu))
+    return compose("fednova", *local, fednova_aggregate(mu=mu, tau_eff=tau_eff, gmf=gmf))
 
 
-def scaffold(*, server_lr: float = 1.0, weighting: str = "data") -> Algorithm:
-    """SCAFFOLD (Karimireddy et al., 2020), option II, server learning rate eta_g."""
+def scaffold(
+    *, server_lr: float = 1.0, weighting: str = "data", control_lr: str = "current", control_steps: str = "client"
+) -> Algorithm:
+    """SCAFFOLD (Karimireddy et al., 2020), option II, server learning rate eta_g; ``control_lr``/``control_steps``:
+    the step 1/(tau_i eta_t) or the reference code's 1/(K eta_0) (docs/algorithms.md "Reference code")."""
     return compose(
         "scaffold",
-        scaffold_controls(weighting=weighting),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 
@@ -189,14 +210,15 @@ def bherd_fednova(*, alpha: float = 0.5, selection: str = "herding") -> Algorith
 
 
 def bherd_scaffold(
-    *, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data", selection: str = "herding"
+    *, alpha: float = 0.5, server_lr: float = 1.0, weighting: str = "data", selection: str = "herding",
+    control_lr: str = "current", control_steps: str = "client",
 ) -> Algorithm:
     """BHerd-SCAFFOLD: herds the SCAFFOLD-corrected directions; controls follow the real trajectory."""
     return compose(
         "bherd-scaffold",
-        scaffold_controls(weighting=weighting),
+        scaffold_controls(weighting=weighting, control_lr=control_lr, control_steps=control_steps),
         bherd_selection(alpha=alpha, selection=selection),
-        mean_aggregate(server_lr=server_lr, weighting=weighting),
+        mean_aggregate(server_lr=server_lr, weighting=model_weighting(weighting)),
     )
 
 
@@ -219,6 +241,7 @@ RECIPES: dict[str, Recipe] = {
     "bherd": Recipe(bherd_fedavg, "BHerd-FedAvg: upload the herd of local gradients closest to their mean"),
     "bherd-fedavg": Recipe(bherd_fedavg, "BHerd-FedAvg (same as bherd)"),
     "grab-fedavg": Recipe(grab_fedavg, "GraB-FedAvg: online gradient balancing keeps local steps"),
+    "grab-reorder": Recipe(grab_reorder, "GraB: balancing orders each client's next epoch, FedAvg update"),
     "fednova": Recipe(fednova, "FedNova: normalised averaging of local updates"),
     "scaffold": Recipe(scaffold, "SCAFFOLD: control variates correct the client drift (option II)"),
     "bherd-fednova": Recipe(bherd_fednova, "BHerd with FedNova's normalised averaging"),

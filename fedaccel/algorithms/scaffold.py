@@ -16,7 +16,11 @@ clients, written down here once:
 - Weighting. ``weighting="data"`` (default, as the rest of fedaccel): the model mean is data-weighted
   (p renormalised over S) and q_i = p_i, which keeps c = sum_i p_i c_i, the gradient of the weighted
   objective. ``weighting="uniform"`` is the paper's algorithm exactly: uniform mean, q_i = 1/N. With
-  equal client sizes the two coincide.
+  equal client sizes the two coincide. ``weighting="reference"`` is what the reference code does
+  (gaoliang13/FedDC ``utils_methods.train_SCAFFOLD``): a uniform model mean, data-weighted controls
+  (q_i = p_i) and the local correction ``c / (N p_i) - c_i``; on equal clients it is ``uniform``.
+- The step 1/(tau_i eta_t) of option II, or the reference code's 1/(K eta_0): options ``control_lr`` and
+  ``control_steps`` (:mod:`fedaccel.algorithms.control_step`).
 - The real trajectory. c_i+ uses ``theta0 - theta_end`` of the local run (theta0 = w_t unless a start
   part moves it), not an estimate of it: in BHerd-SCAFFOLD the herded update goes to the model step and
   the control variates still follow what the client actually did.
@@ -37,13 +41,22 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, LocalTerm, Part, RoundInfo, State
+from fedaccel.algorithms.control_step import check_control, control_scale
 from fedaccel.errors import ConfigError, shown
 
 
-def scaffold(*, weighting: str = "data") -> Part:
+WEIGHTINGS = ("data", "uniform", "reference")
+
+
+def model_weighting(weighting: str) -> str:
+    """The model mean's weighting that goes with the controls' ``weighting`` (the reference's is uniform)."""
+    return "uniform" if weighting == "reference" else weighting
+
+
+def scaffold(*, weighting: str = "data", control_lr: str = "current", control_steps: str = "client") -> Part:
     """SCAFFOLD's controls: the local correction c - c_i, the option-II client update and the server's c.
 
-    Compose with ``mean_aggregate(server_lr=eta_g, weighting=...)`` using the same ``weighting``.
+    Compose with ``mean_aggregate(server_lr=eta_g, weighting=model_weighting(weighting))``.
 
     Example:
         >>> from fedaccel.algorithms.base import compose
@@ -51,8 +64,15 @@ def scaffold(*, weighting: str = "data") -> Part:
         >>> compose("scaffold", scaffold(), mean_aggregate(server_lr=1.0)).name
         'scaffold'
     """
-    if weighting not in ("data", "uniform"):
-        raise ConfigError(f"scaffold weighting must be 'data' or 'uniform', got {shown(weighting)}")
+    if weighting not in WEIGHTINGS:
+        raise ConfigError(f"scaffold weighting must be one of {', '.join(WEIGHTINGS)}, got {shown(weighting)}")
+    check_control("scaffold", control_lr, control_steps)
+
+    def global_control(info: RoundInfo, client: int, ss: Tensor) -> Tensor:
+        """c as the client's correction uses it: c, or the reference code's c / (N p_i)."""
+        if weighting != "reference":
+            return ss
+        return ss / (info.n_clients * float(info.weights[client]))
 
     def zeros(w0: Tensor) -> Tensor:
         return torch.zeros_like(w0)
@@ -64,7 +84,8 @@ def scaffold(*, weighting: str = "data") -> Part:
         return {"c": ss}
 
     def local_term(ctx: ClientContext, w: Tensor, ss: State, cs: State) -> LocalTerm:
-        correction = ss if cs is None else ss - cs  # c - c_i, once per client-round
+        c = global_control(ctx.info, ctx.client, ss)
+        correction = c if cs is None else c - cs  # c - c_i, once per client-round
 
         def add_correction(theta: Tensor, grad: Tensor) -> None:
             grad.add_(correction)
@@ -72,7 +93,8 @@ def scaffold(*, weighting: str = "data") -> Part:
         return add_correction
 
     def batched_local_term(contexts: Sequence[ClientContext], w: Tensor, ss: State, css: list) -> LocalTerm:
-        correction = torch.stack([ss if cs is None else ss - cs for cs in css])  # (K, d): c - c_i
+        controls = [global_control(ctx.info, ctx.client, ss) for ctx in contexts]
+        correction = torch.stack([c if cs is None else c - cs for c, cs in zip(controls, css)])  # (K, d): c - c_i
 
         def add_correction(theta: Tensor, grad: Tensor) -> None:
             grad.add_(correction)
@@ -85,7 +107,8 @@ def scaffold(*, weighting: str = "data") -> Part:
         if not ctx.uploads:
             return cs, {}
         c_old = torch.zeros_like(ss) if cs is None else cs
-        c_new = c_old - ss + (theta0 - theta_end) / (ctx.steps * ctx.info.lr)  # option II
+        step = control_scale(ctx, control_lr, control_steps)  # 1 / (tau_i eta_t), or 1 / (K eta_0)
+        c_new = c_old - ss + (theta0 - theta_end) * step  # option II
         return c_new, {"dc": c_new - c_old}
 
     def server_end(
@@ -93,7 +116,7 @@ def scaffold(*, weighting: str = "data") -> Part:
     ) -> tuple[Tensor, State]:
         c = ss.clone()
         for u in updates:
-            q = float(info.weights[u.client]) if weighting == "data" else 1.0 / info.n_clients
+            q = 1.0 / info.n_clients if weighting == "uniform" else float(info.weights[u.client])
             c.add_(u.extras["dc"], alpha=q)
         return w_next, c
 

@@ -81,6 +81,7 @@ class Federation:
         self.seed = seed
         self.weights = sizes / sizes.sum()
         self.steps = np.array([options.steps(int(n)) for n in sizes])
+        self.shared_steps = options.shared_steps([int(n) for n in sizes])  # K of the reference codes
         self.eval_batch_size = eval_batch_size
         self._train_eval_index = self._pick_train_eval(eval_train_samples)
 

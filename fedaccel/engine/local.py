@@ -100,6 +100,18 @@ class LocalOptions:
             return self.local_steps
         return max(1, math.floor(self.local_epochs * n_samples / self.batch_size + 1e-9))
 
+    def shared_steps(self, sizes: Sequence[int]) -> int:
+        """K: one step count for every client, as the FedDC/SCAFFOLD reference code computes it: epochs x
+        batches per epoch of the *average* client, ``int(E * ceil(mean |D_i| / B))``; or ``local_steps`` when set.
+
+        Example:
+            >>> LocalOptions(batch_size=10, local_epochs=2).shared_steps([10, 25])  # 2 * ceil(17.5 / 10)
+            4
+        """
+        if self.local_steps is not None:
+            return self.local_steps
+        return max(1, int(self.local_epochs * math.ceil(sum(sizes) / len(sizes) / self.batch_size - 1e-9)))
+
 
 def batch_positions(order: np.ndarray, steps: int, batch_size: int) -> list[np.ndarray]:
     """Indices of each of ``steps`` mini-batches, reading ``order`` cyclically.

@@ -25,7 +25,7 @@ from fedaccel.algorithms.base import (
 from fedaccel.algorithms.sampling import sample_clients, scheduled_clients
 from fedaccel.engine.evaluated import track
 from fedaccel.engine.federation import Federation
-from fedaccel.engine.local import train_local
+from fedaccel.engine.local import batch_positions, train_local
 
 
 @dataclass
@@ -77,6 +77,8 @@ def round_info(federation: Federation, round_: int, schedule: Sequence[Sequence[
         momentum=options.momentum,
         weight_decay=options.weight_decay,
         scheduled=scheduled_clients(schedule, round_),
+        initial_lr=options.lr,
+        shared_steps=federation.shared_steps,
     )
 
 
@@ -254,9 +256,18 @@ def train_client(
         if term is not None:
             terms.append(term)
     owner = algorithm.single("estimator")
-    estimator = owner[1].estimator(ctx, w.numel()) if owner else None  # type: ignore[misc]
-
-    batches = federation.client_batches(ctx.client, ctx.info.round, ctx.steps)
+    ordering = algorithm.single("order")  # a part that orders the client's samples from its state (GraB)
+    if ordering is None:
+        batches = federation.client_batches(ctx.client, ctx.info.round, ctx.steps)
+        estimator = owner[1].estimator(ctx, w.numel()) if owner else None  # type: ignore[misc]
+    else:
+        k, part = ordering
+        order = part.order(ctx, client_state[k], federation.order(ctx.client, ctx.info.round))  # type: ignore[misc]
+        batches = batch_positions(order, ctx.steps, federation.options.batch_size)
+        estimator = None
+        if owner is not None:
+            args = (client_state[k], order, batches) if owner[0] == k else ()
+            estimator = owner[1].estimator(ctx, w.numel(), *args)  # type: ignore[misc]
     theta_end = train_local(
         federation.model,
         federation.x_train,
@@ -280,8 +291,10 @@ def train_client(
     delta = trajectory if theta0 is w else trajectory + (w - theta0)
 
     new_state = list(client_state)
+    if ordering is not None and owner is not None and owner[0] == ordering[0]:
+        new_state[owner[0]] = estimator.next_state  # type: ignore[union-attr]
     for k, part in algorithm.with_stage("client_end"):
-        new_state[k], more = part.client_end(ctx, w, theta0, theta_end, server[k], client_state[k])  # type: ignore[misc]
+        new_state[k], more = part.client_end(ctx, w, theta0, theta_end, server[k], new_state[k])  # type: ignore[misc]
         extras.update(more)
     weight = float(federation.weights[ctx.client])
     return tuple(new_state), ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag)

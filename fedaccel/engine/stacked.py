@@ -207,9 +207,10 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
 
     rows: list[_Row] = []
     for job in jobs:
-        if _kernel_for(job.federation) is None:
-            say_once(f"note: stacked runtime: {type(job.federation.model.module).__name__} has buffers "
-                     "(no batched form): its clients train one after another")
+        if _kernel_for(job.federation) is None or job.algorithm.single("order") is not None:
+            why = (f"{job.algorithm.name} orders each client's samples from its state" if _kernel_for(job.federation)
+                   else f"{type(job.federation.model.module).__name__} has buffers (no batched form)")
+            say_once(f"note: stacked runtime: {why}: its clients train one after another")
             for ctx in job.contexts:
                 job.states[ctx.client], update = train_client(
                     job.algorithm, ctx, job.w, job.server, job.states[ctx.client], job.federation)

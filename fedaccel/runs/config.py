@@ -245,8 +245,11 @@ def set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def from_dict(raw: dict[str, Any]) -> Config:
-    """Build and validate a Config from a nested mapping (unknown keys are errors)."""
-    config = _build(Config, raw, "")
+    """Build and validate a Config from a nested mapping (unknown keys are errors); an ``algorithm.preset``
+    fills the keys the mapping leaves unset (:mod:`fedaccel.algorithms.presets`)."""
+    from fedaccel.algorithms.presets import apply_preset
+
+    config = _build(Config, apply_preset(raw) if isinstance(raw, dict) else raw, "")
     validate(config)
     return config
 
@@ -449,7 +452,7 @@ def build_algorithm_from(config: Config) -> Any:
     the config leaves unset takes ``train.client_fraction``: one knob for "who is selected"."""
     from fedaccel.algorithms.registry import build_algorithm, hyperparameters
 
-    params = {k: v for k, v in config.algorithm.items() if k != "name"}
+    params = {k: v for k, v in config.algorithm.items() if k not in ("name", "preset")}
     name = config.algorithm["name"]
     if "fraction" in hyperparameters(name) and "fraction" not in params:
         params["fraction"] = config.train.client_fraction

@@ -1,0 +1,146 @@
+"""Presets: "as the authors ran it" in one word, ``algorithm: {name: NAME, preset: REPO}``.
+
+A preset sets every reference-code option of docs/algorithms.md ("Reference code") to what one public
+repository does: the recipe's hyperparameters (``algorithm``, per recipe) and the train/eval keys the code
+fixes (``config``, dotted keys). It is a defaults layer: built-in defaults < preset < the user's file <
+``--set``, so a key the user sets wins (:func:`apply_preset`, called by ``fedaccel.runs.config``). The
+resolved config (``config.yaml`` in the run folder) holds every value the preset set, so a run is
+reproducible without this table.
+
+Only keys that exist are set. :data:`TO_ADD` lists what each repository also does that has no config key
+yet, with the value a preset will set once the key exists.
+
+Example:
+    >>> raw = apply_preset({"algorithm": {"name": "scaffold", "preset": "feddc-code"}, "train": {"clip": 5.0}})
+    >>> raw["algorithm"]["control_lr"], raw["train"]["clip"], raw["train"]["order"]
+    ('initial', 5.0, 'reshuffle')
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fedaccel.errors import ConfigError, listed, shown
+
+# Reference file:line for every value: docs/algorithms.md, "Reference code".
+PRESETS: dict[str, dict[str, Any]] = {
+    "feddc-code": {
+        "repository": "gaoliang13/FedDC",
+        "recipes": ("scaffold", "feddyn", "feddc", "fedprox", "fedavg"),
+        "algorithm": {
+            # utils_methods.py:634,641,643,649,655 and example_code_cifar10.py:111-113
+            "scaffold": {"weighting": "reference", "control_lr": "initial", "control_steps": "shared"},
+            "feddyn": {"alpha": 0.01, "weighting": "uniform"},  # example_code_cifar10.py:94; np.mean of the models
+            # utils_methods_FedDC.py:175 (beta = 1/n_minibatch/learning_rate), 185; example_code_cifar10.py:73,77-79
+            "feddc": {"alpha": 0.01, "weighting": "uniform", "control_lr": "initial", "control_steps": "shared"},
+            "fedprox": {"mu": 2e-4},  # utils_general.py:187: 1e-4 ||theta - w||^2, gradient 2e-4 (theta - w)
+            "fedavg": {},  # utils_methods.py:146: data-weighted mean of the selected models, as fedaccel's
+        },
+        "config": {
+            "train.clip": 10.0,  # utils_general.py:11 (max_norm = 10), clip_grad_norm_ at every step
+            "train.order": "reshuffle",  # utils_general.py:76,429 (DataLoader shuffle=True: a new order every epoch)
+        },
+    },
+    "feddyn-code": {
+        "repository": "alpemreacar/FedDyn",
+        "recipes": ("feddyn",),
+        "algorithm": {
+            "feddyn": {"alpha": 0.01, "weighting": "uniform"},  # example_cifar_10.py:65; utils_methods.py:396
+        },
+        "config": {
+            "train.clip": 10.0,  # utils_general.py:8 (max_norm = 10), clipped at :224
+            "train.order": "reshuffle",  # utils_general.py:187 (DataLoader shuffle=True)
+        },
+    },
+    "fednova-code": {
+        "repository": "JYWa/FedNova",
+        "recipes": ("fednova",),
+        "algorithm": {
+            # distoptim/FedNova.py:172-175 (sum p_i tau_i when mu != 0); train_LocalSGD.py:44-45 (gmf default 0)
+            "fednova": {"tau_eff": "steps", "gmf": 0.0},
+        },
+        "config": {
+            "train.momentum": 0.9,  # launch_exp.sh:14 (--momentum 0.9; the argparse default is 0)
+            "train.weight_decay": 1e-4,  # train_LocalSGD.py:179 (hard-coded)
+        },
+    },
+    "fedprox-code": {
+        "repository": "litian96/FedProx",
+        "recipes": ("fedprox",),
+        "algorithm": {
+            "fedprox": {"mu": 0.0},  # main.py:73-76 (--mu default 0; the paper's runs pass mu per dataset)
+        },
+        "config": {
+            "train.order": "fixed",  # flearn/utils/model_utils.py:14 (np.random.seed(100) before every shuffle)
+        },
+    },
+}
+
+# What the repositories also do, for keys other work adds (issue 22); set these once the keys exist.
+TO_ADD: dict[str, dict[str, Any]] = {
+    "feddc-code": {
+        "augmentation (CIFAR)": "random crop (pad 4) + horizontal flip (utils_dataset.py, Dataset train=True)",
+        "clip over the whole objective": "clip at 10 after the FedDC/SCAFFOLD/FedProx terms (utils_general.py:474)",
+        "eval model": "log all three: broadcast, client_mean (selected), all_mean (utils_methods_FedDC.py:191-213)",
+        "train.local_steps": "SCAFFOLD: the shared K on every client (utils_general.py:238-255)",
+    },
+    "feddyn-code": {
+        "augmentation (CIFAR)": "random crop (pad 4) + horizontal flip",
+        "clip over the whole objective": "clip at 10 after the FedDyn term (utils_general.py:224)",
+        "eval model": "client_mean and all_mean, never the broadcast model (utils_methods.py:396-416)",
+    },
+    "fednova-code": {
+        "systems heterogeneity": "random local epochs per client per round (train_LocalSGD.py, --localE)",
+    },
+    "fedprox-code": {
+        "systems heterogeneity": "stragglers: drop_percent 0.1 run fewer epochs, kept by FedProx (main.py:81-84)",
+    },
+}
+
+
+def presets_for(recipe: str) -> list[str]:
+    """The presets that name ``recipe``."""
+    return [name for name, preset in PRESETS.items() if recipe in preset["recipes"]]
+
+
+def preset_values(preset: str, recipe: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(algorithm hyperparameters, dotted config keys) of ``preset`` for ``recipe``; one-line ConfigError if
+    the preset is unknown or not for this recipe."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown algorithm.preset {shown(preset)}; known: {listed(sorted(PRESETS), near=preset)}")
+    table = PRESETS[preset]
+    if recipe not in table["recipes"]:
+        raise ConfigError(f"algorithm.preset {preset} ({table['repository']}) is for {listed(table['recipes'])}, "
+                          f"not {shown(recipe)}; presets for {recipe}: {listed(presets_for(recipe))}")
+    return dict(table["algorithm"].get(recipe, {})), dict(table["config"])
+
+
+def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[str, Any]:
+    """``raw`` (a config mapping: file and ``--set`` merged) with its ``algorithm.preset`` filled in under
+    every key ``raw`` leaves unset; ``raw`` itself is not changed. No preset: ``raw`` as it is."""
+    algorithm = raw.get("algorithm")
+    if not isinstance(algorithm, dict) or algorithm.get("preset") is None:
+        return raw
+    preset, recipe = algorithm["preset"], algorithm.get("name", default_recipe)
+    if not isinstance(preset, str) or not isinstance(recipe, str):
+        raise ConfigError(f"algorithm.preset must be a name, got {shown(preset)}")
+    hyper, config = preset_values(preset, recipe)
+    out = copy.deepcopy(raw)
+    for key, value in hyper.items():
+        out["algorithm"].setdefault(key, value)
+    for dotted, value in config.items():
+        if dotted == "train.order" and "reshuffle" in (out.get("train") or {}):
+            continue  # the user chose the order with its older spelling
+        node = out
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                break  # not a mapping: the config's own check reports it
+            node = child
+        else:
+            node.setdefault(leaf, value)
+    return out
