@@ -24,7 +24,9 @@ import torch
 from torch import Tensor
 
 from fedaccel.algorithms.base import Estimator, LocalTerm
+from fedaccel.algorithms.sampling import SAMPLINGS
 from fedaccel.engine.flat import FlatModel
+from fedaccel.engine.work import LocalWork
 from fedaccel.errors import ConfigError, shown
 
 ORDERS = ("fixed", "reshuffle", "given")
@@ -58,6 +60,8 @@ class LocalOptions:
     clip: float | None = None  # max L2 norm of each mini-batch gradient
     order: str = "fixed"  # batches of the sample order: fixed, reshuffle (RR) or given (see batch_order)
     reshuffle: bool = False  # the older spelling of order="reshuffle"; always equal to order == "reshuffle"
+    work: LocalWork = LocalWork()  # local work per client per round and partial work (fedaccel.engine.work)
+    sampling: str = "fixed"  # who is selected: fixed (round(C N) clients) or bernoulli (each with probability C)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", batch_order(self.order, self.reshuffle))
@@ -78,6 +82,9 @@ class LocalOptions:
             raise ConfigError(f"train.lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.clip is not None and not self.clip > 0:
             raise ConfigError(f"train.clip must be > 0 or null, got {self.clip}")
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError(f"train.sampling must be one of {', '.join(SAMPLINGS)}, got {shown(self.sampling)}")
+        self.work.check(self.local_epochs)
 
     def lr_at(self, round_: int) -> float:
         """eta_t = eta_0 * gamma^t."""
