@@ -25,13 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fedaccel.algorithms.base import RoundInfo
 from fedaccel.errors import ConfigError, listed, shown
-
-if TYPE_CHECKING:
-    from fedaccel.engine.local import LocalOptions
 
 LOCAL_WORK = ("fixed", "uniform", "stragglers")
 PARTIAL_WORK = ("auto", "drop", "keep")
@@ -120,7 +117,17 @@ def draw_work(work: LocalWork, info: RoundInfo, clients: Sequence[int], local_ep
     return {int(i): ClientWork(epochs(int(i)), straggler=True) for i in sorted(chosen)}
 
 
-def client_steps(options: LocalOptions, n_samples: int, planned: int | None, work: ClientWork | None) -> int:
+class WorkOptions(Protocol):
+    """What :func:`client_steps` reads of the local options (:class:`fedaccel.engine.local.LocalOptions`)."""
+
+    local_epochs: float
+    local_steps: int | None
+    batch_size: int
+
+    def steps(self, n_samples: int) -> int: ...
+
+
+def client_steps(options: WorkOptions, n_samples: int, planned: int | None, work: ClientWork | None) -> int:
     """tau_i this round: the planner's steps (``planned``) or the configured work, for ``work.epochs``
     epochs in place of E when the client drew its work."""
     if work is None:
