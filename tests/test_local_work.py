@@ -135,7 +135,8 @@ def test_fixed_work_is_todays_round(name: str) -> None:
         return state, report
 
     fixed, report = run(LocalWork())
-    assert report.diag == {} and report.local_steps == sum(math.floor(2 * SIZES[i] / B) for i in report.participation.train)
+    configured = sum(math.floor(2 * SIZES[i] / B) for i in report.participation.train)
+    assert report.diag == {} and report.local_steps == configured
     for same in (LocalWork("stragglers", fraction=0.0), LocalWork("uniform", min_epochs=2, max_epochs=2)):
         state, _ = run(same)
         assert torch.equal(state.w, fixed.w)
@@ -184,7 +185,7 @@ def test_bernoulli_participation_has_mean_cn_and_varies_seeded() -> None:
     assert sample_clients(scheduled, c) == (2, 5)  # a schedule still wins
 
 
-@pytest.mark.parametrize("name", ["feddyn", "scaffold", "fedumf"])
+@pytest.mark.parametrize("name", ["feddyn", "feddc", "scaffold", "fedumf", "fedgsnr", "grab-fedavg"])
 def test_a_round_that_selects_nobody_keeps_the_model_and_server_state(name: str) -> None:
     fed = federation(LocalWork(), sampling="bernoulli")
     c = 0.2
@@ -237,3 +238,15 @@ def test_stacked_runtime_gives_the_in_process_model(name: str, work: LocalWork) 
     work_keys = ("local_epochs", "stragglers", "dropped")
     assert [{k: r.diag.get(k) for k in work_keys} for r in rb] == [{k: r.diag.get(k) for k in work_keys} for r in ra]
     assert any("local_epochs" in r.diag for r in ra)
+
+
+def test_planned_steps_are_scaled_by_the_drawn_share_of_the_work() -> None:
+    """FedGSNR plans E_k; a client that drew e epochs of the configured E runs floor(e / E * E_k)
+    steps (at least 1; a plan of 0 stays 0)."""
+    fed = federation(LocalWork("uniform", min_epochs=1, max_epochs=3), sizes=(5, 8, 11, 6, 9), local_epochs=2)
+    _, report, _ = one_round(fed, "fedgsnr", samples=4, e_const=3)
+    planned = {int(i): s for i, s in report.diag["steps"].items()}
+    epochs = drawn_epochs(report)
+    assert len(set(epochs.values())) > 1
+    want = [0 if planned[i] == 0 else max(1, math.floor(epochs[i] / 2 * planned[i])) for i in planned]
+    assert report.local_steps == sum(want) != sum(planned.values())

@@ -50,7 +50,7 @@ class RoundInfo:
     momentum: float = 0.0  # local optimiser settings, for parts whose maths depends on them
     weight_decay: float = 0.0
     scheduled: tuple[int, ...] | None = None  # the clients a participation schedule selects now (None: sampled)
-    sampling: str = "fixed"  # how clients are sampled: fixed (round(C N) of them) or bernoulli (each with probability C)
+    sampling: str = "fixed"  # fixed: round(C N) clients are sampled; bernoulli: each with probability C
 
     @property
     def n_clients(self) -> int:

@@ -159,7 +159,8 @@ def run_round(
     selected clients in place of sampling, for every algorithm: who trains and uploads, or with
     FedUMF, who uploads. ``runtime`` runs the client side (default: in this process, with ``state.clients``).
     Each client's local work is drawn by ``federation.options.work`` (:mod:`fedaccel.engine.work`); a round
-    whose selection uploads nobody (Bernoulli sampling can select no one) leaves the model and server states as they were.
+    whose selection uploads nobody (Bernoulli sampling may select no one) leaves the model and server
+    states as they were.
     """
     runtime = runtime or InProcessClients(algorithm, federation, state.clients)
     info = round_info(federation, state.round, schedule)

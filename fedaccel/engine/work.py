@@ -58,12 +58,12 @@ class LocalWork:
             raise ConfigError(f"{key} uniform needs max_epochs (epochs are drawn in [min_epochs, max_epochs])")
         if self.name == "stragglers" and not 0 <= self.fraction <= 1:
             raise ConfigError(f"{key} stragglers: fraction must be in [0, 1], got {shown(self.fraction)}")
-        low, high = self.min_epochs, self.epoch_range(local_epochs)[1]
+        low, high = self.epoch_range(local_epochs)
         if not 1 <= low <= high:
-            raise ConfigError(f"{key} {self.name}: epochs must satisfy 1 <= min_epochs <= max_epochs, got "
-                              f"[{low}, {high}]" + (" (stragglers run fewer than E epochs: raise "
-                                                    "train.local_epochs or set max_epochs)" if self.name == "stragglers"
-                                                    and self.max_epochs is None else ""))
+            why = " (stragglers run fewer than E epochs: raise train.local_epochs or set max_epochs)" \
+                if self.name == "stragglers" and self.max_epochs is None else ""
+            raise ConfigError(f"{key} {self.name}: epochs must satisfy 1 <= min_epochs <= max_epochs, "
+                              f"got [{low}, {high}]{why}")
 
     def epoch_range(self, local_epochs: float) -> tuple[int, int]:
         """[min_epochs, max_epochs] of a draw (stragglers' default maximum: ceil(E) - 1)."""
@@ -79,7 +79,8 @@ def local_work(spec: Mapping[str, Any] | None, partial: str = "auto") -> LocalWo
     """``train.local_work`` (``{name: ..., **options}``) and ``train.partial_work`` as a :class:`LocalWork`."""
     options = dict(spec or {"name": "fixed"})
     name = options.pop("name", "fixed")
-    known = {"fixed": (), "uniform": ("min_epochs", "max_epochs"), "stragglers": ("fraction", "min_epochs", "max_epochs")}
+    known = {"fixed": (), "uniform": ("min_epochs", "max_epochs"),
+             "stragglers": ("fraction", "min_epochs", "max_epochs")}
     if name in known:
         for key, value in options.items():
             if key not in known[name]:
