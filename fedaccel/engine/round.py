@@ -25,7 +25,7 @@ from fedaccel.algorithms.base import (
 from fedaccel.algorithms.sampling import sample_clients, scheduled_clients
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import train_local
-from fedaccel.engine.work import ClientWork, client_steps, draw_work, work_diagnostics
+from fedaccel.engine.work import ClientWork, client_steps, draw_work, drop_stragglers, work_diagnostics
 
 
 @dataclass
@@ -173,11 +173,8 @@ def run_round(
     )
     bytes_up = 0
     bytes_down = down_message * len(who.train)
-    work = federation.options.work
-    draws = draw_work(work, info, who.train, federation.options.local_epochs)
-    dropped = [i for i, d in draws.items() if d.straggler and i in who.upload] if work.drops(algorithm.name) else []
-    if dropped:  # a dropped straggler trains as a client that does not upload
-        who = Participation(train=who.train, upload=tuple(i for i in who.upload if i not in dropped))
+    draws = draw_work(federation.options.work, info, who.train, federation.options.local_epochs)
+    who, dropped = drop_stragglers(federation.options.work, algorithm.name, who, draws)
     diag.update(work_diagnostics(draws, dropped))
 
     # Planning phase (FedGSNR): a message round of its own.
@@ -242,11 +239,7 @@ def _context(
     info: RoundInfo, federation: Federation, client: int, who: Participation, instructions: dict[str, Any],
     work: ClientWork | None = None,
 ) -> ClientContext:
-    planned = instructions.get("steps")
-    if planned is None and work is None:
-        steps = int(federation.steps[client])
-    else:
-        steps = client_steps(federation.options, len(federation.partition[client]), planned, work)
+    steps = client_steps(federation.options, len(federation.partition[client]), instructions.get("steps"), work)
     return ClientContext(info, client, steps, client in who.upload, instructions)
 
 

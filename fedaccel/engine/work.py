@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fedaccel.algorithms.base import RoundInfo
+from fedaccel.algorithms.base import Participation, RoundInfo
 from fedaccel.errors import ConfigError, listed, shown
 
 LOCAL_WORK = ("fixed", "uniform", "stragglers")
@@ -139,6 +139,17 @@ def client_steps(options: WorkOptions, n_samples: int, planned: int | None, work
     if options.local_steps is not None:
         return max(1, math.floor(share * options.local_steps + 1e-9))
     return max(1, math.floor(work.epochs * n_samples / options.batch_size + 1e-9))
+
+
+def drop_stragglers(
+    work: LocalWork, recipe: str, who: Participation, draws: Mapping[int, ClientWork]
+) -> tuple[Participation, list[int]]:
+    """``who`` without the stragglers' uploads when ``work`` drops them for ``recipe``, and those dropped:
+    a dropped straggler still trains, as a client that does not upload."""
+    if not work.drops(recipe):
+        return who, []
+    dropped = [i for i, d in draws.items() if d.straggler and i in who.upload]
+    return Participation(train=who.train, upload=tuple(i for i in who.upload if i not in dropped)), dropped
 
 
 def work_diagnostics(draws: Mapping[int, ClientWork], dropped: Sequence[int]) -> dict[str, Any]:
