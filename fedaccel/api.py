@@ -100,7 +100,9 @@ def train(
     local_epochs, local_steps, momentum, weight_decay, lr_decay, clip, client_fraction,
     order (``"fixed"``, ``"reshuffle"`` or ``"given"``: each client's index array in the order
     given, cut into consecutive batches) and participation (the clients selected in each round,
-    e.g. ``[[0, 1], [2, 3]]``; round t uses entry (t - 1) mod its length).
+    e.g. ``[[0, 1], [2, 3]]``; round t uses entry (t - 1) mod its length); sampling, local_work and
+    partial_work for systems heterogeneity (``local_work={"name": "uniform", "max_epochs": 5}``;
+    docs/algorithms.md "Systems heterogeneity").
 
     A run folder is written to ``run_dir`` (default: a new one under ``runs/api``). A folder that
     holds a run already is refused, unless ``resume=True``: then its run continues from the last

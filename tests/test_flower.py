@@ -43,6 +43,11 @@ CASES = {
     "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4"],
     "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
     "grab-reorder": ["algorithm=grab-reorder"],  # its client state sets the order of the next round
+    # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
+    "fednova-uniform-work": ["algorithm=fednova", "train.local_work={name: uniform, min_epochs: 1, max_epochs: 3}",
+                             "train.sampling=bernoulli", "train.client_fraction=0.7"],
+    "fedavg-stragglers": ["algorithm=fedavg", "train.local_epochs=3", "data.clients=4",
+                          "train.local_work={name: stragglers, fraction: 0.5}"],
 }
 
 

@@ -55,6 +55,7 @@ class RoundInfo:
     scheduled: tuple[int, ...] | None = None  # the clients a participation schedule selects now (None: sampled)
     initial_lr: float | None = None  # eta_0, undecayed (None: not known, read as lr)
     shared_steps: int | None = None  # K: one step count for every client, as reference codes use (None: not known)
+    sampling: str = "fixed"  # fixed: round(C N) clients are sampled; bernoulli: each with probability C
 
     @property
     def n_clients(self) -> int:

@@ -18,15 +18,23 @@ from fedaccel.algorithms.base import Part, Participation, RoundInfo
 from fedaccel.errors import ConfigError, shown
 
 
+SAMPLINGS = ("fixed", "bernoulli")  # train.sampling
+
+
 def sample_clients(info: RoundInfo, fraction: float) -> tuple[int, ...]:
     """The round's selected clients: the schedule's entry (``info.scheduled``) if there is one, else
-    max(1, round(fraction * N)) clients drawn without replacement from (seed, round).
+    max(1, round(fraction * N)) clients drawn without replacement from (seed, round), or with
+    ``info.sampling == "bernoulli"`` each client independently with probability ``fraction`` (so the
+    number varies from round to round and may be 0).
 
     Halves round up (C N = 2.5 gives 3), not to even as Python's ``round`` would.
     """
     if info.scheduled is not None:
         return info.scheduled
     n = info.n_clients
+    if info.sampling == "bernoulli":
+        joins = info.rng("sampling").random(n) < fraction
+        return tuple(int(i) for i in np.flatnonzero(joins))
     m = max(1, math.floor(fraction * n + 0.5 + 1e-9))
     if m >= n:
         return tuple(range(n))

@@ -29,7 +29,9 @@ from torch import Tensor
 
 from fedaccel.algorithms.base import Estimator, LocalTerm
 from fedaccel.data.augment import Augment, parse_augment
+from fedaccel.algorithms.sampling import SAMPLINGS
 from fedaccel.engine.flat import FlatModel
+from fedaccel.engine.work import LocalWork
 from fedaccel.errors import ConfigError, shown
 
 ORDERS = ("fixed", "reshuffle", "given")
@@ -66,6 +68,8 @@ class LocalOptions:
     reshuffle: bool = False  # the older spelling of order="reshuffle"; always equal to order == "reshuffle"
     clip_scope: str = "gradient"  # clip the mini-batch gradient, or the objective's (gradient + local terms)
     augment: Augment | None = None  # random crop / flip of image batches (fedaccel.data.augment); None = off
+    work: LocalWork = LocalWork()  # local work per client per round and partial work (fedaccel.engine.work)
+    sampling: str = "fixed"  # who is selected: fixed (round(C N) clients) or bernoulli (each with probability C)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "augment", parse_augment(self.augment))
@@ -89,6 +93,9 @@ class LocalOptions:
             raise ConfigError(f"train.lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.clip is not None and not self.clip > 0:
             raise ConfigError(f"train.clip must be > 0 or null, got {self.clip}")
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError(f"train.sampling must be one of {', '.join(SAMPLINGS)}, got {shown(self.sampling)}")
+        self.work.check(self.local_epochs)
 
     def lr_at(self, round_: int) -> float:
         """eta_t = eta_0 * gamma^t."""

@@ -26,6 +26,7 @@ from fedaccel.algorithms.sampling import sample_clients, scheduled_clients
 from fedaccel.engine.evaluated import track
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import batch_positions, train_local
+from fedaccel.engine.work import ClientWork, client_steps, draw_work, drop_stragglers, work_diagnostics
 
 
 @dataclass
@@ -79,6 +80,7 @@ def round_info(federation: Federation, round_: int, schedule: Sequence[Sequence[
         scheduled=scheduled_clients(schedule, round_),
         initial_lr=options.lr,
         shared_steps=federation.shared_steps,
+        sampling=options.sampling,
     )
 
 
@@ -160,6 +162,9 @@ def run_round(
     ``schedule`` (a list of client lists, round t (0-based) uses entry t mod its length) fixes the
     selected clients in place of sampling, for every algorithm: who trains and uploads, or with
     FedUMF, who uploads. ``runtime`` runs the client side (default: in this process, with ``state.clients``).
+    Each client's local work is drawn by ``federation.options.work`` (:mod:`fedaccel.engine.work`); a round
+    whose selection uploads nobody (Bernoulli sampling may select no one) leaves the model and server
+    states as they were.
     """
     runtime = runtime or InProcessClients(algorithm, federation, state.clients)
     info = round_info(federation, state.round, schedule)
@@ -172,13 +177,16 @@ def run_round(
     )
     bytes_up = 0
     bytes_down = down_message * len(who.train)
+    draws = draw_work(federation.options.work, info, who.train, federation.options.local_epochs)
+    who, dropped = drop_stragglers(federation.options.work, algorithm.name, who, draws)
+    diag.update(work_diagnostics(draws, dropped))
 
     # Planning phase (FedGSNR): a message round of its own.
     instructions: dict[int, dict[str, Any]] = {i: {} for i in who.train}
     planner = algorithm.single("plan_server")
     if planner is not None:
         k, part = planner
-        contexts = [_context(info, federation, i, who, {}) for i in who.train]
+        contexts = [_context(info, federation, i, who, {}, draws.get(i)) for i in who.train]
         messages, plan_runtime_diag = runtime.plan(contexts, state.w, server)
         bytes_up += sum(tensor_bytes(m) for m in messages.values())
         instructions, plan_diag = part.plan_server(info, messages, server[k])  # type: ignore[misc]
@@ -186,7 +194,7 @@ def run_round(
         diag.update(plan_diag)
         _merge(diag, plan_runtime_diag)
 
-    contexts = [_context(info, federation, i, who, instructions.get(i, {})) for i in who.train]
+    contexts = [_context(info, federation, i, who, instructions.get(i, {}), draws.get(i)) for i in who.train]
     contexts = [ctx for ctx in contexts if ctx.steps > 0]
     updates, train_diag = runtime.train(contexts, state.w, server)
     _merge(diag, train_diag)
@@ -199,7 +207,7 @@ def run_round(
     k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
     w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
     server_list = list(server)
-    for k, part in algorithm.with_stage("server_end"):
+    for k, part in algorithm.with_stage("server_end") if who.upload else ():  # nobody selected to upload: no step
         w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
 
     if any(u.diag for u in updates):
@@ -232,9 +240,10 @@ def _merge(diag: dict[str, Any], more: dict[str, Any]) -> None:
 
 
 def _context(
-    info: RoundInfo, federation: Federation, client: int, who: Participation, instructions: dict[str, Any]
+    info: RoundInfo, federation: Federation, client: int, who: Participation, instructions: dict[str, Any],
+    work: ClientWork | None = None,
 ) -> ClientContext:
-    steps = int(instructions.get("steps", federation.steps[client]))
+    steps = client_steps(federation.options, len(federation.partition[client]), instructions.get("steps"), work)
     return ClientContext(info, client, steps, client in who.upload, instructions)
 
 

@@ -63,6 +63,11 @@ class TrainConfig:
     client_fraction: float = 1.0  # fraction of clients selected per round (FedUMF's C unless algorithm.fraction is set)
     # who is selected each round instead of sampling: a list of client lists, round t uses entry (t-1) mod its length
     participation: list[list[int]] | None = None
+    sampling: str = "fixed"  # fixed: round(C N) clients a round; bernoulli: each client joins with probability C
+    # local work per selected client per round: fixed (E), uniform {min_epochs, max_epochs},
+    # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms.md "Systems heterogeneity")
+    local_work: dict[str, Any] = named("fixed")
+    partial_work: str = "auto"  # stragglers' updates: auto (the recipe's reference), drop or keep
 
     def __post_init__(self) -> None:
         from fedaccel.engine.local import batch_order
@@ -424,6 +429,8 @@ def check_participation(config: Config, n_clients: int) -> list[list[int]] | Non
         raise ConfigError("train.participation fixes who is selected each round; leave train.client_fraction at 1")
     if "fraction" in config.algorithm:
         raise ConfigError("train.participation fixes who is selected each round; drop algorithm.fraction")
+    if config.train.sampling != "fixed":
+        raise ConfigError("train.participation fixes who is selected each round; leave train.sampling at fixed")
     return schedule
 
 
@@ -473,6 +480,7 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
 
 def local_options(config: Config) -> Any:
     from fedaccel.engine.local import LocalOptions
+    from fedaccel.engine.work import local_work
 
     t = config.train
     return LocalOptions(
@@ -487,6 +495,8 @@ def local_options(config: Config) -> Any:
         order=t.order,
         clip_scope=t.clip_scope,
         augment=t.augment,
+        work=local_work(t.local_work, t.partial_work),
+        sampling=t.sampling,
     )
 
 

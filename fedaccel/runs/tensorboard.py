@@ -5,7 +5,7 @@ With ``run.tensorboard: true`` (``--tensorboard``) a run writes, while it runs, 
 (tag = the metric's name: ``test_acc``, ``train_loss``, ``bytes_up``, ...; step = the round) and
 every round's algorithm diagnostics as ``diag/...`` scalars (BHerd's ``diag/clients/3/distance``,
 FedGSNR's ``diag/entropy`` and ``diag/gsnr/3``, GraB's ``diag/clients/3/alpha``; a list such as
-``lost`` or ``rejected`` becomes its length). Because the events sit in the run folder,
+``lost``, ``rejected``, ``stragglers`` or ``dropped`` becomes its length). Because the events sit in the run folder,
 ``tensorboard --logdir GRID_DIR`` lists one run per cell folder (cell values and seed in its
 name). ``fedaccel tensorboard DIR`` writes the same files for finished runs from their
 ``metrics.jsonl`` and ``diagnostics.jsonl``.
@@ -36,7 +36,7 @@ def scalars(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]
             yield tag, float(value)  # type: ignore[arg-type]
         elif isinstance(value, dict):
             yield from scalars(value, tag + "/")
-        elif isinstance(value, list) and key in ("lost", "rejected", "unavailable"):
+        elif isinstance(value, list) and key in ("lost", "rejected", "unavailable", "stragglers", "dropped"):
             yield tag, float(len(value))
 
 
