@@ -287,9 +287,9 @@ def test_apply_preset_leaves_its_input_alone() -> None:
     raw = {"algorithm": {"name": "feddyn", "preset": "feddyn-code"}}
     out = apply_preset(raw)
     assert raw == {"algorithm": {"name": "feddyn", "preset": "feddyn-code"}}
-    assert out["train"] == {"clip": 10.0, "order": "reshuffle"}
+    assert out["train"] == {"clip": 10.0, "clip_scope": "objective", "order": "reshuffle"}
     assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"reshuffle": False}}
-                        )["train"] == {"reshuffle": False, "clip": 10.0}  # the older spelling chose the order
+                        )["train"] == {"reshuffle": False, "clip": 10.0, "clip_scope": "objective"}  # the older spelling chose the order
 
 
 def test_grab_stale_centre_by_hand_and_kept_across_rounds() -> None:
@@ -380,3 +380,17 @@ def test_grab_reorder_and_stale_centre_train_one_after_another_when_stacked() ->
                 state, _ = run_round(algorithm, state, fed, fraction=1.0, runtime=runtime)
             ws.append(state.w)
         assert torch.equal(ws[0], ws[1])
+
+
+def test_presets_set_the_references_recipe_and_augment_cifar_only() -> None:
+    """feddc-code/feddyn-code: clip 10 over the objective, all three evaluated models; crop+flip on CIFAR only."""
+    for preset, recipe in (("feddc-code", "feddc"), ("feddyn-code", "feddyn")):
+        fmnist = from_dict({"algorithm": {"name": recipe, "preset": preset}})
+        assert (fmnist.train.clip, fmnist.train.clip_scope) == (10.0, "objective")
+        assert fmnist.eval.models == ["broadcast", "client_mean", "all_mean"]
+        assert fmnist.train.augment is None  # the references augment CIFAR only
+        cifar = apply_preset({"algorithm": {"name": recipe, "preset": preset}, "data": {"dataset": "cifar10"}})
+        assert cifar["train"]["augment"] == {"crop_padding": 4, "flip": True}
+        mine = apply_preset({"algorithm": {"name": recipe, "preset": preset}, "data": {"dataset": "cifar10"},
+                             "train": {"augment": None}, "eval": {"models": ["broadcast"]}})
+        assert mine["train"]["augment"] is None and mine["eval"]["models"] == ["broadcast"]  # the user's keys win

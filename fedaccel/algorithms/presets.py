@@ -7,8 +7,8 @@ fixes (``config``, dotted keys). It is a defaults layer: built-in defaults < pre
 resolved config (``config.yaml`` in the run folder) holds every value the preset set, so a run is
 reproducible without this table.
 
-Only keys that exist are set. :data:`TO_ADD` lists what each repository also does that has no config key
-yet, with the value a preset will set once the key exists.
+``cifar`` values apply only to CIFAR datasets (the references augment CIFAR only). :data:`NOT_SET` lists
+what a repository also does that a preset leaves to the experiment, and why.
 
 Example:
     >>> raw = apply_preset({"algorithm": {"name": "scaffold", "preset": "feddc-code"}, "train": {"clip": 5.0}})
@@ -39,8 +39,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "config": {
             "train.clip": 10.0,  # utils_general.py:11 (max_norm = 10), clip_grad_norm_ at every step
+            "train.clip_scope": "objective",  # utils_general.py:474: clipped after backward() of loss + the method's terms
             "train.order": "reshuffle",  # utils_general.py:76,429 (DataLoader shuffle=True: a new order every epoch)
+            "eval.models": ["broadcast", "client_mean", "all_mean"],  # utils_methods_FedDC.py:191-213 logs all three
         },
+        "cifar": {"train.augment": {"crop_padding": 4, "flip": True}},  # utils_dataset.py (Dataset, train=True)
     },
     "feddyn-code": {
         "repository": "alpemreacar/FedDyn",
@@ -50,8 +53,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "config": {
             "train.clip": 10.0,  # utils_general.py:8 (max_norm = 10), clipped at :224
+            "train.clip_scope": "objective",  # utils_general.py:224 (after backward() of the whole local loss)
             "train.order": "reshuffle",  # utils_general.py:187 (DataLoader shuffle=True)
+            # utils_methods.py:396-416 scores the client means only; fedaccel always logs the broadcast model too
+            "eval.models": ["broadcast", "client_mean", "all_mean"],
         },
+        "cifar": {"train.augment": {"crop_padding": 4, "flip": True}},  # utils_dataset.py (Dataset, train=True)
     },
     "fednova-code": {
         "repository": "JYWa/FedNova",
@@ -77,24 +84,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-# What the repositories also do, for keys other work adds (issue 22); set these once the keys exist.
-TO_ADD: dict[str, dict[str, Any]] = {
+# What the repositories also do that a preset does not set, and why (docs/algorithms.md, "Reference code").
+NOT_SET: dict[str, dict[str, Any]] = {
     "feddc-code": {
-        "augmentation (CIFAR)": "random crop (pad 4) + horizontal flip (utils_dataset.py, Dataset train=True)",
-        "clip over the whole objective": "clip at 10 after the FedDC/SCAFFOLD/FedProx terms (utils_general.py:474)",
-        "eval model": "log all three: broadcast, client_mean (selected), all_mean (utils_methods_FedDC.py:191-213)",
-        "train.local_steps": "SCAFFOLD: the shared K on every client (utils_general.py:238-255)",
+        "train.local_steps": "SCAFFOLD runs the shared K on every client (utils_general.py:238-255): an experiment "
+                             "setting (set it to K); control_steps: shared already uses K in the control step",
     },
     "feddyn-code": {
-        "augmentation (CIFAR)": "random crop (pad 4) + horizontal flip",
-        "clip over the whole objective": "clip at 10 after the FedDyn term (utils_general.py:224)",
-        "eval model": "client_mean and all_mean, never the broadcast model (utils_methods.py:396-416)",
+        "train.clip_scope (in part)": "objective is set, but FedDyn's alpha theta sits in the optimiser's weight "
+                                      "decay there, so it is not clipped; fedaccel clips the whole FedDyn term",
     },
     "fednova-code": {
-        "systems heterogeneity": "random local epochs per client per round (train_LocalSGD.py, --localE)",
+        "train.local_work": "random local epochs per client per round (train_LocalSGD.py, --localE) is the paper's "
+                            "experiment, not the code's default: set {name: uniform, min_epochs: 2, max_epochs: L-1}",
     },
     "fedprox-code": {
-        "systems heterogeneity": "stragglers: drop_percent 0.1 run fewer epochs, kept by FedProx (main.py:81-84)",
+        "train.local_work": "stragglers (main.py, --drop_percent) run fewer epochs and need E > 1: set "
+                            "{name: stragglers, fraction: P} with train.local_epochs > 1",
     },
 }
 
@@ -126,6 +132,9 @@ def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[st
     if not isinstance(preset, str) or not isinstance(recipe, str):
         raise ConfigError(f"algorithm.preset must be a name, got {shown(preset)}")
     hyper, config = preset_values(preset, recipe)
+    dataset = (raw.get("data") or {}).get("dataset") if isinstance(raw.get("data"), dict) else None
+    if isinstance(dataset, str) and dataset.startswith("cifar"):
+        config.update(PRESETS[preset].get("cifar", {}))
     out = copy.deepcopy(raw)
     for key, value in hyper.items():
         out["algorithm"].setdefault(key, value)
