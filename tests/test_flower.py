@@ -46,8 +46,10 @@ CASES = {
     # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
     "fednova-uniform-work": ["algorithm=fednova", "train.local_work={name: uniform, min_epochs: 1, max_epochs: 3}",
                              "train.sampling=bernoulli", "train.client_fraction=0.7"],
-    "fedavg-stragglers": ["algorithm=fedavg", "train.local_epochs=3", "data.clients=4",
-                          "train.local_work={name: stragglers, fraction: 0.5}"],
+    # ... and augmentation: the same seeded crops and flips on the Flower clients as in process
+    "fedavg-stragglers-augment": ["algorithm=fedavg", "train.local_epochs=3", "data.clients=4",
+                                  "train.local_work={name: stragglers, fraction: 0.5}",
+                                  "train.augment={crop_padding: 2, flip: true}"],
 }
 
 
