@@ -97,7 +97,7 @@ def test_judge_without_claims_is_one_line(tmp_path: Path, capsys) -> None:
     assert "no claims to judge" in capsys.readouterr().err
 
 
-def test_b_measure_compares_two_columns_of_the_same_runs(tmp_path: Path) -> None:
+def test_b_measure_compares_two_columns_of_the_same_runs(tmp_path: Path, capsys) -> None:
     """a and b the same setup, measured two ways: the pairs are the same runs, d = m_a(run) - m_b(run)."""
     claim = {"text": "fast's final accuracy exceeds its final loss", "a": {"train.lr": LR["fast"]},
              "b": {"train.lr": LR["fast"]}, "measure": "final_test_acc", "b_measure": "final_train_loss",
@@ -109,5 +109,6 @@ def test_b_measure_compares_two_columns_of_the_same_runs(tmp_path: Path) -> None
     assert judged["differences"] == pytest.approx([0.8] * 6)
     assert judged["verdict"] == "agrees" and judged["p"] == pytest.approx(2 / 64)
     assert judged["measure_b"].startswith("final train loss")
+    assert "(final train loss" in capsys.readouterr().out  # the table names each side's measure
     with pytest.raises(ConfigError, match="b_measure measures b's runs"):
         load_experiment(write_grid(tmp_path / "bad", [{k: v for k, v in claim.items() if k != "b"}]) / "experiment.yaml")

@@ -400,6 +400,9 @@ def numbers(j: Judgement) -> str:
         return j.note
     a_text = describe(c.a, c.b, j.chosen)
     b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} {j.b_median:{f}}" if c.b is not None else f"reference {c.value:{f}}"
+    if c.measure_b is not None:  # the same setups measured two ways: name the measures
+        a_text = f"{a_text} ({c.measure.name})".replace("as the other (", "(")
+        b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_median:{f}}".replace("as the other (", "(")
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
     text = (f"median {a_text} {j.a_median:{f}} vs {b_text}; "
             f"a − b = {j.effect:+{f}} [t 95%: {j.low:+{f}}, {j.high:+{f}}], {test}, "
