@@ -25,7 +25,10 @@ FIGURES = {
     "fedgsnr_overhead.py": [r"planning share of a round over 1 rounds: [\d.]+% wall"],
     "local_step.py": [r"ratio round/raw: \d", r"ratio step/raw: \d"],
     "ray_grid.py": [r"ratio ray / -j \d+: +\d", r"ray start-up \(ray.init\): +\d"],
-    "runtime_overhead.py": [r"ratio simulation/in-process: \d", r"ratio deployment/in-process: \d"],
+    "runtime_overhead.py": [r"load average \(1, 5, 15 min\) before: \d", r"ratio simulation/in-process: \d",
+                            r"ratio deployment/in-process: \d",
+                            *(rf"\| {name} \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|"
+                              for name in ("in-process", "stacked", "simulation", "deployment"))],
     "stacked.py": [r"\| svm \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 2 seeds x 2 \|",
                    r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],

@@ -56,9 +56,19 @@ class _NodeClock:
             self.replied.wait(min(seconds, self.poll))
             self.replied.clear()
             return
-        now = time.monotonic()
-        quiet_until = self.last_message + self.AHEAD * min(self.periods) if self.periods else now  # type: ignore[operator]
-        time.sleep(max(min(seconds, self.poll), quiet_until - now))
+        time.sleep(max(min(seconds, self.poll), self.quiet_until() - time.monotonic()))
+
+    def quiet_until(self) -> float:
+        """When the next message may come: before then the node does not poll the SuperLink."""
+        if not self.periods:
+            return 0.0
+        return self.last_message + self.AHEAD * min(self.periods)  # type: ignore[operator]
+
+    def before_pull(self) -> None:
+        """Flower's loop polls again right after it pushed a reply, with no sleep: a poll that
+        finds nothing (the server's next round waits for every client's reply), so sleep
+        through the quiet time first."""
+        time.sleep(max(0.0, self.quiet_until() - time.monotonic()))
 
     def message_stored(self) -> None:
         now = time.monotonic()
@@ -93,6 +103,7 @@ def main() -> int:
     pull_and_store = loop._pull_and_store_message
 
     def pull_and_store_then_wake(*args: Any, **kwargs: Any) -> Any:
+        clock.before_pull()
         run_id = pull_and_store(*args, **kwargs)
         if run_id is not None:  # a message and all its objects are in the SuperNode's store
             clock.message_stored()

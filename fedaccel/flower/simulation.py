@@ -34,7 +34,10 @@ def simulate(
     from flwr.simulation import run_simulation
 
     from fedaccel.flower.client import app as fedaccel_client_app
+    from fedaccel.flower.dispatch import wake_simulation_on_push
     from fedaccel.flower.server import serve
+
+    wake_simulation_on_push()  # the engine's dispatch wakes when the server pushes, not every 0.1 s
 
     failures: list[BaseException] = []
     server_app = ServerApp()

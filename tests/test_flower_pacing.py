@@ -1,0 +1,75 @@
+"""The Flower runtimes' pacing: the simulation engine woken on push, a SuperNode's quiet time,
+the ServerApp's first pull (no processes started: each piece on its own)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from fedaccel.flower import dispatch  # noqa: E402
+from fedaccel.flower.node import _NodeClock  # noqa: E402
+from fedaccel.flower.server import exchange  # noqa: E402
+
+
+def test_the_simulation_dispatch_loop_wakes_on_push_and_still_stops_on_its_event() -> None:
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    assert dispatch.wake_simulation_on_push()
+    wrapped = vce_api.add_messages_to_queue
+    assert dispatch.wake_simulation_on_push() and vce_api.add_messages_to_queue is wrapped  # once
+
+    stop = threading.Event()
+    woken = dispatch._WokenStop(stop)
+    dispatch.PUSHED.clear()
+    threading.Timer(0.05, dispatch.PUSHED.set).start()
+    started = time.monotonic()
+    assert woken.wait(5.0) is False  # woken by the push, long before its timeout; not stopped
+    assert time.monotonic() - started < 2.0
+    assert not dispatch.PUSHED.is_set()  # taken
+    stop.set()
+    assert woken.is_set() and woken.wait(0.01) is True
+
+
+def test_a_supernode_stays_quiet_for_70_percent_of_its_quickest_recent_round() -> None:
+    clock = _NodeClock(0.05, threading.Event())
+    assert clock.quiet_until() == 0.0  # nothing learnt: poll at once
+    times = iter([10.0, 11.0, 11.5, 11.9, 12.4])  # hello, then messages 0.5, 0.4, 0.5 s apart
+    real = time.monotonic
+    try:
+        time.monotonic = lambda: next(times)  # type: ignore[assignment]
+        for _ in range(5):
+            clock.message_stored()
+    finally:
+        time.monotonic = real  # type: ignore[assignment]
+    assert clock.periods == pytest.approx([0.5, 0.4, 0.5])  # the interval after the hello is not a round's
+    assert clock.quiet_until() == pytest.approx(12.4 + 0.7 * 0.4)
+
+
+class _Grid:
+    """Replies to every message ``after`` s after the push; counts the pulls."""
+
+    def __init__(self, after: float) -> None:
+        self.after, self.pulls, self.pushed_at = after, 0, 0.0
+
+    def push_messages(self, messages):  # noqa: ANN001, ANN201
+        self.pushed_at = time.monotonic()
+        return [f"m{k}" for k in range(len(messages))]
+
+    def pull_messages(self, ids):  # noqa: ANN001, ANN201
+        self.pulls += 1
+        if time.monotonic() - self.pushed_at < self.after:
+            return []
+        return [type("Reply", (), {"metadata": type("M", (), {"reply_to_message_id": i})()})() for i in ids]
+
+
+def test_the_first_pull_waits_as_told_and_then_pulls_every_poll() -> None:
+    messages = [object(), object()]
+    eager, paced = _Grid(0.3), _Grid(0.3)
+    exchange(eager, messages, timeout=5.0, poll=0.02)  # type: ignore[arg-type]
+    replies = exchange(paced, messages, timeout=5.0, poll=0.02, first_pull=0.25)  # type: ignore[arg-type]
+    assert all(reply is not None and seconds >= 0.3 for reply, seconds in replies)
+    assert paced.pulls <= 4 < eager.pulls  # 0.25 s of waiting saved about 12 pulls of 20 ms
