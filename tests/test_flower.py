@@ -227,7 +227,6 @@ def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes
     """`fedaccel deploy`: a real SuperLink and two SuperNode processes on 127.0.0.1, bounded in time."""
     from fedaccel.cli import main
 
-    assert not live_flower_processes(), "Flower processes from elsewhere are running"
     overrides = [*TINY, "data.clients=2", "train.rounds=2", *DEPLOYED[case], "run.timeout=120"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     argv = ["deploy", "--clients", "2", "--out", str(tmp_path / "deployed"), "--timeout", "400"]
@@ -243,7 +242,7 @@ def test_deploy_on_loopback_gives_the_in_process_numbers_and_stops_its_processes
                                                             "supernode1.log"]
     for node in ("supernode0.log", "supernode1.log"):  # one warm ClientApp per SuperNode served all 3 messages
         assert (flower / node).read_text().count("built the run's setup") == 1
-    assert not live_flower_processes(), "processes left running"
+    assert not live_flower_processes(within=tmp_path), "processes left running"
 
 
 def live_flower_processes(within: Path | None = None) -> list[str]:
@@ -290,11 +289,15 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
         ):
             assert deploy.poll() is None, deploy.stdout.read() if deploy.stdout else ""
             time.sleep(0.2)
-        victims = [cmd for cmd in live_flower_processes() if "partition-id=2" in cmd]
+        victims = [cmd for cmd in live_flower_processes(within=tmp_path) if "partition-id=2" in cmd]
         assert victims, "SuperNode 2 not found"
         for stat in Path("/proc").glob("[0-9]*/cmdline"):
             cmdline = stat.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "fedaccel.flower.node" in cmdline and "partition-id=2" in cmdline:
+            try:
+                ours = str(tmp_path) in cmdline or os.readlink(stat.parent / "cwd").startswith(str(tmp_path))
+            except OSError:
+                continue
+            if ours and "fedaccel.flower.node" in cmdline and "partition-id=2" in cmdline:
                 node = int(stat.parent.name)  # the client host "dies": its SuperNode and children
                 for pid in [*descendants({node}), node]:
                     os.kill(pid, signal.SIGKILL)
@@ -314,7 +317,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     waits = [float(t) for t in re.findall(r"no answer from client\(s\) \[2\] in (\d+\.\d) s \(run.timeout\)", output)]
     assert all(10.0 <= t < 15.0 for t in waits), output  # the time it waited: run.timeout, said as measured
     assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
-    assert not live_flower_processes()
+    assert not live_flower_processes(within=tmp_path)
 
 
 def numpy_client_app() -> ClientApp:
@@ -471,7 +474,7 @@ def test_a_restarted_deployment_resumes_from_its_checkpoint_with_the_clients_sta
     for a, b in zip(local, resumed, strict=True):
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
-    assert not live_flower_processes()
+    assert not live_flower_processes(within=tmp_path)
 
 
 @pytest.mark.slow
