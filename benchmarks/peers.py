@@ -174,7 +174,8 @@ class LocalSuperLink:
         from fedaccel.flower.deploy import free_port
 
         self.home, self.cpus = home, cpus_per_client
-        ports = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": free_port(), "FLWR_LOCAL_CONTROL_API_PORT": free_port()}
+        taken: set[int] = set()
+        ports = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": free_port(taken), "FLWR_LOCAL_CONTROL_API_PORT": free_port(taken)}
         self.env = {**os.environ, "FLWR_HOME": str(home), **{k: str(v) for k, v in ports.items()},
                     "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
                     "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
