@@ -21,14 +21,19 @@ computed, on Fashion-MNIST split IID:
 
 - ``2nn``: 2NN 784-100-100-10, 10 clients x 600 samples, 30 rounds;
 - ``cnn``: BHerd's CNN, 10 clients x 600 samples, 5 rounds (``--cnn-rounds``);
-- ``2nn-100``: 2NN 784-100-100-10, 100 clients x 60 samples, 30 rounds (deployment left out: 100
+- ``2nn-100``: 2NN 784-100-100-10, 100 clients x 50 samples, 30 rounds (deployment left out: 100
   SuperNode processes do not fit a small machine; ``--max-deploy`` to change).
+
+A client's data is a whole number of batches: fedaccel trains floor(E n / B) full batches, the
+plain loop and the Flower app would also train a last partial one (at 60 samples a client, two
+steps against one: not the same work).
 
 Each way runs once untimed first (one round: imports, caches), then ``--repeats`` times,
 interleaved (A B C ... A B C ...) so that the machine's load falls on all alike; the table gives
 each way's median seconds (start-up included), its fastest, and the median of its per-repeat
 ratios to the plain loop. Every way's accuracy (the mean test accuracy of the last 5 rounds, the
-median of the repeats) must be within ``--tolerance`` (0.02) of the plain loop's (the ways draw
+median of the repeats) must be within ``--tolerance`` (0.02; 0.05 for ``cnn``, whose 5 rounds
+are still climbing fast) of the plain loop's (the ways draw
 batches differently, the bare Flower app's shuffles unseeded; the fedaccel ways agree with each
 other to 1e-5), else the script exits non-zero. Torch threads are pinned to 1 everywhere (OMP_NUM_THREADS=1 in
 every process started); the 1-minute load average is printed at the start and the end.
@@ -88,6 +93,7 @@ class Workload:
     test_samples: int = 2000
     loss_samples: int = 1000
     seed: int = 0
+    tolerance: float = 0.02  # largest gap to the plain loop's accuracy
 
     @property
     def options(self) -> dict[str, int]:
@@ -100,8 +106,8 @@ class Workload:
                 f"images and training loss on {self.loss_samples}")
 
 
-WORKLOADS = {"2nn": Workload("2nn", "2nn", 10, 600, 30), "cnn": Workload("cnn", "cnn", 10, 600, 5),
-             "2nn-100": Workload("2nn-100", "2nn", 100, 60, 30)}
+WORKLOADS = {"2nn": Workload("2nn", "2nn", 10, 600, 30), "cnn": Workload("cnn", "cnn", 10, 600, 5, tolerance=0.05),
+             "2nn-100": Workload("2nn-100", "2nn", 100, 50, 30)}
 
 
 # ---- the plain loop -----------------------------------------------------------------------------
@@ -244,8 +250,8 @@ class LocalSuperLink:
 
 # ---- the comparison ------------------------------------------------------------------------------
 
-def measure(ways: list[str], w: Workload, repeats: int, tmp: Path, superlink: LocalSuperLink | None,
-            tolerance: float) -> dict[str, tuple[list[float], float]]:
+def measure(ways: list[str], w: Workload, repeats: int, tmp: Path,
+            superlink: LocalSuperLink | None) -> dict[str, tuple[list[float], float]]:
     runners = {"plain": run_plain, "in-process": lambda w, o: run_fedaccel(w, o, "in-process"),
                "stacked": lambda w, o: run_fedaccel(w, o, "stacked"),
                "simulation": lambda w, o: run_fedaccel(w, o, "flower-simulation"),
@@ -300,8 +306,8 @@ def main() -> None:
     parser.add_argument("--cnn-rounds", type=int, default=5)
     parser.add_argument("--flower-cpus", type=float, default=1.0, help="CPUs per client of the bare Flower app")
     parser.add_argument("--max-deploy", type=int, default=20, help="deploy only workloads of at most this many clients")
-    parser.add_argument("--tolerance", type=float, default=0.02,
-                        help="largest gap to the plain loop's accuracy (mean of the last 5 rounds, median of the repeats)")
+    parser.add_argument("--tolerance", type=float, help="largest gap to the plain loop's accuracy (mean of the last 5 "
+                        "rounds, median of the repeats); default 0.02, 0.05 for cnn (5 rounds: still climbing fast)")
     parser.add_argument("--smoke", action="store_true",
                         help="smallest size: 2 clients x 300 samples, 2 rounds, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
@@ -317,7 +323,7 @@ def main() -> None:
             print(f"--smoke: skipped {', '.join(sorted(FLOWER_WAYS))} (each takes 10-30 s to start; --ways to run them)")
         workloads = [replace(w, clients=2, per_client=300, rounds=2, test_samples=200, loss_samples=100)
                      for w in workloads[:1]]
-        args.repeats, args.tolerance = 1, 0.25
+        args.repeats, args.tolerance = 1, 0.25 if args.tolerance is None else args.tolerance
     torch.set_num_threads(1)
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs; torch threads 1; "
           f"torch {torch.__version__}", flush=True)
@@ -337,14 +343,15 @@ def main() -> None:
                 if len(chosen) < len(ways):
                     print(f"{w.name}: deployment left out ({w.clients} SuperNode processes > --max-deploy {args.max_deploy})")
                 print(f"\n{w.name}: {w.describe()}", flush=True)
-                results = measure(chosen, w, args.repeats, Path(tmp), superlink, args.tolerance)
-                off += [f"{w.name}: {o}" for o in report(w, results, args.tolerance)]
+                tolerance = w.tolerance if args.tolerance is None else args.tolerance
+                results = measure(chosen, w, args.repeats, Path(tmp), superlink)
+                off += [f"{w.name}: {o} off by more than {tolerance:g}" for o in report(w, results, tolerance)]
         finally:
             if superlink is not None:
                 superlink.stop()
     print(f"\nload average (1 min) at end: {os.getloadavg()[0]:.2f}")
     if off:
-        raise SystemExit(f"accuracy off by more than {args.tolerance:g}: {'; '.join(off)}")
+        raise SystemExit(f"accuracy: {'; '.join(off)}")
 
 
 if __name__ == "__main__":
