@@ -743,3 +743,29 @@ def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_
         for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     assert not live_flower_processes(within=tmp_path)
+
+
+def test_free_port_never_hands_out_a_port_already_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel may offer a port again before the process it went to binds it (two SuperNodes once
+    got the same one): with ``taken``, free_port skips those and records what it returns."""
+    from fedaccel.flower import deploy
+
+    offered = iter([5001, 5002, 5001, 5003])
+
+    class FakeSocket:
+        def __enter__(self) -> FakeSocket:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = next(offered)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(deploy.socket, "socket", FakeSocket)
+    taken = {5002}
+    assert [deploy.free_port(taken), deploy.free_port(taken)] == [5001, 5003]
+    assert taken == {5001, 5002, 5003}

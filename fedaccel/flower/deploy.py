@@ -60,10 +60,18 @@ connect-timeout = 0
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(taken: set[int] | None = None) -> int:
+    """A port free on 127.0.0.1 now and not in ``taken`` (ports handed to processes that may not
+    have bound them yet: the kernel can offer one of them again), added to ``taken``."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if taken is None:
+            return port
+        if port not in taken:
+            taken.add(port)
+            return port
 
 
 def write_app(folder: Path) -> Path:
@@ -347,6 +355,7 @@ def start_processes(
     link = procs.start("superlink", [_tool("flower-superlink"), *link_security, "--host", "127.0.0.1",
                                      "--port", str(link_port)], cwd=flower)
     wait_for_port(link_port, link, "the SuperLink")
+    taken = {link_port}  # each SuperNode's port distinct: two once got the same one before either bound it
     for i in range(n if tls else 0):
         register(env, tls / f"node{i}_key.pub")  # type: ignore[operator]
     for i in range(n):
@@ -355,7 +364,7 @@ def start_processes(
         procs.env = {**env, "FLWR_HOME": str(node_env_home)}
         node_security = ["--insecure"] if tls is None else [
             "--root-certificates", str(tls / "ca.crt"), "--auth-supernode-private-key", str(tls / f"node{i}_key")]
-        runtime_port = free_port()
+        runtime_port = free_port(taken)
         command = [_tool("flower-supernode")] if stock else [sys.executable, "-m", "fedaccel.flower.node"]
         procs.start(f"supernode{i}", [
             *command, *node_security, "--superlink", f"127.0.0.1:{link_port}",

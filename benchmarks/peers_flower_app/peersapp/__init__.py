@@ -1,0 +1,1 @@
+"""A bare Flower app: FedAvg on Fashion-MNIST (benchmarks/peers.py)."""
