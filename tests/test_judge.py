@@ -112,3 +112,15 @@ def test_b_measure_compares_two_columns_of_the_same_runs(tmp_path: Path, capsys)
     assert "(final train loss" in capsys.readouterr().out  # the table names each side's measure
     with pytest.raises(ConfigError, match="b_measure measures b's runs"):
         load_experiment(write_grid(tmp_path / "bad", [{k: v for k, v in claim.items() if k != "b"}]) / "experiment.yaml")
+
+
+def test_a_rounds_claim_that_most_runs_never_reach_is_not_decided(tmp_path: Path) -> None:
+    """No run reaches 0.95: every seed counts as its last round on both sides, d = 0 on every seed, and
+    TOST alone would call that equivalence. More than a third censored, no continuous companion: undecided."""
+    claim = {"text": "twin reaches 0.95 as soon as fast", "a": {"train.lr": LR["twin"]}, "b": {"train.lr": LR["fast"]},
+             "measure": {"rounds_to": 0.95}, "expect": "equal", "margin": 1, "why": "one round of six"}
+    grid = write_grid(tmp_path / "toy", [claim])
+    assert main(["judge", str(grid)]) == 0
+    judged = json.loads((grid / "claims.json").read_text())[0]
+    assert judged["differences"] == [0.0] * 6 and judged["censored"] == [6, 6]
+    assert judged["verdict"] == "inconclusive" and "no continuous companion" in judged["note"]

@@ -336,6 +336,9 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     return judgement
 
 
+UNDECIDED = "(none)"  # carried_by of a too-censored rounds claim that has no continuous companion
+
+
 def too_censored(j: Judgement) -> bool:
     """More than :data:`CENSORED_SHARE` of either side never reached the claim's target."""
     return any(n and c > CENSORED_SHARE * n for c, n in zip(j.censored, j.sides))
@@ -347,8 +350,8 @@ def judge_family(judgements: Sequence[Judgement], alpha: float = ALPHA) -> list[
     verdict of its continuous companion (same experiment and setups) and leaves the family."""
     by_setup = {(j.claim.experiment, repr(j.claim.a), repr(j.claim.b), j.claim.measure.name): j for j in judgements}
     for j in judgements:
-        if j.p is not None and j.claim.companion and too_censored(j):
-            j.carried_by = j.claim.companion
+        if j.p is not None and j.claim.measure.target is not None and too_censored(j):
+            j.carried_by = j.claim.companion or UNDECIDED  # no companion: censoring leaves it undecided
     family = [j for j in judgements if j.in_family]
     for j, q in zip(family, bh_adjust([j.p for j in family])):
         j.q = q
@@ -358,8 +361,9 @@ def judge_family(judgements: Sequence[Judgement], alpha: float = ALPHA) -> list[
             mate = by_setup.get((j.claim.experiment, repr(j.claim.a), repr(j.claim.b), j.carried_by))
             j.q = None
             j.verdict = mate.verdict if mate is not None and mate.in_family else "inconclusive"
-            j.note = (f"{j.censored[0]} and {j.censored[1]} runs never reached the target: "
-                      f"the verdict is the {j.carried_by}'s")
+            j.note = (f"{j.censored[0]} and {j.censored[1]} runs never reached the target: " + (
+                "no continuous companion claim to decide it" if j.carried_by == UNDECIDED
+                else f"the verdict is the {j.carried_by}'s"))
     return list(judgements)
 
 
@@ -413,7 +417,9 @@ def numbers(j: Judgement) -> str:
         text += f"; speed-up of the medians {j.b_median / j.a_median:.2f}×"
     if c.measure.target is not None and any(j.censored):
         text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (counted at the last round)"
-    if j.carried_by:
+    if j.carried_by == UNDECIDED:
+        text += "; too many runs never reached the target, and no continuous claim to carry the verdict"
+    elif j.carried_by:
         text += f"; verdict carried by the {j.carried_by}"
     if j.tuning_seeds:
         text += f"; best values chosen on seed(s) {', '.join(map(str, j.tuning_seeds))}"
