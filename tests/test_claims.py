@@ -204,3 +204,14 @@ def test_describe_names_list_entries_by_kind() -> None:
     flip = {"attacks": [{"kind": "label-flip", "clients": [0]}]}
     assert describe(flip, {"attacks": []}, {}) == "attacks label-flip"
     assert describe({"attacks": []}, flip, {}) == "attacks none"
+
+
+def test_a_diverged_run_counts_as_its_whole_budget_in_rounds_to_target() -> None:
+    """Stopped by divergence at round 3 of 10 without reaching 0.9: rounds to 0.9 is 10 (the budget it
+    failed in), not 3, which would read as a quicker run than one that reached 0.9 at round 5."""
+    rows = [{"round": r, "test_acc": a} for r, a in enumerate([0.1, 0.5, 0.6, 0.4])]
+    config = {"train": {"rounds": 10}, "run": {"seed": 0}}
+    diverged = Run(Path("d"), config, rows, {"finished": False, "diverged": 3})
+    stopped = Run(Path("s"), config, rows, None)  # cut short, not diverged: its recorded rounds
+    assert rounds_to(0.9).of(diverged) == 10.0
+    assert rounds_to(0.9).of(stopped) == 3.0

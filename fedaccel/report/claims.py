@@ -66,7 +66,13 @@ def _curve(run: Run, metric: str, *, with_round_0: bool = False) -> tuple[np.nda
 
 
 def last_round(run: Run) -> int:
-    return max(int(r["round"]) for r in run.metrics)
+    """The run's round budget: its last recorded round, or its configured rounds when it diverged (a run
+    stopped by divergence never reached the target in its budget; its stop round is no faster crossing)."""
+    recorded = max(int(r["round"]) for r in run.metrics)
+    planned = value_at(run.config, "train.rounds")
+    if run.summary and run.summary.get("diverged") and isinstance(planned, int):
+        return max(recorded, planned)
+    return recorded
 
 
 def eval_interval(run: Run) -> int:
