@@ -2,6 +2,8 @@
 # make test  - install everything, then run the test suite (all of it: what CI runs)
 # make test-fast - the suite without the tests marked slow (Flower, Ray, processes, benchmarks): day-to-day work
 VENV ?= .venv
+# pytest-xdist workers for the tests: one per core (`make test WORKERS=0` runs them in one process)
+WORKERS ?= auto
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -17,10 +19,10 @@ demo: install
 	$(BIN)/fedaccel experiment experiments/demo.yaml
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(WORKERS)
 
 benchmark: install
 	$(BIN)/python benchmarks/engine_overhead.py
