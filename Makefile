@@ -19,10 +19,10 @@ demo: install
 	$(BIN)/fedaccel experiment experiments/demo.yaml
 
 test: install
-	$(BIN)/python -m pytest -q -n $(WORKERS)
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" -n $(WORKERS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(WORKERS) --dist worksteal
 
 benchmark: install
 	$(BIN)/python benchmarks/engine_overhead.py

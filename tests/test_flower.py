@@ -39,8 +39,10 @@ def rows(run_dir: Path) -> list[dict]:
 
 CASES = {
     "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
-    "scaffold": ["algorithm=scaffold"],
-    "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4"],
+    # SCAFFOLD's controls on Flower: fedgsnr-scaffold here, and the deployed scaffold case
+    # FedUMF with FedDC's states, partial uploads, and the client-mean and all-client-mean models scored
+    "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4",
+                     "eval.models=[broadcast, client_mean, all_mean]"],
     "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
     "grab-reorder": ["algorithm=grab-reorder"],  # its client state sets the order of the next round
     # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
@@ -61,7 +63,7 @@ def test_flower_simulation_gives_the_in_process_numbers(case: str, tmp_path: Pat
     flower = rows(run(load_config(None, [*overrides, "run.runtime=flower-simulation"]), tmp_path / "flower"))
     assert len(flower) == len(local) == 4
     for a, b in zip(local, flower):
-        for key in ("test_acc", "test_loss", "train_loss"):
+        for key in ("test_acc", "test_loss", "train_loss", *(k for k in a if "/" in k)):  # extra models too
             assert b[key] == pytest.approx(a[key], abs=1e-5), (case, a["round"], key)
         for key in ("bytes_up", "bytes_down", "local_steps", "clients", "uploaded"):
             assert b.get(key) == a.get(key), (case, a["round"], key)
@@ -277,7 +279,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     import time
 
     out = tmp_path / "deployed"
-    overrides = [*TINY, "data.clients=3", "train.rounds=4", "algorithm=fedavg", "run.timeout=10"]
+    overrides = [*TINY, "data.clients=3", "train.rounds=4", "algorithm=fedavg", "run.timeout=5"]
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "3", "--out", str(out), "--timeout", "400"]
     for item in overrides:
         argv += ["--set", item]
@@ -315,7 +317,7 @@ def test_a_client_killed_mid_run_is_lost_and_the_run_goes_on(tmp_path: Path) -> 
     # uploaded: the updates aggregated (all three in round 1, then without the lost client)
     assert [r["uploaded"] for r in metrics[1:]] == [3, *(3 - len(m) for m in missing)], metrics
     waits = [float(t) for t in re.findall(r"no answer from client\(s\) \[2\] in (\d+\.\d) s \(run.timeout\)", output)]
-    assert all(10.0 <= t < 15.0 for t in waits), output  # the time it waited: run.timeout, said as measured
+    assert all(5.0 <= t < 10.0 for t in waits), output  # the time it waited: run.timeout, said as measured
     assert metrics[-1]["test_acc"] > metrics[0]["test_acc"]
     assert not live_flower_processes(within=tmp_path)
 
