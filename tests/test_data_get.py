@@ -18,7 +18,7 @@ import sys
 import tarfile
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -171,6 +171,31 @@ def use_source(monkeypatch: pytest.MonkeyPatch, name: str, files: dict[str, byte
     monkeypatch.setitem(download.SOURCES, name, Source(remote, (mirror,), **kw))
 
 
+CIFAR_PATH = "/cifar10/cifar-10-python.tar.gz"
+
+
+def serve_cifar(served: Served, url: str, monkeypatch: pytest.MonkeyPatch, n: int = 4) -> tuple[bytes, np.ndarray]:
+    """A CIFAR-10 archive of ``n`` images a batch, served and named as the only mirror of cifar10."""
+    archive, test_images = cifar10_archive(n)
+    serve(served, "cifar10", {"cifar-10-python.tar.gz": archive})
+    use_source(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive}, url + "cifar10/", unpack="tar")
+    return archive, test_images
+
+
+def serve_mnist_with_part(
+    served: Served, url: str, cache: Path, monkeypatch: pytest.MonkeyPatch, part: Callable[[bytes], bytes],
+) -> tuple[dict[str, bytes], dict[str, np.ndarray], Path, str]:
+    """MNIST served as the only mirror, with ``part(first file's bytes)`` left in the cache as its ``.part``."""
+    files, arrays = mnist_files()
+    serve(served, "mnist", files)
+    use_source(monkeypatch, "mnist", files, url + "mnist/")
+    folder = cache / "mnist"
+    folder.mkdir(parents=True)
+    first = IDX_STEMS[0] + ".gz"
+    (folder / (first + ".part")).write_bytes(part(files[first]))
+    return files, arrays, folder, first
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -205,9 +230,7 @@ def test_cifar_archive_is_unpacked_then_removed(
     server: tuple[str, Served], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, served = server
-    archive, test_images = cifar10_archive()
-    serve(served, "cifar10", {"cifar-10-python.tar.gz": archive})
-    use_source(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive}, url + "cifar10/", unpack="tar")
+    archive, test_images = serve_cifar(served, url, monkeypatch)
     monkeypatch.setenv("FEDACCEL_DATA", str(tmp_path / "data"))  # the configured folder wins over the cache
 
     folder, _ = get_dataset("cifar10", progress=False)
@@ -243,11 +266,9 @@ def test_cut_connection_resumes_with_a_range_request(
     server: tuple[str, Served], _own_cache: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, served = server
-    archive, _ = cifar10_archive(n=40)
-    path = "/cifar10/cifar-10-python.tar.gz"
-    serve(served, "cifar10", {"cifar-10-python.tar.gz": archive})
+    archive, _ = serve_cifar(served, url, monkeypatch, n=40)
+    path = CIFAR_PATH
     served.cut[path] = 1  # the first response stops halfway
-    use_source(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive}, url + "cifar10/", unpack="tar")
 
     get_dataset("cifar10", progress=False)
 
@@ -261,13 +282,7 @@ def test_interrupted_download_resumes_on_the_next_get(
 ) -> None:
     """A .part left by an earlier get (killed, or every mirror gone) is continued, not restarted."""
     url, served = server
-    files, arrays = mnist_files()
-    serve(served, "mnist", files)
-    use_source(monkeypatch, "mnist", files, url + "mnist/")
-    folder = _own_cache / "mnist"
-    folder.mkdir(parents=True)
-    first = IDX_STEMS[0] + ".gz"
-    (folder / (first + ".part")).write_bytes(files[first][:100])
+    files, arrays, folder, first = serve_mnist_with_part(served, url, _own_cache, monkeypatch, lambda f: f[:100])
 
     get_dataset("mnist", progress=False)
 
@@ -280,11 +295,9 @@ def test_server_that_ignores_range_still_gives_the_right_file(
     server: tuple[str, Served], _own_cache: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, served = server
-    archive, _ = cifar10_archive(n=40)
-    path = "/cifar10/cifar-10-python.tar.gz"
-    serve(served, "cifar10", {"cifar-10-python.tar.gz": archive})
+    archive, _ = serve_cifar(served, url, monkeypatch, n=40)
+    path = CIFAR_PATH
     served.cut[path], served.ignore_range = 1, True  # cut, then a 200 with the whole file again
-    use_source(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive}, url + "cifar10/", unpack="tar")
 
     get_dataset("cifar10", progress=False)
 
@@ -296,13 +309,8 @@ def test_stale_part_with_other_bytes_is_downloaded_again_from_zero(
     server: tuple[str, Served], _own_cache: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, served = server
-    files, _ = mnist_files()
-    serve(served, "mnist", files)
-    use_source(monkeypatch, "mnist", files, url + "mnist/")
-    folder = _own_cache / "mnist"
-    folder.mkdir(parents=True)
-    first = IDX_STEMS[0] + ".gz"
-    (folder / (first + ".part")).write_bytes(b"\xff" * 50)  # not the start of this file
+    files, _, folder, first = serve_mnist_with_part(served, url, _own_cache, monkeypatch,
+                                                     lambda f: b"\xff" * 50)  # not the start of this file
 
     get_dataset("mnist", progress=False)
 

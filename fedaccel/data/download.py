@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from fedaccel.disk import fsync_folder
 from fedaccel.errors import DataError
 
 __all__ = ["MIRROR_ENV", "RemoteFile", "SOURCES", "Source", "cache_root", "download_dataset", "mirror_urls"]
@@ -263,20 +264,7 @@ def _transfer(url: str, part: Path, progress: _Progress, timeout: float) -> None
 def _finish(part: Path, dest: Path) -> None:
     """Rename the checked ``part`` to ``dest`` and make the rename durable."""
     os.replace(part, dest)
-    _fsync_folder(dest.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_folder(dest.parent)
 
 
 def fetch_file(
@@ -386,7 +374,7 @@ def _unpack(source: Source, archive: Path, folder: Path) -> None:
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             os.replace(entry, target)
-        _fsync_folder(folder)
+        fsync_folder(folder)
         archive.unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)

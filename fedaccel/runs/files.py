@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import torch
 
+from fedaccel.disk import fsync_folder
 from fedaccel.errors import UserError
 
 
@@ -49,21 +50,7 @@ def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *,
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (where the system allows opening a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_folder(path.parent)
 
 
 def save_plain(path: Path, value: Any, *, previous: Path | None = None) -> None:
