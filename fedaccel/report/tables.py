@@ -200,7 +200,8 @@ def compare_table(
     for i, (label, group) in enumerate(groups):
         x, mean, std = series(group, metric)
         if x.size:
-            per_run = np.array([[run_curve(r, metric)[int(k)] for k in x] for r in group])
+            curves = [run_curve(r, metric) for r in group]  # once per run, not once per round
+            per_run = np.array([[curve[int(k)] for k in x] for curve in curves])
             best = np.nanmax(per_run, axis=1) if higher_better(metric) else np.nanmin(per_run, axis=1)
             best_cell = _fmt_num(float(best.mean()))
             final_cell = _fmt_num(float(mean[-1]))
