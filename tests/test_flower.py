@@ -68,6 +68,11 @@ def test_flower_simulation_gives_the_in_process_numbers(case: str, tmp_path: Pat
         for key in ("bytes_up", "bytes_down", "local_steps", "clients", "uploaded"):
             assert b.get(key) == a.get(key), (case, a["round"], key)
     assert local[-1]["test_acc"] > local[0]["test_acc"]  # it learned something
+    import ray
+
+    from fedaccel.flower import warm_ray
+
+    assert ray.is_initialized() and warm_ray._ours(), "the local Ray should stay up for the next simulation"
 
 
 def broken_app() -> ClientApp:

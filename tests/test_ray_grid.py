@@ -17,6 +17,7 @@ from fedaccel.errors import UserError
 from fedaccel.grids.experiment import load_experiment, run_experiment
 from fedaccel.grids.ray_tasks import RayOptions, _wait_for_writer, run_cells_on_ray
 from fedaccel.launch import run
+from fedaccel.runs.config import load_config
 from fedaccel.runs.lock import lock_run_dir
 
 ray = pytest.importorskip("ray")
@@ -27,6 +28,8 @@ BASE = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
 
 @pytest.fixture(scope="module")
 def local_ray():
+    if ray.is_initialized():  # a Flower simulation's local Ray, kept up in this process (fedaccel.flower.warm_ray)
+        ray.shutdown()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # ours, not a neighbour's
     yield
     ray.shutdown()
@@ -56,6 +59,22 @@ def test_a_grid_on_ray_gives_the_numbers_of_one_cell_at_a_time(local_ray, tmp_pa
         assert a.name == b.name and (b / "summary.json").is_file()
         assert numbers(a) == numbers(b), a.name
     assert on_ray.table == serial.table
+
+
+@pytest.mark.slow
+def test_a_flower_simulation_in_a_ray_someone_else_started_leaves_it_running(local_ray, tmp_path: Path) -> None:
+    """Flower's Ray backend shuts Ray down after a simulation; fedaccel's leaves a Ray it did not
+    start (here this module's) running, and the simulation gives the in-process numbers."""
+    pytest.importorskip("flwr")
+
+    before = ray.get_runtime_context().gcs_address
+    overrides = ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=2", "train.lr=0.1",
+                 "train.batch_size=20", "run.progress=false"]
+    local = run(load_config(None, overrides), tmp_path / "in-process")
+    flower = run(load_config(None, [*overrides, "run.runtime=flower-simulation"]), tmp_path / "flower")
+    assert ray.is_initialized() and ray.get_runtime_context().gcs_address == before
+    for a, b in zip(numbers(local), numbers(flower), strict=True):
+        assert b["test_acc"] == pytest.approx(a["test_acc"], abs=1e-5) and b["bytes_up"] == a["bytes_up"]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 One virtual SuperNode per client; Ray runs their ClientApps in a pool of worker processes that
 stay alive for the whole run (one per core by default), so each builds the run's setup once.
+Ray itself stays up for the process's next simulation (:mod:`fedaccel.flower.warm_ray`).
 The ServerApp runs in this process and writes the usual run folder. On a Ray cluster: start it
 with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and the data on every
 node) and run with ``RAY_ADDRESS=auto`` on the head.
@@ -36,6 +37,7 @@ def simulate(
     from fedaccel.flower.client import app as fedaccel_client_app
     from fedaccel.flower.dispatch import wake_simulation_on_push
     from fedaccel.flower.server import serve
+    from fedaccel.flower.warm_ray import backend_config, keep_ray_up, remember_started
 
     wake_simulation_on_push()  # the engine's dispatch wakes when the server pushes, not every 0.1 s
 
@@ -49,16 +51,18 @@ def simulate(
         except BaseException as exc:  # run_simulation only logs what a ServerApp raises
             failures.append(exc)
 
-    cpus = workers or min(os.cpu_count() or 1, config.data.clients)
-    # With RAY_ADDRESS set (e.g. "auto" on a node of a cluster started with `ray start`), Ray joins
-    # that cluster and its CPUs decide how many ClientApps run at once; otherwise a local Ray.
-    init_args = {} if os.environ.get("RAY_ADDRESS") else {"num_cpus": cpus, "include_dashboard": False}
+    # The local Ray (started with this machine's cores if none runs) stays up for the process's next
+    # simulation. With RAY_ADDRESS set (e.g. "auto" on a node of a cluster started with `ray start`),
+    # Ray joins that cluster and its CPUs decide how many ClientApps run at once.
+    keep_ray_up()
+    backend = backend_config(config.data.clients, workers)
     run_simulation(
         server_app=server_app,
         client_app=client_app or fedaccel_client_app,
         num_supernodes=config.data.clients,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args},
+        backend_config=backend,
     )
+    remember_started(backend)
     if failures:
         raise failures[0]
     if not (path / "summary.json").is_file():

@@ -1,0 +1,71 @@
+"""One local Ray for every Flower simulation a process runs.
+
+Flower 1.41's Ray backend starts Ray when none is running and shuts Ray down when a simulation
+ends (``RayBackend.terminate``): each simulation of a grid pays Ray's start and stop (3-5 s on
+2 cores), and a Ray that someone else started in the process (a notebook, a Ray grid) is shut
+down under them. :func:`keep_ray_up` makes ``terminate`` stop only that simulation's ClientApp
+actors; Ray then lives until the process ends (Ray's own exit handler stops it).
+
+The local Ray fedaccel starts gets all of the machine's cores, and a simulation's ClientApp
+workers are sized by their share of it (:func:`backend_config`), so a first simulation of one
+client does not leave a one-CPU Ray to the next. Pinned to flwr 1.41 (``RayBackend`` is not
+public API): if it is gone, nothing is patched and Ray restarts per simulation, as in Flower.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+_started: str | None = None  # the GCS address of the local Ray a simulation here started
+
+
+def keep_ray_up() -> bool:
+    """Make Flower's Ray backend leave Ray running when a simulation ends (once per process)."""
+    try:
+        from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+    except ImportError:
+        return False
+    if getattr(RayBackend.terminate, "keeps_ray", False):
+        return True
+
+    def terminate(self: Any) -> None:
+        if self.pool:
+            self.pool.terminate_all_actors()
+
+    terminate.keeps_ray = True  # type: ignore[attr-defined]
+    RayBackend.terminate = terminate
+    return True
+
+
+def _ours() -> bool:
+    """Whether the running Ray is the local one a simulation of this process started."""
+    import ray
+
+    return ray.is_initialized() and _started is not None and ray.get_runtime_context().gcs_address == _started
+
+
+def backend_config(clients: int, workers: int | None = None) -> dict[str, Any]:
+    """Flower's ``backend_config``: ``workers`` ClientApp workers (default one per core, at most
+    one per client) on the local Ray (started with every core if none runs); on a cluster
+    (``RAY_ADDRESS``) or a Ray someone else started here, one ClientApp per CPU, as before."""
+    import ray
+
+    if os.environ.get("RAY_ADDRESS") or (ray.is_initialized() and not _ours()):
+        return {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {}}
+    cores = os.cpu_count() or 1
+    if _ours():
+        cores = int(ray.cluster_resources().get("CPU", cores))
+    share = math.floor(cores / (workers or min(cores, clients)) * 1e4) / 1e4  # Ray counts 1e-4 CPUs
+    init = {} if ray.is_initialized() else {"num_cpus": cores, "include_dashboard": False}
+    return {"client_resources": {"num_cpus": share, "num_gpus": 0.0}, "init_args": init}
+
+
+def remember_started(config: dict[str, Any]) -> None:
+    """After a simulation run with ``config``: if it started Ray, that Ray is this module's."""
+    import ray
+
+    global _started
+    if config["init_args"] and ray.is_initialized():
+        _started = ray.get_runtime_context().gcs_address
