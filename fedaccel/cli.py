@@ -299,10 +299,8 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from fedaccel.flower.deploy import deploy, prepare
-    from fedaccel.launch import check_out_folder
-    from fedaccel.report.reading import load_run
     from fedaccel.runs.config import from_dict, load_config, read_yaml
-    from fedaccel.runs.folder import new_run_dir
+    from fedaccel.runs.folder import check_out_folder, new_run_dir
 
     if args.resume:
         if args.config or args.set or args.out:
@@ -323,6 +321,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         return 0
     path = deploy(config, out, clients=args.clients, timeout=args.timeout, tls=Path(args.tls) if args.tls else None,
                   stock=args.stock, resume=bool(args.resume), progress=False if args.no_progress else None)
+    from fedaccel.report.reading import load_run  # after: nothing but what starts the processes comes first
+
     final = load_run(path).metrics[-1]
     print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
     print(f"run folder: {path}")

@@ -27,8 +27,8 @@ from fedaccel.runs.config import (
     read_yaml,
     warn_if_fedavg_in_disguise,
 )
-from fedaccel.runs.folder import METRICS, new_run_dir, removed_on_failed_start
-from fedaccel.runs.lock import LOCK_FILE, lock_run_dir
+from fedaccel.runs.folder import METRICS, check_out_folder, new_run_dir, removed_on_failed_start
+from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import build_setup
 
@@ -50,18 +50,6 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         run_loop(setup, state, path, wall=0.0, progress=progress)
     return path
-
-
-def check_out_folder(path: Path) -> None:
-    """A new run goes into a new or empty folder (``.lock`` aside: a start that failed) or, to be
-    refused with the way to continue it, a run folder: never into a folder of the user's files."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{path} is a file, not a folder; give --out a new or empty folder")
-    if path.is_dir() and not (path / METRICS).exists() and {p.name for p in path.iterdir()} - {LOCK_FILE}:
-        killed = (f" (a run killed before its first round: `fedaccel run --resume {path}`)"
-                  if (path / "config.yaml").is_file() else "")
-        raise UserError(f"{path} is not empty and holds no fedaccel run; nothing in it was touched: give --out "
-                        f"a new or empty folder{killed}")
 
 
 def finished(path: Path, rounds: int) -> bool:

@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaccel.errors import UserError
-from fedaccel.flower import ENV
-from fedaccel.flower.server import ROUND_LINE, SERVER_PREFIX, STOP_FILE
+from fedaccel.flower import ENV, ROUND_LINE, SERVER_PREFIX, STOP_FILE
 from fedaccel.runs.config import Config, dump_config
 from fedaccel.runs.lifetime import launched, wrapper
 from fedaccel.runs.lock import lock_run_dir

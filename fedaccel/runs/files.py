@@ -16,8 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 from fedaccel.disk import fsync_folder
 from fedaccel.errors import UserError
 
@@ -55,6 +53,8 @@ def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *,
 
 def save_plain(path: Path, value: Any, *, previous: Path | None = None) -> None:
     """``torch.save`` of plain data (tensors, containers, numbers, strings), atomically."""
+    import torch  # here, not at the top: config files are read (and written) without torch
+
     write_atomic(path, lambda file: torch.save(value, file), previous=previous)
 
 
@@ -62,6 +62,8 @@ def load_plain(file: Path) -> Any:
     """``torch.load(file, weights_only=True)`` on the CPU. A whole pickle that asks for anything but
     tensors and plain data is refused with :class:`UnsafeFile` (one line naming it): nothing in it
     runs. A damaged file raises what ``torch.load`` raises."""
+    import torch
+
     try:
         return torch.load(file, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:

@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from fedaccel.errors import UserError
 from fedaccel.runs.config import Config
+from fedaccel.runs.lock import LOCK_FILE
 
 
 CHECKPOINT = "checkpoint.pt"
@@ -57,3 +59,14 @@ def removed_on_failed_start(path: Path, before: set[Path] | None) -> Iterator[No
                     shutil.rmtree(item) if item.is_dir() else item.unlink()
         raise
 
+
+def check_out_folder(path: Path) -> None:
+    """A new run goes into a new or empty folder (``.lock`` aside: a start that failed) or, to be
+    refused with the way to continue it, a run folder: never into a folder of the user's files."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{path} is a file, not a folder; give --out a new or empty folder")
+    if path.is_dir() and not (path / METRICS).exists() and {p.name for p in path.iterdir()} - {LOCK_FILE}:
+        killed = (f" (a run killed before its first round: `fedaccel run --resume {path}`)"
+                  if (path / "config.yaml").is_file() else "")
+        raise UserError(f"{path} is not empty and holds no fedaccel run; nothing in it was touched: give --out "
+                        f"a new or empty folder{killed}")
