@@ -12,11 +12,11 @@ wrong shape or non-finite values is ``rejected`` with its reason, logged and nev
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext, ClientUpdate, State
 from fedaccel.errors import UserError
+from fedaccel.flower import SERVER_PREFIX, STOP_FILE
 from fedaccel.flower.client import (
     PLAN,
     UPDATE,
@@ -39,7 +40,7 @@ from fedaccel.flower.client import (
 )
 from fedaccel.flower.dispatch import PUSHED
 from fedaccel.flower.wire import BadMessage, check_update, packed_in, unpack
-from fedaccel.runs.checkpoint import restore_state
+from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config
 from fedaccel.runs.folder import CHECKPOINT
 from fedaccel.runs.loop import run_loop
@@ -48,9 +49,6 @@ from fedaccel.runs.stopping import STOP, Interrupted
 
 CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its first message
 QUIET = 3.0  # seconds of waiting for SuperNodes before saying how many are connected
-STOP_FILE = "stop"  # RUN_DIR/stop: finish the current round, checkpoint it and stop
-SERVER_PREFIX = "fedaccel server: "  # what the server's lines start with
-ROUND_LINE = re.compile(rf"^{re.escape(SERVER_PREFIX)}round (\d+)/(\d+)(?:  test_acc (\S+))?")
 
 
 class FlowerClients:
@@ -180,7 +178,7 @@ class RoundLines:
     """A progress bar as log lines, for the ServerApp of a deployment: one line per round,
     ``fedaccel server: round 3/60  test_acc 0.9132  (1.4 s)`` (``test_acc`` on evaluated
     rounds). It has the part of tqdm's interface that :func:`fedaccel.runs.loop.run_loop` uses;
-    ``fedaccel deploy`` turns the lines back into a bar (:data:`ROUND_LINE`)."""
+    ``fedaccel deploy`` turns the lines back into a bar (:data:`fedaccel.flower.ROUND_LINE`)."""
 
     def __init__(self, total: int, initial: int = 0, **_: Any) -> None:
         self.total, self.n, self.acc = total, initial, None
@@ -204,32 +202,38 @@ LINK_POLL = 0.05  # seconds between pulls of replies from a SuperLink (each is a
 MEMORY_POLL = 0.002  # the same on Flower's simulation engine (a look-up in this process's memory)
 
 
-def exchange(
-    grid: Grid, messages: list[Message], timeout: float, poll: float | None = None, first_pull: float = 0.0,
-) -> list[tuple[Message | None, float]]:
-    """Push ``messages``, collect replies until all answered or ``timeout`` s passed: for each
-    message, in order, its reply (None: none in time) and the seconds from the push until it came
-    (or until the wait ended).
+@dataclass
+class Pushed:
+    """Messages pushed at ``started`` (monotonic s), their replies still to :func:`collect`."""
 
-    Like ``Grid.send_and_receive``, which on a SuperLink waits 3 s between polls. A reply is
-    matched by the message it answers: the SuperLink's own error replies (a node gone) come from
-    no node. ``poll``: seconds between pulls (default :data:`MEMORY_POLL` on the simulation
-    engine's in-memory grid, :data:`LINK_POLL` on a SuperLink); ``first_pull``: seconds after
-    the push before the first pull.
-    """
-    if not messages:
-        return []
-    if poll is None:
-        poll = MEMORY_POLL if isinstance(grid, InMemoryGrid) else LINK_POLL
+    grid: Grid
+    ids: list[str]
+    started: float
+
+
+def push(grid: Grid, messages: list[Message]) -> Pushed:
     pushed = list(grid.push_messages(messages))
     PUSHED.set()  # wakes the simulation engine's dispatch (fedaccel.flower.dispatch), if it runs here
-    started = time.monotonic()
     ids = pushed if len(pushed) == len(messages) else [m.metadata.message_id for m in messages]
-    index = {message_id: k for k, message_id in enumerate(ids) if message_id}
+    return Pushed(grid, ids, time.monotonic())
+
+
+def collect(
+    sent: Pushed, timeout: float, poll: float | None = None, first_pull: float = 0.0,
+) -> list[tuple[Message | None, float]]:
+    """The replies to ``sent`` until all answered or ``timeout`` s after the push: for each
+    message, in order, its reply (None: none in time) and the seconds from the push until it came
+    (or until the wait ended). ``poll``: seconds between pulls (default :data:`MEMORY_POLL` on
+    the simulation engine's in-memory grid, :data:`LINK_POLL` on a SuperLink); ``first_pull``:
+    seconds after the push before the first pull."""
+    grid, started = sent.grid, sent.started
+    if poll is None:
+        poll = MEMORY_POLL if isinstance(grid, InMemoryGrid) else LINK_POLL
+    index = {message_id: k for k, message_id in enumerate(sent.ids) if message_id}
     waiting = set(index)
     deadline = started + timeout
-    replies: list[tuple[Message | None, float]] = [(None, 0.0)] * len(messages)
-    time.sleep(min(first_pull, timeout))
+    replies: list[tuple[Message | None, float]] = [(None, 0.0)] * len(sent.ids)
+    time.sleep(max(0.0, started + min(first_pull, timeout) - time.monotonic()))
     while waiting and time.monotonic() < deadline:
         got = [m for m in grid.pull_messages(waiting) if m.metadata.reply_to_message_id in waiting]
         for reply in got:
@@ -239,6 +243,20 @@ def exchange(
             time.sleep(poll)
     waited = time.monotonic() - started
     return [(reply, seconds if reply is not None else waited) for reply, seconds in replies]
+
+
+def exchange(
+    grid: Grid, messages: list[Message], timeout: float, poll: float | None = None, first_pull: float = 0.0,
+) -> list[tuple[Message | None, float]]:
+    """Push ``messages`` and :func:`collect` their replies.
+
+    Like ``Grid.send_and_receive``, which on a SuperLink waits 3 s between polls. A reply is
+    matched by the message it answers: the SuperLink's own error replies (a node gone) come from
+    no node.
+    """
+    if not messages:
+        return []
+    return collect(push(grid, messages), timeout, poll, first_pull)
 
 
 def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float = QUIET) -> list[int]:
@@ -265,20 +283,23 @@ def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float =
         time.sleep(0.2)
 
 
-def connect(
-    grid: Grid, config_text: str, nodes: list[int], n_clients: int, timeout: float, start_round: int = 0
-) -> tuple[dict[int, int], frozenset[int]]:
-    """Send every node the config; (client id -> node id for the run's ``n_clients`` clients,
-    the clients whose node answered no hello: plain Flower ClientApps).
+def hello(grid: Grid, config_text: str, nodes: list[int], start_round: int = 0) -> Pushed:
+    """Send every node the config (each builds the run's setup on it); :func:`connect` collects
+    the answers. ``start_round`` > 0 (a resumed run): nodes restore their part states of that
+    round if they kept them (node config ``state-dir``)."""
+    return push(grid, [Message(RecordDict({"config": ConfigRecord({"yaml": config_text, "round": start_round})}),
+                               node, "query.hello") for node in nodes])
 
-    ``start_round`` > 0 (a resumed run): nodes restore their part states of that round if they
-    kept them (node config ``state-dir``); the others start from fresh states, logged.
-    """
-    hello = [Message(RecordDict({"config": ConfigRecord({"yaml": config_text, "round": start_round})}), node,
-                     "query.hello") for node in nodes]
+
+def connect(
+    sent: Pushed, nodes: list[int], n_clients: int, timeout: float, start_round: int = 0
+) -> tuple[dict[int, int], frozenset[int]]:
+    """The answers to :func:`hello` from ``nodes``: (client id -> node id for the run's
+    ``n_clients`` clients, the clients whose node answered no hello: plain Flower ClientApps).
+    Nodes of a resumed run that kept no state of ``start_round`` start from fresh states, logged."""
     mapping: dict[int, int] = {}
     foreign: list[int] = []
-    for node, (reply, _) in zip(nodes, exchange(grid, hello, timeout)):
+    for node, (reply, _) in zip(nodes, collect(sent, timeout)):
         if reply is None or (reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE):
             continue
         if reply.has_error() or "hello" not in reply.content:
@@ -344,13 +365,15 @@ def serve(
         # the first message starts every node's ClientApp and loads its data: give that time
         timeout = connect_timeout or max(CONNECT_TIMEOUT, config.run.timeout)
         node_ids = wait_for_nodes(grid, config.data.clients, timeout)  # before the set-up: said at once
+        saved = load_checkpoint(path)
+        start_round = int(saved["state"].round) if saved is not None else 0
+        # the nodes build the run's setup on the hello while this process builds its own
+        sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True), node_ids, start_round)
         setup = build_setup(config)
-        state, wall = restore_state(setup, path)
+        state, wall = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():
             log(f"resuming {path} from round {state.round}")
-        config_text = yaml.safe_dump(config.to_dict(), sort_keys=True)
-        nodes, plain = connect(grid, config_text, node_ids, setup.federation.n_clients, timeout,
-                               start_round=state.round)
+        nodes, plain = connect(sent, node_ids, setup.federation.n_clients, timeout, start_round=state.round)
         runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
         try:
             run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)

@@ -30,10 +30,15 @@ from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS, PREVIOUS_CHEC
 from fedaccel.runs.setup import Setup
 
 
-def restore_state(setup: Setup, path: Path) -> tuple[FLState, float]:
+_LOAD = object()
+
+
+def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLState, float]:
     """The state of the newest checkpoint in ``path`` that loads (or the initial one), metrics
-    cut to match; says on stderr which round the run continues from."""
-    loaded = load_checkpoint(path)
+    cut to match; says on stderr which round the run continues from. ``loaded``: what
+    :func:`load_checkpoint` gave for ``path`` already (None: no checkpoint)."""
+    if loaded is _LOAD:
+        loaded = load_checkpoint(path)
     if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
         state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
