@@ -73,3 +73,36 @@ def test_the_first_pull_waits_as_told_and_then_pulls_every_poll() -> None:
     replies = exchange(paced, messages, timeout=5.0, poll=0.02, first_pull=0.25)  # type: ignore[arg-type]
     assert all(reply is not None and seconds >= 0.3 for reply, seconds in replies)
     assert paced.pulls <= 4 < eager.pulls  # 0.25 s of waiting saved about 12 pulls of 20 ms
+
+
+class _HalfUploadedGrid(_Grid):
+    """Node 1's reply came, its arrays never will (its node died uploading them): Flower's grid
+    pulls them with its own retries, then answers with an error reply for that message."""
+
+    def pull_messages(self, ids):  # noqa: ANN001, ANN201
+        from flwr.supercore.inflatable import inflatable_utils
+
+        def never(object_id: str) -> bytes:
+            raise inflatable_utils.ObjectUnavailableError(object_id)
+
+        self.pulls += 1
+        try:
+            inflatable_utils.pull_objects(["arrays"], never)
+        except inflatable_utils.ObjectPullError:
+            return [type("Error", (), {"metadata": type("M", (), {"reply_to_message_id": i})()})() for i in ids]
+        raise AssertionError("an object that never comes was pulled")
+
+
+def test_a_reply_whose_objects_never_come_is_given_up_at_the_rounds_timeout() -> None:
+    """Without the bound, Flower retries its pull for minutes (500 tries, backoff up to 0.5 s)."""
+    from flwr.supercore.inflatable import inflatable_utils
+
+    from fedaccel.flower.node import shorten_object_pull_backoff
+
+    shorten_object_pull_backoff()
+    before = dict(inflatable_utils.pull_objects.__kwdefaults__)
+    started = time.monotonic()
+    replies = exchange(_HalfUploadedGrid(0.0), [object(), object()], timeout=1.0, poll=0.02)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5.0
+    assert all(reply is not None for reply, _ in replies)  # Flower's error replies, which the round reads as lost
+    assert inflatable_utils.pull_objects.__kwdefaults__ == before  # the bound holds only while collecting

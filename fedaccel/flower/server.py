@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,8 @@ def collect(
     replies: list[tuple[Message | None, float]] = [(None, 0.0)] * len(sent.ids)
     time.sleep(max(0.0, started + min(first_pull, timeout) - time.monotonic()))
     while waiting and time.monotonic() < deadline:
-        got = [m for m in grid.pull_messages(waiting) if m.metadata.reply_to_message_id in waiting]
+        with objects_pulled_within(deadline - time.monotonic()):
+            got = [m for m in grid.pull_messages(waiting) if m.metadata.reply_to_message_id in waiting]
         for reply in got:
             waiting.discard(reply.metadata.reply_to_message_id)
             replies[index[reply.metadata.reply_to_message_id]] = (reply, time.monotonic() - started)
@@ -243,6 +245,23 @@ def collect(
             time.sleep(poll)
     waited = time.monotonic() - started
     return [(reply, seconds if reply is not None else waited) for reply, seconds in replies]
+
+
+@contextmanager
+def objects_pulled_within(seconds: float) -> Iterator[None]:
+    """Flower's grid pulls a reply's objects (its arrays) until they all came, retrying for up to
+    2 hours (``PULL_MAX_TIME``; ours: 500 tries, about 4 minutes): a client that died after
+    pushing its reply but before its objects held the round that long, whatever run.timeout said.
+    Within this block the pull gives up after ``seconds`` (and Flower answers with an error reply)."""
+    from flwr.supercore.inflatable import inflatable_utils
+
+    pull = inflatable_utils.pull_objects  # the function object HttpGrid calls, defaults and all
+    before = pull.__kwdefaults__
+    pull.__kwdefaults__ = {**(before or {}), "max_time": max(seconds, 0.05)}
+    try:
+        yield
+    finally:
+        pull.__kwdefaults__ = before
 
 
 def exchange(
