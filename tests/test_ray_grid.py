@@ -78,6 +78,27 @@ def test_a_flower_simulation_in_a_ray_someone_else_started_leaves_it_running(loc
 
 
 @pytest.mark.slow
+def test_a_grid_does_not_take_the_local_ray_a_simulation_kept_up_for_its_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that ran a Flower simulation keeps its local Ray (fedaccel.flower.warm_ray); a grid
+    asked to run on Ray afterwards joins what it was asked for, not that instance."""
+    from fedaccel.flower import warm_ray
+    from fedaccel.grids import ray_tasks
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    warm_ray.remember_started({"init_args": {"num_cpus": 1}})  # as a simulation that started it says
+    kept = ray.get_runtime_context().gcs_address
+    monkeypatch.setenv("RAY_ADDRESS", "")  # no cluster: "auto" starts a local instance of its own
+    monkeypatch.setattr(ray_tasks, "_joined_here", False)
+    try:
+        assert "1 node(s)" in ray_tasks.connect("auto")
+        assert ray.get_runtime_context().gcs_address != kept and not warm_ray._ours()
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_cell_costs_a_retry_from_its_checkpoint(local_ray, tmp_path: Path) -> None:
     """The test kills the Ray worker writing the cell (the PID in its folder's lock) once the cell
     has a checkpoint; Ray retries the task, which resumes from that checkpoint: rounds 0..R once

@@ -69,3 +69,14 @@ def remember_started(config: dict[str, Any]) -> None:
     global _started
     if config["init_args"] and ray.is_initialized():
         _started = ray.get_runtime_context().gcs_address
+
+
+def release_local_ray() -> None:
+    """Shut down the local Ray a simulation here left up (nothing else): for a caller that wants
+    Ray on its own terms, e.g. a grid joining a cluster (:func:`fedaccel.grids.ray_tasks.connect`)."""
+    import ray
+
+    global _started
+    if _ours():
+        ray.shutdown()
+    _started = None

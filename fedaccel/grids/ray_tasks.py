@@ -56,7 +56,10 @@ def connect(address: str = "auto") -> str:
     """
     import ray
 
+    from fedaccel.flower.warm_ray import release_local_ray
+
     global _joined_here
+    release_local_ray()  # a local Ray a Flower simulation of this process kept up is not a cluster
     if not ray.is_initialized():
         _joined_here = True
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet; a 0-GPU cell sees no GPU anyway
