@@ -52,10 +52,11 @@ def backend_config(clients: int, workers: int | None = None) -> dict[str, Any]:
     (``RAY_ADDRESS``) or a Ray someone else started here, one ClientApp per CPU, as before."""
     import ray
 
-    if os.environ.get("RAY_ADDRESS") or (ray.is_initialized() and not _ours()):
+    ours = _ours()
+    if os.environ.get("RAY_ADDRESS") or (ray.is_initialized() and not ours):
         return {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {}}
     cores = os.cpu_count() or 1
-    if _ours():
+    if ours:
         cores = int(ray.cluster_resources().get("CPU", cores))
     share = math.floor(cores / (workers or min(cores, clients)) * 1e4) / 1e4  # Ray counts 1e-4 CPUs
     init = {} if ray.is_initialized() else {"num_cpus": cores, "include_dashboard": False}

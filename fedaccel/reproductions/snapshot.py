@@ -68,13 +68,13 @@ def unpack(file: str | Path, into: str | Path) -> list[Path]:
     ``into`` is scratch space (a temporary folder: the committed file is the durable copy), so the
     files are written plainly, not fsynced one by one: a report reads hundreds of runs."""
     run_dirs = []
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
     for line in _read(Path(file)).decode().splitlines():
         record = json.loads(line)
         run_dir = Path(into) / record["cell"]
         run_dir.mkdir(parents=True, exist_ok=True)
         diagnostics = record["diagnostics"]
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
-        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
         config = yaml.dump(record["config"], Dumper=dumper, sort_keys=False, allow_unicode=True)
         (run_dir / "config.yaml").write_text(config, encoding="utf-8")
         (run_dir / "metrics.jsonl").write_text(_jsonl(metrics), encoding="utf-8")

@@ -163,8 +163,8 @@ def _bounded(parser: type) -> type:
     return Bounded
 
 
-# libyaml's parser where PyYAML was built with it (its wheels are): the same nodes, about 10x
-# faster than the pure-Python one, which matters when a report reads the config of every run.
+# libyaml's parser where PyYAML was built with it (its wheels are): the same nodes, about 3x
+# faster than the pure-Python one (the repository's YAML files: 0.31 s against 0.90 s), which matters when a report reads the config of every run.
 BoundedLoader = _bounded(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 PureBoundedLoader = _bounded(yaml.SafeLoader)
 
