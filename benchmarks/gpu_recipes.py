@@ -21,7 +21,7 @@ from fedaccel.algorithms.registry import RECIPES
 from fedaccel.launch import run
 from fedaccel.runs.config import load_config
 
-SMALL = ["model=svm", "data.dataset=fashion-mnist", "data.split=case2", "data.clients=5", "data.subset=3000",
+SMALL = ["model=svm", "data.dataset=fashion-mnist", "data.split=case2", "data.clients=5", "train.client_fraction=0.6", "data.subset=3000",
          "data.test_subset=1000", "eval.train_samples=1000", "train.lr=0.001", "train.batch_size=50",
          "run.progress=false"]
 
@@ -30,9 +30,9 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def compare_recipes(rounds: int, device: str, out: Path) -> int:
+def compare_recipes(rounds: int, device: str, out: Path, names: list[str]) -> int:
     failures = 0
-    for name in sorted(RECIPES):
+    for name in names:
         got = {}
         for where in ("cpu", device):
             config = load_config(None, [*SMALL, f"algorithm={name}", f"train.rounds={rounds}", f"run.device={where}"])
@@ -70,10 +70,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda", help="compared against cpu")
+    parser.add_argument("--recipes", default="", help="comma-separated; default: every recipe")
     parser.add_argument("--cnn-rounds", type=int, default=5, help="rounds of the timed BHerd CNN run; 0: none")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        failures = compare_recipes(args.rounds, args.device, Path(folder))
+        failures = compare_recipes(args.rounds, args.device, Path(folder), args.recipes.split(",") if args.recipes else sorted(RECIPES))
         print(f"{failures} recipe(s) differ between cpu and {args.device}", flush=True)
         if args.cnn_rounds:
             cnn_paper_case2(args.cnn_rounds, args.device, Path(folder))
