@@ -5,6 +5,7 @@ the paper's Case 2 settings (full training set, B = 100, E = 1, η = 1e-4) on th
 five rounds take, which prints seconds per round and the peak GPU memory.
 
     python benchmarks/gpu_recipes.py [--rounds 3] [--device cuda] [--cnn-rounds 5]
+    python benchmarks/gpu_recipes.py --smoke    # 2 recipes, 1 round, no CNN; cuda where there is one, else cpu: a test
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="compared against cpu")
     parser.add_argument("--recipes", default="", help="comma-separated; default: every recipe")
     parser.add_argument("--cnn-rounds", type=int, default=5, help="rounds of the timed BHerd CNN run; 0: none")
+    parser.add_argument("--smoke", action="store_true", help="smallest size: fedavg and scaffold, 1 round, no CNN")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.cnn_rounds, args.recipes = 1, 0, "fedavg,scaffold"
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory() as folder:
         failures = compare_recipes(args.rounds, args.device, Path(folder), args.recipes.split(",") if args.recipes else sorted(RECIPES))
         print(f"{failures} recipe(s) differ between cpu and {args.device}", flush=True)

@@ -82,7 +82,9 @@ def test_cli_prints_one_line_for_user_errors_and_debug_shows_traceback(capsys: p
         main(["--debug", "run", "--set", "train.lr=-1"])
 
 
-def test_cli_data_and_split_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_cli_data_and_split_report(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FEDACCEL_DATA_FASHION_MNIST", raising=False)  # set where the data is not installed (a GPU box)
     assert main(["data"]) == 0
     assert re.search(r"fashion-mnist\s+built-in", capsys.readouterr().out)
     out = tmp_path / "split.png"

@@ -199,9 +199,35 @@ def _node_counts(root: yaml.Node) -> tuple[int, int]:
     return sizes[id(root)], len(sizes)
 
 
+# libyaml composes nested values by C recursion, which neither Python's recursion limit nor PyYAML bounds:
+# 100,000 opening brackets crashed Python 3.12 (the GPU machine), and 3,000 nested keys passed there; the
+# pure parser's scanner is quadratic in open brackets. So the depth is counted first on the event stream
+# (both parsers make events with a state stack, not recursion) and a deep document is refused at once.
+# One nesting level needs a line, a bracket, a "- " or a "? ": a document with fewer cannot be deeper.
+MAX_NESTING = 100  # levels of nested values; real configs hold fewer than 10
+
+
+def _could_nest_deeper_than(text: str, depth: int) -> bool:
+    return text.count("\n") + text.count("[") + text.count("{") + text.count("- ") + text.count("? ") > depth
+
+
+def _check_nesting(text: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=BoundedLoader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ConfigError(f"it nests values more than {MAX_NESTING} levels deep")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+
+
 def parse_yaml(text: str, source: str) -> Any:
-    """``text`` read as YAML by :class:`BoundedLoader`; ``source`` names it in the one-line error."""
+    """``text`` read as YAML by :class:`BoundedLoader`, at most ``MAX_NESTING`` levels deep; ``source`` names
+    it in the one-line error."""
     try:
+        if _could_nest_deeper_than(text, MAX_NESTING):
+            _check_nesting(text)
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
     except ConfigError as exc:
         raise ConfigError(f"{source} is refused: {exc}") from None
