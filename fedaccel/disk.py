@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,6 +59,14 @@ def refuse_link(path: Path, what: str = "") -> None:
                           "written (remove the link, or use a folder of your own)")
     if not stat.S_ISREG(mode):
         raise LinkRefused(f"{path} is not a plain file{what}; nothing was written (remove it, or use another folder)")
+
+
+def refuse_planted_links(folder: Path, names: Iterable[str]) -> None:
+    """One line if any of ``names`` in ``folder``, or its temporary name, is a link (or not a plain
+    file): a folder from someone else is refused before anything in it is read or written."""
+    for name in names:
+        refuse_link(folder / name)
+        refuse_link(temp_name(folder / name))
 
 
 def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *, previous: Path | None = None,

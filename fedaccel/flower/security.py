@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from fedaccel.disk import refuse_link, temp_name, write_atomic
+from fedaccel.disk import refuse_planted_links, write_atomic
 from fedaccel.errors import UserError
 
 DAYS = 365
@@ -55,9 +55,7 @@ def make_certificates(folder: Path, clients: int, hosts: Sequence[str] = ("127.0
     if clients < 1:
         raise UserError(f"--clients must be at least 1, got {clients}")
     names = ["ca.crt", "ca.key", "server.pem", "server.key", *(f"node{i}_key{s}" for i in range(clients) for s in ("", ".pub"))]
-    for name in names:  # a planted link refused before any file is written, not halfway through
-        refuse_link(folder / name)
-        refuse_link(temp_name(folder / name))
+    refuse_planted_links(folder, names)  # before any file is written, not halfway through
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

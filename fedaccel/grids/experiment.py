@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedaccel.disk import temp_name
+from fedaccel.disk import refuse_planted_links, temp_name
 from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description",
                    "figures_by", "diagnostics", "claims", "tuning_seeds"}
 COPY = "experiment.yaml"  # the experiment file, copied beside its runs (what `fedaccel judge GRID_DIR` reads)
+GRID_FILES = (COPY, "table.md", "curves.png", "claims.json")  # what fedaccel writes beside a grid's runs
 
 
 @dataclass
@@ -173,6 +174,7 @@ def check_grid_folder(experiment: Experiment) -> None:
     out = experiment.out_dir
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder; give the experiment's out_dir a new or empty folder")
+    refuse_planted_links(out, GRID_FILES)
     entries = sorted(p for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
     if not entries or any(is_run_folder(p) for p in entries):
         return
