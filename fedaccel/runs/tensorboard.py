@@ -25,7 +25,7 @@ from numbers import Number
 from pathlib import Path
 from typing import Any
 
-from fedaccel.disk import write_atomic
+from fedaccel.disk import refuse_planted_links, write_atomic
 from fedaccel.errors import UserError
 
 EVENTS_GLOB = "events.out.tfevents.*"
@@ -84,6 +84,7 @@ def own_events(run_dir: Path) -> set[str]:
     """The event files of ``run_dir`` that fedaccel wrote (named in its ``tensorboard.json``); a
     ``tensorboard.json`` that is not fedaccel's is one line."""
     file = run_dir / OWN_EVENTS
+    refuse_planted_links(run_dir, [OWN_EVENTS])  # read nothing through a link, and write nothing through one later
     try:
         names = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
