@@ -62,6 +62,8 @@ def check_png_output(path: object, force: bool = False) -> None:
     from pathlib import Path
 
     path = Path(str(path))
+    if path.is_symlink():  # fedaccel.disk.write_atomic would refuse it too: refused here before any work
+        raise UserError(f"{path} is a symbolic link; fedaccel writes nothing through a link: give another file name")
     if force or not path.exists():
         return
     if path.is_dir():

@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from fedaccel.disk import refuse_planted_links
 from fedaccel.engine.device import check_device_name
 from fedaccel.engine.round import init_state
 from fedaccel.errors import UserError
@@ -27,7 +28,7 @@ from fedaccel.runs.config import (
     read_yaml,
     warn_if_fedavg_in_disguise,
 )
-from fedaccel.runs.folder import METRICS, check_out_folder, new_run_dir, removed_on_failed_start
+from fedaccel.runs.folder import METRICS, RUN_FILES, check_out_folder, new_run_dir, removed_on_failed_start
 from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import build_setup
@@ -77,6 +78,7 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
     """Continue a run from its last checkpoint (or from scratch if it never wrote one); ``device``
     replaces its ``run.device`` (e.g. a run started on a GPU continues on a CPU)."""
     path = Path(run_dir)
+    refuse_planted_links(path, RUN_FILES)  # a folder from someone else: before anything is read or written
     if not (path / "config.yaml").is_file():
         raise UserError(f"{path} is not a run folder (no config.yaml)")
     config = from_dict(read_yaml(path / "config.yaml"))

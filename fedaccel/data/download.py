@@ -4,7 +4,9 @@
 for each of the dataset's published files tries its mirrors in order, streams the file into
 ``<file>.part`` beside its final place, resumes a cut transfer with an HTTP ``Range`` request
 (again at once while each attempt makes progress, or on the next ``get``), checks the MD5 that
-torchvision publishes for it, and only then renames it into place (fsynced) and unpacks it:
+torchvision publishes for it, and only then renames it into place (fsynced) and unpacks it. A
+download never grows past the file's published size (or the length the server announced): a mirror
+that streams without end is cut there and refused in one line, before it fills the disk.
 
 * MNIST, Fashion-MNIST: the four ``*-idx?-ubyte.gz`` files, kept gzipped (the loaders read ``.gz``);
 * CIFAR-10/100: the ``.tar.gz`` unpacked (regular files and folders only: a member with an absolute
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from fedaccel.disk import fsync_folder
+from fedaccel.disk import fsync_folder, open_no_link, refuse_link, write_atomic
 from fedaccel.errors import DataError
 
 __all__ = ["MIRROR_ENV", "RemoteFile", "SOURCES", "Source", "cache_root", "download_dataset", "mirror_urls"]
@@ -53,15 +55,18 @@ MIRROR_ENV = "FEDACCEL_DATA_MIRROR"
 CHUNK = 1 << 20  # bytes read and written at a time
 TIMEOUT_S = 30.0  # a connection that says nothing for this long counts as failed
 MAX_RESUMES = 100  # cut transfers resumed at once, as long as each one brought bytes
+UNKNOWN_SIZE_LIMIT = 4 << 30  # bytes a file of no published size may reach when the server announces no length
 _USER_AGENT = "fedaccel-data-get (urllib)"
 
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One published file: its name on the mirrors and its published MD5."""
+    """One published file: its name on the mirrors, its published MD5 and size in bytes (None:
+    unknown, then the server's announced length or :data:`UNKNOWN_SIZE_LIMIT` bounds it)."""
 
     name: str
     md5: str
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,46 +86,46 @@ class Source:
     by_hand: str = ""
 
 
-def _idx_files(*pairs: tuple[str, str]) -> tuple[RemoteFile, ...]:
-    return tuple(RemoteFile(name, md5) for name, md5 in pairs)
+def _idx_files(*files: tuple[str, str, int]) -> tuple[RemoteFile, ...]:
+    return tuple(RemoteFile(name, md5, size) for name, md5, size in files)
 
 
-# URLs and MD5s as torchvision publishes them (torchvision/datasets/mnist.py, cifar.py).
+# URLs and MD5s as torchvision publishes them (torchvision/datasets/mnist.py, cifar.py); sizes as served.
 SOURCES: dict[str, Source] = {
     "mnist": Source(
         _idx_files(
-            ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
-            ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432"),
-            ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3"),
-            ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
+            ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873", 9912422),
+            ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432", 28881),
+            ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3", 1648877),
+            ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c", 4542),
         ),
         # yann.lecun.com, the original, often refuses or asks for a login: torchvision's S3 copy first.
         ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"),
     ),
     "fashion-mnist": Source(
         _idx_files(
-            ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
-            ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
-            ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79"),
-            ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"),
+            ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d", 26421880),
+            ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe", 29515),
+            ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79", 4422102),
+            ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310", 5148),
         ),
         ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
     ),
     "emnist": Source(
-        (RemoteFile("gzip.zip", "58c8d27c78d21e728a6bc7b3cc06412e"),),
+        (RemoteFile("gzip.zip", "58c8d27c78d21e728a6bc7b3cc06412e", 561753746),),
         ("https://biometrics.nist.gov/cs_links/EMNIST/", "https://www.itl.nist.gov/iaui/vip/cs_links/EMNIST/"),
         unpack="zip",
         members=r"emnist-[a-z]+-(train|test)-(images-idx3|labels-idx1)-ubyte\.gz",
         by_hand="the emnist-*-idx?-ubyte.gz files of gzip.zip (from {url}) into {folder}",
     ),
     "cifar10": Source(
-        (RemoteFile("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),),
+        (RemoteFile("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", 170498071),),
         ("https://www.cs.toronto.edu/~kriz/",),
         unpack="tar",
         by_hand="cifar-10-python.tar.gz (from {url}) or its unpacked cifar-10-batches-py/ into {folder}",
     ),
     "cifar100": Source(
-        (RemoteFile("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),),
+        (RemoteFile("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", 169001437),),
         ("https://www.cs.toronto.edu/~kriz/",),
         unpack="tar",
         by_hand="cifar-100-python.tar.gz (from {url}) or its unpacked cifar-100-python/ into {folder}",
@@ -203,19 +208,27 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _copy(response: IO[bytes], out: IO[bytes], start: int, total: int | None,
+class _TooLong(Exception):
+    """The server sent more bytes than the file may have."""
+
+
+def _copy(response: IO[bytes], out: IO[bytes], start: int, total: int | None, limit: int,
           progress: _Progress) -> tuple[int, BaseException | None]:
     """Append ``response``'s body to ``out``: the bytes copied, and the network error that cut the
-    transfer (None when the server ended it). Errors writing ``out`` (a full disk) propagate."""
+    transfer (None when the server ended it). Raises :class:`_TooLong` (nothing past ``limit``
+    written) when the body would take the file past ``limit`` bytes. Errors writing ``out`` (a full
+    disk) propagate."""
     copied, error = 0, None
     while True:
         try:
-            block = response.read(CHUNK)
+            block = response.read(min(CHUNK, limit - start - copied + 1))  # one byte past the limit tells
         except (OSError, http.client.HTTPException) as exc:
             error = exc
             break
         if not block:
             break
+        if start + copied + len(block) > limit:
+            raise _TooLong(limit)
         out.write(block)
         copied += len(block)
         progress.update(start + copied, total)
@@ -224,16 +237,21 @@ def _copy(response: IO[bytes], out: IO[bytes], start: int, total: int | None,
     return copied, error
 
 
-def _transfer(url: str, part: Path, progress: _Progress, timeout: float) -> None:
-    """Bring ``part`` to the whole file at ``url``, resuming from what ``part`` already holds.
+def _transfer(url: str, part: Path, progress: _Progress, timeout: float, size: int | None = None) -> None:
+    """Bring ``part`` to the whole file at ``url``, resuming from what ``part`` already holds; never
+    past ``size`` bytes (the published size; None: the announced length, or :data:`UNKNOWN_SIZE_LIMIT`).
 
     A server that answers ``206`` continues the file; one that ignores ``Range`` (``200``) sends it
     whole and ``part`` is rewritten. A transfer cut short is resumed at once while each attempt
     brings bytes; a ``416`` (nothing past the end) leaves ``part`` as it is for the checksum to
-    judge. Raises :class:`_Unreachable` when an attempt brings nothing.
+    judge. Raises :class:`_Unreachable` when an attempt brings nothing, :class:`_TooLong` when the
+    server announces or sends more than the file may have.
     """
     for _ in range(MAX_RESUMES):
         have = _size(part)
+        if size is not None and have > size:
+            part.unlink()  # more than the whole file: not a start worth resuming
+            have = 0
         headers = {"User-Agent": _USER_AGENT, **({"Range": f"bytes={have}-"} if have else {})}
         try:
             response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
@@ -252,8 +270,16 @@ def _transfer(url: str, part: Path, progress: _Progress, timeout: float) -> None
                 continue
             start = have if resumed else 0
             total = start + int(length) if length and length.isdigit() else None
-            with open(part, "ab" if resumed else "wb") as out:
-                copied, error = _copy(response, out, start, total, progress)
+            if size is not None and total is not None and total > size:
+                raise _TooLong(size)  # announced: refused before a byte is written
+            limit = size if size is not None else total if total is not None else UNKNOWN_SIZE_LIMIT
+            try:
+                with open_no_link(part, "ab" if resumed else "wb") as out:
+                    copied, error = _copy(response, out, start, total, limit, progress)
+            except OSError as exc:  # writing (reads are caught in _copy): name the file, for the disk-full line
+                if exc.filename is None:
+                    raise OSError(exc.errno, exc.strerror, str(part)) from exc
+                raise
         if error is None and (total is None or start + copied >= total):
             return
         if copied == 0:
@@ -263,6 +289,7 @@ def _transfer(url: str, part: Path, progress: _Progress, timeout: float) -> None
 
 def _finish(part: Path, dest: Path) -> None:
     """Rename the checked ``part`` to ``dest`` and make the rename durable."""
+    refuse_link(dest)
     os.replace(part, dest)
     fsync_folder(dest.parent)
 
@@ -289,10 +316,16 @@ def fetch_file(
             resumed = part.is_file() and _size(part) > 0
             bar = _Progress(f"{name}: {file.name}", progress)
             try:
-                _transfer(url, part, bar, timeout)
+                _transfer(url, part, bar, timeout, file.size)
             except _Unreachable as exc:
                 failures.append(f"{base}: {exc}")
                 break
+            except _TooLong as too_long:
+                part.unlink(missing_ok=True)
+                raise DataError(
+                    f"{name}: {url} sends more than the {too_long.args[0]:,} bytes {file.name} has; the download was "
+                    f"stopped there and removed, nothing unpacked (a broken or hostile mirror): try again later, or {hint}"
+                ) from None
             finally:
                 bar.close()
             got = _md5(part)
@@ -320,10 +353,7 @@ def _member_path(name: str, archive: Path) -> PurePosixPath:
 
 def _write_stream(source: IO[bytes], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as out:
-        shutil.copyfileobj(source, out, CHUNK)
-        out.flush()
-        os.fsync(out.fileno())
+    write_atomic(path, lambda out: shutil.copyfileobj(source, out, CHUNK))
 
 
 def _unpack_tar(archive: Path, into: Path) -> None:

@@ -11,12 +11,12 @@ Environment: ``FEDACCEL_FASHION_MNIST_DIR`` overrides the system path (tests use
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from fedaccel.data.download import cache_root
+from fedaccel.disk import write_atomic
 from fedaccel.errors import DataError
 
 __all__ = [
@@ -127,9 +127,6 @@ def install_fashion_mnist(*, force: bool = False) -> Path:
         for name in FILES:
             for src in (source / (name + ".gz"), source / name):
                 if src.is_file():
-                    # Copy then rename, so an interrupted install never leaves a half file.
-                    part = target / (src.name + ".part")
-                    shutil.copyfile(src, part)
-                    os.replace(part, target / src.name)
+                    write_atomic(target / src.name, src.read_bytes())  # never a half file, nor through a link
                     break
     return target

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedaccel.disk import write_atomic
 from fedaccel.errors import DataError
 
 __all__ = [
@@ -109,11 +110,7 @@ def write_idx(path: str | Path, array: np.ndarray) -> Path:
     dtype = _DTYPES[_CODES[key]]
     header = bytes([0, 0, _CODES[key], array.ndim]) + np.asarray(array.shape, ">u4").tobytes()
     payload = header + np.ascontiguousarray(array, dtype=dtype).tobytes()
-    if path.suffix == ".gz":
-        with gzip.open(path, "wb", compresslevel=1) as f:
-            f.write(payload)
-    else:
-        path.write_bytes(payload)
+    write_atomic(path, gzip.compress(payload, compresslevel=1, mtime=0) if path.suffix == ".gz" else payload)
     return path
 
 

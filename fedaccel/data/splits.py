@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaccel.disk import save_png
 from fedaccel.errors import ConfigError, check_png_output, listed, shown
 
 Parts = list[np.ndarray]
@@ -533,5 +534,4 @@ def plot_heatmap(counts: np.ndarray, path: str | Path, title: str = "", force: b
                         color="black" if counts[k, c] > cut else "white")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
-    return path
+    return save_png(fig, path, dpi=100)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedaccel.disk import open_no_link, write_atomic
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV, ROUND_LINE, SERVER_PREFIX, STOP_FILE
 from fedaccel.runs.config import Config, dump_config
@@ -76,8 +77,8 @@ def free_port(taken: set[int] | None = None) -> int:
 def write_app(folder: Path) -> Path:
     """The Flower App folder ``flwr run`` packages: a pyproject and a one-line module."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text(APP_TOML)
-    (folder / "fedaccel_app.py").write_text(
+    write_atomic(folder / "pyproject.toml", APP_TOML)
+    write_atomic(folder / "fedaccel_app.py",
         '"""fedaccel\'s Flower App components."""\nfrom fedaccel.flower.apps import client_app, server_app\n\n'
         '__all__ = ["client_app", "server_app"]\n')
     return folder
@@ -100,8 +101,7 @@ def die_with_parents(folder: Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     for name in FLOWER_CHILDREN:
         script = folder / name
-        script.write_text(wrapper(_tool(name)))
-        script.chmod(0o755)
+        write_atomic(script, wrapper(_tool(name)), mode=0o755)
     return str(folder)
 
 
@@ -115,7 +115,7 @@ class Processes:
         self.logs, self.env, self.started = logs, env, []
 
     def start(self, name: str, args: list[str], cwd: Path | None = None) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "w")
+        log = open_no_link(self.logs / f"{name}.log", "w")
         process = subprocess.Popen(launched(args), stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=cwd,
                                    start_new_session=True)
         self.started.append((name, process, log))
@@ -415,7 +415,7 @@ def deploy(
     home = flower / "home"
     home.mkdir(exist_ok=True)
     security = f'root-certificates = "{tls / "ca.crt"}"' if tls else "insecure = true"
-    (home / "config.toml").write_text(
+    write_atomic(home / "config.toml",
         f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link_port}"\n{security}\n')
     bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
     path = os.pathsep.join([die_with_parents(flower / "bin"), bin_dir, os.environ.get("PATH", "")])

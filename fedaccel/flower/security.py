@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from fedaccel.disk import refuse_planted_links, write_atomic
 from fedaccel.errors import UserError
 
 DAYS = 365
@@ -35,8 +36,9 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write_private(path: Path, key: object, fmt: serialization.PrivateFormat) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption()))  # type: ignore[attr-defined]
-    path.chmod(0o600)
+    """A private key, readable by its owner only from its first byte (mode 0600 at creation, no chmod)."""
+    write_atomic(path, key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption()),  # type: ignore[attr-defined]
+                 mode=0o600)
 
 
 def node_key(path: Path) -> Path:
@@ -44,7 +46,7 @@ def node_key(path: Path) -> Path:
     key = ec.generate_private_key(ec.SECP384R1())
     _write_private(path, key, serialization.PrivateFormat.OpenSSH)
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    path.with_name(path.name + ".pub").write_bytes(public + f" {path.name}\n".encode())
+    write_atomic(path.with_name(path.name + ".pub"), public + f" {path.name}\n".encode())
     return path
 
 
@@ -52,6 +54,8 @@ def make_certificates(folder: Path, clients: int, hosts: Sequence[str] = ("127.0
     """Write the CA, the SuperLink's certificate and ``clients`` SuperNode keys into ``folder``."""
     if clients < 1:
         raise UserError(f"--clients must be at least 1, got {clients}")
+    names = ["ca.crt", "ca.key", "server.pem", "server.key", *(f"node{i}_key{s}" for i in range(clients) for s in ("", ".pub"))]
+    refuse_planted_links(folder, names)  # before any file is written, not halfway through
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -77,9 +81,9 @@ def make_certificates(folder: Path, clients: int, hosts: Sequence[str] = ("127.0
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    (folder / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    write_atomic(folder / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(folder / "ca.key", ca_key, serialization.PrivateFormat.TraditionalOpenSSL)
-    (folder / "server.pem").write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    write_atomic(folder / "server.pem", server_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(folder / "server.key", server_key, serialization.PrivateFormat.TraditionalOpenSSL)
     for i in range(clients):
         node_key(folder / f"node{i}_key")

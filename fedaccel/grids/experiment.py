@@ -30,11 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedaccel.errors import ConfigError, listed, nearest_names, shown
+from fedaccel.disk import refuse_planted_links, temp_name
+from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
 from fedaccel.runs.files import write_atomic
+from fedaccel.runs.folder import METRICS
+from fedaccel.runs.lock import LOCK_FILE
 
 if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description",
                    "figures_by", "diagnostics", "claims", "tuning_seeds"}
 COPY = "experiment.yaml"  # the experiment file, copied beside its runs (what `fedaccel judge GRID_DIR` reads)
+GRID_FILES = (COPY, "table.md", "curves.png", "claims.json")  # what fedaccel writes beside a grid's runs
 
 
 @dataclass
@@ -162,6 +166,34 @@ def check_same_config(run_dir: Path, config: Config) -> None:
         )
 
 
+def check_grid_folder(experiment: Experiment) -> None:
+    """An experiment goes into a new or empty folder, or into a grid folder of fedaccel's (one
+    holding a run folder, or only this experiment's copy of its file): never into a folder of the
+    user's files, whose ``table.md`` or ``experiment.yaml`` it would replace (as ``run --out``:
+    :func:`fedaccel.runs.folder.check_out_folder`)."""
+    out = experiment.out_dir
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file, not a folder; give the experiment's out_dir a new or empty folder")
+    refuse_planted_links(out, GRID_FILES)
+    entries = sorted(p for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+    if not entries or any(is_run_folder(p) for p in entries):
+        return
+    copy = out / COPY
+    source = experiment.source
+    if {p.name for p in entries} <= {COPY, temp_name(copy).name} and source is not None and source.is_file() \
+            and copy.is_file() and not copy.is_symlink() and copy.read_bytes() == source.read_bytes():
+        return  # a grid stopped before its first cell wrote its folder
+    held = entries[0].name + (f" and {len(entries) - 1} more" if len(entries) > 1 else "")
+    raise UserError(f"{out} holds {held} and no fedaccel grid; nothing in it was touched and no cell ran: "
+                    "give the experiment's out_dir a new or empty folder")
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a fedaccel run folder: its config and its metrics or its writer's lock."""
+    return (path.is_dir() and not path.is_symlink() and (path / "config.yaml").is_file()
+            and ((path / METRICS).is_file() or (path / LOCK_FILE).is_file()))
+
+
 def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1,
                    stack_seeds: bool = False, ray: RayOptions | None = None,
                    report: GridProgress | None = None) -> ExperimentResult:
@@ -180,6 +212,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.tables import compare_table
 
+    check_grid_folder(experiment)  # before anything is written, and before any cell runs
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
     copy = experiment.out_dir / COPY
     if experiment.source is not None and experiment.source.is_file() and not (copy.exists() and copy.samefile(experiment.source)):

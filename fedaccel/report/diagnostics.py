@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaccel.disk import save_png
 from fedaccel.errors import UserError, check_png_output
 
 PER_CLIENT_KEYS = {
@@ -92,8 +93,7 @@ def save_figure(fig: Any, out: str | Path, force: bool = False) -> Path:
     check_png_output(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(out, dpi=DPI)
-    return out
+    return save_png(fig, out, dpi=DPI)
 
 
 def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None) -> np.ndarray:

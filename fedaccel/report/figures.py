@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaccel.disk import save_png
 from fedaccel.errors import UserError, check_png_output, listed, shown
 from fedaccel.report.reading import (
     METRIC_NAMES,  # noqa: F401 (read from here by callers)
@@ -363,5 +364,4 @@ def plot_curves(
     runs = load_runs(paths_or_runs)
     fig = _make_figure(runs, metrics, title, targets=targets, target_metric=target_metric)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, format="png")
-    return out
+    return save_png(fig, out, dpi=120)

@@ -1,54 +1,28 @@
 """Writing and reading fedaccel's files safely.
 
-Every file fedaccel rewrites goes through :func:`write_atomic` (a temporary file beside it,
-fsynced, then renamed over it): a kill or a full disk leaves the old file or the new one, never
-half of one. Every ``.pt`` file is read by :func:`load_plain` (``torch.load(weights_only=True)``):
-a file that would need code to load is refused in one line, never run.
+Every file fedaccel rewrites goes through :func:`~fedaccel.disk.write_atomic` (a temporary file
+beside it, created without following a link, fsynced, then renamed over it): a kill or a full disk
+leaves the old file or the new one, never half of one, and a planted link is refused. Every
+``.pt`` file is read by :func:`load_plain` (``torch.load(weights_only=True)``): a file that would
+need code to load is refused in one line, never run.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import pickletools
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from fedaccel.disk import fsync_folder
+from fedaccel.disk import write_atomic
 from fedaccel.errors import UserError
+
+__all__ = ["UnsafeFile", "load_plain", "save_plain", "write_atomic"]  # write_atomic: fedaccel.disk's, here too
 
 
 class UnsafeFile(UserError):
     """A file that would run code if loaded (a planted pickle, or one of an earlier fedaccel)."""
-
-
-def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *, previous: Path | None = None) -> None:
-    """Replace ``path`` by ``data`` (text as UTF-8, bytes, or a function writing to the open file)
-    through a temporary file in the same folder, fsynced and renamed: whatever stops the write
-    leaves ``path`` as it was. ``previous``: where the file being replaced is kept."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as file:
-            if callable(data):
-                data(file)
-            else:
-                file.write(data.encode("utf-8") if isinstance(data, str) else data)
-            file.flush()
-            os.fsync(file.fileno())
-        if previous is not None and path.exists():
-            os.replace(path, previous)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc.filename, str) and Path(exc.filename) in (tmp, path):
-            raise
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc  # name the file, not the open object
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_folder(path.parent)
 
 
 def save_plain(path: Path, value: Any, *, previous: Path | None = None) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from fedaccel.errors import UserError
 from fedaccel.runs.config import Config
 from fedaccel.runs.lock import LOCK_FILE
+from fedaccel.runs.tensorboard import OWN_EVENTS
 
 
 CHECKPOINT = "checkpoint.pt"
@@ -33,6 +34,10 @@ METRICS = "metrics.jsonl"
 
 
 DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round, evaluated or not
+
+
+RUN_FILES = ("config.yaml", METRICS, DIAGNOSTICS, CHECKPOINT, PREVIOUS_CHECKPOINT, "model.pt", "summary.json",
+             LOCK_FILE, OWN_EVENTS)  # what fedaccel writes in a run folder: no link may stand at these names
 
 
 def new_run_dir(config: Config) -> Path:

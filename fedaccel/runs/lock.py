@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from fedaccel.disk import refuse_link
 from fedaccel.errors import UserError
 
 LOCK_FILE = ".lock"
@@ -51,7 +52,8 @@ def lock_run_dir(path: str | Path) -> RunLock:
     """Create ``path`` if needed and hold its lock; raises :class:`UserError` if another writer does."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by started programs
+    refuse_link(path / LOCK_FILE)  # the PID is written into it: never into a file a planted link names
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # not inherited by started programs
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -9,19 +9,28 @@ FedGSNR's ``diag/entropy`` and ``diag/gsnr/3``, GraB's ``diag/clients/3/alpha``;
 ``tensorboard --logdir GRID_DIR`` lists one run per cell folder (cell values and seed in its
 name). ``fedaccel tensorboard DIR`` writes the same files for finished runs from their
 ``metrics.jsonl`` and ``diagnostics.jsonl``.
+
+The event files fedaccel writes are named in the run folder's ``tensorboard.json``; those, and only
+those, are replaced when ``fedaccel tensorboard`` writes them again: another tool's event files in
+the folder are kept. Every row is read and checked before anything is written or deleted: a folder
+whose rows are not a fedaccel run's is one line, and stays as it was.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from fnmatch import fnmatchcase
 from numbers import Number
 from pathlib import Path
 from typing import Any
 
+from fedaccel.disk import refuse_planted_links, write_atomic
 from fedaccel.errors import UserError
 
 EVENTS_GLOB = "events.out.tfevents.*"
+OWN_EVENTS = "tensorboard.json"  # the names of the event files fedaccel wrote into this run folder
+MAX_STEP = 2**63 - 1  # TensorBoard's steps are int64
 
 
 def scalars(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -42,26 +51,50 @@ def scalars(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]
 
 class EventLog:
     """An open TensorBoard writer on a run folder; ``start_round`` drops events of later rounds
-    left by an interrupted earlier attempt (TensorBoard's purge step)."""
+    left by an interrupted earlier attempt (TensorBoard's purge step). The event file it starts is
+    recorded in the folder's ``tensorboard.json``."""
 
     def __init__(self, run_dir: Path, start_round: int = 0) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # pragma: no cover - the package is a dependency
             raise UserError("run.tensorboard needs the tensorboard package: pip install tensorboard") from None
+        before = {p.name for p in run_dir.glob(EVENTS_GLOB)}
+        own = own_events(run_dir)
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=start_round + 1 if start_round else None)
+        started = {p.name for p in run_dir.glob(EVENTS_GLOB)} - before
+        write_atomic(run_dir / OWN_EVENTS, json.dumps(sorted(own & before | started)) + "\n")
+
+    def add(self, step: int, pairs: list[tuple[str, float]]) -> None:
+        for tag, value in pairs:
+            self.writer.add_scalar(tag, value, step)
 
     def metrics(self, row: dict[str, Any]) -> None:
-        for tag, value in scalars({k: v for k, v in row.items() if k != "diag"}):
-            self.writer.add_scalar(tag, value, row["round"])
+        self.add(row["round"], list(scalars({k: v for k, v in row.items() if k != "diag"})))
         self.writer.flush()
 
     def diagnostics(self, row: dict[str, Any]) -> None:
-        for tag, value in scalars({k: v for k, v in row.items() if k != "round"}, "diag/"):
-            self.writer.add_scalar(tag, value, row["round"])
+        self.add(row["round"], list(scalars({k: v for k, v in row.items() if k != "round"}, "diag/")))
 
     def close(self) -> None:
         self.writer.close()
+
+
+def own_events(run_dir: Path) -> set[str]:
+    """The event files of ``run_dir`` that fedaccel wrote (named in its ``tensorboard.json``); a
+    ``tensorboard.json`` that is not fedaccel's is one line."""
+    file = run_dir / OWN_EVENTS
+    refuse_planted_links(run_dir, [OWN_EVENTS])  # read nothing through a link, and write nothing through one later
+    try:
+        names = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError, RecursionError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise UserError(f"{file} is not fedaccel's list of its event files; nothing was written or deleted: "
+                        "move it away, then run again")
+    return {n for n in names if "/" not in n and fnmatchcase(n, EVENTS_GLOB)}  # never a path out of the folder
 
 
 class NoEvents:
@@ -79,25 +112,54 @@ class NoEvents:
 
 def convert(folder: str | Path) -> list[Path]:
     """Write event files for every run under ``folder`` (a run or a grid); returns the runs.
-    Event files written before are replaced."""
+    Event files fedaccel wrote before are replaced; any other is left alone. Every row of every run
+    is read first: a row that is not a fedaccel run's is one line, and nothing is written or deleted."""
     root = Path(folder)
-    runs = sorted({p.parent for p in root.rglob("metrics.jsonl")})
+    runs = sorted({p.parent for p in root.rglob("metrics.jsonl") if p.is_file() and (p.parent / "config.yaml").is_file()})
     if not runs:
-        raise UserError(f"no run under {root} (no metrics.jsonl)")
-    for run_dir in runs:
-        for old in run_dir.glob(EVENTS_GLOB):
-            old.unlink()
+        raise UserError(f"no fedaccel run under {root} (no folder with metrics.jsonl and config.yaml)")
+    read = [(run_dir, own_events(run_dir), scalar_rows(run_dir / "metrics.jsonl", ""),
+             scalar_rows(run_dir / "diagnostics.jsonl", "diag/")) for run_dir in runs]
+    for run_dir, own, metrics, diagnostics in read:
+        for name in own:
+            (run_dir / name).unlink(missing_ok=True)
         log = EventLog(run_dir)
-        for row in _rows(run_dir / "metrics.jsonl"):
-            log.metrics(row)
-        for row in _rows(run_dir / "diagnostics.jsonl"):
-            log.diagnostics(row)
+        for step, pairs in metrics:
+            log.add(step, pairs)
+        for step, pairs in diagnostics:
+            log.add(step, pairs)
         log.close()
     return runs
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                yield json.loads(line)
+def scalar_rows(path: Path, prefix: str) -> list[tuple[int, list[tuple[str, float]]]]:
+    """(round, its scalars) for every row of a run's ``metrics.jsonl`` or ``diagnostics.jsonl``
+    (``prefix``: ``"diag/"`` for the latter; a half-written last line, left by a kill, is skipped).
+    A row that is not a fedaccel run's is one line naming it."""
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text: not a fedaccel run's; nothing was written or deleted") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    rows = []
+    for k, (n, line) in enumerate(lines):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+            step = row.get("round")
+            if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+                raise ValueError("no round number")
+            rows.append((step, list(scalars({key: v for key, v in row.items() if key not in ("round", "diag")}, prefix))))
+        except json.JSONDecodeError as exc:
+            if k == len(lines) - 1:
+                break
+            why = exc.msg
+        except (ValueError, RecursionError, OverflowError) as exc:
+            why = str(exc)[:80] or type(exc).__name__
+        else:
+            continue
+        raise UserError(f"{path}:{n}: not a row of a fedaccel run ({why}); nothing was written or deleted")
+    return rows
