@@ -211,11 +211,14 @@ def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_p
     from types import SimpleNamespace
 
     from fedaccel.flower.apps import main as server_main
+    from fedaccel.flower.security import RUN_TOKEN, SECRETS, read_secret, write_secrets
     from fedaccel.runs.lock import lock_run_dir
 
     run_dir = tmp_path / "run"
+    write_secrets(run_dir / "flower", run_dir)  # the deployment's own run: its run token
+    own = {"run-dir": str(run_dir), "run-token": read_secret(run_dir / "flower" / SECRETS / RUN_TOKEN)}
     with lock_run_dir(run_dir):
-        server_main(None, SimpleNamespace(run_config={"run-dir": str(run_dir)}))  # type: ignore[arg-type]
+        server_main(None, SimpleNamespace(run_config=own))  # type: ignore[arg-type]
     assert capsys.readouterr().err.strip() == (f"fedaccel server: error: {run_dir} is being written by process "
                                                f"{os.getpid()}; wait for it to end (or stop it), then run again")
     assert not (run_dir / "metrics.jsonl").exists()
@@ -266,7 +269,7 @@ def live_flower_processes(within: Path | None = None) -> list[str]:
         except (OSError, IndexError):
             continue
         names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
-                 "fedaccel.flower.node")
+                 "fedaccel.flower.node", "fedaccel.flower.link")
         if state != "Z" and any(name in cmdline for name in names) and (
                 within is None or str(within) in cmdline or cwd.startswith(str(within))):
             found.append(cmdline)
@@ -491,7 +494,7 @@ def test_a_deployment_killed_with_sigkill_leaves_no_process_and_resumes_with_the
             time.sleep(0.1)
         started = descendants({first.pid})
         commands = {pid: command_line(pid) for pid in started}
-        for name in ("flower-superlink", "flower-superexec", "flwr-serverapp", "flwr run"):
+        for name in ("fedaccel.flower.link", "flower-superexec", "flwr-serverapp", "flwr run"):
             assert any(name in c for c in commands.values()), (name, commands)
         assert sum("fedaccel.flower.node" in c for c in commands.values()) == 2, commands
         holder = int((out / ".lock").read_text())
@@ -622,50 +625,59 @@ def test_waiting_for_supernodes_says_how_many_once_per_change_and_fails_in_one_l
 def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails_in_one_line(
     tmp_path: Path, capsys
 ) -> None:
-    """`fedaccel deploy --prepare` makes the run folder for SuperNodes on other hosts; with a
-    real SuperLink, one SuperNode and data.clients = 2, the printed `flwr run` command streams
-    the node count after a few seconds of waiting, and at the deadline one error line."""
+    """`fedaccel deploy --prepare --tls` makes the run folder for SuperNodes on other hosts and
+    prints the commands; run as printed (the SuperLink on loopback here), with one registered
+    SuperNode and data.clients = 2, the `flwr run` streams the node count after a few seconds of
+    waiting, and at the deadline one error line."""
     import shlex
+    import subprocess
     import sys
     import time
 
     from fedaccel.cli import main
-    from fedaccel.flower.deploy import ENV, Processes, _tool, free_port, wait_for_port
+    from fedaccel.flower.deploy import ENV, Processes, free_port, wait_for_port
 
-    run_dir = tmp_path / "run"
-    argv = ["deploy", "--prepare", "--out", str(run_dir)]
+    run_dir, certs, port = tmp_path / "run", tmp_path / "tls", free_port()
+    assert main(["certs", str(certs), "--clients", "2"]) == 0
+    argv = ["deploy", "--prepare", "--tls", str(certs), "--port", str(port), "--out", str(run_dir)]
     for item in [*TINY, "data.clients=2", "algorithm=fedavg"]:
         argv += ["--set", item]
     assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "partition-id=i num-partitions=2" in printed and (run_dir / "config.yaml").is_file()
-    command = shlex.split(next(line for line in printed.splitlines() if line.startswith("then:")).split(":", 1)[1])
-    assert command[:3] == ["flwr", "run", str(run_dir / "flower" / "app")]
+    printed = dict(line.split(":  ", 1) for line in capsys.readouterr().out.splitlines() if ":  " in line)
+    assert "partition-id=i num-partitions=2" in printed["client host i (with ca.crt and node<i>_key)"]
+    assert (run_dir / "config.yaml").is_file()
 
-    port = free_port()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
-    env = {**os.environ, **ENV, "FLWR_HOME": str(home),
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    def command(where: str, **replace: str) -> tuple[dict[str, str], list[str]]:  # (environment, argv) as printed
+        words = shlex.split(printed[where])
+        env = dict(w.split("=", 1) for w in words if w.startswith("FLWR_HOME="))
+        words = [w for w in words if not w.startswith("FLWR_HOME=")]
+        for old, value in replace.items():
+            words = [w.replace(old, value) for w in words]
+        return env, [sys.executable if w == "python" else w for w in words]
+
+    env = {**os.environ, **ENV, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
     procs = Processes(tmp_path, env)
     try:
-        link = procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                                         "--port", str(port)], cwd=tmp_path)
+        _, link_argv = command("server host")
+        link_argv[link_argv.index("0.0.0.0")] = "127.0.0.1"  # this test's SuperLink: loopback
+        link = procs.start("superlink", link_argv, cwd=tmp_path)
         wait_for_port(port, link, "the SuperLink")
+        home, register = command("server host, i = 0..1", **{"<i>": "0"})
+        done = subprocess.run(register, env={**env, **home}, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        _, node = command("client host i (with ca.crt and node<i>_key)", **{
+            "node<i>_key": str(certs / "node0_key"), "ca.crt": str(certs / "ca.crt"), "SERVER": "127.0.0.1",
+            "9094": str(free_port()), "partition-id=i": "partition-id=0", "/var/tmp/fedaccel": str(tmp_path / "state")})
         procs.env = {**env, "FLWR_HOME": str(tmp_path / "node0")}
-        procs.start("supernode0", [sys.executable, "-m", "fedaccel.flower.node", "--insecure", "--superlink",
-                                   f"127.0.0.1:{port}", "--host", "127.0.0.1", "--port", str(free_port()),
-                                   "--isolation", "process", "--node-config", "partition-id=0 num-partitions=2"],
-                    cwd=tmp_path)
+        procs.start("supernode0", node, cwd=tmp_path)
         deadline = time.monotonic() + 120
         while "Activated node_id" not in (tmp_path / "superlink.log").read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
-        procs.env = env
-        command[1 + command.index("--run-config")] += " connect-timeout=6"
-        command[command.index("CONNECTION")] = "local"
-        runner = procs.start("flwr-run", [_tool("flwr"), *command[1:]])
+        home, run_argv = command("then, on the server host")
+        with open(run_argv[-1], "a") as run_config:  # the printed run config, with a short wait
+            run_config.write("connect-timeout = 6\n")
+        procs.env = {**env, **home}
+        runner = procs.start("flwr-run", run_argv)
         runner.wait(timeout=180)
     finally:
         procs.stop()
