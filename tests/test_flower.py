@@ -386,10 +386,90 @@ def listening(address: str) -> bool:
         return False
 
 
+ROGUE_APP = {  # a Flower App of someone else's: its ServerApp, if started, leaves a mark and reads the node IDs
+    "pyproject.toml": """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "rogue"
+version = "1.0.0"
+
+[tool.flwr.app]
+publisher = "rogue"
+
+[tool.flwr.app.components]
+serverapp = "rogue_app:server"
+clientapp = "rogue_app:client"
+
+[tool.flwr.app.config]
+mark = ""
+""",
+    "rogue_app.py": """from pathlib import Path
+
+from flwr.clientapp import ClientApp
+from flwr.serverapp import ServerApp
+
+server = ServerApp()
+client = ClientApp()
+
+
+@server.main()
+def main(grid, context):
+    Path(context.run_config["mark"]).write_text(str(list(grid.get_node_ids())))
+""",
+}
+
+
+def rogue_attempts(address: str, certs: Path, out: Path, env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """What someone else on this host, with the deployment's public ca.crt, gets from its SuperLink
+    at ``address``: a `flwr run` of their own app, and of fedaccel's app on the deployment's run
+    folder (the Control API); a claim of the run's ServerApp task (the Runtime API); and what a
+    connection to the port on this host's other address gets."""
+    import socket
+    import ssl
+    import subprocess
+
+    import httpx
+
+    from fedaccel.flower.deploy import _tool
+
+    rogue, home = tmp_path / "rogue", tmp_path / "rogue-home"
+    for folder in (rogue, home):
+        folder.mkdir()
+    for name, text in ROGUE_APP.items():
+        (rogue / name).write_text(text)
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "x"\n\n[superlink.x]\naddress = "{address}"\n'
+                                      f'root-certificates = "{certs / "ca.crt"}"\n')
+    said = {}
+    for name, app, config in (("own app", rogue, f"mark='{tmp_path / 'rogue-ran'}'"),
+                              ("fedaccel's app", out / "flower" / "app", f"run-dir='{out}'")):
+        done = subprocess.run([_tool("flwr"), "run", str(app), "x", "--run-config", config],
+                              env={**env, "FLWR_HOME": str(home)}, capture_output=True, text=True, timeout=120)
+        said[name] = f"exit {done.returncode}: {done.stdout}{done.stderr}"
+    tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    answer = httpx.post(f"https://{address}/v1/runtime/acquire-task", content=b"", verify=tls,
+                        headers={"content-type": "application/protobuf"})
+    said["acquire-task"] = f"{answer.status_code} {answer.text}"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # this host's address on its network, if any
+        try:
+            probe.connect(("10.255.255.255", 1))
+            own = probe.getsockname()[0]
+        except OSError:
+            own = "127.0.0.1"
+    if own != "127.0.0.1":
+        said["other address"] = "accepted" if listening(f"{own}:{address.rpartition(':')[2]}") else "refused"
+    return said
+
+
 @pytest.mark.slow
 def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_path: Path) -> None:
     """`fedaccel certs` + `fedaccel deploy --tls`: the run goes over TLS with registered SuperNode
-    keys; a SuperNode with a key of its own (or none) is refused by the SuperLink."""
+    keys; a SuperNode with a key of its own (or none) is refused by the SuperLink. Someone else
+    with the public ca.crt drives nothing (issue 29): their `flwr run` (their app, or fedaccel's
+    on the deployment's run folder) is refused by the Control API, their claim of the run's
+    ServerApp task by the Runtime API, the port is not open on another address, and the run ends
+    with the in-process numbers."""
     import os
     import re
     import subprocess
@@ -407,6 +487,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     # the refused SuperNodes knock while the deployment starts (its own SuperNodes and ServerApp take
     # seconds); rounds enough that it still runs when they have been refused (about 2 s each, side by side)
     overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=fedavg"]
+    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--tls", str(certs), "--clients", "2",
             "--out", str(out), "--timeout", "400"]
     for item in overrides:
@@ -435,16 +516,27 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
                      "--host", "127.0.0.1", "--port", str(free_port()), "--max-retries", "2", "--isolation", "process",
                      "--node-config", "partition-id=1 num-partitions=2", *key],
                     env={**env, "FLWR_HOME": str(tmp_path / name)}, stdout=sink, stderr=subprocess.STDOUT)
+        rogue = rogue_attempts(address, certs, out, env, tmp_path)
         for name, node in nodes.items():
             refused[name] = (node.wait(timeout=120), (tmp_path / name / "supernode.log").read_text())
-        assert deploy.poll() is None, "the deployment ended before the refused SuperNodes were refused"
+        assert deploy.poll() is None, "the deployment ended before the refused SuperNodes and the rogue were refused"
         output, _ = deploy.communicate(timeout=300)
     finally:
         for process in [deploy, *nodes.values()]:
             if process.poll() is None:
                 process.kill()
     assert deploy.returncode == 0, output
-    assert len(rows(out)) == 21
+    for name in ("own app", "fedaccel's app"):
+        assert rogue[name].startswith("exit 1") and "Authentication failed" in rogue[name], rogue
+    assert rogue["acquire-task"].startswith("401") and "Authentication failed" in rogue["acquire-task"], rogue
+    assert rogue.get("other address", "refused") == "refused", rogue
+    assert not (tmp_path / "rogue-ran").exists()  # no code of theirs ran
+    assert "Successfully started run" in (out / "flower" / "flwr-run.log").read_text()  # the deployment's own did
+    deployed = rows(out)
+    assert len(deployed) == 21
+    for a, b in zip(local, deployed, strict=True):
+        for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     for name, (code, log) in refused.items():
         assert code != 0, (name, log[-500:])
         assert "Exit Code: 305" in log, (name, log[-500:])  # "Failed to activate" / "must be registered"
