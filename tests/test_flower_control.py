@@ -105,7 +105,8 @@ def test_the_guard_answers_refused_requests_itself_and_passes_the_rest_to_flower
     assert sent[0]["status"] == 401
     assert call(http("/v1/runtime/acquire-task", None))[0]["status"] == 403  # no peer address: not loopback
     assert reached == []
-    assert call(http("/v1/control/start-run", ("127.0.0.1", 5000), (b"Authorization", f"Bearer {TOKEN}".encode()))) == []
+    own = (b"Authorization", f"Bearer {TOKEN}".encode())
+    assert call(http("/v1/control/start-run", ("127.0.0.1", 5000), own)) == []
     assert call(http("/v1/fleet/pull-messages", ("10.1.2.3", 5000))) == []
     assert call({"type": "lifespan"}) == []
     assert call({"type": "websocket", "path": "/v1/control/x", "client": ("10.0.0.1", 1), "headers": []}) == [
@@ -173,7 +174,8 @@ def test_the_server_app_serves_only_the_deployments_own_run(tmp_path: Path, caps
     token = read_secret(run_dir / "flower" / SECRETS / RUN_TOKEN)
     before = sorted(p.name for p in run_dir.rglob("*"))
     for given in (None, "", token[:-1], token + "x", token.upper(), 12345):
-        server_main(None, SimpleNamespace(run_config={"run-dir": str(run_dir), "run-token": given}))  # type: ignore[arg-type]
+        context = SimpleNamespace(run_config={"run-dir": str(run_dir), "run-token": given})
+        server_main(None, context)  # type: ignore[arg-type]
         err = capsys.readouterr().err.strip()
         assert err.startswith("fedaccel server: error: refused: this run is not the deployment's own") and \
             "\n" not in err, err

@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedaccel.flower.security import same_secret
+
 FLEET, HEALTH, RUNTIME = "/v1/fleet/", "/health", "/v1/runtime/"
 Scope = MutableMapping[str, Any]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -47,8 +49,6 @@ def is_loopback(host: str | None) -> bool:
 def refusal(path: str, peer: str | None, authorizations: Sequence[str], token: str) -> tuple[int, str] | None:
     """Why a request for ``path`` from ``peer`` with these ``Authorization`` headers is refused
     (HTTP status, reason), or None when it may go on to Flower."""
-    from fedaccel.flower.security import same_secret
-
     if path.startswith(FLEET) or path == HEALTH:
         return None  # SuperNodes, wherever they are (with --tls: Flower's TLS and SuperNode authentication)
     if not is_loopback(peer):
@@ -71,7 +71,8 @@ class Guard:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)  # lifespan
         peer = scope.get("client")[0] if scope.get("client") else None
-        headers = [value.decode("latin-1") for name, value in scope.get("headers", []) if name.lower() == b"authorization"]
+        headers = [value.decode("latin-1") for name, value in scope.get("headers", [])
+                   if name.lower() == b"authorization"]
         refused = refusal(scope.get("path", ""), peer, headers, self.token)
         if refused is None:
             return await self.app(scope, receive, send)

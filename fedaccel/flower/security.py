@@ -114,7 +114,8 @@ def check_certificates(folder: Path, clients: int) -> None:
 
 
 SECRETS = "secrets"  # RUN_DIR/flower/secrets
-CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN, RUN_CONFIG = "control-token", "superexec-secret", "run-token", "run-config.toml"
+CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN = "control-token", "superexec-secret", "run-token"
+RUN_CONFIG = "run-config.toml"  # what `flwr run --run-config` is given: run-dir and run-token
 # the `flwr` CLI's credential store entries (flwr.cli.constant): it sends the "OIDC" access token as a bearer token
 CREDENTIAL_KEYS = ("flower.account-auth.%s.authn-type", "flower.account-auth.%s.oidc-access-token",
                    "flower.account-auth.%s.oidc-refresh-token")
