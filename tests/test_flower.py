@@ -642,13 +642,15 @@ def test_deploy_resume_is_refused_with_one_line_while_another_process_writes_the
     import sys
 
     from fedaccel.cli import main
+    from fedaccel.flower.deploy import prepare
 
     out = tmp_path / "run"
     argv = ["deploy", "--prepare", "--out", str(out)]
     for item in [*TINY, "data.clients=2"]:
         argv += ["--set", item]
-    assert main(argv) == 0
-    capsys.readouterr()
+    assert main(argv) == 2  # a run folder for other hosts: only with TLS and registered keys
+    assert capsys.readouterr().err.startswith("error: --prepare needs --tls DIR: SuperNodes on other hosts join ")
+    prepare(load_config(None, [*TINY, "data.clients=2"]), out.resolve())
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from fedaccel.runs.lock import lock_run_dir; "
          "lock = lock_run_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(out)],
