@@ -36,8 +36,8 @@ def main(grid: Grid, context: Context) -> None:
     run_dir = Path(str(context.run_config["run-dir"]))
     try:
         if not str(context.run_config["run-dir"]):
-            raise UserError("no run folder: flwr run APP CONNECTION --run-config \"run-dir='RUN_DIR'\" "
-                            "(`fedaccel deploy --prepare CONFIG --out RUN_DIR` makes one)")
+            raise UserError("no run folder: flwr run APP CONNECTION --run-config RUN_DIR/flower/secrets/run-config.toml "
+                            "(`fedaccel deploy --prepare --tls DIR CONFIG --out RUN_DIR` makes it)")
         check_run_token(run_dir, context.run_config.get("run-token"))  # before the folder is touched
         timeout = float(context.run_config.get("connect-timeout", 0)) or None  # type: ignore[arg-type]
         with lock_run_dir(run_dir):  # this process writes the run folder: one writer, on every runtime
