@@ -9,7 +9,7 @@
     fedaccel split-report --set data.split=case3 --set data.clients=5
     fedaccel reproduce bherd [--scale paper] [--only fig3_alpha] [--render-only]
     fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
-    fedaccel deploy --prepare configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
+    fedaccel deploy --prepare --tls tls configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
     fedaccel certs tls --clients 5 && fedaccel deploy --tls tls --clients 5 configs/demo.yaml
     fedaccel data [--install]
     fedaccel data get mnist cifar10        # download, check, unpack into ~/.cache/fedaccel (resumable)
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Flower's own SuperNodes, a fresh ClientApp process per message (slow)")
     p.add_argument("--prepare", action="store_true",
                    help="only make the run folder (--out) and print the commands for SuperNodes on other hosts")
+    p.add_argument("--port", type=int, default=9093, help="with --prepare: the SuperLink's port (default 9093)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=cmd_deploy)
 
@@ -298,7 +299,8 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from fedaccel.flower.deploy import deploy, prepare
+    from fedaccel.flower.deploy import deploy, prepare, write_flwr_home
+    from fedaccel.flower.security import check_certificates
     from fedaccel.runs.config import from_dict, load_config, read_yaml
     from fedaccel.runs.folder import check_out_folder, new_run_dir
 
@@ -317,7 +319,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.prepare:
         if args.resume:
             raise UserError("--prepare makes a new run folder; to continue one, run the same `flwr run` again")
-        print_multi_host_commands(prepare(config, out.resolve(), clients=args.clients), config.data.clients)
+        if not args.tls:
+            raise UserError("--prepare needs --tls DIR: SuperNodes on other hosts join over TLS with registered keys "
+                            "(`fedaccel certs DIR --clients N --host SERVER --host 127.0.0.1`)")
+        tls = Path(args.tls).resolve()
+        check_certificates(tls, config.data.clients)
+        app = prepare(config, out.resolve(), clients=args.clients)
+        write_flwr_home(app.parent / "home", f"127.0.0.1:{args.port}", tls / "ca.crt")
+        print_multi_host_commands(app, config.data.clients, tls, args.port)
         return 0
     path = deploy(config, out, clients=args.clients, timeout=args.timeout, tls=Path(args.tls) if args.tls else None,
                   stock=args.stock, resume=bool(args.resume), progress=False if args.no_progress else None)
@@ -329,17 +338,24 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_multi_host_commands(app: Path, clients: int) -> None:
-    """What to run on each host for the run folder ``app.parent.parent`` (see README)."""
-    run_dir = app.parent.parent
+def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> None:
+    """What to run on each host for the run folder ``app.parent.parent`` (see docs/flower.md)."""
+    quote = shlex.quote
+    flower = app.parent
+    run_dir, home, secrets = flower.parent, quote(str(flower / "home")), flower / "secrets"
     print(f"run folder: {run_dir} (config.yaml: data.clients = {clients}, so {clients} SuperNodes)")
-    print("server host:  flower-superlink --insecure --host 0.0.0.0 --port 9093")
-    print(f"client host i = 0..{clients - 1}:  python -m fedaccel.flower.node --insecure --superlink SERVER:9093 "
-          f"--port 9094 --isolation process --node-config \"partition-id=i num-partitions={clients} "
-          "state-dir='/var/tmp/fedaccel'\"")
-    print(f"then:  flwr run {app} CONNECTION --stream --run-config \"run-dir='{run_dir}'\"")
-    print("(CONNECTION: a [superlink.CONNECTION] entry naming SERVER:9093 in $FLWR_HOME/config.toml; "
-          "TLS: docs/flower.md)")
+    print(f"server host:  python -m fedaccel.flower.link --secrets {quote(str(secrets))} "
+          f"--ssl-ca-certfile {quote(str(tls / 'ca.crt'))} --ssl-certfile {quote(str(tls / 'server.pem'))} "
+          f"--ssl-keyfile {quote(str(tls / 'server.key'))} --enable-supernode-auth --host 0.0.0.0 --port {port}")
+    print(f"server host, i = 0..{clients - 1}:  FLWR_HOME={home} flwr supernode register "
+          f"{quote(str(tls))}/node<i>_key.pub local")
+    print(f"client host i (with ca.crt and node<i>_key):  python -m fedaccel.flower.node --root-certificates ca.crt "
+          f"--auth-supernode-private-key node<i>_key --superlink SERVER:{port} --port 9094 --isolation process "
+          f"--node-config \"partition-id=i num-partitions={clients} state-dir='/var/tmp/fedaccel'\"")
+    print(f"then, on the server host:  FLWR_HOME={home} flwr run {quote(str(app))} local --stream "
+          f"--run-config {quote(str(secrets / 'run-config.toml'))}")
+    print(f"(other hosts are served the Fleet API only; the Control API takes the token in {home}/credentials.yaml: "
+          "docs/threat-model.md)")
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -211,11 +211,14 @@ def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_p
     from types import SimpleNamespace
 
     from fedaccel.flower.apps import main as server_main
+    from fedaccel.flower.security import RUN_TOKEN, SECRETS, read_secret, write_secrets
     from fedaccel.runs.lock import lock_run_dir
 
     run_dir = tmp_path / "run"
+    write_secrets(run_dir / "flower", run_dir)  # the deployment's own run: its run token
+    own = {"run-dir": str(run_dir), "run-token": read_secret(run_dir / "flower" / SECRETS / RUN_TOKEN)}
     with lock_run_dir(run_dir):
-        server_main(None, SimpleNamespace(run_config={"run-dir": str(run_dir)}))  # type: ignore[arg-type]
+        server_main(None, SimpleNamespace(run_config=own))  # type: ignore[arg-type]
     assert capsys.readouterr().err.strip() == (f"fedaccel server: error: {run_dir} is being written by process "
                                                f"{os.getpid()}; wait for it to end (or stop it), then run again")
     assert not (run_dir / "metrics.jsonl").exists()
@@ -266,7 +269,7 @@ def live_flower_processes(within: Path | None = None) -> list[str]:
         except (OSError, IndexError):
             continue
         names = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
-                 "fedaccel.flower.node")
+                 "fedaccel.flower.node", "fedaccel.flower.link")
         if state != "Z" and any(name in cmdline for name in names) and (
                 within is None or str(within) in cmdline or cwd.startswith(str(within))):
             found.append(cmdline)
@@ -383,10 +386,90 @@ def listening(address: str) -> bool:
         return False
 
 
+ROGUE_APP = {  # a Flower App of someone else's: its ServerApp, if started, leaves a mark and reads the node IDs
+    "pyproject.toml": """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "rogue"
+version = "1.0.0"
+
+[tool.flwr.app]
+publisher = "rogue"
+
+[tool.flwr.app.components]
+serverapp = "rogue_app:server"
+clientapp = "rogue_app:client"
+
+[tool.flwr.app.config]
+mark = ""
+""",
+    "rogue_app.py": """from pathlib import Path
+
+from flwr.clientapp import ClientApp
+from flwr.serverapp import ServerApp
+
+server = ServerApp()
+client = ClientApp()
+
+
+@server.main()
+def main(grid, context):
+    Path(context.run_config["mark"]).write_text(str(list(grid.get_node_ids())))
+""",
+}
+
+
+def rogue_attempts(address: str, certs: Path, out: Path, env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """What someone else on this host, with the deployment's public ca.crt, gets from its SuperLink
+    at ``address``: a `flwr run` of their own app, and of fedaccel's app on the deployment's run
+    folder (the Control API); a claim of the run's ServerApp task (the Runtime API); and what a
+    connection to the port on this host's other address gets."""
+    import socket
+    import ssl
+    import subprocess
+
+    import httpx
+
+    from fedaccel.flower.deploy import _tool
+
+    rogue, home = tmp_path / "rogue", tmp_path / "rogue-home"
+    for folder in (rogue, home):
+        folder.mkdir()
+    for name, text in ROGUE_APP.items():
+        (rogue / name).write_text(text)
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "x"\n\n[superlink.x]\naddress = "{address}"\n'
+                                      f'root-certificates = "{certs / "ca.crt"}"\n')
+    said = {}
+    for name, app, config in (("own app", rogue, f"mark='{tmp_path / 'rogue-ran'}'"),
+                              ("fedaccel's app", out / "flower" / "app", f"run-dir='{out}'")):
+        done = subprocess.run([_tool("flwr"), "run", str(app), "x", "--run-config", config],
+                              env={**env, "FLWR_HOME": str(home)}, capture_output=True, text=True, timeout=120)
+        said[name] = f"exit {done.returncode}: {done.stdout}{done.stderr}"
+    tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    answer = httpx.post(f"https://{address}/v1/runtime/acquire-task", content=b"", verify=tls,
+                        headers={"content-type": "application/protobuf"})
+    said["acquire-task"] = f"{answer.status_code} {answer.text}"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # this host's address on its network, if any
+        try:
+            probe.connect(("10.255.255.255", 1))
+            own = probe.getsockname()[0]
+        except OSError:
+            own = "127.0.0.1"
+    if own != "127.0.0.1":
+        said["other address"] = "accepted" if listening(f"{own}:{address.rpartition(':')[2]}") else "refused"
+    return said
+
+
 @pytest.mark.slow
 def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_path: Path) -> None:
     """`fedaccel certs` + `fedaccel deploy --tls`: the run goes over TLS with registered SuperNode
-    keys; a SuperNode with a key of its own (or none) is refused by the SuperLink."""
+    keys; a SuperNode with a key of its own (or none) is refused by the SuperLink. Someone else
+    with the public ca.crt drives nothing (issue 29): their `flwr run` (their app, or fedaccel's
+    on the deployment's run folder) is refused by the Control API, their claim of the run's
+    ServerApp task by the Runtime API, the port is not open on another address, and the run ends
+    with the in-process numbers."""
     import os
     import re
     import subprocess
@@ -404,6 +487,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     # the refused SuperNodes knock while the deployment starts (its own SuperNodes and ServerApp take
     # seconds); rounds enough that it still runs when they have been refused (about 2 s each, side by side)
     overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=fedavg"]
+    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--tls", str(certs), "--clients", "2",
             "--out", str(out), "--timeout", "400"]
     for item in overrides:
@@ -432,16 +516,27 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
                      "--host", "127.0.0.1", "--port", str(free_port()), "--max-retries", "2", "--isolation", "process",
                      "--node-config", "partition-id=1 num-partitions=2", *key],
                     env={**env, "FLWR_HOME": str(tmp_path / name)}, stdout=sink, stderr=subprocess.STDOUT)
+        rogue = rogue_attempts(address, certs, out, env, tmp_path)
         for name, node in nodes.items():
             refused[name] = (node.wait(timeout=120), (tmp_path / name / "supernode.log").read_text())
-        assert deploy.poll() is None, "the deployment ended before the refused SuperNodes were refused"
+        assert deploy.poll() is None, "the deployment ended before the refused SuperNodes and the rogue were refused"
         output, _ = deploy.communicate(timeout=300)
     finally:
         for process in [deploy, *nodes.values()]:
             if process.poll() is None:
                 process.kill()
     assert deploy.returncode == 0, output
-    assert len(rows(out)) == 21
+    for name in ("own app", "fedaccel's app"):
+        assert rogue[name].startswith("exit 1") and "Authentication failed" in rogue[name], rogue
+    assert rogue["acquire-task"].startswith("401") and "Authentication failed" in rogue["acquire-task"], rogue
+    assert rogue.get("other address", "refused") == "refused", rogue
+    assert not (tmp_path / "rogue-ran").exists()  # no code of theirs ran
+    assert "Successfully started run" in (out / "flower" / "flwr-run.log").read_text()  # the deployment's own did
+    deployed = rows(out)
+    assert len(deployed) == 21
+    for a, b in zip(local, deployed, strict=True):
+        for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     for name, (code, log) in refused.items():
         assert code != 0, (name, log[-500:])
         assert "Exit Code: 305" in log, (name, log[-500:])  # "Failed to activate" / "must be registered"
@@ -491,7 +586,7 @@ def test_a_deployment_killed_with_sigkill_leaves_no_process_and_resumes_with_the
             time.sleep(0.1)
         started = descendants({first.pid})
         commands = {pid: command_line(pid) for pid in started}
-        for name in ("flower-superlink", "flower-superexec", "flwr-serverapp", "flwr run"):
+        for name in ("fedaccel.flower.link", "flower-superexec", "flwr-serverapp", "flwr run"):
             assert any(name in c for c in commands.values()), (name, commands)
         assert sum("fedaccel.flower.node" in c for c in commands.values()) == 2, commands
         holder = int((out / ".lock").read_text())
@@ -547,13 +642,15 @@ def test_deploy_resume_is_refused_with_one_line_while_another_process_writes_the
     import sys
 
     from fedaccel.cli import main
+    from fedaccel.flower.deploy import prepare
 
     out = tmp_path / "run"
     argv = ["deploy", "--prepare", "--out", str(out)]
     for item in [*TINY, "data.clients=2"]:
         argv += ["--set", item]
-    assert main(argv) == 0
-    capsys.readouterr()
+    assert main(argv) == 2  # a run folder for other hosts: only with TLS and registered keys
+    assert capsys.readouterr().err.startswith("error: --prepare needs --tls DIR: SuperNodes on other hosts join ")
+    prepare(load_config(None, [*TINY, "data.clients=2"]), out.resolve())
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from fedaccel.runs.lock import lock_run_dir; "
          "lock = lock_run_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(out)],
@@ -622,50 +719,59 @@ def test_waiting_for_supernodes_says_how_many_once_per_change_and_fails_in_one_l
 def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails_in_one_line(
     tmp_path: Path, capsys
 ) -> None:
-    """`fedaccel deploy --prepare` makes the run folder for SuperNodes on other hosts; with a
-    real SuperLink, one SuperNode and data.clients = 2, the printed `flwr run` command streams
-    the node count after a few seconds of waiting, and at the deadline one error line."""
+    """`fedaccel deploy --prepare --tls` makes the run folder for SuperNodes on other hosts and
+    prints the commands; run as printed (the SuperLink on loopback here), with one registered
+    SuperNode and data.clients = 2, the `flwr run` streams the node count after a few seconds of
+    waiting, and at the deadline one error line."""
     import shlex
+    import subprocess
     import sys
     import time
 
     from fedaccel.cli import main
-    from fedaccel.flower.deploy import ENV, Processes, _tool, free_port, wait_for_port
+    from fedaccel.flower.deploy import ENV, Processes, free_port, wait_for_port
 
-    run_dir = tmp_path / "run"
-    argv = ["deploy", "--prepare", "--out", str(run_dir)]
+    run_dir, certs, port = tmp_path / "run", tmp_path / "tls", free_port()
+    assert main(["certs", str(certs), "--clients", "2"]) == 0
+    argv = ["deploy", "--prepare", "--tls", str(certs), "--port", str(port), "--out", str(run_dir)]
     for item in [*TINY, "data.clients=2", "algorithm=fedavg"]:
         argv += ["--set", item]
     assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "partition-id=i num-partitions=2" in printed and (run_dir / "config.yaml").is_file()
-    command = shlex.split(next(line for line in printed.splitlines() if line.startswith("then:")).split(":", 1)[1])
-    assert command[:3] == ["flwr", "run", str(run_dir / "flower" / "app")]
+    printed = dict(line.split(":  ", 1) for line in capsys.readouterr().out.splitlines() if ":  " in line)
+    assert "partition-id=i num-partitions=2" in printed["client host i (with ca.crt and node<i>_key)"]
+    assert (run_dir / "config.yaml").is_file()
 
-    port = free_port()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
-    env = {**os.environ, **ENV, "FLWR_HOME": str(home),
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    def command(where: str, **replace: str) -> tuple[dict[str, str], list[str]]:  # (environment, argv) as printed
+        words = shlex.split(printed[where])
+        env = dict(w.split("=", 1) for w in words if w.startswith("FLWR_HOME="))
+        words = [w for w in words if not w.startswith("FLWR_HOME=")]
+        for old, value in replace.items():
+            words = [w.replace(old, value) for w in words]
+        return env, [sys.executable if w == "python" else w for w in words]
+
+    env = {**os.environ, **ENV, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
     procs = Processes(tmp_path, env)
     try:
-        link = procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                                         "--port", str(port)], cwd=tmp_path)
+        _, link_argv = command("server host")
+        link_argv[link_argv.index("0.0.0.0")] = "127.0.0.1"  # this test's SuperLink: loopback
+        link = procs.start("superlink", link_argv, cwd=tmp_path)
         wait_for_port(port, link, "the SuperLink")
+        home, register = command("server host, i = 0..1", **{"<i>": "0"})
+        done = subprocess.run(register, env={**env, **home}, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        _, node = command("client host i (with ca.crt and node<i>_key)", **{
+            "node<i>_key": str(certs / "node0_key"), "ca.crt": str(certs / "ca.crt"), "SERVER": "127.0.0.1",
+            "9094": str(free_port()), "partition-id=i": "partition-id=0", "/var/tmp/fedaccel": str(tmp_path / "state")})
         procs.env = {**env, "FLWR_HOME": str(tmp_path / "node0")}
-        procs.start("supernode0", [sys.executable, "-m", "fedaccel.flower.node", "--insecure", "--superlink",
-                                   f"127.0.0.1:{port}", "--host", "127.0.0.1", "--port", str(free_port()),
-                                   "--isolation", "process", "--node-config", "partition-id=0 num-partitions=2"],
-                    cwd=tmp_path)
+        procs.start("supernode0", node, cwd=tmp_path)
         deadline = time.monotonic() + 120
         while "Activated node_id" not in (tmp_path / "superlink.log").read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
-        procs.env = env
-        command[1 + command.index("--run-config")] += " connect-timeout=6"
-        command[command.index("CONNECTION")] = "local"
-        runner = procs.start("flwr-run", [_tool("flwr"), *command[1:]])
+        home, run_argv = command("then, on the server host")
+        with open(run_argv[-1], "a") as run_config:  # the printed run config, with a short wait
+            run_config.write("connect-timeout = 6\n")
+        procs.env = {**env, **home}
+        runner = procs.start("flwr-run", run_argv)
         runner.wait(timeout=180)
     finally:
         procs.stop()

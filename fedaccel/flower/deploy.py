@@ -9,11 +9,16 @@ dies with ``fedaccel deploy`` if that is killed (:mod:`fedaccel.runs.lifetime`),
 children (SuperExec, ServerApp, ClientApps) included. The ServerApp holds the run folder's lock
 while it writes; ``fedaccel deploy`` holds ``RUN_DIR/flower/.lock`` (one deployment per folder).
 
+Only the deploying user drives the deployment: the SuperLink is fedaccel's
+(:mod:`fedaccel.flower.link`), whose Control API takes only the deployment's token, from this
+host, and the ServerApp serves only the run whose run config holds the deployment's run token
+(:mod:`fedaccel.flower.security`, docs/threat-model.md).
+
 On several hosts, start the same pieces by hand (see docs/flower.md): :func:`prepare` makes the
-run folder and the app (``fedaccel deploy --prepare``), then the SuperLink on one host,
-``python -m fedaccel.flower.node --superlink HOST:PORT --node-config "partition-id=i
-num-partitions=N"`` on each client host (with fedaccel installed and the data where the config
-says), then ``flwr run RUN_DIR/flower/app ...``.
+run folder, its secrets and the app (``fedaccel deploy --prepare --tls DIR``), then the
+SuperLink on one host, ``python -m fedaccel.flower.node --superlink HOST:PORT --node-config
+"partition-id=i num-partitions=N"`` on each client host (with fedaccel installed and the data
+where the config says), then ``flwr run RUN_DIR/flower/app ...``.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ clientapp = "fedaccel_app:client_app"
 
 [tool.flwr.app.config]
 run-dir = ""
+run-token = ""
 connect-timeout = 0
 """
 
@@ -326,8 +332,9 @@ def checkpoint_round(run_dir: Path) -> int:
 
 
 def prepare(config: Config, run_dir: Path, *, clients: int | None = None, resume: bool = False) -> Path:
-    """Make ``run_dir`` ready for a deployed run: its ``config.yaml`` (unless resumed) and the
-    Flower App folder ``RUN_DIR/flower/app`` for ``flwr run``; returns the app folder."""
+    """Make ``run_dir`` ready for a deployed run: its ``config.yaml`` (unless resumed), the
+    deployment's secrets (``RUN_DIR/flower/secrets``) and the Flower App folder
+    ``RUN_DIR/flower/app`` for ``flwr run``; returns the app folder."""
     n = config.data.clients if clients is None else clients
     if n != config.data.clients:
         raise UserError(f"--clients {n} but data.clients = {config.data.clients} (one SuperNode per client)")
@@ -339,20 +346,34 @@ def prepare(config: Config, run_dir: Path, *, clients: int | None = None, resume
     if not resume:
         dump_config(config, run_dir / "config.yaml")
     (run_dir / STOP_FILE).unlink(missing_ok=True)  # a stop asked of a run that is over
+    from fedaccel.flower.security import write_secrets
+
+    write_secrets(run_dir / "flower", run_dir)  # fresh each time: what was written before is void
     return write_app(run_dir / "flower" / "app")
+
+
+def write_flwr_home(home: Path, address: str, root_certificates: Path | None) -> None:
+    """``home``: the ``FLWR_HOME`` of this deployment's ``flwr`` commands, holding its Control token."""
+    from fedaccel.flower.security import CONTROL_TOKEN, SECRETS, read_secret
+    from fedaccel.flower.security import write_flwr_home as write
+
+    write(home, address, read_secret(home.parent / SECRETS / CONTROL_TOKEN), root_certificates)
 
 
 def start_processes(
     procs: Processes, app: Path, run_dir: Path, n: int, link_port: int, *, tls: Path | None, stock: bool,
 ) -> subprocess.Popen:
     """The SuperLink, ``n`` SuperNodes and ``flwr run`` of ``app`` on ``run_dir`` (returned)."""
+    from fedaccel.flower.security import RUN_CONFIG, SECRETS
+
     env = procs.env
     flower = run_dir / "flower"
     link_security = ["--insecure"] if tls is None else [
         "--ssl-ca-certfile", str(tls / "ca.crt"), "--ssl-certfile", str(tls / "server.pem"),
         "--ssl-keyfile", str(tls / "server.key"), "--enable-supernode-auth"]
-    link = procs.start("superlink", [_tool("flower-superlink"), *link_security, "--host", "127.0.0.1",
-                                     "--port", str(link_port)], cwd=flower)
+    secrets = flower / SECRETS
+    link = procs.start("superlink", [sys.executable, "-m", "fedaccel.flower.link", "--secrets", str(secrets),
+                                     *link_security, "--host", "127.0.0.1", "--port", str(link_port)], cwd=flower)
     wait_for_port(link_port, link, "the SuperLink")
     taken = {link_port}  # each SuperNode's port distinct: two once got the same one before either bound it
     for i in range(n if tls else 0):
@@ -372,7 +393,7 @@ def start_processes(
             "--node-config", f"partition-id={i} num-partitions={n} state-dir='{node_env_home / 'state'}'"])
     procs.env = env
     return procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
-                                    "--run-config", f"run-dir='{run_dir}'"])
+                                    "--run-config", str(secrets / RUN_CONFIG)])
 
 
 def deploy(
@@ -413,10 +434,7 @@ def deploy(
         tls = tls.resolve()
         check_certificates(tls, n)
     home = flower / "home"
-    home.mkdir(exist_ok=True)
-    security = f'root-certificates = "{tls / "ca.crt"}"' if tls else "insecure = true"
-    write_atomic(home / "config.toml",
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link_port}"\n{security}\n')
+    write_flwr_home(home, f"127.0.0.1:{link_port}", tls / "ca.crt" if tls else None)
     bin_dir = str(Path(sys.executable).parent)  # Flower starts flower-superexec, flwr-serverapp... by name
     path = os.pathsep.join([die_with_parents(flower / "bin"), bin_dir, os.environ.get("PATH", "")])
     env = {**os.environ, **ENV, "FLWR_HOME": str(home), "PATH": path}

@@ -11,12 +11,30 @@ Writes, with the ``cryptography`` package (no openssl or ssh-keygen needed):
 ``fedaccel deploy --tls DIR`` then starts the SuperLink with TLS and ``--enable-supernode-auth``,
 registers every ``node<i>_key.pub`` (``flwr supernode register``), and starts SuperNode i with
 ``node<i>_key``: a SuperNode whose key was not registered is refused.
+
+The deployment's own secrets (:func:`write_secrets`, every ``fedaccel deploy`` and ``--prepare``),
+in ``RUN_DIR/flower/secrets`` (0700, each file 0600, fresh random values):
+
+* ``control-token``    the bearer token that fedaccel's SuperLink (:mod:`fedaccel.flower.link`)
+                       asks of every Control API request (``flwr run``, ``flwr supernode register``);
+                       the ``flwr`` CLI sends it from ``RUN_DIR/flower/home/credentials.yaml``
+* ``superexec-secret`` the key of Flower's SuperExec authentication: only the SuperExec that the
+                       SuperLink starts may take its runs (a ServerApp task) from the Runtime API
+* ``run-token``        in the run config (``run-config.toml``, given to ``flwr run``): the ServerApp
+                       serves a run folder only for a run whose ``run-token`` equals this file's
+                       (:func:`check_run_token`)
+
+See docs/threat-model.md for what they cover.
 """
 
 from __future__ import annotations
 
 import datetime
+import hmac
 import ipaddress
+import json
+import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -96,3 +114,87 @@ def check_certificates(folder: Path, clients: int) -> None:
     missing = [name for name in needed if not (folder / name).is_file()]
     if missing:
         raise UserError(f"{folder} lacks {missing[0]}; create it with `fedaccel certs {folder} --clients {clients}`")
+
+
+SECRETS = "secrets"  # RUN_DIR/flower/secrets
+CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN = "control-token", "superexec-secret", "run-token"
+RUN_CONFIG = "run-config.toml"  # what `flwr run --run-config` is given: run-dir and run-token
+# the `flwr` CLI's credential store entries (flwr.cli.constant): it sends the "OIDC" access token as a bearer token
+CREDENTIAL_KEYS = ("flower.account-auth.%s.authn-type", "flower.account-auth.%s.oidc-access-token",
+                   "flower.account-auth.%s.oidc-refresh-token")
+
+
+def private_folder(folder: Path) -> Path:
+    """``folder``, made if absent, readable by this user only (0700)."""
+    if folder.is_symlink():
+        raise UserError(f"{folder} is a symbolic link; fedaccel keeps its secrets in a folder of its own, not through a link")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)  # not a link (refused above): an existing folder made before, narrowed
+    return folder
+
+
+def write_private(path: Path, data: str) -> None:
+    """``path`` rewritten atomically, readable by this user only; in a :func:`private_folder`."""
+    write_atomic(path, data, mode=0o600)
+
+
+def write_secrets(flower: Path, run_dir: Path) -> Path:
+    """Fresh secrets of a deployment in ``flower/secrets`` (see the module's docstring), with the
+    run config that ``flwr run`` is given (``run-dir`` and ``run-token``); returns the folder."""
+    folder = private_folder(flower / SECRETS)
+    for name in (CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN):
+        write_private(folder / name, secrets.token_urlsafe(32))
+    run_token = (folder / RUN_TOKEN).read_text()
+    write_private(folder / RUN_CONFIG, f"run-dir = {toml_string(str(run_dir))}\nrun-token = {toml_string(run_token)}\n")
+    return folder
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string, quotes included (JSON's escapes are TOML's, and DEL)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def write_flwr_home(home: Path, address: str, control_token: str, root_certificates: Path | None) -> None:
+    """``home`` as the ``FLWR_HOME`` of the deploying user's ``flwr`` commands: its connection
+    ``local`` to the SuperLink's Control API at ``address`` (TLS when ``root_certificates``), and
+    the Control API's bearer token in its credential store (both 0600)."""
+    import base64
+
+    import yaml
+
+    private_folder(home)
+    security = f"root-certificates = {toml_string(str(root_certificates))}" if root_certificates else "insecure = true"
+    write_private(home / "config.toml",
+                  f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{address}"\n{security}\n')
+    values = ("oidc", control_token, "unused")  # never refreshed: fedaccel's SuperLink has no refresh route
+    store = {key % address: base64.b64encode(value.encode()).decode() for key, value in zip(CREDENTIAL_KEYS, values)}
+    write_private(home / "credentials.yaml", yaml.safe_dump(store))
+
+
+def read_secret(path: Path) -> str:
+    """The secret in ``path``, which must be this user's own file that no one else may read or
+    change (a file planted by another user, or left readable, is refused in one line)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        raise UserError(f"{path} is missing: the deployment's secrets are made by `fedaccel deploy` "
+                        "(or `fedaccel deploy --prepare`)") from None
+    if not path.is_file() or path.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UserError(f"{path} is not a private file of this user (mode 0600, owned by uid {os.getuid()}): "
+                        "refused as a secret")
+    return path.read_text().strip()
+
+
+def same_secret(given: object, secret: str) -> bool:
+    """Whether ``given`` is ``secret`` (a non-empty string), compared in constant time."""
+    return isinstance(given, str) and bool(secret) and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def check_run_token(run_dir: Path, given: object) -> None:
+    """Refuse, in one line, a run that is not the deployment's own: its run config's
+    ``run-token`` must equal ``run_dir``'s ``flower/secrets/run-token`` (a private file of
+    this user). Someone who can start runs on the SuperLink with fedaccel's app (it is public)
+    and a ``run-dir`` of this user's cannot make the ServerApp read or write that folder."""
+    if not same_secret(given, read_secret(run_dir / "flower" / SECRETS / RUN_TOKEN)):
+        raise UserError(f"refused: this run is not the deployment's own (its run config's run-token is not "
+                        f"{run_dir / 'flower' / SECRETS / RUN_TOKEN}'s)")
