@@ -398,7 +398,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def warn_incomplete(paths: Sequence[str], runs: Sequence[object]) -> None:
     """One line on stderr naming the cells of the grids given (or the runs) that are missing, unfinished or running."""
-    from fedaccel.report.completeness import folder_gaps, gaps_line
+    from fedaccel.grids.gaps import folder_gaps
+    from fedaccel.report.completeness import gaps_line
 
     gaps, total = folder_gaps(paths, runs)  # type: ignore[arg-type]
     if gaps:
@@ -408,7 +409,8 @@ def warn_incomplete(paths: Sequence[str], runs: Sequence[object]) -> None:
 
 def cmd_judge(args: argparse.Namespace) -> int:
     from fedaccel.grids.experiment import COPY, experiment_cells
-    from fedaccel.report.completeness import gaps_line, grid_cells
+    from fedaccel.grids.gaps import copied_cells
+    from fedaccel.report.completeness import gaps_line
     from fedaccel.report.judge import claims_from_file, gather, judge_grid, plan, plan_table, table, write_claims
 
     grid = Path(args.grid)
@@ -421,7 +423,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")
     if not 0 < args.power < 1:
         raise UserError(f"--power must be between 0 and 1, got {args.power}")
-    cells = experiment_cells(grid) if grid.is_file() else grid_cells(folder)
+    cells = experiment_cells(grid) if grid.is_file() else copied_cells(folder)
     evidence = gather(folder, claims, str(source), cells)
     left_out = evidence.depends if args.partial else []
     if any(evidence.depends) and not args.partial:

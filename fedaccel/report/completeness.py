@@ -1,7 +1,8 @@
 """Whether a grid's evidence is complete: every cell of its experiment file run to its budget.
 
 A grid folder holds ``experiment.yaml`` (the experiment file, copied beside its runs), so its cells
-are known without running anything: :func:`grid_gaps` names each cell that is **missing** (no run
+are known without running anything (:mod:`fedaccel.grids.gaps` reads them): :func:`grid_gaps` names
+each cell that is **missing** (no run
 folder, or one without rounds), **unfinished** (stopped before its configured rounds without
 diverging: an interrupted grid) or **running** (another process holds its lock,
 :func:`fedaccel.runs.lock.holder`). A run that diverged is complete: it counts as its whole budget.
@@ -13,7 +14,7 @@ pairs only and says so); ``compare``, ``plot`` and the grid's table name them in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,44 +66,13 @@ def run_gap(run: Run) -> Gap | None:
     return None
 
 
-def grid_cells(folder: Path) -> list[tuple[str, dict[str, Any]]] | None:
-    """The cells of the grid whose runs ``folder`` holds, from its ``experiment.yaml`` (None without one):
-    (folder name, config as the file spells it; grid values only where its ``base:`` does not resolve
-    from the copy)."""
-    from fedaccel.errors import ConfigError
-    from fedaccel.grids.experiment import COPY, experiment_cells
-
-    copy = folder / COPY
-    if not copy.is_file():
-        return None
-    try:
-        return experiment_cells(copy)
-    except ConfigError:
-        return experiment_cells(copy, with_base=False)
-
-
 def grid_gaps(folder: Path, cells: Sequence[tuple[str, Any]] | None, runs: Sequence[Run]) -> tuple[list[Gap], int]:
-    """The gaps of a grid: its ``cells`` (see :func:`grid_cells`) without a run in ``folder``, and the
+    """The gaps of a grid: its ``cells`` (names first; :func:`fedaccel.grids.gaps.copied_cells`) without a
+    run in ``folder``, and the
     ``runs`` that are unfinished or running; with the number of cells (or runs) looked at."""
     have = {run.path.name for run in runs if run.path.parent.resolve() == folder.resolve()}
     missing = [Gap(name, "missing") for name, _ in cells or [] if name not in have]
     return missing + [gap for gap in map(run_gap, runs) if gap is not None], len(runs) + len(missing)
-
-
-def folder_gaps(paths: Iterable[str | Path], runs: Sequence[Run]) -> tuple[list[Gap], int]:
-    """:func:`grid_gaps` for what ``compare`` and ``plot`` are given: grid folders (whose
-    ``experiment.yaml`` names cells that may be missing) and run folders."""
-    gaps: list[Gap] = []
-    total, covered = 0, set()
-    for path in map(Path, paths):
-        cells = grid_cells(path) if path.is_dir() else None
-        if cells is not None:
-            inside = [run for run in runs if run.path.parent.resolve() == path.resolve()]
-            found, n = grid_gaps(path, cells, inside)
-            gaps, total = gaps + found, total + n
-            covered.update(id(run) for run in inside)
-    rest = [run for run in runs if id(run) not in covered]
-    return gaps + [gap for gap in map(run_gap, rest) if gap is not None], total + len(rest)
 
 
 def gaps_line(gaps: Sequence[Gap], total: int) -> str:
