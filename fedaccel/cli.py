@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claims", help="the experiment file whose claims: section to judge (default: GRID/experiment.yaml)")
     p.add_argument("--plan", action="store_true", help="treat the grid as a pilot: seeds each claim needs for --power")
     p.add_argument("--power", type=float, default=0.8)
+    p.add_argument("--partial", action="store_true",
+                   help="judge the complete pairs of an unfinished grid (every affected claim says so)")
     p.set_defaults(handler=cmd_judge)
 
     p = sub.add_parser("split-report", help="per-client label counts of a split, and a heat map")
@@ -390,6 +392,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from fedaccel.report.reading import load_runs
 
     runs = load_runs(args.runs)
+    warn_incomplete(args.runs, runs)
     out = Path(args.out)
     print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets,
                       force=args.force))
@@ -400,16 +403,31 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
 
-    print(compare_table(args.runs, args.targets, baseline=args.baseline, metric=args.metric))
+    runs = load_runs(args.runs)
+    warn_incomplete(args.runs, runs)
+    print(compare_table(runs, args.targets, baseline=args.baseline, metric=args.metric))
     return 0
 
 
+def warn_incomplete(paths: Sequence[str], runs: Sequence[object]) -> None:
+    """One line on stderr naming the cells of the grids given (or the runs) that are missing, unfinished or running."""
+    from fedaccel.grids.gaps import folder_gaps
+    from fedaccel.report.completeness import gaps_line
+
+    gaps, total = folder_gaps(paths, runs)  # type: ignore[arg-type]
+    if gaps:
+        print(f"warning: {gaps_line(gaps, total)} (an unfinished run that has not reached a target is left out "
+              "of its rounds)", file=sys.stderr)
+
+
 def cmd_judge(args: argparse.Namespace) -> int:
-    from fedaccel.grids.experiment import COPY
-    from fedaccel.report.judge import claims_from_file, judge_grid, plan, plan_table, table, write_claims
-    from fedaccel.report.reading import load_runs
+    from fedaccel.grids.experiment import COPY, experiment_cells
+    from fedaccel.grids.gaps import copied_cells
+    from fedaccel.report.completeness import gaps_line
+    from fedaccel.report.judge import claims_from_file, gather, judge_grid, plan, plan_table, table, write_claims
 
     grid = Path(args.grid)
     source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
@@ -421,13 +439,22 @@ def cmd_judge(args: argparse.Namespace) -> int:
         raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")
     if not 0 < args.power < 1:
         raise UserError(f"--power must be between 0 and 1, got {args.power}")
-    runs = load_runs(folder)
+    cells = experiment_cells(grid) if grid.is_file() else copied_cells(folder)
+    evidence = gather(folder, claims, str(source), cells)
+    left_out = evidence.depends if args.partial else []
+    if any(evidence.depends) and not args.partial:
+        raise UserError(evidence.refusal())
+    if evidence.gaps:
+        print(f"warning: {gaps_line(evidence.gaps, evidence.total)}" + (
+            "; judged on the complete pairs only (--partial)" if any(left_out) else "; no claim depends on them"),
+              file=sys.stderr)
+    runs = evidence.complete()
     if args.plan:
         print(plan_table(plan(claims, runs, tuning, args.power), args.power))
         return 0
     judgements = judge_grid(claims, runs, tuning)
-    print(table(judgements))
-    print(f"written: {write_claims(judgements, folder)}")
+    print(table(judgements, left_out))
+    print(f"written: {write_claims(judgements, folder, left_out, Path(args.claims) if args.claims else None)}")
     return 0
 
 

@@ -53,6 +53,15 @@ def listed(names: object, limit: int = LISTED, near: object = None) -> str:
     return head if len(names) <= limit else f"{head} and {len(names) - limit} more"
 
 
+def spelled(value: object, limit: int = 60) -> str:
+    """``value`` as YAML writes it inline, as a user wrote it (``{name: scaffold, preset: feddc-code}``),
+    cut to ``limit`` characters."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...").strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

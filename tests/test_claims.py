@@ -215,3 +215,13 @@ def test_a_diverged_run_counts_as_its_whole_budget_in_rounds_to_target() -> None
     stopped = Run(Path("s"), config, rows, None)  # cut short, not diverged: its recorded rounds
     assert rounds_to(0.9).of(diverged) == 10.0
     assert rounds_to(0.9).of(stopped) == 3.0
+
+
+def test_a_side_selects_a_run_by_its_grid_spelling_or_its_resolved_config() -> None:
+    """A preset as the experiment file spells it matches the cell whose resolved config expanded it."""
+    run = fake_run({"name": "scaffold", "lr_decay": 0.998, "clip": 5.0}, 0, [0.5])
+    assert pick([run], {"algorithm": {"name": "scaffold", "preset": "feddc-code"}}) == []
+    run.spec = {"algorithm": {"name": "scaffold", "preset": "feddc-code"}}
+    assert pick([run], {"algorithm": {"name": "scaffold", "preset": "feddc-code"}}) == [run]
+    assert pick([run], {"algorithm": "scaffold"}) == []  # the name alone is SCAFFOLD without the preset
+    assert pick([run], {"algorithm.clip": 5.0, "train.lr": 0.1}) == [run]  # resolved values still match

@@ -10,7 +10,7 @@ import yaml
 
 from fedaccel.cli import main
 from fedaccel.errors import ConfigError
-from fedaccel.grids.experiment import load_experiment
+from fedaccel.grids.experiment import cell_name, load_experiment
 
 SEEDS = range(6)
 LR = {"fast": 0.1, "slow": 0.01, "twin": 0.2, "noisy": 0.3}  # four FedAvg setups, told apart by their rate
@@ -41,7 +41,7 @@ def curve(name: str, seed: int) -> list[float]:
 def write_grid(folder: Path, claims: list[dict]) -> Path:
     for name in ("fast", "slow", "twin", "noisy"):
         for seed in SEEDS:
-            run = folder / f"{name}-s{seed}"
+            run = folder / cell_name({"train.lr": LR[name], "run.seed": seed})  # the grid's own folder names
             run.mkdir(parents=True)
             config = {"name": "", "algorithm": "fedavg", "train": {"lr": LR[name]}, "run": {"seed": seed},
                       "eval": {"every": 1}}
@@ -52,7 +52,7 @@ def write_grid(folder: Path, claims: list[dict]) -> Path:
                     for r, (a, l) in enumerate(zip(curve(name, seed), loss))]
             (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
             (run / "summary.json").write_text(json.dumps({"finished": True}))
-    experiment = {"name": "toy", "grid": {"train.lr": list(LR.values())}, "claims": claims}
+    experiment = {"name": "toy", "grid": {"train.lr": list(LR.values()), "run.seed": list(SEEDS)}, "claims": claims}
     (folder / "experiment.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     return folder
 

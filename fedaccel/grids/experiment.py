@@ -15,7 +15,10 @@ An experiment file::
     baseline: fedavg              # speed-ups are measured against this label
 
 ``run_experiment`` runs every cell into its own folder, skips cells that already finished,
-resumes cells that were interrupted, then writes ``curves.png`` and ``table.md``.
+resumes cells that were interrupted, then writes ``curves.png`` and ``table.md``. A cell's folder is
+named by its grid values (``algorithm=fedavg,run.seed=0``); cells whose names would collide are named
+with their values' key paths (``algorithm=fedumf-fraction0.5``), and two cells that still share a name
+are refused when the file is loaded, as are claims that select no cell (:func:`load_experiment`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import copy
 import itertools
 import re
 import threading
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from fedaccel.disk import refuse_planted_links, temp_name
-from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown
+from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown, spelled
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
@@ -63,6 +68,7 @@ class Experiment:
     claims: list[Any] = field(default_factory=list)  # fedaccel judge: Claim rows (fedaccel.report.judge)
     tuning_seeds: tuple[Any, ...] = ()  # seeds that only pick a claim's best value, never judged
     source: Path | None = None  # the experiment file
+    specs: list[dict[str, Any]] = field(default_factory=list)  # per cell: base and grid values as the file spells them
 
     def cell(self, name: str) -> Config:
         """The config of the cell (folder) ``name``; an unknown name is one line with the nearest cell names."""
@@ -88,25 +94,12 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
     if unknown:
         raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
-    base = raw.get("base") or {}
-    if isinstance(base, str):
-        base = read_yaml((path.parent / base) if not Path(base).is_absolute() else base)
-    grid = raw.get("grid") or {}
-    if not isinstance(grid, dict) or not all(isinstance(k, str) and isinstance(v, list) and v for k, v in grid.items()):
-        raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
+    base, grid = _base(path, raw), _grid(path, raw)
     name = str(raw.get("name") or path.stem)
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
-    cells = []
     overridden = [(key.strip(), parse_value(key, value)) for key, _, value in (o.partition("=") for o in overrides or [])]
-    for values in itertools.product(*grid.values()):
-        raw_cell = copy.deepcopy(base)  # plain YAML data (a round trip through YAML took 3/4 of a big grid's load)
-        for key, value in zip(grid, values):
-            for dotted, v in _variant(path, value).items() if key == VARIANT else [(key, value)]:
-                set_path(raw_cell, dotted, copy.deepcopy(v))
-        for key, value in overridden:
-            set_path(raw_cell, key, copy.deepcopy(value))
-        config = from_dict(raw_cell)
-        cells.append((cell_name(dict(zip(grid, values))), config))
+    specs = grid_cells(path, grid, base, overridden)
+    cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
     targets = [float(t) for t in raw.get("targets", [])]
     metrics = tuple(raw.get("metrics", Experiment.metrics))
     out_dir = Path(raw.get("out_dir") or Path("runs") / name)
@@ -114,11 +107,35 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     if diagnostics is not None and not isinstance(diagnostics, dict):
         raise ConfigError(f"{path}: diagnostics must map config keys to values (the cells whose diagnostics are drawn)")
     figures_by = raw.get("figures_by")
-    from fedaccel.report.judge import claims_from_file
+    from fedaccel.report.judge import check_claims, claims_from_file
 
     claims, tuning, _ = claims_from_file(path)
+    check_claims(claims, [(cell, spec, config.to_dict()) for (cell, spec), (_, config) in zip(specs, cells)], str(path))
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
-                      str(figures_by) if figures_by else None, diagnostics, claims, tuning, path)
+                      str(figures_by) if figures_by else None, diagnostics, claims, tuning, path,
+                      [spec for _, spec in specs])
+
+
+def experiment_cells(path: Path, with_base: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """The cells of the experiment file ``path`` as :func:`grid_cells` gives them, without building their
+    configs; ``with_base=False``: the grid's values alone (a copy beside the runs whose ``base:`` path
+    does not resolve from there)."""
+    raw = read_yaml(path)
+    return grid_cells(path, _grid(path, raw), _base(path, raw) if with_base else None)
+
+
+def _base(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    base = raw.get("base") or {}
+    if isinstance(base, str):
+        base = read_yaml((path.parent / base) if not Path(base).is_absolute() else base)
+    return base
+
+
+def _grid(path: Path, raw: dict[str, Any]) -> dict[str, list[Any]]:
+    grid = raw.get("grid") or {}
+    if not isinstance(grid, dict) or not all(isinstance(k, str) and isinstance(v, list) and v for k, v in grid.items()):
+        raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
+    return grid
 
 
 VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together
@@ -130,21 +147,64 @@ def _variant(path: Path, value: Any) -> dict[str, Any]:
     return value
 
 
-def cell_name(values: dict[str, Any]) -> str:
+def grid_cells(path: Path, grid: dict[str, list[Any]], base: dict[str, Any] | None = None,
+               overridden: list[tuple[str, Any]] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """Every cell of ``grid`` as (folder name, its config as the file spells it: ``base`` with the cell's
+    grid values and ``overridden`` set, before defaults and presets are applied). Names are
+    :func:`cell_name`'s; cells that would share one are told apart by their values' key paths
+    (:func:`full_cell_name`), and cells that still share one are refused (one folder, one run)."""
+    cells = []
+    for values in itertools.product(*grid.values()):
+        raw_cell = copy.deepcopy(base or {})  # plain YAML data (a round trip through YAML took 3/4 of a big grid's load)
+        for key, value in zip(grid, values):
+            for dotted, v in _variant(path, value).items() if key == VARIANT else [(key, value)]:
+                set_path(raw_cell, dotted, copy.deepcopy(v))
+        for key, value in overridden:
+            set_path(raw_cell, key, copy.deepcopy(value))
+        cells.append((dict(zip(grid, values)), raw_cell))
+    names = [cell_name(values) for values, _ in cells]
+    counts = Counter(names)
+    names = [full_cell_name(values) if counts[name] > 1 else name for name, (values, _) in zip(names, cells)]
+    first: dict[str, dict[str, Any]] = {}
+    for name, (values, _) in zip(names, cells):
+        if name in first:
+            raise ConfigError(f"{path}: grid cells {spelled(first[name], 100)} and {spelled(values, 100)} would "
+                              f"share the folder {name!r}: give each cell values of its own")
+        first[name] = values
+    return [(name, raw_cell) for name, (_, raw_cell) in zip(names, cells)]
+
+
+def cell_name(values: dict[str, Any], value_name: Callable[[Any], str] | None = None) -> str:
     """A folder name from the grid values, e.g. ``algorithm=fedavg,run.seed=0``."""
     if not values:
         return "run"
-    text = ",".join(f"{k}={_variant_name(v) if k == VARIANT else short_value(v)}" for k, v in values.items())
+    value_name = value_name or short_value
+    text = ",".join(f"{k}={_variant_name(v, value_name) if k == VARIANT else value_name(v)}" for k, v in values.items())
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
 
 
-def _variant_name(value: dict[str, Any]) -> str:
-    return "+".join(f"{k}={short_value(v)}" for k, v in value.items()) or "base"
+def full_cell_name(values: dict[str, Any]) -> str:
+    """:func:`cell_name` with the key path of every value of a mapping: ``algorithm=fedumf-fraction0.5``
+    where the short name says ``algorithm=fedumf-0.5`` (only for cells whose short names collide, so
+    the folders of existing grids keep their names)."""
+    return cell_name(values, full_value)
+
+
+def _variant_name(value: dict[str, Any], value_name: Callable[[Any], str]) -> str:
+    return "+".join(f"{k}={value_name(v)}" for k, v in value.items()) or "base"
 
 
 def short_value(value: Any) -> str:
     if isinstance(value, dict):
         return "-".join(str(v) for v in value.values())
+    return str(value)
+
+
+def full_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "-".join(full_value(v) if k == "name" else f"{k}{full_value(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + "-".join(full_value(v) for v in value) + "]"
     return str(value)
 
 
@@ -209,7 +269,9 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     ``report`` shows where the grid is (default: a :class:`GridProgress` over this grid).
     """
     from fedaccel.grids.progress import GridProgress
+    from fedaccel.report.completeness import gaps_line, grid_gaps
     from fedaccel.report.figures import plot_curves
+    from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
 
     check_grid_folder(experiment)  # before anything is written, and before any cell runs
@@ -255,9 +317,12 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
         if own_report:
             report.close()
     targets = experiment.targets or [0.5]
-    table = compare_table(run_dirs, targets, baseline=experiment.baseline)
+    runs = load_runs([d for d in run_dirs if (d / "metrics.jsonl").is_file()])
+    table = compare_table(runs, targets, baseline=experiment.baseline)
+    if line := gaps_line(*grid_gaps(experiment.out_dir, experiment.cells, runs)):
+        table += f"\n\nWarning: {line}."
     write_atomic(experiment.out_dir / "table.md", table + "\n")
-    plot = plot_curves(run_dirs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
+    plot = plot_curves(runs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
                        targets=experiment.targets)
     return ExperimentResult(experiment.out_dir, run_dirs, table, plot)
 

@@ -238,15 +238,48 @@ def _num(x: float | None) -> float | None:
 
 
 def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
-    """Runs whose config has every ``dotted.key: value`` of ``where`` (every seed); a string value
-    also matches a named part given by its name alone (``{"algorithm": "fedavg"}`` is
-    ``{"algorithm": {"name": "fedavg"}}``, not FedAvg with a hyperparameter set)."""
+    """Runs whose config has every ``dotted.key: value`` of ``where`` (every seed): see :func:`selects`."""
+    return [r for r in runs if selects(where, r.spec, r.config)]
 
-    def matches(run: Run, key: str, want: Any) -> bool:
-        got = value_at(run.config, key)
-        return got == want or (isinstance(got, Mapping) and isinstance(want, str) and dict(got) == {"name": want})
 
-    return [r for r in runs if all(matches(r, k, v) for k, v in where.items())]
+ABSENT = object()  # a key a config does not have
+
+
+def at(mapping: Mapping[str, Any] | None, dotted: str) -> Any:
+    """``mapping``'s value at ``a.b.c`` (a string section counts as ``{name: ...}``), else :data:`ABSENT`."""
+    node: Any = mapping
+    for part in dotted.split("."):
+        if isinstance(node, str):
+            node = {"name": node}
+        if not isinstance(node, Mapping) or part not in node:
+            return ABSENT
+        node = node[part]
+    return node
+
+
+def same_value(got: Any, want: Any) -> bool:
+    """Equal, or a named part given by its name alone on either side (``fedavg`` is ``{name: fedavg}``,
+    not FedAvg with a hyperparameter set)."""
+    def named(x: Any) -> Any:
+        return dict(x) if isinstance(x, Mapping) else {"name": x} if isinstance(x, str) else x
+
+    return got is not ABSENT and (got == want or named(got) == named(want))
+
+
+def selects(where: Mapping[str, Any], spec: Mapping[str, Any] | None, config: Mapping[str, Any] | None,
+            unknown: bool = False) -> bool:
+    """Whether a cell has every ``dotted.key: value`` of ``where``, as the experiment file spells it
+    (``spec``: presets and shorthand as written) or as resolved (``config``); :data:`BEST` takes any value.
+    A key that neither holds (no ``config``: a cell not run yet) counts as ``unknown``."""
+    def has(key: str, want: Any) -> bool:
+        got = [at(spec, key), at(config, key)]
+        if want == BEST:
+            return any(g is not ABSENT for g in got) or (config is None and unknown)
+        if any(same_value(g, want) for g in got):
+            return True
+        return config is None and unknown and got[0] is ABSENT
+
+    return all(has(k, v) for k, v in where.items())
 
 
 def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

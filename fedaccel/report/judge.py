@@ -26,6 +26,8 @@ value)::
         margin: 0.01
         why: ...
 
+:func:`check_claims` fits them to the grid when the experiment is loaded, :func:`gather` finds the
+grid's runs and the incomplete cells each claim depends on (:mod:`fedaccel.report.completeness`),
 :func:`judge_grid` judges them on the grid's runs (:func:`fedaccel.report.claims.judge_family`) and
 :func:`plan` says how many seeds each claim needs for 80% power, from a pilot grid.
 """
@@ -34,24 +36,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, listed, nearest_names, spelled
 from fedaccel.report.claims import (
+    ABSENT,
     BEST,
     EXPECTATIONS,
     Claim,
     Judgement,
     Measure,
+    at,
     final,
     judge,
     judge_family,
     mean_over_rounds,
     rounds_to,
+    selects,
 )
+from fedaccel.report.completeness import Gap, gaps_line, grid_gaps
 from fedaccel.report.reading import Run
 from fedaccel.report.statistics import seeds_for_power
 
@@ -140,6 +147,78 @@ def claims_from_file(path: Path) -> tuple[list[Claim], tuple[Any, ...], Path]:
     return claims, tuple(tuning), Path(raw.get("out_dir") or Path("runs") / name)
 
 
+Cell = tuple[str, Mapping[str, Any], Mapping[str, Any] | None]  # folder name, spec as spelled, resolved config
+
+
+def check_claims(claims: Sequence[Claim], cells: Sequence[Cell], source: str) -> None:
+    """Every claim fits the grid before anything runs: each key of a side is a config key, each side
+    selects at least one cell (as the experiment file spells it or as resolved; see
+    :func:`fedaccel.report.claims.selects`), and each measure names a column the runs will have. A cell
+    not run yet (config None) is matched on the values its grid spells; one line names the nearest."""
+    if not cells:
+        return
+    keys = sorted({path for _, spec, config in cells for m in (spec, config) if m for path in _paths(m)})
+    for k, claim in enumerate(claims):
+        where = f"{source}: claims[{k}]"
+        for side, setup in (("a", claim.a), ("b", claim.b)):
+            for key in setup or {}:
+                if key not in keys:
+                    raise ConfigError(f"{where}.{side}: {key!r} is not a config key of this grid; nearest: "
+                                      f"{listed(keys, near=key)}")
+            if setup is not None and not any(selects(setup, spec, config, unknown=True) for _, spec, config in cells):
+                raise ConfigError(f"{where}.{side} selects no cell of the grid: {_no_cell(setup, cells)}")
+        for measure in [claim.measure] + ([claim.measure_b] if claim.measure_b is not None else []):
+            _check_column(measure, cells, where)
+
+
+def _paths(mapping: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted path of a nested mapping, sections included (``data``, ``data.split``, ...)."""
+    out = []
+    for key, value in mapping.items():
+        out.append(path := f"{prefix}{key}")
+        if isinstance(value, Mapping):
+            out += _paths(value, path + ".")
+    return out
+
+
+def _no_cell(setup: Mapping[str, Any], cells: Sequence[Cell]) -> str:
+    """Which value of ``setup`` no cell has, and the grid's nearest values for that key."""
+    for key, want in setup.items():
+        if not any(selects({key: want}, spec, config, unknown=True) for _, spec, config in cells):
+            values: list[str] = []  # as the grid spells them, else as resolved
+            for _, spec, config in cells:
+                got = at(spec, key)
+                got = at(config, key) if got is ABSENT else got
+                if got is not ABSENT and spelled(got) not in values:
+                    values.append(spelled(got))
+            nearest = listed(nearest_names(spelled(want), values))
+            return f"{key}: {spelled(want)} is none of its values; nearest: {nearest}"
+    return f"no cell has {spelled(dict(setup))} together"
+
+
+#: Every metrics row's columns besides the scored models' (fedaccel.runs.loop._metrics); a dotted
+#: metric names a nested entry (a diagnostic), which depends on the algorithm and is not checked.
+ROUND_COLUMNS = ("wall_s", "bytes_up", "bytes_down", "local_steps", "clients", "uploaded", "round_bytes_up",
+                 "round_bytes_down", "round_local_steps")
+SCORES = ("test_acc", "test_loss", "train_acc", "train_loss")  # per scored model (Federation.evaluate)
+
+
+def _check_column(measure: Measure, cells: Sequence[Cell], where: str) -> None:
+    from fedaccel.engine.evaluated import column
+
+    configs = [config for _, _, config in cells if config is not None]
+    if not configs or "." in measure.metric:
+        return
+    columns = list(ROUND_COLUMNS)
+    for config in configs:
+        models = at(config, "eval.models")
+        for model in models if isinstance(models, list) else ["broadcast"]:
+            columns += [c for c in (column(str(model), s) for s in SCORES) if c not in columns]
+    if measure.metric not in columns:
+        raise ConfigError(f"{where}: the measure {measure.name!r} reads {measure.metric!r}, a column the runs will "
+                          f"not have; nearest: {listed(columns, near=measure.metric)}")
+
+
 def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = ()) -> list[Judgement]:
     """Every claim on the grid's runs, decided together (BH over the claims given)."""
     for claim in claims:
@@ -150,22 +229,76 @@ def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Seque
     return judge_family([judge(claim, runs, tuning_seeds) for claim in claims])
 
 
-def table(judgements: Sequence[Judgement]) -> str:
-    """A Markdown table of the judged claims."""
+@dataclass
+class Evidence:
+    """A grid folder's runs (those of its cells), the cells that are not complete evidence (``total``: of
+    how many) and, per claim, the incomplete cells it depends on."""
+
+    folder: Path
+    runs: list[Run]
+    gaps: list[Gap]
+    total: int
+    depends: list[list[str]]  # per claim: the incomplete cells its sides select
+
+    def refusal(self) -> str:
+        """Why the claims that depend on incomplete cells cannot be judged, in one line."""
+        n = sum(bool(d) for d in self.depends)
+        return (f"{self.folder}: {gaps_line(self.gaps, self.total)}; {n} of {len(self.depends)} claims depend on "
+                "them: finish the grid (running its experiment again resumes it) or judge the complete pairs only "
+                "with --partial")
+
+    def complete(self) -> list[Run]:
+        """The runs that are complete evidence (a diverged run counts as its whole budget)."""
+        left_out = {gap.cell for gap in self.gaps}
+        return [run for run in self.runs if run.path.name not in left_out]
+
+
+def gather(folder: Path, claims: Sequence[Claim], source: str,
+           cells: Sequence[tuple[str, Mapping[str, Any]]] | None) -> Evidence:
+    """The runs in ``folder`` of the grid ``cells`` (every run folder there when None), the claims checked
+    against the grid (:func:`check_claims`), and the incomplete cells each claim depends on."""
+    from fedaccel.report.reading import load_runs
+
+    runs = load_runs(folder)
+    specs = dict(cells) if cells is not None else {}
+    if cells is not None:
+        runs = [run for run in runs if run.path.name in specs]  # not a folder left by another grid
+        for run in runs:
+            run.spec = dict(specs[run.path.name])
+    configs = {run.path.name: run.config for run in runs}
+    check_claims(claims, [(name, spec, configs.get(name)) for name, spec in (cells or [])] or
+                 [(run.path.name, None, run.config) for run in runs], source)
+    gaps, total = grid_gaps(folder, cells, runs)
+    depends = [[gap.cell for gap in gaps
+                if any(side is not None and selects(side, specs.get(gap.cell), configs.get(gap.cell), unknown=True)
+                       for side in (claim.a, claim.b))] for claim in claims]
+    return Evidence(folder, runs, gaps, total, depends)
+
+
+def table(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = ()) -> str:
+    """A Markdown table of the judged claims; ``left_out``: per claim, the incomplete cells ``--partial`` left out."""
     from fedaccel.report.claims import numbers
 
     lines = ["| claim | measure | verdict | measured (a − b, 95% t interval, exact p, BH q) |", "|---|---|---|---|"]
-    for j in judgements:
-        lines.append(f"| {j.claim.text} | {j.claim.measure.name} | **{j.verdict}** | {numbers(j)} |")
+    for k, j in enumerate(judgements):
+        cells = left_out[k] if k < len(left_out) else []
+        partial = f"; partial: complete pairs only, {len(cells)} incomplete cell(s) left out: {listed(cells)}"
+        partial = partial if cells else ""
+        lines.append(f"| {j.claim.text} | {j.claim.measure.name} | **{j.verdict}** | {numbers(j)}{partial} |")
     return "\n".join(lines)
 
 
-def write_claims(judgements: Sequence[Judgement], grid_dir: Path) -> Path:
-    """``claims.json`` beside the grid's runs, written atomically (temp file, fsync, rename)."""
+def write_claims(judgements: Sequence[Judgement], grid_dir: Path, left_out: Sequence[Sequence[str]] = (),
+                 claims_file: Path | None = None) -> Path:
+    """``claims.json`` beside the grid's runs, written atomically (temp file, fsync, rename); claims from
+    another file (``--claims FILE``) go beside that file, as ``FILE-stem.claims.json``, never over the grid's.
+    A claim judged on complete pairs only lists the cells left out (``left_out``)."""
     from fedaccel.runs.files import write_atomic
 
-    out = grid_dir / CLAIMS_FILE
-    write_atomic(out, json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n")
+    out = grid_dir / CLAIMS_FILE if claims_file is None else claims_file.parent / f"{claims_file.stem}.{CLAIMS_FILE}"
+    rows = [j.as_dict() | ({"partial": True, "left_out": list(left_out[k])} if k < len(left_out) and left_out[k]
+                           else {}) for k, j in enumerate(judgements)]
+    write_atomic(out, json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
     return out
 
 

@@ -62,6 +62,7 @@ class Run:
     config: dict
     metrics: list[dict]
     summary: dict | None = None
+    spec: dict | None = None  # its grid cell's config as the experiment file spells it (claims match either)
 
     @property
     def label(self) -> str:

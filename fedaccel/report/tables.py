@@ -16,6 +16,7 @@ import numpy as np
 
 from fedaccel.errors import UserError, listed, shown
 from fedaccel.report.claims import reached, rounds_to
+from fedaccel.report.completeness import run_gap
 from fedaccel.report.reading import (
     Run,
     diverged_at,
@@ -143,12 +144,16 @@ class SeedRounds:
 
 
 def seed_rounds(group: Sequence[Run], target: float, metric: str = "test_acc") -> SeedRounds:
-    """Each seed's rounds to ``target`` as the claims measure it (:func:`fedaccel.report.claims.rounds_to`)."""
+    """Each seed's rounds to ``target`` as the claims measure it (:func:`fedaccel.report.claims.rounds_to`). An
+    unfinished or running run that has not reached it yet is left out: its last round is no budget."""
     measure, by_seed, censored = rounds_to(target, metric), {}, 0
     for run in group:
         if run_curve(run, metric):
+            never = not reached(run, target, metric)
+            if never and run_gap(run) is not None:
+                continue
             by_seed[run.seed] = measure.of(run)
-            censored += not reached(run, target, metric)
+            censored += never
     return SeedRounds(by_seed, censored)
 
 

@@ -6,8 +6,8 @@ what today's code draws, the data they are drawn from is committed beside them:
 
 - :func:`pack` writes one experiment's run folders to one ``<experiment>.jsonl.xz``, a line per
   cell with its resolved config, metrics and diagnostics (a metrics row's ``diag`` is that round's
-  diagnostics row, so it is stored once); :func:`unpack` rebuilds run folders that read as the
-  originals did.
+  diagnostics row, so it is stored once) and, for a run that diverged, the summary that says so (it
+  counts as its whole budget); :func:`unpack` rebuilds run folders that read as the originals did.
 - :func:`fingerprint` hashes what a figure shows — every artist's data and style (lines, images,
   texts, colours, widths, limits) — from the figure as built, without drawing it (drawing the
   ~100 figures of the reports takes minutes); :func:`pixels` hashes a PNG's decoded pixels (its
@@ -30,6 +30,7 @@ from fedaccel.errors import UserError
 from fedaccel.runs.files import write_atomic
 
 SUFFIX = ".jsonl.xz"
+DIVERGED = ("finished", "rounds", "diverged", "diverged_round")  # what a diverged run's record keeps of its summary
 
 
 # --------------------------------------------------------------------------------------------
@@ -47,6 +48,8 @@ def pack(run_dirs: Sequence[str | Path], out: str | Path) -> bool:
         run = load_run(run_dir)
         diagnostics = read_diagnostics(run_dir) if (run_dir / "diagnostics.jsonl").is_file() else None
         record: dict[str, Any] = {"cell": run_dir.name, "config": run.config, "diagnostics": diagnostics}
+        if run.diverged_round is not None:  # counts as its whole budget, not its stop round
+            record["summary"] = {k: run.summary[k] for k in DIVERGED if run.summary and k in run.summary}
         slim = [{k: v for k, v in row.items() if k != "diag"} for row in run.metrics]
         if _with_diag(slim, diagnostics) == run.metrics:
             record["metrics"] = slim
@@ -80,6 +83,8 @@ def unpack(file: str | Path, into: str | Path) -> list[Path]:
         (run_dir / "metrics.jsonl").write_text(_jsonl(metrics), encoding="utf-8")
         if diagnostics is not None:
             (run_dir / "diagnostics.jsonl").write_text(_jsonl(diagnostics), encoding="utf-8")
+        if isinstance(record.get("summary"), dict):
+            (run_dir / "summary.json").write_text(json.dumps(record["summary"]), encoding="utf-8")
         run_dirs.append(run_dir)
     return run_dirs
 

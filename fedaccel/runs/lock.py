@@ -114,3 +114,26 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def holder(path: str | Path) -> str | None:
+    """The PID of the live process writing the run folder ``path`` (holding its lock), else None.
+
+    Read without taking the lock where it can be helped, so that a reader never makes a starting
+    writer fail: only a PID that names a live process is checked by trying the lock (a PID left
+    by a killed writer may since belong to another process)."""
+    try:
+        fd = os.open(Path(path) / LOCK_FILE, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if not (text.isdigit() and _alive(int(text))):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return text
+        return None  # closing drops the lock just taken
+    finally:
+        os.close(fd)
