@@ -43,6 +43,7 @@ from fedaccel.errors import ConfigError
 from fedaccel.report.claims import (
     BEST,
     EXPECTATIONS,
+    MIN_TUNING_SEEDS,
     Claim,
     Judgement,
     Measure,
@@ -144,9 +145,10 @@ def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Seque
     """Every claim on the grid's runs, decided together (BH over the claims given)."""
     for claim in claims:
         tunes = any(v == BEST for side in (claim.a, claim.b or {}) for v in side.values())
-        if tunes and not tuning_seeds:
-            raise ConfigError(f"claim {claim.text!r} picks a best value: list tuning_seeds in the experiment file "
-                              "(seeds used only to pick it, never judged)")
+        if tunes and len(tuning_seeds) < MIN_TUNING_SEEDS:
+            raise ConfigError(f"claim {claim.text!r} picks a best value: list at least {MIN_TUNING_SEEDS} tuning_seeds "
+                              f"in the experiment file (seeds used only to pick it, never judged), not "
+                              f"{len(tuning_seeds)}")
     return judge_family([judge(claim, runs, tuning_seeds) for claim in claims])
 
 
@@ -154,7 +156,7 @@ def table(judgements: Sequence[Judgement]) -> str:
     """A Markdown table of the judged claims."""
     from fedaccel.report.claims import numbers
 
-    lines = ["| claim | measure | verdict | measured (a − b, 95% t interval, exact p, BH q) |", "|---|---|---|---|"]
+    lines = ["| claim | measure | verdict | measured (a − b with its 95% interval, exact p, BH q) |", "|---|---|---|---|"]
     for j in judgements:
         lines.append(f"| {j.claim.text} | {j.claim.measure.name} | **{j.verdict}** | {numbers(j)} |")
     return "\n".join(lines)
