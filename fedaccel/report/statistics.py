@@ -17,6 +17,7 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -87,6 +88,14 @@ def t_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[
     return mean - half, mean + half
 
 
+@functools.lru_cache(maxsize=256)
+def _at_least(n: int) -> tuple[float, ...]:
+    """P(B >= k) for k = 0..n, B ~ Binomial(n, 1/2)."""
+    from scipy.stats import binom
+
+    return tuple(float(binom.sf(k - 1, n, 0.5)) for k in range(n + 1))
+
+
 def sign_test_p(differences: Sequence[float], alternative: str = "two-sided", *, centre: float = 0.0) -> float:
     """Exact sign test of the median of ``differences`` against ``centre``: ``greater`` tests
     P(d > centre) <= 1/2 against > 1/2 (the median lies above ``centre``), ``less`` the mirror, and
@@ -96,8 +105,6 @@ def sign_test_p(differences: Sequence[float], alternative: str = "two-sided", *,
     >>> sign_test_p([1.0] * 6, "greater")  # six of six above 0: 1 of 64
     0.015625
     """
-    from scipy.stats import binom
-
     if alternative not in ALTERNATIVES:
         raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
     d = np.asarray(differences, dtype=float)
@@ -106,7 +113,7 @@ def sign_test_p(differences: Sequence[float], alternative: str = "two-sided", *,
         return 1.0
     tol = _tolerance(d, centre)
     above, below = int(np.count_nonzero(d - centre > tol)), int(np.count_nonzero(d - centre < -tol))
-    greater, less = float(binom.sf(above - 1, n, 0.5)), float(binom.sf(below - 1, n, 0.5))  # P(B >= count)
+    greater, less = _at_least(n)[above], _at_least(n)[below]
     if alternative == "greater":
         return greater
     if alternative == "less":
