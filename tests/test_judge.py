@@ -125,3 +125,22 @@ def test_a_rounds_claim_that_most_runs_never_reach_is_not_decided(tmp_path: Path
     assert judged["differences"] == [0.0] * 6 and judged["censored"] == [6, 6]
     assert judged["verdict"] == "inconclusive" and "no evidence of equal speed" in judged["undecided"]
     assert judged["q"] is None and judged["mde"] is None
+
+
+def test_claims_json_keeps_full_precision(tmp_path: Path) -> None:
+    """Every stored number is the float itself: the differences read back equal the judged ones bit for bit,
+    and the p-value recomputed from the file is the stored one (6-decimal rounding broke both)."""
+    from fedaccel.report.claims import claim_test
+    from fedaccel.report.judge import claims_from_file, judge_grid
+    from fedaccel.report.reading import load_runs
+
+    grid = write_grid(tmp_path / "toy", CLAIMS)
+    assert main(["judge", str(grid)]) == 0
+    stored = json.loads((grid / "claims.json").read_text())
+    claims, tuning, _ = claims_from_file(grid / "experiment.yaml")
+    runs = load_runs(sorted(p for p in grid.iterdir() if (p / "metrics.jsonl").is_file()))
+    judged = judge_grid(claims, runs, tuning)
+    assert any(len(repr(d)) > 10 for j in judged for d in j.differences)  # numbers that 6 decimals would cut
+    for claim, row, j in zip(claims, stored, judged):
+        assert row["differences"] == j.differences and row["effect"] == j.effect and row["p"] == j.p
+        assert claim_test(claim, row["differences"])[0] == row["p"]

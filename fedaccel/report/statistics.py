@@ -177,12 +177,12 @@ def _exact_floor(alpha: float) -> int:
 
 
 def _t_power(effect: float, sd: float, n: int, alpha: float) -> float:
-    from scipy.stats import nct
+    from scipy.special import nctdtr  # the noncentral t's cdf (scipy.stats.nct's, without its overhead)
     from scipy.stats import t as student_t
 
     crit = float(student_t.ppf(1 - alpha / 2, n - 1))
     shift = abs(effect) / sd * math.sqrt(n)
-    return float(nct.sf(crit, n - 1, shift) + nct.cdf(-crit, n - 1, shift))
+    return float(1 - nctdtr(n - 1, shift, crit) + nctdtr(n - 1, shift, -crit))
 
 
 def _sign_count(n: int, alpha: float) -> int | None:
@@ -192,14 +192,17 @@ def _sign_count(n: int, alpha: float) -> int | None:
     return next((c for c in range(n + 1) if 2 * binom.sf(c - 1, n, 0.5) <= alpha), None)
 
 
-def _smallest(reach: Callable[[float], float], power: float, scale: float) -> float:
-    """The smallest x >= 0 with ``reach(x) >= power`` (``reach`` increasing), to 1e-6 of ``scale``."""
+def _smallest(reach: Callable[[float], float], power: float, guess: float) -> float:
+    """The smallest x >= 0 with ``reach(x) >= power`` (``reach`` increasing), to 1e-5 of ``guess`` (a
+    bracket is searched around it: each ``reach`` of the noncentral t costs milliseconds)."""
     from scipy.optimize import brentq
 
-    high = scale
+    low, high = guess / 2, guess * 2
     while reach(high) < power:
-        high *= 2
-    return float(brentq(lambda x: reach(x) - power, 0.0, high, xtol=1e-6 * scale))
+        low, high = high, high * 2
+    while low > 1e-12 * guess and reach(low) >= power:
+        low, high = low / 2, low
+    return float(brentq(lambda x: reach(x) - power, low, high, xtol=1e-5 * guess))
 
 
 def detectable_effect(sd: float, n: int, *, median: bool = False, power: float = 0.8,
@@ -214,10 +217,11 @@ def detectable_effect(sd: float, n: int, *, median: bool = False, power: float =
         return None
     if sd <= 0:
         return 0.0
+    guess = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / math.sqrt(n)  # the normal approximation
     if not median:
-        return _smallest(lambda e: _t_power(e, sd, n, alpha), power, sd)
+        return _smallest(lambda e: _t_power(e, sd, n, alpha), power, guess)
     count = _sign_count(n, alpha)
-    return _smallest(lambda e: float(binom.sf(count - 1, n, norm.cdf(e / sd))), power, sd)
+    return _smallest(lambda e: float(binom.sf(count - 1, n, norm.cdf(e / sd))), power, guess)
 
 
 def detectable_margin(sd: float, n: int, *, power: float = 0.8, alpha: float = ALPHA) -> float | None:
@@ -237,7 +241,7 @@ def detectable_margin(sd: float, n: int, *, power: float = 0.8, alpha: float = A
         low = np.arange(room + 1)  # beyond -margin; then beyond +margin among the rest
         return float(np.sum(binom.pmf(low, n, out) * binom.cdf(room, n - low, out / (1 - out))))
 
-    return _smallest(reach, power, sd)
+    return _smallest(reach, power, sd)  # margins of about one sd: the guess
 
 
 def seeds_for_power(effect: float, sd: float, *, power: float = 0.8, alpha: float = ALPHA,
