@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedaccel.errors import ConfigError
 from fedaccel.report.claims import (
     BEST,
     Claim,
@@ -57,11 +58,11 @@ def test_judge_pairs_seeds_and_reports_effect_interval_p_and_baseline_rounds() -
     j = judge(Claim("a sooner", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "less", "2x"), runs)
     assert (j.verdict, j.seeds, j.effect, j.low, j.high) == ("agrees", 6, -2.0, -2.0, -2.0)
     assert j.p == pytest.approx(2 / 64)  # six pairs: the smallest two-sided p is 2 of 2^6 sign vectors
-    assert (j.a_median, j.b_median, j.baseline_rounds, j.on_paper_side) == (3.0, 5.0, 5.0, 6)
+    assert (j.a_mean, j.b_mean, j.baseline_rounds, j.on_paper_side) == (3.0, 5.0, 5.0, 6)
     row = j.as_dict()
     assert row["verdict"] == "agrees" and row["interval"] == [-2.0, -2.0] and row["paper"] == "2x"
     assert row["differences"] == [-2.0] * 6 and row["paired_seeds"] == list(range(6)) and row["censored"] == [0, 0]
-    assert row["baseline_median_rounds_to_target"] == 5.0 and row["seeds"] == 6 and row["p"] == row["q"]
+    assert row["baseline_mean_rounds_to_target"] == 5.0 and row["seeds"] == 6 and row["p"] == row["q"]
 
     slower = judge(Claim("b sooner", "x", {"algorithm": "b"}, {"algorithm": "a"}, rounds_to(0.5), "less"), runs)
     assert slower.verdict == "disagrees"
@@ -93,7 +94,8 @@ def test_a_claim_without_b_compares_with_a_constant() -> None:
     runs = [fake_run("a", s, [0.9, 0.9 + 0.001 * s]) for s in range(6)]
     claim = Claim("high", "x", {"algorithm": "a"}, None, final("test_acc", last=1), "greater", value=0.8)
     j = judge(claim, runs)
-    assert j.verdict == "agrees" and j.b_median == 0.8 and j.effect == pytest.approx(0.1025)
+    assert j.verdict == "agrees" and j.b_mean == pytest.approx(0.8) and j.effect == pytest.approx(0.1025)
+    assert j.estimand == "median" and j.p == pytest.approx(2 / 64)  # against a constant: the sign test
 
 
 def test_a_directional_margin_shifts_the_test() -> None:
@@ -111,7 +113,7 @@ def test_equivalence_needs_a_margin_and_is_judged_by_tost() -> None:
     same = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.5 + 0.001 * (s % 2)]) for s in range(6)]
     claim = Claim("same", "x", {"algorithm": "a"}, {"algorithm": "b"}, final("test_acc", 1), "equal", margin=0.01)
     j = judge(claim, same)
-    assert j.verdict == "agrees" and j.p == pytest.approx(1 / 64)
+    assert j.verdict == "agrees" and j.p == pytest.approx(2 / 64)  # inside: 6 of 6 below +0.01 and above -0.01
     apart = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.6 + 0.001 * s]) for s in range(6)]
     assert judge(claim, apart).verdict == "disagrees"
     unsure = [fake_run("b", s, [0.5]) for s in range(6)] + [fake_run("a", s, [0.5 + 0.02 * (-1) ** s]) for s in range(6)]
@@ -126,13 +128,23 @@ def test_best_learning_rate_is_chosen_on_the_tuning_seeds_training_loss_and_they
         runs.append(fake_run("b", s, [0.7, 0.7], loss=[0.3, 0.3], lr=0.1))
     claim = Claim("t", "x", {"algorithm": "a", "train.lr": BEST}, {"algorithm": "b", "train.lr": 0.1},
                   final("test_acc", last=1), "greater")
-    j = judge(claim, runs, tuning_seeds=[0])
-    assert j.chosen == {"train.lr": 0.3} and j.a_median == 0.5 and j.verdict == "disagrees"
-    assert j.tuning_seeds == [0] and j.paired_seeds == [1, 2, 3, 4, 5, 6] and j.seeds == 6
-    with pytest.raises(ValueError, match="tuning seeds"):
-        judge(claim, runs)
-    runs[-3:] = [fake_run("a", 6, [0.9, 0.9], loss=[0.1, 0.1], lr=0.1), runs[-2], runs[-1]]  # a judged seed only
-    assert judge(claim, runs, tuning_seeds=[0]).chosen == {"train.lr": 0.3}  # what it says is not heard
+    runs += [fake_run(name, s, [0.5], loss=[0.3], lr=lr) for s in (7, 8) for name, lr in (("a", 0.1), ("a", 0.3),
+                                                                                          ("b", 0.1))]
+    j = judge(claim, runs, tuning_seeds=[0, 7, 8])
+    assert j.chosen == {"train.lr": 0.3} and j.a_mean == 0.5 and j.verdict == "disagrees"
+    assert j.tuning_seeds == [0, 7, 8] and j.paired_seeds == [1, 2, 3, 4, 5, 6] and j.seeds == 6
+    # the choice is recorded with every value's figures on the tuning seeds (round 0 is not averaged)
+    record = j.as_dict()["tuning"]["train.lr"]
+    assert record["chosen"] == 0.3 and record["seeds"] == [0, 7, 8] and record["measure"] == "mean train loss over rounds"
+    assert [(v["value"], v["by_seed"], v["mean"]) for v in record["values"]] == [
+        (0.1, [0.5, 0.3, 0.3], pytest.approx(1.1 / 3)), (0.3, [0.2, 0.3, 0.3], pytest.approx(0.8 / 3))]
+    for too_few in ([], [0], [0, 7]):
+        with pytest.raises(ConfigError, match="needs at least 3 tuning seeds"):
+            judge(claim, runs, tuning_seeds=too_few)
+    with pytest.raises(ConfigError, match="runs of every value on at least 3 tuning seeds; the values share 2"):
+        judge(claim, runs[:-3], tuning_seeds=[0, 7, 8])  # seed 8 has no runs
+    runs[18:21] = [fake_run("a", 6, [0.9, 0.9], loss=[0.1, 0.1], lr=0.1), runs[19], runs[20]]  # a judged seed only
+    assert judge(claim, runs, tuning_seeds=[0, 7, 8]).chosen == {"train.lr": 0.3}  # what it says is not heard
 
 
 def test_family_verdicts_come_from_benjamini_hochberg_q_values() -> None:
@@ -152,14 +164,26 @@ def test_family_verdicts_come_from_benjamini_hochberg_q_values() -> None:
     assert family[3].q == pytest.approx(alone[3].p) and family[3].verdict == "inconclusive"
 
 
-def test_a_censored_rounds_claim_takes_its_companion_verdict() -> None:
-    runs = [fake_run("b", s, [0.1, 0.2, 0.3], loss=[0.9, 0.8, 0.7]) for s in range(6)]  # never reaches 0.5
-    runs += [fake_run("a", s, [0.1, 0.2, 0.3 + 0.01 * s], loss=[0.5, 0.4, 0.3]) for s in range(6)]
+def test_a_censored_rounds_claim_is_judged_on_its_own_restricted_differences() -> None:
+    """Neither side reaches 0.5: restricted to the budget both count 3 rounds on every seed, so the rounds row
+    has nothing to go on; the loss row is a separate claim, decided on its own, never copied into it."""
+    runs = [fake_run("b", s, [0.1, 0.2, 0.3], loss=[0.9, 0.8, 0.7]) for s in range(7)]  # never reaches 0.5
+    runs += [fake_run("a", s, [0.1, 0.2, 0.3 + 0.01 * s], loss=[0.5, 0.4, 0.3]) for s in range(7)]
     rows = speed("a faster", "x", {"algorithm": "a"}, {"algorithm": "b"}, 0.5)
     rounds, loss = judge_family([judge(c, runs) for c in rows])
-    assert rounds.censored == (6, 6) and rounds.carried_by == loss.claim.measure.name
-    assert loss.verdict == "agrees" and rounds.verdict == "agrees" and rounds.q is None
-    assert not rounds.in_family and loss.in_family
+    assert rounds.censored == (7, 7) and rounds.differences == [0.0] * 7 and rounds.p == 1.0
+    assert loss.verdict == "agrees" and rounds.verdict == "inconclusive"
+    assert rounds.in_family and loss.in_family and rounds.q == 1.0
+    from fedaccel.report.claims import numbers
+
+    assert "restricted to the budget: never reached by 7 and 7 runs" in numbers(rounds)
+
+
+def test_an_equal_rounds_claim_pinned_at_the_budget_is_not_decided() -> None:
+    runs = [fake_run(name, s, [0.1, 0.2, 0.3]) for s in range(6) for name in ("a", "b")]
+    claim = Claim("as fast", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "equal", margin=1.0)
+    j = judge_family([judge(claim, runs)])[0]
+    assert j.verdict == "inconclusive" and not j.in_family and j.q is None and "no evidence" in j.undecided
 
 
 def test_pick_by_name_alone_does_not_match_a_variant() -> None:
@@ -176,7 +200,6 @@ def test_speed_claim_is_two_rows_rounds_and_the_continuous_measure() -> None:
                                               "mean train loss over rounds"]
     assert [r.expect for r in rows] == ["less", "less"]
     assert rows[1].text == "a faster: lower train loss averaged over the rounds"  # worded as a loss claim
-    assert rows[0].companion == rows[1].measure.name
 
 
 def test_unknown_expectation_is_refused() -> None:
@@ -193,9 +216,8 @@ def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
     claim = Claim("t", "x", {"algorithm": {"name": "gsnr", "samples": 64}},
                   {"algorithm": {"name": "gsnr", "samples": 64, "plan": "random"}}, rounds_to(0.5), "less")
     text = numbers(judge(claim, runs))
-    assert text.startswith("median gsnr 2 vs gsnr plan random 4; a − b = -2 [t 95%: -2, -2], p = 0.0625, q = 0.0625, "
-                           "5/5 seeds")
-    assert text.endswith("speed-up of the medians 2.00×")
+    assert text.startswith("mean gsnr 2 vs gsnr plan random 4; mean a − b = -2 [t 95%: -2, -2], p = 0.0625, "
+                           "q = 0.0625, 5/5 seeds the claimed way; speed-up 2.00×")
 
 
 def test_describe_names_list_entries_by_kind() -> None:

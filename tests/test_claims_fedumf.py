@@ -40,10 +40,13 @@ def _curve(rounds: int, speed: float, seed: int) -> list[dict[str, float]]:
              "train_loss": 2.0 * np.exp(-speed * wobble * t)} for t in range(rounds + 1)]
 
 
-def _fake_runs(speeds: dict[str, float], extra_seeds: int = 2) -> list[Run]:
+TUNING = (0, 1, 2)  # best values need at least 3 tuning seeds (the committed reproduction still has 1)
+
+
+def _fake_runs(speeds: dict[str, float], extra_seeds: int = 4) -> list[Run]:
     """table1_iid's cells, each run's curve as fast as ``speeds`` says for its cell (by algorithm, C,
     E and η; unnamed cells are slow); ``extra_seeds`` more seeds per cell than the grid's 5, so that the
-    exact test can decide (5 pairs never can)."""
+    exact test can decide after the 3 tuning seeds (5 pairs never can)."""
     runs = []
     cells = EXPERIMENTS["table1_iid"].cells
     more = [(f"{name}+{k}", config) for k in range(1, extra_seeds + 1) for name, config in cells
@@ -60,7 +63,7 @@ def _fake_runs(speeds: dict[str, float], extra_seeds: int = 2) -> list[Run]:
 
 
 def _verdicts(runs: list[Run], text: str) -> list[tuple[str, str]]:
-    return [(j.claim.measure.name, j.verdict) for j in (judge(c, runs, fedumf.TUNING_SEEDS) for c in fedumf.CLAIMS
+    return [(j.claim.measure.name, j.verdict) for j in (judge(c, runs, TUNING) for c in fedumf.CLAIMS
                                                          if c.text.startswith(text))]
 
 
@@ -86,6 +89,6 @@ def test_best_learning_rate_is_chosen_per_side_on_the_training_loss() -> None:
     # FedAvg is fastest at η = 0.1, FedUMF at η = 0.02; FedUMF's best beats FedAvg's best
     runs = _fake_runs({"fedavg/C0.1/E1/lr0.1": 0.04, "fedumf1.0/C0.1/E1/lr0.02": 0.09,
                        "fedumf1.0/C0.1/E1/lr0.05": 0.02})
-    judgements = [judge(c, runs, fedumf.TUNING_SEEDS) for c in fedumf.CLAIMS if c.text.startswith(text)]
+    judgements = [judge(c, runs, TUNING) for c in fedumf.CLAIMS if c.text.startswith(text)]
     assert [j.verdict for j in judgements] == ["agrees", "agrees"]
     assert judgements[0].chosen == {"train.lr": 0.02, "b:train.lr": 0.1}

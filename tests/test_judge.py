@@ -116,11 +116,31 @@ def test_b_measure_compares_two_columns_of_the_same_runs(tmp_path: Path, capsys)
 
 def test_a_rounds_claim_that_most_runs_never_reach_is_not_decided(tmp_path: Path) -> None:
     """No run reaches 0.95: every seed counts as its last round on both sides, d = 0 on every seed, and
-    TOST alone would call that equivalence. More than a third censored, no continuous companion: undecided."""
+    TOST alone would call that equivalence. More than a third censored: not decided, and out of the family."""
     claim = {"text": "twin reaches 0.95 as soon as fast", "a": {"train.lr": LR["twin"]}, "b": {"train.lr": LR["fast"]},
              "measure": {"rounds_to": 0.95}, "expect": "equal", "margin": 1, "why": "one round of six"}
     grid = write_grid(tmp_path / "toy", [claim])
     assert main(["judge", str(grid)]) == 0
     judged = json.loads((grid / "claims.json").read_text())[0]
     assert judged["differences"] == [0.0] * 6 and judged["censored"] == [6, 6]
-    assert judged["verdict"] == "inconclusive" and "no continuous companion" in judged["note"]
+    assert judged["verdict"] == "inconclusive" and "no evidence of equal speed" in judged["undecided"]
+    assert judged["q"] is None and judged["mde"] is None
+
+
+def test_claims_json_keeps_full_precision(tmp_path: Path) -> None:
+    """Every stored number is the float itself: the differences read back equal the judged ones bit for bit,
+    and the p-value recomputed from the file is the stored one (6-decimal rounding broke both)."""
+    from fedaccel.report.claims import claim_test
+    from fedaccel.report.judge import claims_from_file, judge_grid
+    from fedaccel.report.reading import load_runs
+
+    grid = write_grid(tmp_path / "toy", CLAIMS)
+    assert main(["judge", str(grid)]) == 0
+    stored = json.loads((grid / "claims.json").read_text())
+    claims, tuning, _ = claims_from_file(grid / "experiment.yaml")
+    runs = load_runs(sorted(p for p in grid.iterdir() if (p / "metrics.jsonl").is_file()))
+    judged = judge_grid(claims, runs, tuning)
+    assert any(len(repr(d)) > 10 for j in judged for d in j.differences)  # numbers that 6 decimals would cut
+    for claim, row, j in zip(claims, stored, judged):
+        assert row["differences"] == j.differences and row["effect"] == j.effect and row["p"] == j.p
+        assert claim_test(claim, row["differences"])[0] == row["p"]

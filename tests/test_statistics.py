@@ -13,8 +13,12 @@ from fedaccel.report.claims import crossing
 from fedaccel.report.statistics import (
     ALPHA,
     bh_adjust,
+    detectable_effect,
+    detectable_margin,
+    median_interval,
     seeds_for_power,
     sign_flip_p,
+    sign_test_p,
     smallest_p,
     t_interval,
     tost_p,
@@ -68,7 +72,7 @@ def test_bh_matches_the_textbook_example() -> None:
 
 
 def test_tost_and_t_interval() -> None:
-    assert tost_p([0.0] * 5, margin=1.0) == pytest.approx(1 / 32)
+    assert tost_p([0.0] * 5, margin=1.0) == pytest.approx(1 / 32)  # sign tests: 5 of 5 inside each margin
     assert tost_p([3.0] * 6, margin=1.0) == 1.0
     with pytest.raises(ValueError, match="margin"):
         tost_p([0.0], margin=0.0)
@@ -138,3 +142,125 @@ def test_the_t_interval_covers_at_its_level_on_normal_data_and_a_real_effect_is_
     assert rate > 0.5  # a test that can fail: an effect of about one standard deviation of d is found mostly
     censored_effect, _ = _decisions(lambda r: (_rounds(r, shift=-12.0), _rounds(r)))
     assert censored_effect > 0.5
+
+
+# --- the edges of the procedure (issue 28): censoring, tuning seeds, skew at a margin, units -------------
+
+def _monte_carlo_bound(rate: float, reps: int) -> float:
+    """``rate`` plus three Monte Carlo standard errors of a share estimated on ``reps`` draws."""
+    return rate + 3 * math.sqrt(rate * (1 - rate) / reps)
+
+
+def test_p_values_do_not_depend_on_the_units() -> None:
+    """The tie tolerance is relative to the differences' scale: the same data in other units give the same p,
+    tiny units included (an absolute tolerance of 1e-9 made every mean of [1..8]·1e-10 a tie, p = 1)."""
+    d = np.array([1.0, -2.0, 3.0, 4.0, -1.0, 2.0, 5.0, 1.0])
+    for alternative in ("two-sided", "greater", "less"):
+        p = sign_flip_p(d, alternative)
+        assert all(sign_flip_p(d * k, alternative) == p for k in (1000.0, 1e-10, 3.7e6))
+        assert all(sign_test_p(d * k, alternative, centre=1.0 * k) == sign_test_p(d, alternative, centre=1.0)
+                   for k in (1000.0, 1e-10))
+    assert sign_flip_p(d * 1e-10) == sign_flip_p(d) < 0.2 and tost_p(d * 1e-3, margin=6e-3) == tost_p(d, margin=6.0)
+
+
+def test_sign_test_counts_ties_with_the_centre_against_the_alternative() -> None:
+    assert sign_test_p([2.0] * 6, "greater", centre=2.0) == 1.0 and sign_test_p([2.0] * 6, centre=2.0) == 1.0
+    assert sign_test_p([3.0] * 5 + [2.0], "greater", centre=2.0) == pytest.approx(7 / 64)  # P(B(6) >= 5)
+    low, high = median_interval(np.arange(10.0))
+    assert (low, high) == (1.0, 8.0)  # P(B(10) <= 1) = 11/1024 <= 0.025 < P(B(10) <= 2)
+    assert median_interval([1.0, 2.0, 3.0]) == (-math.inf, math.inf)  # three pairs cannot reach 95%
+
+
+def _at_the_margin(kind: str, rng: np.random.Generator, n: int, margin: float) -> np.ndarray:
+    """Differences whose median sits at ``margin`` exactly (P(d > margin) = 1/2)."""
+    if kind == "normal":
+        return margin + rng.normal(0, 1, n)
+    if kind.startswith("lognormal"):  # median of exp(N(0, 1)) is 1: skewness 6.2
+        return margin + (1 if kind.endswith("right") else -1) * (rng.lognormal(0, 1, n) - 1)
+    return margin + rng.choice([-1.0, 0.0, 1.0, 2.0], p=[0.3, 0.2, 0.3, 0.2], size=n)  # discrete: P(d > m) = .5
+
+
+SKEWS = ["normal", "lognormal right", "lognormal left", "discrete"]
+
+
+@pytest.mark.parametrize("n", [10, 20])
+@pytest.mark.parametrize("kind", SKEWS)
+def test_margin_and_equivalence_rows_hold_their_level_under_skew(kind: str, n: int) -> None:
+    """A true difference exactly at the margin: a margin row ("greater by more than m") and an equivalence row
+    (within ±m) decide at most as often as their level, however skewed or discrete the differences. The sign
+    test's exact level is that of the binomial (n = 10: 2·11/1024 two-sided; n = 20: 2·0.0207), below 5%; the
+    sign-flip test of the mean that it replaces decided the equivalence 20% of the time here (lognormal, n = 10)."""
+    from scipy.stats import binom
+
+    from fedaccel.report.claims import Claim, claim_test, final
+
+    reps, margin, rng = 2000, 0.5, np.random.default_rng(28)
+    exact = 2 * float(binom.sf(next(c for c in range(n + 1) if 2 * binom.sf(c - 1, n, 0.5) <= ALPHA) - 1, n, 0.5))
+    row = Claim("more than m", "x", {"a": 1}, {"a": 2}, final(), "greater", margin=margin)
+    equal = Claim("within m", "x", {"a": 1}, {"a": 2}, final(), "equal", margin=margin)
+    decided = agreed = 0
+    for _ in range(reps):
+        d = _at_the_margin(kind, rng, n, margin)
+        decided += claim_test(row, d)[0] <= ALPHA
+        p, inside, _ = claim_test(equal, d)
+        agreed += p <= ALPHA and inside
+    assert decided / reps <= _monte_carlo_bound(exact, reps) and decided / reps <= _monte_carlo_bound(ALPHA, reps)
+    assert agreed / reps <= _monte_carlo_bound(exact / 2, reps)
+    if kind != "discrete":  # continuous: the binomial's level is reached, not just bounded
+        assert decided / reps >= exact - 3 * math.sqrt(exact * (1 - exact) / reps)
+
+
+def _rounds_and_loss_runs(rng: np.random.Generator, n: int, budget: int = 30) -> list:
+    """Identical rounds to 0.9 for a and b (log-normal, ~45% past the budget), a's training loss 0.2 lower."""
+    from pathlib import Path
+
+    from fedaccel.report.reading import Run
+
+    runs = []
+    for side, lower in (("a", 0.2), ("b", 0.0)):
+        for seed, t in enumerate(np.exp(rng.normal(math.log(budget) - 0.05, 0.4, n))):
+            rows = [{"round": r, "test_acc": min(0.95, 0.9 * r / t), "train_loss": 1.0 - 0.9 * min(1, r / t) - lower}
+                    for r in range(0, budget + 1, 3)]
+            runs.append(Run(Path(f"{side}{seed}"), {"algorithm": side, "run": {"seed": seed}}, rows))
+    return runs
+
+
+@pytest.mark.slow
+def test_a_censored_rounds_row_is_not_decided_by_its_loss_row() -> None:
+    """Issue 28: with the rounds row taking the loss row's verdict beyond a third censored, identical rounds read
+    "agrees" 52% of the time at n = 10. Judged on its own restricted differences it decides at most 5%."""
+    from fedaccel.report.claims import judge, judge_family, speed
+
+    reps, rng, n = 200, np.random.default_rng(4), 10
+    claims = speed("a faster", "x", {"algorithm": "a"}, {"algorithm": "b"}, 0.9)
+    decided = censored = losses = 0
+    for _ in range(reps):
+        runs = _rounds_and_loss_runs(rng, n)
+        rounds, loss = judge_family([judge(c, runs) for c in claims])
+        decided += rounds.verdict != "inconclusive"
+        censored += sum(rounds.censored)
+        losses += loss.verdict == "agrees"
+    assert 0.3 < censored / (2 * n * reps) < 0.6  # the censoring of the issue's simulation
+    assert losses / reps > 0.5  # the loss row, a claim of its own, finds its (real) effect
+    assert decided / reps <= _monte_carlo_bound(ALPHA, reps)
+
+
+def _eta_decisions(tuning: int, reps: int = 400, n: int = 10) -> float:
+    """Two identical methods, three learning rates whose mean losses are 0, 1 and 3 run standard deviations:
+    each side takes the rate with the lowest mean on ``tuning`` seeds, and the judged seeds compare them."""
+    rng, hits = np.random.default_rng(5), 0
+    mu = np.array([0.0, 1.0, 3.0])
+    for _ in range(reps):
+        y = mu[None, :, None] + rng.normal(0, 1, (2, 3, tuning + n))  # [method, rate, seed]
+        a, b = y[:, :, :tuning].mean(axis=2).argmin(axis=1)
+        hits += sign_flip_p(y[0, a, tuning:] - y[1, b, tuning:]) <= ALPHA
+    return hits / reps
+
+
+@pytest.mark.slow
+def test_best_values_on_three_tuning_seeds_decide_identical_methods_apart_less_often() -> None:
+    """Issue 28: a best value chosen on one tuning seed decides two identical methods apart 20% of the time
+    (runner-up one run-sd worse, n = 10). The mean over three seeds chooses the same value more often, which
+    halves that; it does not reach 5% in this near-tie (docs/statistics.md §4 gives the measured rates)."""
+    one, three = _eta_decisions(1), _eta_decisions(3)
+    assert one > _monte_carlo_bound(ALPHA, 400) and three < one - 0.05

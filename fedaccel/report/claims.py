@@ -6,22 +6,25 @@ number. :func:`judge` pairs the runs of ``a`` and ``b`` by seed and takes the pe
 ``d_s = m(a_s) - m(b_s)`` (or ``m(a_s) - value`` without ``b``); :func:`judge_family` then decides
 every claim of one report together (:mod:`fedaccel.report.statistics`):
 
-- ``expect="less"`` / ``"greater"``: the exact paired sign-flip test of ``mean(d) = ∓margin``
-  (two-sided), Benjamini–Hochberg across the family: **agrees** when ``q <= 0.05`` and the mean
-  difference lies on the paper's side, **disagrees** when ``q <= 0.05`` on the other side, else
-  **inconclusive**;
-- ``expect="equal"`` needs a margin (in the measure's units, with the reason in the claim's text):
-  **agrees** when the equivalence test (TOST: two one-sided sign-flip tests) has ``q <= 0.05``,
-  **disagrees** when the whole t interval lies outside ``±margin``, else **inconclusive**.
+Every claim gets one two-sided p-value from its own test (:func:`claim_test`), Benjamini–Hochberg
+adjusts them across the family, and the verdict is **agrees** when ``q <= 0.05`` on the paper's side,
+**disagrees** when ``q <= 0.05`` on the other side, else **inconclusive** (with its minimum
+detectable effect). The test:
 
-The effect is the mean difference with its 95% Student-t interval (an effect size; the verdict
-comes from the exact test). Rounds to a target are the interpolated crossing of the target
-(linear between evaluated rounds, so ties vanish), restricted to the round budget: a run that never
-reaches it counts as the last round (a restricted mean), the censored runs are counted, and where
-more than a third of either side is censored the verdict is carried by the claim's continuous
-companion (the loss averaged over rounds). A value of :data:`BEST` in ``a`` or ``b``
-(``{"train.lr": BEST}``) picks the value whose runs have the lowest training loss averaged over
-rounds, on the *tuning seeds* only; those seeds are never judged.
+- ``a`` against ``b`` on one measure without a margin (no effect means the runs are exchangeable): the
+  exact paired sign-flip test of the *mean* difference, shown with its 95% Student-t interval;
+- a margin, a constant ``value`` or two measures (``measure_b``): nothing is exchangeable, so the
+  exact sign test of the *median* difference against the margin, shown with its order-statistic
+  interval; ``expect="equal"`` (which needs a margin) decides between "inside ``±margin``" (TOST) and
+  "outside", each at half the level.
+
+Rounds to a target are the interpolated crossing of the target (linear between evaluated rounds, so
+ties vanish), restricted to the round budget: a run that never reaches it counts as the last round (a
+restricted mean), and a rounds row is judged on those restricted differences, with its censored runs
+counted; an "equal" rounds row more than a third censored on either side is not decided (pinned runs
+differ by 0). A value of :data:`BEST` in ``a`` or ``b`` (``{"train.lr": BEST}``) picks the value whose
+runs have the lowest training loss averaged over rounds, on at least :data:`MIN_TUNING_SEEDS` *tuning
+seeds*; those seeds are never judged.
 """
 
 from __future__ import annotations
@@ -33,15 +36,33 @@ from typing import Any
 
 import numpy as np
 
+from fedaccel.errors import ConfigError
 from fedaccel.report.reading import Run, value_at
-from fedaccel.report.statistics import ALPHA, bh_adjust, sign_flip_p, t_interval, tost_p
+from fedaccel.report.statistics import (
+    ALPHA,
+    bh_adjust,
+    detectable_effect,
+    detectable_margin,
+    median_interval,
+    outside_p,
+    sign_flip_p,
+    sign_test_p,
+    t_interval,
+    tost_p,
+)
 
 BEST = "best"  # in a claim's setup: the value of this key with the lowest mean training loss (tuning seeds)
-METHOD = ("exact paired sign-flip test of the mean per-seed difference a - b (TOST against ±margin for "
-          f"'equal'), Benjamini-Hochberg across the report's claims at q <= {ALPHA:g}; effect: mean difference "
-          "with its 95% Student-t interval")
+MIN_TUNING_SEEDS = 3  # a BEST value is chosen on the mean over at least this many tuning seeds
+METHODS = {  # claims.json's "method", by the estimand the claim's test is about
+    "mean": ("exact paired sign-flip test of the mean per-seed difference a - b (two-sided), Benjamini-Hochberg "
+             f"across the family at q <= {ALPHA:g}; effect: mean difference with its 95% Student-t interval"),
+    "median": ("exact sign test of the median per-seed difference a - b against the margin or value (two-sided; "
+               f"'equal': inside ±margin or outside, each at half the level), Benjamini-Hochberg at q <= {ALPHA:g}; "
+               "effect: median difference with its order-statistic interval (coverage >= 95%)"),
+}
 EXPECTATIONS = ("less", "greater", "equal")
-CENSORED_SHARE = 1 / 3  # beyond this share censored on either side, a rounds claim's companion decides
+CENSORED_SHARE = 1 / 3  # beyond this share censored on either side, an "equal" rounds claim is not decided
+MDE_POWER = 0.8  # an inconclusive row reports the effect it would have detected with this power
 
 
 @dataclass(frozen=True)
@@ -151,13 +172,18 @@ class Claim:
     paper: str = ""  # the paper's own number or wording
     margin: float = 0.0  # in the measure's units; required (> 0) for "equal"
     value: float = 0.0  # compared with a's values when there is no b
-    companion: str | None = None  # rounds claims: the measure name of the continuous row that decides when censored
     detect: float | None = None  # `fedaccel judge --plan`: the difference to detect (default: the pilot's)
     measure_b: Measure | None = None  # b's measure when it differs from a's (two columns of the same runs)
 
     @property
     def b_measure(self) -> Measure:
         return self.measure_b or self.measure
+
+    @property
+    def exchangeable(self) -> bool:
+        """No effect means a's and b's runs are exchangeable (b given, one measure, no margin): the exact
+        sign-flip test of the mean; otherwise the sign test of the median (no symmetry to lean on)."""
+        return self.b is not None and self.measure_b is None and self.margin == 0 and self.expect != "equal"
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECTATIONS:
@@ -171,14 +197,14 @@ class Claim:
 
 def speed(text: str, experiment: str, a: Mapping[str, Any], b: Mapping[str, Any], target: float,
           paper: str = "", continuous: str = "train_loss") -> list[Claim]:
-    """A speed claim ("a converges faster than b") as two rows: rounds to ``target`` (interpolated,
-    restricted) and, worded as its own claim, ``continuous`` averaged over the rounds (lower for a loss),
-    which also decides the first row when more than a third of either side never reaches the target."""
+    """A speed claim ("a converges faster than b") as two rows, each judged on its own: rounds to
+    ``target`` (interpolated, restricted to the budget) and, worded as its own claim, ``continuous``
+    averaged over the rounds (lower for a loss), which no run can fail to have."""
     better = "less" if "loss" in continuous else "greater"
     loss = mean_over_rounds(continuous)
     word = continuous.replace("_", " ")
     loss_text = f"{text}: {'lower' if better == 'less' else 'higher'} {word} averaged over the rounds"
-    return [Claim(text, experiment, a, b, rounds_to(target), "less", paper, companion=loss.name),
+    return [Claim(text, experiment, a, b, rounds_to(target), "less", paper),
             Claim(loss_text, experiment, a, b, loss, better, paper)]
 
 
@@ -189,42 +215,48 @@ class Judgement:
     claim: Claim
     verdict: str  # agrees, disagrees, inconclusive, not run
     seeds: int = 0
-    effect: float | None = None  # mean of the per-seed differences a - b (or a - value)
-    low: float | None = None  # its 95% Student-t interval
+    effect: float | None = None  # the tested estimate of the per-seed differences a - b (or a - value)
+    low: float | None = None  # its interval (t for a mean, order statistics for a median)
     high: float | None = None
-    a_median: float | None = None
-    b_median: float | None = None
+    a_mean: float | None = None  # a's and b's measure averaged over the paired seeds
+    b_mean: float | None = None
     on_paper_side: int = 0  # seeds whose difference goes the paper's way
     censored: tuple[int, int] = (0, 0)  # runs of a and b that never reached the target
-    baseline_rounds: float | None = None  # b's median rounds to the claim's target, when it has one
+    baseline_rounds: float | None = None  # b's mean rounds to the claim's target, when it has one
     chosen: dict[str, Any] = field(default_factory=dict)  # values picked for BEST keys
     note: str = ""
     differences: list[float] = field(default_factory=list)  # per seed, in seed order
     paired_seeds: list[Any] = field(default_factory=list)
-    p: float | None = None  # exact sign-flip (TOST for 'equal')
+    p: float | None = None  # the claim's own two-sided test (claim_test)
     q: float | None = None  # Benjamini-Hochberg over the family
     tuning_seeds: list[Any] = field(default_factory=list)  # seeds BEST values were chosen on (never judged)
     sides: tuple[int, int] = (0, 0)  # runs of a and b (censoring shares)
-    carried_by: str | None = None  # the companion measure that decided a censored rounds claim
+    estimand: str = "mean"  # what the test is about: the mean or the median difference
+    paper_side: bool = False  # the test's evidence points the paper's way
+    undecided: str = ""  # why a claim with a p-value stays out of the family (an over-censored "equal" row)
+    mde: float | None = None  # inconclusive rows: the effect detectable with MDE_POWER (None: n too small)
+    non_finite: dict[str, list[Any]] = field(default_factory=dict)  # seeds left out: a side's measure not finite
+    tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
 
     @property
     def in_family(self) -> bool:
         """Whether the claim's own test enters the family's multiplicity control."""
-        return self.p is not None and self.carried_by is None
+        return self.p is not None and not self.undecided
 
     def as_dict(self) -> dict[str, Any]:
         c = self.claim
         return {
             "text": c.text, "experiment": c.experiment, "measure": c.measure.name, "expect": c.expect,
             "margin": c.margin, "a": _plain(c.a), "b": _plain(c.b) if c.b is not None else None,
-            "value": None if c.b is not None else c.value, "chosen": self.chosen,
+            "value": None if c.b is not None else c.value, "chosen": self.chosen, "tuning": self.tuning,
             "verdict": self.verdict, "seeds": self.seeds, "paired_seeds": self.paired_seeds,
-            "differences": [_num(d) for d in self.differences], "effect": _num(self.effect),
-            "interval": [_num(self.low), _num(self.high)], "p": _num(self.p), "q": _num(self.q), "method": METHOD,
-            "a_median": _num(self.a_median), "b_median": _num(self.b_median),
+            "differences": [_num(d) for d in self.differences], "estimand": self.estimand,
+            "effect": _num(self.effect), "interval": [_num(self.low), _num(self.high)], "p": _num(self.p),
+            "q": _num(self.q), "mde": _num(self.mde), "method": METHODS[self.estimand],
+            "a_mean": _num(self.a_mean), "b_mean": _num(self.b_mean),
             "seeds_on_paper_side": self.on_paper_side, "censored": list(self.censored),
-            "tuning_seeds": self.tuning_seeds, "carried_by": self.carried_by,
-            "paper": c.paper, "baseline_median_rounds_to_target": _num(self.baseline_rounds),
+            "non_finite": self.non_finite, "tuning_seeds": self.tuning_seeds, "undecided": self.undecided,
+            "paper": c.paper, "baseline_mean_rounds_to_target": _num(self.baseline_rounds),
             "target": c.measure.target, "note": self.note,
         } | ({"measure_b": c.measure_b.name} if c.measure_b is not None else {})
 
@@ -234,7 +266,9 @@ def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _num(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(float(x), 6)
+    """A number for claims.json at full precision (JSON writes a float's shortest exact repr); None if
+    not finite."""
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
@@ -282,24 +316,44 @@ def selects(where: Mapping[str, Any], spec: Mapping[str, Any] | None, config: Ma
     return all(has(k, v) for k, v in where.items())
 
 
-def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Resolve :data:`BEST` values of ``where``: the value with the lowest training loss averaged over
-    rounds and seeds, among the runs matching the rest (give only the tuning seeds' runs). Returns
-    (resolved where, chosen values)."""
+SELECTION = mean_over_rounds("train_loss")  # what a BEST value is chosen on (never the test set)
+
+
+def tuning_figures(runs: Sequence[Run], where: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per :data:`BEST` key of ``where``, among the runs matching the rest (give only the tuning seeds'
+    runs): every value's :data:`SELECTION` on each tuning seed common to all values, their mean, and the
+    chosen value (the lowest finite mean). Fewer than :data:`MIN_TUNING_SEEDS` common seeds is a
+    :class:`ConfigError`."""
     fixed = {k: v for k, v in where.items() if v != BEST}
     chosen: dict[str, Any] = {}
+    figures: dict[str, dict[str, Any]] = {}
     for key in [k for k, v in where.items() if v == BEST]:
-        candidates = pick(runs, {**fixed, **chosen})
-        by_value: dict[str, tuple[Any, list[float]]] = {}
-        loss = mean_over_rounds("train_loss")
-        for run in candidates:
-            value = value_at(run.config, key)
-            by_value.setdefault(repr(value), (value, []))[1].append(loss.of(run))
+        by_value: dict[str, tuple[Any, dict[Any, float]]] = {}
+        for run in pick(runs, {**fixed, **chosen}):
+            by_value.setdefault(repr(value_at(run.config, key)), (value_at(run.config, key), {}))[1][run.seed] = \
+                SELECTION.of(run)
         if not by_value:
-            return {**fixed, key: BEST}, chosen
-        finite = {k: (v, float(np.mean(ls))) for k, (v, ls) in by_value.items()}
-        chosen[key] = min(finite.values(), key=lambda p: p[1] if math.isfinite(p[1]) else math.inf)[0]
-    return {**fixed, **chosen}, chosen
+            continue
+        seeds = sorted(set.intersection(*(set(s) for _, s in by_value.values())), key=repr)
+        if len(seeds) < MIN_TUNING_SEEDS:
+            raise ConfigError(f"a best {key} needs runs of every value on at least {MIN_TUNING_SEEDS} tuning seeds; "
+                              f"the values share {len(seeds)} ({', '.join(map(str, seeds)) or 'none'})")
+        values = [{"value": value, "by_seed": [by_seed[s] for s in seeds],
+                   "mean": float(np.mean([by_seed[s] for s in seeds]))} for value, by_seed in by_value.values()]
+        best = min(values, key=lambda v: v["mean"] if math.isfinite(v["mean"]) else math.inf)
+        chosen[key] = best["value"]
+        figures[key] = {"chosen": best["value"], "measure": SELECTION.name, "seeds": seeds,
+                        "values": [{**v, "by_seed": [_num(x) for x in v["by_seed"]], "mean": _num(v["mean"])}
+                                   for v in values]}
+    return figures
+
+
+def choose_best(runs: Sequence[Run], where: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Resolve :data:`BEST` values of ``where`` on the tuning seeds' runs (:func:`tuning_figures`).
+    Returns (resolved where, chosen values); a key no run matches stays :data:`BEST`."""
+    chosen = {key: f["chosen"] for key, f in tuning_figures(runs, where).items()}
+    return {**{k: v for k, v in where.items() if v != BEST}, **chosen,
+            **{k: BEST for k, v in where.items() if v == BEST and k not in chosen}}, chosen
 
 
 def _tunes(claim: Claim) -> bool:
@@ -312,55 +366,99 @@ def _side(runs: Sequence[Run], where: Mapping[str, Any], tuning: Sequence[Any]) 
     return [r for r in pick(runs, resolved) if r.seed not in tuning], chosen
 
 
-def claim_p_value(claim: Claim, d: Sequence[float]) -> float:
-    """The p-value of the claim's own test on the differences ``d`` (see the module docstring)."""
+def _shift(claim: Claim) -> float:
+    """The centre a directional claim is tested against: ``a - b = ∓margin`` (``-margin`` for less)."""
+    return -claim.margin if claim.expect == "less" else claim.margin
+
+
+def claim_test(claim: Claim, d: Sequence[float]) -> tuple[float, bool, str]:
+    """The claim's own two-sided test on the differences ``d``: (p, whether the evidence lies on the
+    paper's side, the estimand "mean" or "median"); see the module docstring."""
+    x = np.asarray(d, dtype=float)
     if claim.expect == "equal":
-        return tost_p(d, claim.margin)
-    shift = -claim.margin if claim.expect == "less" else claim.margin
-    return sign_flip_p(np.asarray(d, dtype=float) - shift)
+        inside, outside = tost_p(x, claim.margin), outside_p(x, claim.margin)
+        return min(1.0, 2 * min(inside, outside)), inside < outside, "median"
+    if claim.exchangeable:
+        mean = float(x.mean())
+        return sign_flip_p(x), (mean < 0 if claim.expect == "less" else mean > 0), "mean"
+    above = sign_test_p(x, "greater", centre=_shift(claim))
+    below = sign_test_p(x, "less", centre=_shift(claim))
+    return min(1.0, 2 * min(above, below)), (below < above if claim.expect == "less" else above < below), "median"
 
 
-def verdict(j: Judgement, q: float, alpha: float = ALPHA) -> str:
-    """agrees / disagrees / inconclusive from the adjusted p-value ``q`` (see the module docstring)."""
-    c = j.claim
-    if c.expect == "equal":
-        if q <= alpha:
-            return "agrees"
-        outside = j.low is not None and j.high is not None and (j.low > c.margin or j.high < -c.margin)
-        return "disagrees" if outside else "inconclusive"
-    if q > alpha or j.effect is None:
+def claim_p_value(claim: Claim, d: Sequence[float]) -> float:
+    """The p-value of the claim's own test on the differences ``d`` (:func:`claim_test`)."""
+    return claim_test(claim, d)[0]
+
+
+def verdict(j: Judgement, q: float | None, alpha: float = ALPHA) -> str:
+    """agrees / disagrees / inconclusive from the adjusted p-value ``q`` and the side of the evidence."""
+    if q is None or q > alpha or j.undecided:
         return "inconclusive"
-    shift = -c.margin if c.expect == "less" else c.margin
-    paper_side = j.effect - shift < 0 if c.expect == "less" else j.effect - shift > 0
-    return "agrees" if paper_side else "disagrees"
+    return "agrees" if j.paper_side else "disagrees"
+
+
+def minimum_detectable(j: Judgement) -> float | None:
+    """The effect the claim's test detects with :data:`MDE_POWER` at its pairs and observed sd: a mean
+    difference, a median beyond the margin, or for "equal" the margin it could show."""
+    d = np.asarray(j.differences, dtype=float)
+    if d.size < 2:
+        return None
+    sd = float(d.std(ddof=1))
+    if j.claim.expect == "equal":
+        return detectable_margin(sd, d.size, power=MDE_POWER)
+    return detectable_effect(sd, d.size, median=j.estimand == "median", power=MDE_POWER)
+
+
+def _decide(j: Judgement, q: float | None, alpha: float = ALPHA) -> None:
+    j.q = q
+    j.verdict = verdict(j, q, alpha)
+    j.mde = minimum_detectable(j) if j.verdict == "inconclusive" and not j.undecided else None
 
 
 def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] = ()) -> Judgement:
     """The claim's measurements and its own test on the runs of its experiment (None: not run), its
     verdict as a family of one; :func:`judge_family` decides a report's claims together. BEST values are
-    chosen on ``tuning_seeds``, whose runs are then left out of the claim's pairs."""
+    chosen on ``tuning_seeds`` (at least :data:`MIN_TUNING_SEEDS`), whose runs are then left out of the
+    claim's pairs."""
     if runs is None:
         return Judgement(claim, "not run", note=f"experiment {claim.experiment} not run")
     tuning = list(tuning_seeds) if _tunes(claim) else []
-    if _tunes(claim) and not tuning:
-        raise ValueError(f"claim {claim.text!r} picks a best value: give tuning seeds (never the judged ones)")
+    if _tunes(claim) and len(tuning) < MIN_TUNING_SEEDS:
+        raise ConfigError(f"claim {claim.text!r} picks a best value: it needs at least {MIN_TUNING_SEEDS} tuning seeds "
+                          f"(used only to choose it, never judged), not {len(tuning)}")
     a_runs, chosen = _side(runs, claim.a, tuning)
     b_runs, chosen_b = _side(runs, claim.b, tuning) if claim.b is not None else ([], {})
     chosen.update({f"b:{k}": v for k, v in chosen_b.items()})
+    tuned = [r for r in runs if r.seed in tuning]
+    record = tuning_figures(tuned, claim.a) if tuning else {}
+    if tuning and claim.b is not None:
+        record.update({f"b:{k}": v for k, v in tuning_figures(tuned, claim.b).items()})
     a = {r.seed: claim.measure.of(r) for r in a_runs}
     b = {r.seed: claim.b_measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
-    seeds = sorted((s for s in set(a) & set(b) if math.isfinite(a[s]) and math.isfinite(b[s])), key=repr)
+    both = sorted(set(a) & set(b), key=repr)
+    non_finite = {side: [s for s in both if not math.isfinite(values[s])] for side, values in (("a", a), ("b", b))}
+    non_finite = {side: seeds for side, seeds in non_finite.items() if seeds}
+    seeds = [s for s in both if math.isfinite(a[s]) and math.isfinite(b[s])]
+    left_out = "; ".join(f"seed(s) {', '.join(map(str, s))} left out: {side}'s measure is not finite"
+                         for side, s in non_finite.items())
     if len(seeds) < 2:
-        return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning,
-                         note=f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}")
+        note = f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}"
+        return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning, tuning=record,
+                         non_finite=non_finite, note="; ".join(filter(None, [note, left_out])))
     d = [a[s] - b[s] for s in seeds]
-    low, high = t_interval(d)
-    sign = {"less": -1.0, "greater": 1.0}.get(claim.expect)
-    side = sum(x * sign > 0 for x in d) if sign else sum(abs(x) <= claim.margin for x in d)
+    p, paper_side, estimand = claim_test(claim, d)
+    effect = float(np.mean(d)) if estimand == "mean" else float(np.median(d))
+    low, high = t_interval(d) if estimand == "mean" else median_interval(d)
+    if claim.expect == "equal":
+        side = sum(abs(x) <= claim.margin for x in d)
+    else:
+        side = sum((x - _shift(claim)) * (-1.0 if claim.expect == "less" else 1.0) > 0 for x in d)
     judgement = Judgement(
-        claim, "inconclusive", len(seeds), float(np.mean(d)), low, high,
-        float(np.median([a[s] for s in seeds])), float(np.median([b[s] for s in seeds])), int(side), chosen=chosen,
-        differences=[float(x) for x in d], paired_seeds=seeds, p=claim_p_value(claim, d), tuning_seeds=tuning,
+        claim, "inconclusive", len(seeds), effect, low, high,
+        float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds])), int(side), chosen=chosen,
+        differences=[float(x) for x in d], paired_seeds=seeds, p=p, tuning_seeds=tuning, estimand=estimand,
+        paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out,
     )
     target = claim.measure.target
     if target is not None:
@@ -369,13 +467,13 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         judgement.censored = (sum(not reached(r, target, metric) for r in a_runs if r.seed in paired),
                               sum(not reached(r, target, metric_b) for r in b_runs if r.seed in paired))
         judgement.sides = (len(seeds), len(seeds) if claim.b is not None else 0)
-        judgement.baseline_rounds = judgement.b_median if claim.b is not None else None
-    judgement.q = judgement.p
-    judgement.verdict = verdict(judgement, judgement.p)
+        judgement.baseline_rounds = judgement.b_mean if claim.b is not None else None
+        if claim.expect == "equal" and too_censored(judgement):
+            judgement.undecided = (f"{judgement.censored[0]} and {judgement.censored[1]} runs never reached the "
+                                   "target: restricted to the budget they differ by nothing, which is no evidence "
+                                   "of equal speed")
+    _decide(judgement, judgement.p if judgement.in_family else None)
     return judgement
-
-
-UNDECIDED = "(none)"  # carried_by of a too-censored rounds claim that has no continuous companion
 
 
 def too_censored(j: Judgement) -> bool:
@@ -384,25 +482,11 @@ def too_censored(j: Judgement) -> bool:
 
 
 def judge_family(judgements: Sequence[Judgement], alpha: float = ALPHA) -> list[Judgement]:
-    """Decide a report's claims together: Benjamini-Hochberg over the p-values of the claims judged by
-    their own test, verdicts from the q-values; a rounds claim whose sides are too censored takes the
-    verdict of its continuous companion (same experiment and setups) and leaves the family."""
-    by_setup = {(j.claim.experiment, repr(j.claim.a), repr(j.claim.b), j.claim.measure.name): j for j in judgements}
-    for j in judgements:
-        if j.p is not None and j.claim.measure.target is not None and too_censored(j):
-            j.carried_by = j.claim.companion or UNDECIDED  # no companion: censoring leaves it undecided
+    """Decide a report's claims together: Benjamini-Hochberg over the p-values of the claims in the
+    family (every claim with a p-value except an undecided one), verdicts from the q-values."""
     family = [j for j in judgements if j.in_family]
     for j, q in zip(family, bh_adjust([j.p for j in family])):
-        j.q = q
-        j.verdict = verdict(j, q, alpha)
-    for j in judgements:
-        if j.carried_by is not None:
-            mate = by_setup.get((j.claim.experiment, repr(j.claim.a), repr(j.claim.b), j.carried_by))
-            j.q = None
-            j.verdict = mate.verdict if mate is not None and mate.in_family else "inconclusive"
-            j.note = (f"{j.censored[0]} and {j.censored[1]} runs never reached the target: " + (
-                "no continuous companion claim to decide it" if j.carried_by == UNDECIDED
-                else f"the verdict is the {j.carried_by}'s"))
+        _decide(j, q, alpha)
     return list(judgements)
 
 
@@ -436,30 +520,41 @@ def describe(where: Mapping[str, Any] | None, other: Mapping[str, Any] | None, c
     return ", ".join(parts) or "as the other"
 
 
+def speed_up(rounds_a: float, rounds_b: float) -> float:
+    """The speed-up of a over b: b's mean rounds to the target over a's (restricted means over the paired
+    seeds), the one definition the tables, ``compare``, ``judge`` and the reports use."""
+    return rounds_b / rounds_a
+
+
 def numbers(j: Judgement) -> str:
     """The measured numbers of a judgement, one line for the report's table."""
     c, f = j.claim, j.claim.measure.fmt
     if j.effect is None:
         return j.note
     a_text = describe(c.a, c.b, j.chosen)
-    b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} {j.b_median:{f}}" if c.b is not None else f"reference {c.value:{f}}"
+    b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} {j.b_mean:{f}}" if c.b is not None else f"reference {c.value:{f}}"
     if c.measure_b is not None:  # the same setups measured two ways: name the measures
         a_text = f"{a_text} ({c.measure.name})".replace("as the other (", "(")
-        b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_median:{f}}".replace("as the other (", "(")
+        b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_mean:{f}}".replace("as the other (", "(")
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
-    text = (f"median {a_text} {j.a_median:{f}} vs {b_text}; "
-            f"a − b = {j.effect:+{f}} [t 95%: {j.low:+{f}}, {j.high:+{f}}], {test}, "
+    interval = (f"t 95%: {j.low:+{f}}, {j.high:+{f}}" if j.estimand == "mean"
+                else f"≥ 95%: {j.low:+{f}}, {j.high:+{f}}" if math.isfinite(j.low) else "too few seeds for a 95% interval")
+    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {j.estimand} a − b = {j.effect:+{f}} [{interval}], {test}, "
             f"{j.on_paper_side}/{j.seeds} seeds the claimed way")
-    if c.expect == "equal":
-        text += f"; margin ±{c.margin:{f}}"
-    if c.measure.target is not None and c.b is not None and j.a_median:
-        text += f"; speed-up of the medians {j.b_median / j.a_median:.2f}×"
+    if c.expect == "equal" or c.margin:
+        text += f"; margin ±{c.margin:{f}}" if c.expect == "equal" else f"; margin {c.margin:{f}}"
+    if c.measure.target is not None and c.b is not None and j.a_mean:
+        text += f"; speed-up {speed_up(j.a_mean, j.b_mean):.2f}×"
     if c.measure.target is not None and any(j.censored):
-        text += f"; never reached by {j.censored[0]} and {j.censored[1]} runs (counted at the last round)"
-    if j.carried_by == UNDECIDED:
-        text += "; too many runs never reached the target, and no continuous claim to carry the verdict"
-    elif j.carried_by:
-        text += f"; verdict carried by the {j.carried_by}"
+        text += (f"; restricted to the budget: never reached by {j.censored[0]} and {j.censored[1]} runs "
+                 "(counted at the last round)")
+    if j.undecided:
+        text += f"; not decided: {j.undecided}"
+    if j.mde is not None:
+        what = "margin it could show" if c.expect == "equal" else f"{j.estimand} difference it could detect"
+        text += f"; could not tell: the smallest {what} is {j.mde:{f}} ({MDE_POWER:.0%} power)"
+    if j.note:
+        text += f"; {j.note}"
     if j.tuning_seeds:
         text += f"; best values chosen on seed(s) {', '.join(map(str, j.tuning_seeds))}"
     return text

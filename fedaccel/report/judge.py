@@ -47,6 +47,7 @@ from fedaccel.report.claims import (
     ABSENT,
     BEST,
     EXPECTATIONS,
+    MIN_TUNING_SEEDS,
     Claim,
     Judgement,
     Measure,
@@ -223,9 +224,10 @@ def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Seque
     """Every claim on the grid's runs, decided together (BH over the claims given)."""
     for claim in claims:
         tunes = any(v == BEST for side in (claim.a, claim.b or {}) for v in side.values())
-        if tunes and not tuning_seeds:
-            raise ConfigError(f"claim {claim.text!r} picks a best value: list tuning_seeds in the experiment file "
-                              "(seeds used only to pick it, never judged)")
+        if tunes and len(tuning_seeds) < MIN_TUNING_SEEDS:
+            raise ConfigError(f"claim {claim.text!r} picks a best value: list at least {MIN_TUNING_SEEDS} tuning_seeds "
+                              f"in the experiment file (seeds used only to pick it, never judged), not "
+                              f"{len(tuning_seeds)}")
     return judge_family([judge(claim, runs, tuning_seeds) for claim in claims])
 
 
@@ -279,7 +281,7 @@ def table(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = (
     """A Markdown table of the judged claims; ``left_out``: per claim, the incomplete cells ``--partial`` left out."""
     from fedaccel.report.claims import numbers
 
-    lines = ["| claim | measure | verdict | measured (a − b, 95% t interval, exact p, BH q) |", "|---|---|---|---|"]
+    lines = ["| claim | measure | verdict | measured (a − b with its 95% interval, exact p, BH q) |", "|---|---|---|---|"]
     for k, j in enumerate(judgements):
         cells = left_out[k] if k < len(left_out) else []
         partial = f"; partial: complete pairs only, {len(cells)} incomplete cell(s) left out: {listed(cells)}"

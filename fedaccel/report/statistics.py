@@ -6,16 +6,20 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
   no effect each ``d_s`` is as likely to have either sign, so the p-value is the share of the
   ``2^n`` sign vectors whose mean is at least as extreme as the observed one (all of them up to
   :data:`EXACT_UP_TO` pairs, a seeded Monte Carlo sample beyond, counting the observed vector);
-- :func:`t_interval`: Student's t interval of the mean difference, shown as the effect size;
-- :func:`tost_p`: two one-sided sign-flip tests against ``±margin`` (equivalence);
+- :func:`sign_test_p`: the exact sign test of the *median* difference against a centre (a margin, a
+  constant): it needs no symmetry, so it holds its level under skew, where a test of the mean
+  against a margin cannot at these sample sizes (docs/statistics.md §3);
+- :func:`t_interval` / :func:`median_interval`: the effect sizes shown with the two tests;
+- :func:`tost_p` / :func:`outside_p`: equivalence within ``±margin`` and its opposite, by sign tests;
 - :func:`bh_adjust`: Benjamini–Hochberg adjusted p-values (q) across a family of claims;
-- :func:`seeds_for_power`: the pairs a two-sided paired test needs for 80% power.
+- :func:`seeds_for_power`, :func:`detectable_effect`, :func:`detectable_margin`: 80% power.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -26,9 +30,13 @@ _CHUNK = 1 << 15
 ALTERNATIVES = ("two-sided", "greater", "less")
 
 
-def _tolerance(d: np.ndarray) -> float:
-    """Means that differ from the observed one by rounding only count as equal to it."""
-    return 1e-9 * max(1.0, float(np.abs(d).max(initial=0.0)))
+TIE = 1e-9  # relative: values within TIE of the differences' scale count as equal (rounding, not data)
+
+
+def _tolerance(d: np.ndarray, *more: float) -> float:
+    """Means (or values) that differ by rounding only count as equal: ``TIE`` times the largest ``|d|``
+    (or centre given in ``more``), so the same data in other units (d × 1000) give the same p-value."""
+    return TIE * max([float(np.abs(d).max(initial=0.0)), *map(abs, more)])
 
 
 def sign_flip_p(differences: Sequence[float], alternative: str = "two-sided", *, seed: int = 0) -> float:
@@ -80,13 +88,72 @@ def t_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[
     return mean - half, mean + half
 
 
-def tost_p(differences: Sequence[float], margin: float, *, seed: int = 0) -> float:
-    """Equivalence within ``±margin``: the larger p of the two one-sided sign-flip tests
-    ``mean > -margin`` and ``mean < margin`` (each on the differences shifted by the margin)."""
+@functools.lru_cache(maxsize=256)
+def _at_least(n: int) -> tuple[float, ...]:
+    """P(B >= k) for k = 0..n, B ~ Binomial(n, 1/2)."""
+    from scipy.stats import binom
+
+    return tuple(float(binom.sf(k - 1, n, 0.5)) for k in range(n + 1))
+
+
+def sign_test_p(differences: Sequence[float], alternative: str = "two-sided", *, centre: float = 0.0) -> float:
+    """Exact sign test of the median of ``differences`` against ``centre``: ``greater`` tests
+    P(d > centre) <= 1/2 against > 1/2 (the median lies above ``centre``), ``less`` the mirror, and
+    ``two-sided`` is twice the smaller. Values tied with ``centre`` (within :func:`_tolerance`) count
+    against the alternative, so the test stays exact (conservative) for discrete data.
+
+    >>> sign_test_p([1.0] * 6, "greater")  # six of six above 0: 1 of 64
+    0.015625
+    """
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    d = np.asarray(differences, dtype=float)
+    n = d.size
+    if n == 0:
+        return 1.0
+    tol = _tolerance(d, centre)
+    above, below = int(np.count_nonzero(d - centre > tol)), int(np.count_nonzero(d - centre < -tol))
+    greater, less = _at_least(n)[above], _at_least(n)[below]
+    if alternative == "greater":
+        return greater
+    if alternative == "less":
+        return less
+    return min(1.0, 2 * min(greater, less))
+
+
+def _check_margin(margin: float) -> None:
     if not margin > 0:
         raise ValueError(f"an equivalence test needs a margin > 0, got {margin!r}")
-    d = np.asarray(differences, dtype=float)
-    return max(sign_flip_p(d + margin, "greater", seed=seed), sign_flip_p(d - margin, "less", seed=seed))
+
+
+def tost_p(differences: Sequence[float], margin: float) -> float:
+    """Equivalence: the median difference lies inside ``±margin``; the larger p of the two one-sided
+    sign tests (median above ``-margin``, median below ``margin``)."""
+    _check_margin(margin)
+    return max(sign_test_p(differences, "greater", centre=-margin), sign_test_p(differences, "less", centre=margin))
+
+
+def outside_p(differences: Sequence[float], margin: float) -> float:
+    """The opposite of :func:`tost_p`: the median difference lies outside ``±margin`` (the smaller p of
+    the one-sided sign tests of median above ``margin`` and median below ``-margin``)."""
+    _check_margin(margin)
+    return min(sign_test_p(differences, "greater", centre=margin), sign_test_p(differences, "less", centre=-margin))
+
+
+def median_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float]:
+    """The distribution-free interval of the median from order statistics (coverage at least ``level``;
+    it excludes a centre exactly when the two-sided sign test rejects it at ``1 - level``);
+    ``(-inf, inf)`` when ``n`` is too small for any order statistic to reach ``level``."""
+    from scipy.stats import binom
+
+    d = np.sort(np.asarray(differences, dtype=float))
+    n = d.size
+    tail = (1 - level) / 2
+    below = [j for j in range(n) if binom.cdf(j, n, 0.5) <= tail]  # P(B <= j): d_(j+1) above the median
+    if not below:
+        return -math.inf, math.inf
+    j = below[-1]
+    return float(d[j]), float(d[n - 1 - j])
 
 
 def bh_adjust(p_values: Sequence[float]) -> list[float]:
@@ -104,23 +171,87 @@ def smallest_p(n: int) -> float:
     return min(1.0, 2.0 / 2**n) if n <= EXACT_UP_TO else 1.0 / (MONTE_CARLO + 1)
 
 
+def _exact_floor(alpha: float) -> int:
+    """The fewest pairs with which the exact tests can reach ``alpha`` at all (two-sided)."""
+    return next(n for n in range(2, 64) if smallest_p(n) <= alpha)
+
+
+def _t_power(effect: float, sd: float, n: int, alpha: float) -> float:
+    from scipy.special import nctdtr  # the noncentral t's cdf (scipy.stats.nct's, without its overhead)
+    from scipy.stats import t as student_t
+
+    crit = float(student_t.ppf(1 - alpha / 2, n - 1))
+    shift = abs(effect) / sd * math.sqrt(n)
+    return float(1 - nctdtr(n - 1, shift, crit) + nctdtr(n - 1, shift, -crit))
+
+
+def _sign_count(n: int, alpha: float) -> int | None:
+    """The fewest of ``n`` values on one side that the two-sided sign test at ``alpha`` decides on."""
+    from scipy.stats import binom
+
+    return next((c for c in range(n + 1) if 2 * binom.sf(c - 1, n, 0.5) <= alpha), None)
+
+
+def _smallest(reach: Callable[[float], float], power: float, guess: float) -> float:
+    """The smallest x >= 0 with ``reach(x) >= power`` (``reach`` increasing), to 1e-5 of ``guess`` (a
+    bracket is searched around it: each ``reach`` of the noncentral t costs milliseconds)."""
+    from scipy.optimize import brentq
+
+    low, high = guess / 2, guess * 2
+    while reach(high) < power:
+        low, high = high, high * 2
+    while low > 1e-12 * guess and reach(low) >= power:
+        low, high = low / 2, low
+    return float(brentq(lambda x: reach(x) - power, low, high, xtol=1e-5 * guess))
+
+
+def detectable_effect(sd: float, n: int, *, median: bool = False, power: float = 0.8,
+                      alpha: float = ALPHA) -> float | None:
+    """The minimum detectable effect: the smallest true difference (beyond the tested centre) that ``n``
+    pairs with differences of standard deviation ``sd`` detect with ``power`` in a two-sided test at
+    ``alpha``: the t test's power (noncentral t) for the mean; for the median (``median``) the sign
+    test's, with normal differences. None when ``n`` pairs cannot reach ``alpha`` at all."""
+    from scipy.stats import binom, norm
+
+    if n < _exact_floor(alpha) or not math.isfinite(sd):
+        return None
+    if sd <= 0:
+        return 0.0
+    guess = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / math.sqrt(n)  # the normal approximation
+    if not median:
+        return _smallest(lambda e: _t_power(e, sd, n, alpha), power, guess)
+    count = _sign_count(n, alpha)
+    return _smallest(lambda e: float(binom.sf(count - 1, n, norm.cdf(e / sd))), power, guess)
+
+
+def detectable_margin(sd: float, n: int, *, power: float = 0.8, alpha: float = ALPHA) -> float | None:
+    """The smallest margin within which ``n`` pairs show equivalence (:func:`tost_p` at ``alpha / 2`` a
+    side, as a claim's two-sided p) with ``power`` when the true difference is 0 (normal, sd ``sd``)."""
+    from scipy.stats import binom, norm
+
+    if n < _exact_floor(alpha) or not math.isfinite(sd):
+        return None
+    if sd <= 0:
+        return 0.0
+    count = _sign_count(n, alpha)  # at least this many below +margin, and as many above -margin
+    room = n - count  # at most this many beyond either margin
+
+    def reach(margin: float) -> float:
+        out = float(norm.sf(margin / sd))  # beyond one margin
+        low = np.arange(room + 1)  # beyond -margin; then beyond +margin among the rest
+        return float(np.sum(binom.pmf(low, n, out) * binom.cdf(room, n - low, out / (1 - out))))
+
+    return _smallest(reach, power, sd)  # margins of about one sd: the guess
+
+
 def seeds_for_power(effect: float, sd: float, *, power: float = 0.8, alpha: float = ALPHA,
                     most: int = 1000) -> int | None:
     """Pairs needed to detect a mean difference ``effect`` with ``power`` in a two-sided paired test at
     ``alpha``, with differences of standard deviation ``sd`` (the t-test's power from the noncentral t,
     and at least the pairs the exact sign-flip test needs to reach ``alpha`` at all); None beyond ``most``."""
-    from scipy.stats import nct
-    from scipy.stats import t as student_t
-
-    floor = next(n for n in range(2, 64) if smallest_p(n) <= alpha)
+    floor = _exact_floor(alpha)
     if effect == 0:
         return None
     if sd <= 0:
         return floor
-    for n in range(max(2, floor), most + 1):
-        crit = float(student_t.ppf(1 - alpha / 2, n - 1))
-        shift = abs(effect) / sd * math.sqrt(n)
-        reach = float(nct.sf(crit, n - 1, shift) + nct.cdf(-crit, n - 1, shift))
-        if reach >= power:
-            return n
-    return None
+    return next((n for n in range(max(2, floor), most + 1) if _t_power(effect, sd, n, alpha) >= power), None)

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from fedaccel.errors import UserError, listed, shown
-from fedaccel.report.claims import reached, rounds_to
+from fedaccel.report.claims import final, reached, rounds_to
+from fedaccel.report.claims import speed_up as speed_up_of
 from fedaccel.report.completeness import run_gap
 from fedaccel.report.reading import (
     Run,
@@ -158,16 +159,31 @@ def seed_rounds(group: Sequence[Run], target: float, metric: str = "test_acc") -
 
 
 def speed_up(rounds: SeedRounds, base: SeedRounds) -> str:
-    """``base / rounds`` of the means, marked ``≈`` when the paired seeds cannot tell the two apart
+    """The speed-up over the baseline (:func:`fedaccel.report.claims.speed_up`: the baseline's mean rounds
+    over the row's, on the seeds both have), marked ``≈`` when the paired seeds cannot tell the two apart
     (the exact sign-flip test of the per-seed differences, p > 0.05, or fewer than two pairs)."""
-    if not rounds.reached or not base.reached or rounds.mean <= 0:
+    if not rounds.reached or not base.reached:
         return "—"
-    text = f"{base.mean / rounds.mean:.2f}×"
+    seeds = [s for s in rounds.by_seed if s in base.by_seed]
+    mine = float(np.mean([rounds.by_seed[s] for s in seeds])) if seeds else 0.0
+    if mine <= 0:
+        return "—"
+    text = f"{speed_up_of(mine, float(np.mean([base.by_seed[s] for s in seeds]))):.2f}×"
     if rounds is base:
         return text
-    seeds = [s for s in rounds.by_seed if s in base.by_seed]
     d = [rounds.by_seed[s] - base.by_seed[s] for s in seeds]
     return text + (" ≈" if len(d) < 2 or sign_flip_p(d) > ALPHA else "")
+
+
+def final_values(group: Sequence[Run], metric: str) -> list[float]:
+    """Each run's final ``metric`` as the claims measure it (:func:`fedaccel.report.claims.final`)."""
+    measure, values = final(metric), []
+    for run in group:
+        try:
+            values.append(measure.of(run))
+        except ValueError:  # no evaluation after round 0
+            continue
+    return values
 
 
 def compare_table(
@@ -178,11 +194,11 @@ def compare_table(
 ) -> str:
     """A Markdown table comparing the groups of ``runs`` (one row per group), and one line saying how.
 
-    Columns: method, seeds, best (mean over seeds of each seed's best), final (mean ± std at the
-    last round common to the group's seeds), then per target ``T`` the rounds to ``T`` (each seed's
-    interpolated crossing, restricted to its last round, as the claims count it: the mean over seeds
-    with its 95% t interval, and how many never got there) and the speed-up ``baseline / rounds`` of the
-    means, marked ``≈`` when the paired seeds cannot tell it from the baseline (``—`` when either never
+    Columns: method, seeds, best (mean over seeds of each seed's best), final (each seed's final value as
+    the claims measure it, the mean of its last 3 evaluations: mean ± std over seeds), then per target
+    ``T`` the rounds to ``T`` (each seed's interpolated crossing, restricted to its last round, as the
+    claims count it: the mean over seeds with its 95% t interval, and how many never got there) and the
+    speed-up (:func:`speed_up`: the baseline's mean rounds over the row's, on the seeds both have), marked ``≈`` when the paired seeds cannot tell it from the baseline (``—`` when either never
     reaches ``T``). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
     see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
     """
@@ -203,15 +219,16 @@ def compare_table(
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
 
     for i, (label, group) in enumerate(groups):
-        x, mean, std = series(group, metric)
+        x, _, _ = series(group, metric)
         if x.size:
             curves = [run_curve(r, metric) for r in group]  # once per run, not once per round
             per_run = np.array([[curve[int(k)] for k in x] for curve in curves])
             best = np.nanmax(per_run, axis=1) if higher_better(metric) else np.nanmin(per_run, axis=1)
             best_cell = _fmt_num(float(best.mean()))
-            final_cell = _fmt_num(float(mean[-1]))
-            if len(group) > 1:
-                final_cell += f" ± {_fmt_num(float(std[-1]))}"
+            finals = np.array(final_values(group, metric))
+            final_cell = _fmt_num(float(finals.mean()))
+            if finals.size > 1:
+                final_cell += f" ± {_fmt_num(float(finals.std()))}"
         else:
             best_cell = final_cell = "—"
         is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
@@ -227,4 +244,6 @@ def compare_table(
 
 ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the target, restricted to its last round "
                "(a seed that never gets there counts as its last round), the mean over seeds with its 95% t interval. "
+               "Speed-up: the baseline's mean rounds over the row's, on the seeds both have. Final: each seed's mean "
+               "of its last 3 evaluations, mean ± std over seeds. "
                "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05).")

@@ -267,7 +267,7 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
 
 def claims_section(judgements: Sequence[Any]) -> list[str]:
     """The report's table of claims: verdict, measured numbers, the paper's value; and a count."""
-    from fedaccel.report.claims import CENSORED_SHARE, numbers
+    from fedaccel.report.claims import numbers
     from fedaccel.report.statistics import ALPHA
 
     counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
@@ -277,21 +277,21 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
     lines = [
         "## Claims of the paper, judged",
         "",
-        f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} pairs per claim) by the exact "
-        f"paired sign-flip test of the mean per-seed difference a − b (TOST against ± the stated margin for a "
-        f"'no difference' claim), with Benjamini–Hochberg across the {family} claims of this report that are "
-        f"judged by their own test (the family): **agrees** when q ≤ {ALPHA:g} and the difference lies on the "
-        f"paper's side, **disagrees** when q ≤ {ALPHA:g} on the other side, **inconclusive** otherwise "
-        "(docs/statistics.md). The interval shown is the 95% Student-t interval of the mean difference, an "
-        "effect size. Rounds to a target are the interpolated crossing of the target, restricted to the run's "
-        "rounds (a run that never reaches it counts as its last round); where more than "
-        f"{CENSORED_SHARE:.0%} of either side never reaches it, the verdict is carried by the claim's next row, "
-        "the training loss averaged over the rounds. "
-        + (f"Best learning rates are chosen on seed(s) {', '.join(map(str, tuning))} only, which those claims "
+        f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} pairs per claim): a against b "
+        "on one measure by the exact paired sign-flip test of the mean per-seed difference a − b (with its 95% "
+        "Student-t interval); a claim with a margin or a constant by the exact sign test of the median difference "
+        "(with its order-statistic interval), a 'no difference' claim deciding between inside and outside ± the "
+        f"stated margin; Benjamini–Hochberg across the {family} claims of this report (the family): **agrees** "
+        f"when q ≤ {ALPHA:g} and the evidence lies on the paper's side, **disagrees** when q ≤ {ALPHA:g} on the "
+        "other side, **inconclusive** otherwise, with the smallest effect its test would detect with 80% power "
+        "(docs/statistics.md). Rounds to a target are the interpolated crossing of the target, restricted to the "
+        "budget (a run that never reaches it counts as its last round), and a rounds row is judged on those "
+        "restricted differences; the training loss averaged over the rounds is a claim of its own. "
+        + (f"Best learning rates are chosen on seeds {', '.join(map(str, tuning))} only, which those claims "
            "then leave out. " if tuning else "")
         + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".",
         "",
-        "| claim | measure | verdict | measured (a vs b; a − b with its 95% t interval; exact p, BH q) | paper |",
+        "| claim | measure | verdict | measured (a vs b; a − b with its 95% interval; exact p, BH q) | paper |",
         "|---|---|---|---|---|",
     ]
     for j in judgements:
