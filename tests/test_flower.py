@@ -24,7 +24,7 @@ from fedaccel.engine.round import init_state, round_info, train_client  # noqa: 
 from fedaccel.flower import client as fedaccel_client  # noqa: E402
 from fedaccel.flower.deploy import descendants  # noqa: E402
 from fedaccel.flower.simulation import simulate  # noqa: E402
-from fedaccel.flower.wire import BadMessage, check_update, pack, unpack  # noqa: E402
+from fedaccel.flower.wire import BadMessage, pack, unpack  # noqa: E402
 from fedaccel.launch import run
 from fedaccel.runs.config import load_config  # noqa: E402
 from fedaccel.runs.setup import build_setup  # noqa: E402
@@ -120,7 +120,7 @@ def test_broken_updates_are_rejected_with_a_reason_and_never_aggregated(tmp_path
     torch.testing.assert_close(w1, w0 - update.delta, atol=1e-6, rtol=0)
 
 
-def test_wire_round_trip_and_gate() -> None:
+def test_wire_round_trip_and_refusals() -> None:  # the gate: tests/test_gate.py
     from fedaccel.algorithms.fedumf import FedUMFClient
 
     value = (None, {"c": torch.arange(3.0)}, FedUMFClient(torch.ones(2), 0.1, 4), [1, 2.5, "x"], (True,))
@@ -141,10 +141,6 @@ def test_wire_round_trip_and_gate() -> None:
         unpack(records)
     big = unpack(pack({"w": torch.arange(300_000.0)}))["w"]  # 1.2 MB: a Flower Array, chunked by Flower
     assert torch.equal(big, torch.arange(300_000.0))
-    assert check_update(torch.zeros(4), {}, 4) is None
-    assert "shape" in check_update(torch.zeros(3), {}, 4)
-    assert "non-finite" in check_update(torch.zeros(4), {"c": torch.tensor([float("inf")])}, 4)
-    assert "float32" in check_update(torch.zeros(4, dtype=torch.float64), {}, 4)
 
 
 class SilentAndGoneGrid:
