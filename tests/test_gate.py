@@ -42,7 +42,7 @@ from fedaccel.flower.gate import (  # noqa: E402
     expected_reply,
     read_reply,
 )
-from fedaccel.flower.server import FlowerClients  # noqa: E402
+from fedaccel.flower.server import REASON_LIMIT, FlowerClients, one_line  # noqa: E402
 from fedaccel.flower.wire import MAX_DEPTH, BadMessage, nesting_depth, pack, unpack  # noqa: E402
 from fedaccel.runs.config import load_config  # noqa: E402
 from fedaccel.runs.setup import Setup, build_setup  # noqa: E402
@@ -348,6 +348,12 @@ def test_hostile_records_are_read_or_refused_and_never_raise_anything_else(recor
         assert str(exc)
         return
     assert isinstance(check_upload(upload, shape_of(algorithm)), str)  # nothing generated here is an honest upload
+
+
+@given(st.text(max_size=2000))
+def test_a_rejection_s_reason_is_one_short_printable_line_whatever_the_client_wrote(text: str) -> None:
+    line = one_line(f"client error: {text}\nfedaccel server: round 9/9  test_acc 1.0000  (0.1 s)")
+    assert line.isprintable() and len(line) <= REASON_LIMIT and line.startswith("client error: ")
 
 
 def test_diagnostics_that_are_plain_pass_and_tensors_do_not() -> None:
