@@ -104,9 +104,9 @@ def _check_records(content: RecordDict, prefix: str) -> None:
     packed, arrays = content[prefix + PACKED], content.get(prefix + ARRAYS)
     if not isinstance(packed, ConfigRecord) or (arrays is not None and not isinstance(arrays, ArrayRecord)):
         raise BadMessage(f"{prefix}records of the wrong kind")
-    entries = len(packed) + (len(arrays) if arrays is not None else 0)
-    if entries > MAX_ENTRIES + 1:
-        raise BadMessage(f"{entries} records, at most {MAX_ENTRIES} expected")
+    tensors = len(packed) - 1 + (len(arrays) if arrays is not None else 0)  # all but the skeleton
+    if tensors > MAX_ENTRIES:
+        raise BadMessage(f"{tensors} tensors in a reply, at most {MAX_ENTRIES}")
     text = packed.get("json")
     if not isinstance(text, str) or len(text) > MAX_JSON:
         raise BadMessage(f"a JSON skeleton that is no string of at most {MAX_JSON} characters")
