@@ -6,8 +6,10 @@ and asks this runtime to run ``plan_client`` / the local training on the clients
 client that does not answer within ``run.timeout`` seconds (killed, disconnected), or whose
 node the SuperLink declares gone (no heartbeat for about 45 s), is recorded in the round's
 diagnostics as ``lost``, said with the time it took, and the round goes on with the others (the
-aggregators renormalise the weights over the updates they get). An answer that does not decode, has the
-wrong shape or non-finite values is ``rejected`` with its reason, logged and never aggregated.
+aggregators renormalise the weights over the updates they get). An answer that the gate
+(:mod:`fedaccel.flower.gate`) finds faulty in any part (unreadable, too large or deep, a delta or an
+extra of another dtype or shape than the algorithm's, non-finite values, diagnostics that are no plain
+values) is ``rejected`` with its reason, logged and never used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,8 @@ from fedaccel.flower.client import (
     train_content,
 )
 from fedaccel.flower.dispatch import PUSHED
-from fedaccel.flower.wire import BadMessage, check_update, packed_in, unpack
+from fedaccel.flower.gate import ReplyShape, check_plan, check_upload, expected_reply, read_reply
+from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config
 from fedaccel.runs.folder import CHECKPOINT
@@ -59,7 +63,6 @@ class FlowerClients:
     def __init__(self, grid: Grid, setup: Setup, nodes: dict[int, int], timeout: float,
                  plain: frozenset[int] = frozenset()) -> None:
         self.grid, self.setup, self.nodes, self.timeout, self.plain = grid, setup, nodes, timeout, plain
-        self.dim = setup.federation.model.size
         self.first_replies: list[float] = []  # seconds until the first reply, in the last exchanges
 
     def _exchange(
@@ -91,7 +94,7 @@ class FlowerClients:
             elif reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE:
                 gone.append((ctx.client, seconds))
             elif reply.has_error():
-                rejected[str(ctx.client)] = f"client error: {reply.error.reason}"
+                rejected[str(ctx.client)] = one_line(f"client error: {reply.error.reason}")
             else:
                 answers[ctx.client] = reply
         diag: dict[str, Any] = {}
@@ -115,16 +118,14 @@ class FlowerClients:
         plans = {}
         for client, reply in answers.items():
             try:
-                plan = unpack(reply.content, prefix=PLAN)
-                if not isinstance(plan, dict):
-                    raise BadMessage("a plan must be a dict of tensors")
-                for name, tensor in plan.items():
-                    reason = check_update(tensor, {}, self.dim)
-                    if reason:
-                        raise BadMessage(f"{name}: {reason}")
-                plans[client] = plan
+                plan = read_reply(reply.content, PLAN)
+                fault = check_plan(plan, self.expected)
             except BadMessage as exc:
-                self._reject(diag, client, str(exc), contexts[0].info.round)
+                fault = str(exc)
+            if fault:
+                self._reject(diag, client, fault, contexts[0].info.round)
+            else:
+                plans[client] = plan
         return plans, diag
 
     def train(
@@ -137,22 +138,25 @@ class FlowerClients:
             if reply is None or not ctx.uploads:
                 continue
             try:
-                upload = unpack(reply.content, prefix=UPDATE) if packed_in(reply.content, UPDATE) else \
-                    plain_upload(reply.content, w)
-                if not isinstance(upload, dict):
-                    raise BadMessage("an upload must be a dict")
-                reason = check_update(upload.get("delta"), upload.get("extras"), self.dim)
-                if reason:
-                    raise BadMessage(reason)
+                upload = read_reply(reply.content, UPDATE, fallback=lambda content: plain_upload(content, w))
+                fault = check_upload(upload, self.expected)
             except BadMessage as exc:
-                self._reject(diag, ctx.client, str(exc), ctx.info.round)
+                fault = str(exc)
+            if fault:
+                self._reject(diag, ctx.client, fault, ctx.info.round)
                 continue
             weight = float(self.setup.federation.weights[ctx.client])  # the server's, not the client's word
-            diag_in = upload.get("diag") if isinstance(upload.get("diag"), dict) else {}
-            updates.append(ClientUpdate(ctx.client, weight, ctx.steps, upload["delta"], upload["extras"], diag_in))
+            delta, extras, diag_in = upload["delta"], upload["extras"], upload["diag"]
+            updates.append(ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag_in))
         return updates, diag
 
+    @cached_property
+    def expected(self) -> ReplyShape:
+        """What an honest client's reply holds, learnt from the algorithm at the first reply."""
+        return expected_reply(self.setup)
+
     def _reject(self, diag: dict[str, Any], client: int, reason: str, round_: int) -> None:
+        reason = one_line(reason)
         diag.setdefault("rejected", {})[str(client)] = reason
         log(f"round {round_ + 1}: rejected the answer of client {client}: {reason}")
 
@@ -173,6 +177,15 @@ class FlowerClients:
 
 def log(text: str) -> None:
     print(f"{SERVER_PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+REASON_LIMIT = 300  # characters of a rejection's reason, as logged and recorded
+
+
+def one_line(text: str) -> str:
+    """``text`` as one short printable line: a client's words cannot forge the server's log lines."""
+    line = "".join(c if c.isprintable() else " " for c in text[:REASON_LIMIT + 1])
+    return line if len(line) <= REASON_LIMIT else line[:REASON_LIMIT - 3] + "..."
 
 
 class RoundLines:

@@ -9,8 +9,8 @@ instead, which Flower streams in chunks. One record per value keeps a message to
 objects, and every object is a request to the SuperLink. Unpacking rebuilds only tensors of
 plain dtypes, plain containers and dataclasses defined in ``fedaccel.algorithms``
 (:mod:`fedaccel.algorithms.states`, which checkpoints use too): a message from a broken or
-hostile peer cannot run code. :func:`check_update` is the server's gate for
-uploads.
+hostile peer cannot run code, and a skeleton nested deeper than ``MAX_DEPTH`` is refused before
+it is parsed. :mod:`fedaccel.flower.gate` checks what a client's reply holds.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from fedaccel.algorithms.states import from_plain, to_plain
 
 PACKED, ARRAYS = "packed", "arrays"
 INLINE_LIMIT = 1 << 20  # bytes: larger tensors travel as Flower Arrays (chunked)
+MAX_DEPTH = 64  # nesting of a JSON skeleton (states and uploads nest a few levels)
 _DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
@@ -78,7 +79,10 @@ def unpack(records: RecordDict, prefix: str = "") -> Any:
     """The value :func:`pack` put into ``records`` (raises :class:`BadMessage` if it cannot)."""
     try:
         packed = records[prefix + PACKED]
-        skeleton = json.loads(str(packed["json"]))
+        text = str(packed["json"])
+        if (depth := nesting_depth(text)) > MAX_DEPTH:
+            raise BadMessage(f"{prefix}records nested {depth} deep, at most {MAX_DEPTH}")
+        skeleton = json.loads(text)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadMessage(f"missing or unreadable {prefix}records: {exc}") from exc
 
@@ -95,15 +99,19 @@ def unpack(records: RecordDict, prefix: str = "") -> Any:
     return from_plain(skeleton, tensor, BadMessage)
 
 
-def check_update(delta: Any, extras: Any, dim: int) -> str | None:
-    """Why an upload must not be aggregated (wrong shape, non-finite values), or None if it may."""
-    if not isinstance(delta, Tensor) or delta.dtype != torch.float32 or tuple(delta.shape) != (dim,):
-        shape = tuple(delta.shape) if isinstance(delta, Tensor) else type(delta).__name__
-        return f"update of shape {shape}, expected ({dim},) float32"
-    if not isinstance(extras, dict) or not all(isinstance(v, Tensor) for v in extras.values()):
-        return "extras are not a dict of tensors"
-    for name, tensor in {"update": delta, **extras}.items():
-        if not bool(torch.isfinite(tensor).all()):
-            return f"non-finite values in {name}"
-    return None
-
+def nesting_depth(text: str) -> int:
+    """How deep the arrays and objects of the JSON ``text`` nest, outside its strings, found
+    without parsing it (so without recursion) in one vectorised pass."""
+    code = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    if code.size == 0:
+        return 0
+    position = np.arange(code.size)
+    slash = code == ord("\\")
+    last_other = np.maximum.accumulate(np.where(slash, -1, position))  # the last non-backslash up to here
+    escaped = np.zeros(code.size, dtype=bool)  # a character after an odd run of backslashes
+    escaped[1:] = (position[:-1] - last_other[:-1]) % 2 == 1
+    quote = (code == ord('"')) & ~escaped
+    outside = np.cumsum(quote) % 2 == 0  # not inside a string
+    opens = np.isin(code, (ord("["), ord("{"))) & outside
+    closes = np.isin(code, (ord("]"), ord("}"))) & outside
+    return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))
