@@ -39,6 +39,12 @@ def _tolerance(d: np.ndarray, *more: float) -> float:
     return TIE * max([float(np.abs(d).max(initial=0.0)), *map(abs, more)])
 
 
+def _checked(differences: Sequence[float], alternative: str) -> np.ndarray:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    return np.asarray(differences, dtype=float)
+
+
 def sign_flip_p(differences: Sequence[float], alternative: str = "two-sided", *, seed: int = 0) -> float:
     """p-value of the paired sign-flip test of ``mean(d) = 0`` against ``alternative``
     (``greater``: the mean is above 0). Exact up to :data:`EXACT_UP_TO` pairs.
@@ -46,9 +52,7 @@ def sign_flip_p(differences: Sequence[float], alternative: str = "two-sided", *,
     >>> sign_flip_p([0, 0, 0, 0, 0, -1, -1, -1, -1, -1])  # five ties, five -1: 2 of 32 sign patterns
     0.0625
     """
-    if alternative not in ALTERNATIVES:
-        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
-    d = np.asarray(differences, dtype=float)
+    d = _checked(differences, alternative)
     n = d.size
     if n == 0:
         return 1.0
@@ -105,9 +109,7 @@ def sign_test_p(differences: Sequence[float], alternative: str = "two-sided", *,
     >>> sign_test_p([1.0] * 6, "greater")  # six of six above 0: 1 of 64
     0.015625
     """
-    if alternative not in ALTERNATIVES:
-        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
-    d = np.asarray(differences, dtype=float)
+    d = _checked(differences, alternative)
     n = d.size
     if n == 0:
         return 1.0
