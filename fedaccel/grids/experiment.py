@@ -92,6 +92,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
     name = str(raw.get("name") or path.stem)
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
+    check_cell_count(path, grid)
     cells = []
     overridden = [(key.strip(), parse_value(key, value)) for key, _, value in (o.partition("=") for o in overrides or [])]
     for values in itertools.product(*grid.values()):
@@ -115,6 +116,27 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     claims, tuning, _ = claims_from_file(path)
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
                       str(figures_by) if figures_by else None, diagnostics, claims, tuning, path)
+
+
+MAX_CELLS = 100_000  # cells a grid may have; FEDACCEL_MAX_CELLS sets another limit (the user's, never the file's)
+
+
+def check_cell_count(path: Path, grid: dict[str, list[Any]]) -> None:
+    """Refuse a grid of more cells than the limit before a single one is built: the count is the
+    product of the lists' lengths (a 528-byte file of 5 keys x 100 values is 10^10 cells). The
+    limit is ``FEDACCEL_MAX_CELLS`` if set, else :data:`MAX_CELLS`; an experiment file cannot raise it."""
+    import math
+    import os
+
+    setting = os.environ.get("FEDACCEL_MAX_CELLS", "").strip()
+    if setting and not setting.isdigit():
+        raise ConfigError(f"FEDACCEL_MAX_CELLS must be a whole number of cells, not {shown(setting, 40)}")
+    limit = int(setting) if setting else MAX_CELLS
+    cells = math.prod(len(values) for values in grid.values())
+    if cells > limit:
+        sizes = " x ".join(f"{len(v):,}" for v in grid.values())
+        raise ConfigError(f"{path}: the grid has {cells:,} cells ({sizes}), more than {limit:,}: split it into "
+                          "smaller experiments, or set FEDACCEL_MAX_CELLS if you mean to run that many")
 
 
 VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together

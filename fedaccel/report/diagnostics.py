@@ -12,7 +12,6 @@ What gets drawn depends on what the run recorded:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import UserError, check_png_output
+from fedaccel.errors import UserError, check_png_output, shown
+from fedaccel.runs.config import read_yaml
+from fedaccel.runs.rows import read_rows, rounds_of
 
 PER_CLIENT_KEYS = {
     "distance": "‖g/(ατ) − μ‖",
@@ -38,17 +39,50 @@ SCALAR_KEYS = {  # per-round server diagnostics drawn over the rounds, one line 
 
 
 def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every round's diagnostics (tolerates a half-written last line)."""
+    """Every round's diagnostics (tolerates a half-written last line), rounds bounded by the run's
+    ``train.rounds`` and the values the plots read checked: damage is one line, not a traceback."""
     path = Path(run_dir) / "diagnostics.jsonl"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+    config = Path(run_dir) / "config.yaml"
+    rows, _ = read_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)
+    for row in rows:
+        check_diagnostics(path, row)
     return rows
+
+
+STEP_KEYS = ("selected", "tau")  # per client: the local steps herding kept, and how many there were
+
+
+def check_diagnostics(path: Path, row: dict[str, Any]) -> None:
+    """The values of ``row`` that the plots read have their types: ``clients`` maps ids to
+    mappings, per-client scores are numbers (or null), ``tau`` a count, ``selected`` step indices."""
+    where = f"{path}: round {row['round']}"
+    clients = row.get("clients") or {}
+    if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
+        raise UserError(f"{where}: 'clients' is {shown(clients, 60)}, not a mapping of client ids to values")
+    found = [(c, k, v[k]) for c, v in clients.items() for k in (*PER_CLIENT_KEYS, *STEP_KEYS) if k in v]
+    found += [(c, key, v) for key in PER_CLIENT_KEYS if isinstance(row.get(key), dict) for c, v in row[key].items()]
+    for client, key, value in found:
+        fine = (_steps(value) if key == "selected" else
+                isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_STEPS if key == "tau" else
+                value is None or _number(value))
+        if not fine:
+            name = f"{key} of client {client}"
+            raise UserError(f"{where}: {name} is {shown(value, 60)}, not what fedaccel writes there: the file was "
+                            "damaged or not written by fedaccel")
+
+
+MAX_STEPS = 10_000_000  # local steps of one client in one round: a heat map row is this wide at most
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _steps(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_STEPS
+                                           for i in value)
 
 
 def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int], list[Any]]]:
@@ -65,7 +99,7 @@ def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int
             rounds, values_ = out.setdefault(str(client), ([], []))
             rounds.append(row["round"])
             values_.append(value)
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
+    return dict(sorted(out.items(), key=lambda kv: (0, int(kv[0]), "") if kv[0].isdigit() else (1, 0, kv[0])))
 
 
 def _figure(panels: int, width: float = 4.0, height: float = 3.2) -> tuple[Any, Any]:
@@ -96,11 +130,18 @@ def save_figure(fig: Any, out: str | Path, force: bool = False) -> Path:
     return out
 
 
+MAX_IMAGE = 20_000_000  # cells of a selection heat map (80 MB): a run of 20,000 rounds of 1,000 steps
+
+
 def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None) -> np.ndarray:
     """Rows: rounds from the first to the last (zero where the client did not train); columns:
     the tau step indices (without tau, as recorded by older runs: up to the last selected step)."""
-    width = tau if tau is not None else max((max(c) + 1 for c in chosen if c), default=1)
-    image = np.zeros((rounds[-1] - rounds[0] + 1, width))
+    width = max([tau or 1, *(max(c) + 1 for c in chosen if c)])  # a step beyond tau widens it, not crashes it
+    height = rounds[-1] - rounds[0] + 1
+    if height * width > MAX_IMAGE:
+        raise UserError(f"the heat map of selected steps would be {height:,} rounds x {width:,} steps, more than "
+                        f"{MAX_IMAGE:,} cells: the run is too long to draw, or its diagnostics.jsonl was damaged")
+    image = np.zeros((height, width), dtype=np.float32)
     for round_, steps in zip(rounds, chosen):
         image[round_ - rounds[0], steps] = 1.0
     return image

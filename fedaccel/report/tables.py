@@ -18,6 +18,7 @@ from fedaccel.errors import UserError, listed, shown
 from fedaccel.report.claims import reached, rounds_to
 from fedaccel.report.reading import (
     Run,
+    available_metrics,
     diverged_at,
     flatten_config,
     fmt_value,
@@ -185,6 +186,9 @@ def compare_table(
     groups = group_runs(runs)
     if not groups:
         raise UserError("no runs to compare")
+    if not any(run_curve(run, metric) for run in runs):
+        raise UserError(f"no run records the metric {metric!r}; these do: "
+                        f"{listed(available_metrics(runs), near=metric)}")
     base_of = _baseline_indices(groups, baseline)
 
     rounds = [[seed_rounds(g, t, metric) for t in targets] for _, g in groups]

@@ -13,13 +13,14 @@ name). ``fedaccel tensorboard DIR`` writes the same files for finished runs from
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from numbers import Number
 from pathlib import Path
 from typing import Any
 
 from fedaccel.errors import UserError
+from fedaccel.runs.folder import DIAGNOSTICS
+from fedaccel.runs.rows import read_rows, rounds_of
 
 EVENTS_GLOB = "events.out.tfevents.*"
 
@@ -84,20 +85,23 @@ def convert(folder: str | Path) -> list[Path]:
     runs = sorted({p.parent for p in root.rglob("metrics.jsonl")})
     if not runs:
         raise UserError(f"no run under {root} (no metrics.jsonl)")
+    rows = {run_dir: _rows(run_dir) for run_dir in runs}  # every file read (damage: one line) before one is written
     for run_dir in runs:
         for old in run_dir.glob(EVENTS_GLOB):
             old.unlink()
         log = EventLog(run_dir)
-        for row in _rows(run_dir / "metrics.jsonl"):
+        metrics, diagnostics = rows[run_dir]
+        for row in metrics:
             log.metrics(row)
-        for row in _rows(run_dir / "diagnostics.jsonl"):
+        for row in diagnostics:
             log.diagnostics(row)
         log.close()
     return runs
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                yield json.loads(line)
+def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The metrics and diagnostics rows of ``run_dir``, rounds bounded by its config's ``train.rounds``."""
+    from fedaccel.runs.config import read_yaml
+
+    last = rounds_of(read_yaml(run_dir / "config.yaml")) if (run_dir / "config.yaml").exists() else None
+    return read_rows(run_dir / "metrics.jsonl", last_round=last)[0], read_rows(run_dir / DIAGNOSTICS, last_round=last)[0]
