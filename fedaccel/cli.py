@@ -384,18 +384,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedaccel.report.diagnostics import plot_all_diagnostics
+    from fedaccel.report.diagnostics import diagnostic_figures, draw_diagnostics
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.reading import load_runs
 
     out = Path(args.out)
     check_output_folder(out)
     runs = load_runs(args.runs)
+    figures = diagnostic_figures([r.path for r in runs]) if args.diagnostics else []  # all read before one is drawn
     print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets,
                       force=args.force))
-    if args.diagnostics:
-        for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix(""), force=args.force):
-            print(path)
+    for path in draw_diagnostics(figures, out.with_suffix(""), force=args.force):
+        print(path)
     return 0
 
 
@@ -423,7 +423,10 @@ def cmd_judge(args: argparse.Namespace) -> int:
     source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
     if not source.is_file():
         raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")
-    claims, tuning, out_dir = claims_from_file(source)
+    try:
+        claims, tuning, out_dir = claims_from_file(source)
+    except ValueError as exc:  # a Claim that refuses its values (e.g. margin: .inf) says so in one line
+        raise UserError(f"{source}: {exc}") from None
     folder = out_dir if grid.is_file() else grid
     if not claims:
         raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")

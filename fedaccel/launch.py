@@ -26,9 +26,9 @@ from fedaccel.runs.config import (
     read_yaml,
     warn_if_fedavg_in_disguise,
 )
-from fedaccel.runs.folder import METRICS, check_out_folder, new_run_dir, removed_on_failed_start
+from fedaccel.runs.folder import DIAGNOSTICS, METRICS, check_out_folder, new_run_dir, removed_on_failed_start
 from fedaccel.runs.lock import lock_run_dir
-from fedaccel.runs.rows import read_json, read_rows
+from fedaccel.runs.rows import read_diagnostics_rows, read_json, read_rows
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import build_setup
 
@@ -58,6 +58,7 @@ def finished(path: Path, rounds: int) -> bool:
     try:
         summary = read_json(path / "summary.json") if (path / "summary.json").is_file() else None
         rows, torn = read_rows(path / METRICS, last_round=rounds)
+        read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
     except UserError:  # damage: resume says what it is, or repairs what it can
         return False
     return (isinstance(summary, dict) and summary.get("finished") is True and summary.get("rounds") == rounds

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import UserError, check_png_output, shown
+from fedaccel.errors import UserError, check_png_output
 from fedaccel.runs.config import read_yaml
-from fedaccel.runs.rows import read_rows, rounds_of
+from fedaccel.runs.rows import read_diagnostics_rows, rounds_of
 
 PER_CLIENT_KEYS = {
     "distance": "‖g/(ατ) − μ‖",
@@ -45,44 +45,7 @@ def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
     config = Path(run_dir) / "config.yaml"
-    rows, _ = read_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)
-    for row in rows:
-        check_diagnostics(path, row)
-    return rows
-
-
-STEP_KEYS = ("selected", "tau")  # per client: the local steps herding kept, and how many there were
-
-
-def check_diagnostics(path: Path, row: dict[str, Any]) -> None:
-    """The values of ``row`` that the plots read have their types: ``clients`` maps ids to
-    mappings, per-client scores are numbers (or null), ``tau`` a count, ``selected`` step indices."""
-    where = f"{path}: round {row['round']}"
-    clients = row.get("clients") or {}
-    if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
-        raise UserError(f"{where}: 'clients' is {shown(clients, 60)}, not a mapping of client ids to values")
-    found = [(c, k, v[k]) for c, v in clients.items() for k in (*PER_CLIENT_KEYS, *STEP_KEYS) if k in v]
-    found += [(c, key, v) for key in PER_CLIENT_KEYS if isinstance(row.get(key), dict) for c, v in row[key].items()]
-    for client, key, value in found:
-        fine = (_steps(value) if key == "selected" else
-                isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_STEPS if key == "tau" else
-                value is None or _number(value))
-        if not fine:
-            name = f"{key} of client {client}"
-            raise UserError(f"{where}: {name} is {shown(value, 60)}, not what fedaccel writes there: the file was "
-                            "damaged or not written by fedaccel")
-
-
-MAX_STEPS = 10_000_000  # local steps of one client in one round: a heat map row is this wide at most
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _steps(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_STEPS
-                                           for i in value)
+    return read_diagnostics_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)[0]
 
 
 def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int], list[Any]]]:
@@ -220,7 +183,7 @@ def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: st
 def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Callable[[], Any]]]:
     """Every diagnostic plot that applies to the given runs, not drawn yet: (name, kind, build),
     where ``build()`` returns the figure and ``kind`` names the function that draws it."""
-    with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").is_file()]
+    with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").exists()]  # a folder there: one line
     rows = {r: read_diagnostics(r) for r in with_diag}
     figures: list[tuple[str, str, Callable[[], Any]]] = []
     for run_dir in with_diag:
@@ -240,7 +203,13 @@ def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Calla
 
 def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path, force: bool = False) -> list[Path]:
     """Every diagnostic plot that applies to the given runs, as ``<out_prefix>-<name>.png``; returns the files."""
-    figures = diagnostic_figures(run_dirs)
+    return draw_diagnostics(diagnostic_figures(run_dirs), out_prefix, force)
+
+
+def draw_diagnostics(
+    figures: list[tuple[str, str, Callable[[], Any]]], out_prefix: str | Path, force: bool = False
+) -> list[Path]:
+    """:func:`diagnostic_figures`' figures drawn as ``<out_prefix>-<name>.png``; returns the files."""
     for name, _, _ in figures:  # every name checked before the first is written
         check_png_output(f"{out_prefix}-{name}.png", force)
     return [save_figure(build(), f"{out_prefix}-{name}.png", force) for name, _, build in figures]

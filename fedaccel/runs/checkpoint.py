@@ -32,7 +32,7 @@ from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError, listed, shown
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS, PREVIOUS_CHECKPOINT
-from fedaccel.runs.rows import read_rows, read_text
+from fedaccel.runs.rows import read_diagnostics_rows, read_rows, read_text
 from fedaccel.runs.setup import Setup
 
 
@@ -46,8 +46,8 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     if loaded is _LOAD:
         loaded = load_checkpoint(path)
     rounds = setup.config.train.rounds
-    for name in (METRICS, DIAGNOSTICS):  # damage is refused before anything is changed
-        read_rows(path / name, last_round=rounds)
+    read_rows(path / METRICS, last_round=rounds)  # damage is refused before anything is changed
+    read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
     if loaded is not None:
         check_same_config(path, loaded.get("config"), setup.config.to_dict())
         check_same_shape(path, loaded["state"], setup)

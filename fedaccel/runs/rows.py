@@ -15,10 +15,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, shown
 
 MAX_DEPTH = 32  # levels of nesting a value may have (a metrics row with its diagnostics has 4)
 MAX_INT_DIGITS = 30  # digits of an integer (a byte count of a long run has 15)
+#: Columns a metrics row holds as numbers (NaN and infinities included: a diverged run's losses),
+#: plain or per scored model (``client_mean/test_acc``).
+NUMBER_COLUMNS = ("test_acc", "test_loss", "train_acc", "train_loss", "wall_s", "bytes_up", "bytes_down",
+                  "local_steps")
 
 
 def parse_json(text: str) -> Any:
@@ -106,7 +110,8 @@ def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[s
 
 
 def check_row(file: Path, number: int, row: Any, previous: int | None, last_round: int | None) -> None:
-    """``row`` is an object whose ``round`` is an integer above ``previous``, within 0..``last_round``."""
+    """``row`` is an object whose ``round`` is an integer above ``previous``, within 0..``last_round``,
+    and whose :data:`NUMBER_COLUMNS` are numbers."""
     if not isinstance(row, dict):
         raise UserError(f"{file}:{number}: expected a JSON object, got {type(row).__name__}")
     rnd = row.get("round")
@@ -119,6 +124,45 @@ def check_row(file: Path, number: int, row: Any, previous: int | None, last_roun
     if previous is not None and rnd <= previous:
         raise UserError(f"{file}:{number}: round {rnd} after round {previous}; rounds must increase (two processes "
                         "wrote this run at once?): delete the run folder and run it again")
+    for key, value in row.items():
+        if key.rpartition("/")[2] in NUMBER_COLUMNS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise UserError(f"{file}:{number}: {key} is {shown(value, 60)}, not a number: the file was damaged or "
+                            "not written by fedaccel")
+
+
+def read_diagnostics_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """:func:`read_rows` of a ``diagnostics.jsonl``, each row also checked by :func:`check_diagnostics`."""
+    rows, torn = read_rows(file, last_round=last_round)
+    for row in rows:
+        check_diagnostics(file, row)
+    return rows, torn
+
+
+CLIENT_SCORES = ("distance", "gsnr", "n", "steps")  # per client, numbers (or null): under clients.<id> or <key>.<id>
+MAX_STEPS = 10_000_000  # local steps of one client in one round (the width of a heat map of selected steps)
+
+
+def check_diagnostics(file: Path, row: dict[str, Any]) -> None:
+    """The values of a diagnostics row that readers use have their types: ``clients`` maps ids to
+    mappings, per-client scores are numbers (or null), ``tau`` a count of steps, ``selected``
+    step indices."""
+    clients = row.get("clients") or {}
+    if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
+        raise UserError(f"{file}: round {row['round']}: 'clients' is {shown(clients, 60)}, not a mapping of client "
+                        "ids to values: the file was damaged or not written by fedaccel")
+    found = [(c, k, v[k]) for c, v in clients.items() for k in (*CLIENT_SCORES, "selected", "tau") if k in v]
+    found += [(c, key, v) for key in CLIENT_SCORES if isinstance(row.get(key), dict) for c, v in row[key].items()]
+    for client, key, value in found:
+        fine = (isinstance(value, list) and all(_count(i, MAX_STEPS - 1) for i in value) if key == "selected" else
+                _count(value, MAX_STEPS) if key == "tau" else
+                value is None or isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not fine:
+            raise UserError(f"{file}: round {row['round']}: {key} of client {shown(client, 40)} is {shown(value, 60)}, "
+                            "not what fedaccel writes there: the file was damaged or not written by fedaccel")
+
+
+def _count(value: Any, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
 
 
 def _reason(exc: ValueError) -> str:

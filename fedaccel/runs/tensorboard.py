@@ -20,7 +20,7 @@ from typing import Any
 
 from fedaccel.errors import UserError
 from fedaccel.runs.folder import DIAGNOSTICS
-from fedaccel.runs.rows import read_rows, rounds_of
+from fedaccel.runs.rows import read_diagnostics_rows, read_rows, rounds_of
 
 EVENTS_GLOB = "events.out.tfevents.*"
 
@@ -104,4 +104,4 @@ def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from fedaccel.runs.config import read_yaml
 
     last = rounds_of(read_yaml(run_dir / "config.yaml")) if (run_dir / "config.yaml").exists() else None
-    return read_rows(run_dir / "metrics.jsonl", last_round=last)[0], read_rows(run_dir / DIAGNOSTICS, last_round=last)[0]
+    return read_rows(run_dir / "metrics.jsonl", last_round=last)[0], read_diagnostics_rows(run_dir / DIAGNOSTICS, last_round=last)[0]
