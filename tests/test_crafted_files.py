@@ -41,7 +41,7 @@ ROUNDS = 6
 PEAK_BYTES = 64 * 2**20  # Python memory a refusal may take (a set of 10^8 rounds took 6 GB)
 SECONDS = 10.0  # a refusal's time on a busy machine (a round of 5*10^7 took 31 s)
 
-CRAFTED = settings(max_examples=12, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+CRAFTED = settings(max_examples=10, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 # deadline=None: `refused` bounds each example's time and memory itself (with tracemalloc), and says which
 # damage it was; no shrinking: each example is already one damage, named by the function's name

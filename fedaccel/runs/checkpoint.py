@@ -48,10 +48,9 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     rounds = setup.config.train.rounds
     read_rows(path / METRICS, last_round=rounds)  # damage is refused before anything is changed
     read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
-    if loaded is not None:
+    if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
         check_same_config(path, loaded.get("config"), setup.config.to_dict())
         check_same_shape(path, loaded["state"], setup)
-    if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
         state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
         kept = state.round
