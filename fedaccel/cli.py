@@ -425,8 +425,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
         raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")
     try:
         claims, tuning, out_dir = claims_from_file(source)
-    except ValueError as exc:  # a Claim that refuses its values (e.g. margin: .inf) says so in one line
-        raise UserError(f"{source}: {exc}") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a claim's value its parser could not take
+        raise UserError(f"{source}: a claim holds a value it cannot take ({exc})") from None
     folder = out_dir if grid.is_file() else grid
     if not claims:
         raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")

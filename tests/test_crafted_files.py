@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -349,6 +350,75 @@ def test_a_config_changed_under_a_checkpoint_is_refused_naming_the_keys(
             return  # no config to compare and the same shape: nothing to tell it by (old checkpoints)
         if recorded:
             assert all(NAMED.get(key, key) in line for key in keys), line
+
+
+DEEP_YAML = st.integers(1_000, 20_000).map(lambda n: "[" * n + "]" * n)
+HUGE_YAML = st.integers(4_400, 6_000).map(lambda n: "9" * n)  # past Python's 4,300-digit int() limit
+WRONG_YAML = ["abc", "[1, 2]", "{x: 1}", "true", "null", ".inf", ".nan", "-1", "1e400"]
+NOT_A_CLAIM_VALUE = {  # per claim key, YAML values it never takes (a valid one would be judged: exit 0)
+    "margin": ["abc", "[1, 2]", "{x: 1}", "true", "null", ".inf", ".nan", "-1"],
+    "value": ["abc", "[1, 2]", "{x: 1}", "null"],
+    "expect": WRONG_YAML,
+    "a": ["abc", "[1, 2]", "true", "null", "-1"],
+    "b": ["abc", "[1, 2]", "true", "null", "-1"],
+    "measure": ["abc", "[1, 2]", "{x: 1}", "true", "null", "-1", "{rounds_to: abc}"],
+    "detect": ["abc", "[1, 2]", "{x: 1}", "true"],
+}
+
+
+@st.composite
+def damaged_experiment(draw: st.DrawFn) -> Callable[[Path], None]:
+    """A way to damage a grid's ``experiment.yaml`` (what ``judge`` reads its claims from): a claim
+    key given a value it never takes, a huge or deep value, bytes that are not UTF-8, a folder."""
+    kind = draw(st.sampled_from(["claim", "huge", "deep", "bytes", "folder"]))
+    key = draw(st.sampled_from(sorted(NOT_A_CLAIM_VALUE)))
+    text = {"claim": st.sampled_from(NOT_A_CLAIM_VALUE[key]), "huge": HUGE_YAML, "deep": DEEP_YAML}.get(kind)
+    value = draw(text) if text is not None else ""
+    bad = draw(NOT_UTF8)
+
+    def damage(file: Path) -> None:
+        if kind == "folder":
+            file.unlink()
+            file.mkdir()
+            return
+        if kind == "bytes":
+            file.write_bytes(file.read_bytes() + b"description: " + bad + b"\n")
+            return
+        experiment = yaml.safe_load(file.read_text())
+        experiment["claims"][0][key] = "@@"
+        file.write_text(yaml.safe_dump(experiment, sort_keys=False, width=10**9).replace("'@@'", value, 1))
+
+    return named(damage, f"experiment_{kind}_{key}_{value[:40]}")
+
+
+@CRAFTED
+@given(damage=damaged_experiment(), plan=st.booleans())
+def test_a_damaged_experiment_file_is_one_line_for_judge(
+    grid: Path, damage: Callable[[Path], None], plan: bool, capsys: pytest.CaptureFixture
+) -> None:
+    with workspace(grid) as (path, root):
+        damage(path / "experiment.yaml")
+        refused(["judge", str(path), *(["--plan"] if plan else [])], root, capsys)
+
+
+@CRAFTED
+@given(sizes=st.lists(st.integers(2, 400), min_size=2, max_size=6).filter(lambda s: math.prod(s) > 100_000),
+       hostile=st.sampled_from(["", "bytes", "deep"]))
+def test_a_damaged_or_huge_grid_is_one_line_for_experiment(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], hostile: str, capsys: pytest.CaptureFixture
+) -> None:
+    """A grid beyond 100,000 cells is refused before a cell is built or a folder made, whatever its
+    shape; so is one whose file is not UTF-8 or nested thousands deep."""
+    root = tmp_path_factory.mktemp("grid")
+    grid = {f"train.k{i}": list(range(n)) for i, n in enumerate(sizes)}
+    text = yaml.safe_dump({"name": "g", "out_dir": str(root / "out"), "grid": grid}, default_flow_style=True)
+    if hostile == "bytes":
+        text = text.replace("name: g", "name: \udcff")
+    elif hostile == "deep":
+        text += "description: " + "[" * 5000 + "]" * 5000 + "\n"
+    (root / "g.yaml").write_bytes(text.encode("utf-8", "surrogateescape"))
+    line = refused(["experiment", str(root / "g.yaml")], root, capsys)
+    assert hostile or f"{math.prod(sizes):,} cells" in line
 
 
 def same_shape(keys: list[str]) -> bool:

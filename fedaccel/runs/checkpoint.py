@@ -171,14 +171,15 @@ def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
 
 def truncate_metrics(path: Path, kept_round: int, *, last_round: int | None = None) -> None:
     """Drop the rows written after the checkpoint's round ``kept_round`` (and a half-written last
-    line); the file is replaced atomically, never rewritten in place, and only when a row goes.
+    line); the file is replaced atomically, never rewritten in place.
     A line damaged anywhere else is refused (:func:`~fedaccel.runs.rows.read_rows`): the valid
     rows after it are never deleted. ``last_round``: the config's ``train.rounds``."""
-    rows, torn = read_rows(path, last_round=last_round)
-    lines = [line for line in read_text(path).splitlines() if line.strip()] if rows else []
+    if not path.exists():
+        return
+    rows, _ = read_rows(path, last_round=last_round)
+    lines = [line for line in read_text(path).splitlines() if line.strip()]
     kept = [line for line, row in zip(lines, rows) if row["round"] <= kept_round]  # as written, byte for byte
-    if torn or len(kept) < len(rows):
-        write_atomic(path, "".join(line + "\n" for line in kept))
+    write_atomic(path, "".join(line + "\n" for line in kept))
 
 
 FORMAT = "fedaccel-checkpoint/2"  # plain data; version 1 pickled FLState and is refused (it would run code)
