@@ -50,9 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (OSError, RuntimeError) as exc:
-        if args.debug or not disk_full(exc):
+        if args.debug or not (disk_full(exc) or too_large(exc)):
             raise
-        print(f"error: {disk_full_message(args, argv, exc)}", file=sys.stderr)
+        message = too_large_message(exc) if too_large(exc) else disk_full_message(args, argv, exc)
+        print(f"error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if args.command in ("run", "deploy") and not args.resume:
@@ -71,6 +72,18 @@ def disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in WRITE_FAILED)
+
+
+def too_large(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write past the process's file-size limit (``ulimit -f``: EFBIG)."""
+    return isinstance(exc, OSError) and exc.errno == errno.EFBIG
+
+
+def too_large_message(exc: OSError) -> str:
+    """One line for EFBIG: the file, and the limit that stopped it."""
+    where = f"writing {exc.filename}" if exc.filename else "writing a file"
+    return (f"{where} failed: the file would pass this shell's file-size limit (`ulimit -f`); raise the limit, "
+            "then run the same command again (a run continues from its last checkpoint with --resume)")
 
 
 def disk_full_message(args: argparse.Namespace, argv: Sequence[str], exc: BaseException) -> str:
@@ -364,6 +377,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
     from fedaccel.flower.security import make_certificates
 
     folder = Path(args.folder)
+    if any(not host.strip() for host in args.host):
+        raise UserError("--host takes a host name or IP address of the SuperLink, not an empty string")
     if folder.is_dir() and any(folder.iterdir()) and not args.force:
         raise UserError(f"{folder} already holds files; certificates and keys go into a new or empty folder "
                         "(or add --force to replace them)")
@@ -387,19 +402,28 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedaccel.report.diagnostics import plot_all_diagnostics
+    from fedaccel.report.diagnostics import diagnostic_figures, draw_diagnostics
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.reading import load_runs
 
+    out = Path(args.out)
+    check_output_folder(out)
     runs = load_runs(args.runs)
     warn_incomplete(args.runs, runs)
-    out = Path(args.out)
+    figures = diagnostic_figures([r.path for r in runs]) if args.diagnostics else []  # all read before one is drawn
     print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets,
                       force=args.force))
-    if args.diagnostics:
-        for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix(""), force=args.force):
-            print(path)
+    for path in draw_diagnostics(figures, out.with_suffix(""), force=args.force):
+        print(path)
     return 0
+
+
+def check_output_folder(out: Path) -> None:
+    """A PNG asked for with ``-o`` goes into a folder that exists: a mistyped path is one line,
+    never a tree of new folders."""
+    if not out.parent.is_dir():
+        raise UserError(f"{out.parent} is not a folder: -o {out} names a file in a folder that does not exist; "
+                        "create the folder first, or give another path")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -433,7 +457,10 @@ def cmd_judge(args: argparse.Namespace) -> int:
     source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
     if not source.is_file():
         raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")
-    claims, tuning, out_dir = claims_from_file(source)
+    try:
+        claims, tuning, out_dir = claims_from_file(source)
+    except (ValueError, TypeError, OverflowError) as exc:  # a claim's value its parser could not take
+        raise UserError(f"{source}: a claim holds a value it cannot take ({exc})") from None
     folder = out_dir if grid.is_file() else grid
     if not claims:
         raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")
@@ -464,6 +491,7 @@ def cmd_split_report(args: argparse.Namespace) -> int:
     from fedaccel.runs.setup import build_partition
 
     config = load_config(args.config, args.set)
+    check_output_folder(Path(args.out))
     check_png_output(args.out, args.force)  # before the data are read
     dataset, partition = build_partition(config)
     counts = label_counts(partition, dataset.y_train.numpy(), dataset.num_classes)

@@ -11,7 +11,6 @@ and reaches the same numbers as an uninterrupted run.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,8 +27,9 @@ from fedaccel.runs.config import (
     read_yaml,
     warn_if_fedavg_in_disguise,
 )
-from fedaccel.runs.folder import METRICS, RUN_FILES, check_out_folder, new_run_dir, removed_on_failed_start
+from fedaccel.runs.folder import DIAGNOSTICS, METRICS, RUN_FILES, check_out_folder, new_run_dir, removed_on_failed_start
 from fedaccel.runs.lock import lock_run_dir
+from fedaccel.runs.rows import read_diagnostics_rows, read_json, read_rows
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import build_setup
 
@@ -57,13 +57,13 @@ def finished(path: Path, rounds: int) -> bool:
     """Whether the run in ``path`` says it finished its ``rounds`` and its last metrics row is that
     round (a run whose last row was cut short is resumed, not called finished)."""
     try:
-        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-        lines = (path / METRICS).read_text(encoding="utf-8").splitlines()
-        last = json.loads(lines[-1]) if lines else {}
-    except (OSError, ValueError):
+        summary = read_json(path / "summary.json") if (path / "summary.json").is_file() else None
+        rows, torn = read_rows(path / METRICS, last_round=rounds)
+        read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
+    except UserError:  # damage: resume says what it is, or repairs what it can
         return False
     return (isinstance(summary, dict) and summary.get("finished") is True and summary.get("rounds") == rounds
-            and isinstance(last, dict) and last.get("round") == rounds)
+            and not torn and bool(rows) and rows[-1]["round"] == rounds)
 
 
 def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:

@@ -29,6 +29,8 @@ def make_config(algorithm="fedavg", seed=0, split="case1", name="", **algo_param
 
 def write_run(folder: Path, config: dict, accs, losses=None, start_round=1, finished=True) -> Path:
     folder.mkdir(parents=True)
+    train = config.get("train", {})  # readers refuse rows beyond train.rounds
+    config = {**config, "train": {**train, "rounds": max(train.get("rounds", 0), start_round + len(accs) - 1)}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     lines = []
     for i, acc in enumerate(accs):

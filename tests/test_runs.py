@@ -262,6 +262,7 @@ def test_label_flip_attack_gets_the_lowest_gsnr_and_plots(tmp_path: Path, capsys
     assert clean[-1]["train_loss"] != metrics_of(out)[-1]["train_loss"]
 
     plots = tmp_path / "plots"
+    plots.mkdir()  # -o names a file in a folder that exists (a mistyped folder is one line, never created)
     assert main(["plot", str(out), "-o", str(plots / "p.png")]) == 0
     assert [p.name for p in plots.iterdir()] == ["p.png"]  # only what -o says
     assert main(["plot", str(out), "-o", str(plots / "p.png"), "--diagnostics"]) == 0

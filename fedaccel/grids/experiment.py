@@ -97,6 +97,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     base, grid = _base(path, raw), _grid(path, raw)
     name = str(raw.get("name") or path.stem)
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
+    check_cell_count(path, grid)
     overridden = [(key.strip(), parse_value(key, value)) for key, _, value in (o.partition("=") for o in overrides or [])]
     specs = grid_cells(path, grid, base, overridden)
     cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
@@ -136,6 +137,27 @@ def _grid(path: Path, raw: dict[str, Any]) -> dict[str, list[Any]]:
     if not isinstance(grid, dict) or not all(isinstance(k, str) and isinstance(v, list) and v for k, v in grid.items()):
         raise ConfigError(f"{path}: grid must map config keys to non-empty lists of values")
     return grid
+
+
+MAX_CELLS = 100_000  # cells a grid may have; FEDACCEL_MAX_CELLS sets another limit (the user's, never the file's)
+
+
+def check_cell_count(path: Path, grid: dict[str, list[Any]]) -> None:
+    """Refuse a grid of more cells than the limit before a single one is built: the count is the
+    product of the lists' lengths (a 528-byte file of 5 keys x 100 values is 10^10 cells). The
+    limit is ``FEDACCEL_MAX_CELLS`` if set, else :data:`MAX_CELLS`; an experiment file cannot raise it."""
+    import math
+    import os
+
+    setting = os.environ.get("FEDACCEL_MAX_CELLS", "").strip()
+    if setting and not setting.isdigit():
+        raise ConfigError(f"FEDACCEL_MAX_CELLS must be a whole number of cells, not {shown(setting, 40)}")
+    limit = int(setting) if setting else MAX_CELLS
+    cells = math.prod(len(values) for values in grid.values())
+    if cells > limit:
+        sizes = " x ".join(f"{len(v):,}" for v in grid.values())
+        raise ConfigError(f"{path}: the grid has {cells:,} cells ({sizes}), more than {limit:,}: split it into "
+                          "smaller experiments, or set FEDACCEL_MAX_CELLS if you mean to run that many")
 
 
 VARIANT = "variant"  # a grid key whose values are mappings of config keys, changed together

@@ -15,11 +15,12 @@ Example:
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
 from typing import IO, Any
+
+from fedaccel.runs.rows import parse_json
 
 
 class GridProgress:
@@ -166,8 +167,8 @@ def last_round(run_dir: Path) -> int | None:
         return None
     for line in reversed(tail.splitlines()[-3:] if tail.endswith("\n") else tail.splitlines()[-4:-1]):
         try:
-            return int(json.loads(line)["round"])
-        except (ValueError, KeyError, TypeError):
+            return int(parse_json(line)["round"])
+        except (ValueError, KeyError, TypeError, OverflowError):  # a damaged or crafted line: the one before
             continue
     return None
 

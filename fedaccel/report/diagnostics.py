@@ -12,7 +12,6 @@ What gets drawn depends on what the run recorded:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -22,6 +21,8 @@ import numpy as np
 
 from fedaccel.disk import save_png
 from fedaccel.errors import UserError, check_png_output
+from fedaccel.runs.config import read_yaml
+from fedaccel.runs.rows import read_diagnostics_rows, rounds_of
 
 PER_CLIENT_KEYS = {
     "distance": "‖g/(ατ) − μ‖",
@@ -39,17 +40,13 @@ SCALAR_KEYS = {  # per-round server diagnostics drawn over the rounds, one line 
 
 
 def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every round's diagnostics (tolerates a half-written last line)."""
+    """Every round's diagnostics (tolerates a half-written last line), rounds bounded by the run's
+    ``train.rounds`` and the values the plots read checked: damage is one line, not a traceback."""
     path = Path(run_dir) / "diagnostics.jsonl"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
+    config = Path(run_dir) / "config.yaml"
+    return read_diagnostics_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)[0]
 
 
 def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int], list[Any]]]:
@@ -66,7 +63,7 @@ def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int
             rounds, values_ = out.setdefault(str(client), ([], []))
             rounds.append(row["round"])
             values_.append(value)
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
+    return dict(sorted(out.items(), key=lambda kv: (0, int(kv[0]), "") if kv[0].isdigit() else (1, 0, kv[0])))
 
 
 def _figure(panels: int, width: float = 4.0, height: float = 3.2) -> tuple[Any, Any]:
@@ -96,11 +93,18 @@ def save_figure(fig: Any, out: str | Path, force: bool = False) -> Path:
     return save_png(fig, out, dpi=DPI)
 
 
+MAX_IMAGE = 20_000_000  # cells of a selection heat map (80 MB): a run of 20,000 rounds of 1,000 steps
+
+
 def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None) -> np.ndarray:
     """Rows: rounds from the first to the last (zero where the client did not train); columns:
     the tau step indices (without tau, as recorded by older runs: up to the last selected step)."""
-    width = tau if tau is not None else max((max(c) + 1 for c in chosen if c), default=1)
-    image = np.zeros((rounds[-1] - rounds[0] + 1, width))
+    width = max([tau or 1, *(max(c) + 1 for c in chosen if c)])  # a step beyond tau widens it, not crashes it
+    height = rounds[-1] - rounds[0] + 1
+    if height * width > MAX_IMAGE:
+        raise UserError(f"the heat map of selected steps would be {height:,} rounds x {width:,} steps, more than "
+                        f"{MAX_IMAGE:,} cells: the run is too long to draw, or its diagnostics.jsonl was damaged")
+    image = np.zeros((height, width), dtype=np.float32)
     for round_, steps in zip(rounds, chosen):
         image[round_ - rounds[0], steps] = 1.0
     return image
@@ -179,7 +183,7 @@ def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: st
 def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Callable[[], Any]]]:
     """Every diagnostic plot that applies to the given runs, not drawn yet: (name, kind, build),
     where ``build()`` returns the figure and ``kind`` names the function that draws it."""
-    with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").is_file()]
+    with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").exists()]  # a folder there: one line
     rows = {r: read_diagnostics(r) for r in with_diag}
     figures: list[tuple[str, str, Callable[[], Any]]] = []
     for run_dir in with_diag:
@@ -199,7 +203,13 @@ def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Calla
 
 def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path, force: bool = False) -> list[Path]:
     """Every diagnostic plot that applies to the given runs, as ``<out_prefix>-<name>.png``; returns the files."""
-    figures = diagnostic_figures(run_dirs)
+    return draw_diagnostics(diagnostic_figures(run_dirs), out_prefix, force)
+
+
+def draw_diagnostics(
+    figures: list[tuple[str, str, Callable[[], Any]]], out_prefix: str | Path, force: bool = False
+) -> list[Path]:
+    """:func:`diagnostic_figures`' figures drawn as ``<out_prefix>-<name>.png``; returns the files."""
     for name, _, _ in figures:  # every name checked before the first is written
         check_png_output(f"{out_prefix}-{name}.png", force)
     return [save_figure(build(), f"{out_prefix}-{name}.png", force) for name, _, build in figures]

@@ -25,6 +25,7 @@ import numpy as np
 
 from fedaccel.errors import UserError
 from fedaccel.runs.config import read_yaml
+from fedaccel.runs.rows import read_json, read_rows, rounds_of
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
 NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
@@ -105,8 +106,9 @@ def load_run(path: str | Path) -> Run:
 
     An incomplete last line of ``metrics.jsonl`` (left by a killed run) is skipped; an invalid
     line anywhere else is an error, and so are rounds that do not strictly increase (two
-    processes that wrote the same folder at once) and a gap: an evaluation round missing
-    between two rows, given the config's ``eval.every`` and ``train.rounds``.
+    processes that wrote the same folder at once) or lie beyond the config's ``train.rounds``,
+    a gap (an evaluation round missing between two rows, given ``eval.every``), a known column
+    that is not a number, and values beyond :mod:`fedaccel.runs.rows`' bounds.
     """
     path = Path(path)
     if not path.is_dir():
@@ -115,76 +117,41 @@ def load_run(path: str | Path) -> Run:
     metrics_file = path / "metrics.jsonl"
     for f in (config_file, metrics_file):
         if not f.is_file():
-            raise UserError(f"{path} is not a run folder: {f.name} is missing")
+            raise UserError(f"{path} is not a run folder: {f.name} is {'not a file' if f.exists() else 'missing'}")
 
     config = read_yaml(config_file)  # bounded: a run folder may come from someone else
 
-    metrics = _read_jsonl(metrics_file)
+    metrics, _ = read_rows(metrics_file, last_round=rounds_of(config))
     _check_no_gap(metrics_file, metrics, config)
 
     summary = None
     summary_file = path / "summary.json"
-    if summary_file.is_file():
-        try:
-            summary = json.loads(summary_file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{summary_file}: not valid JSON ({e})") from e
+    if summary_file.exists():
+        summary = read_json(summary_file)
         if not isinstance(summary, dict):
             summary = None
     return Run(path=path, config=config, metrics=metrics, summary=summary)
 
 
-def _read_jsonl(file: Path) -> list[dict]:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{file}: not a UTF-8 text file ({e})") from e
-    numbered = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
-    rows: list[dict] = []
-    previous = None
-    for k, (lineno, line) in enumerate(numbered):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            if k == len(numbered) - 1:  # a killed run may leave half a line: ignore it
-                break
-            raise UserError(f"{file}:{lineno}: not valid JSON ({e.msg})") from e
-        if not isinstance(row, dict):
-            raise UserError(f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        previous = _check_round(file, lineno, row, previous)
-        rows.append(row)
-    return rows
-
-
-def _check_round(file: Path, lineno: int, row: dict, previous: int | None) -> int:
-    """``row``'s round, which must be an integer above the one before it."""
-    rnd = row.get("round")
-    if not isinstance(rnd, int) or isinstance(rnd, bool):
-        raise UserError(f"{file}:{lineno}: no integer 'round' in this row")
-    if previous is not None and rnd <= previous:
-        raise UserError(
-            f"{file}:{lineno}: round {rnd} after round {previous}; rounds must increase (two processes "
-            "wrote this run at once?): delete the run folder and run it again"
-        )
-    return rnd
-
-
 def _check_no_gap(file: Path, rows: list[dict], config: dict) -> None:
     """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
     ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
-    present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round."""
-    every, rounds = value_at(config, "eval.every"), value_at(config, "train.rounds")
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+    present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round.
+    Rows increase, so one pass over them finds the first missing round, whatever the round numbers."""
+    every = value_at(config, "eval.every")
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or not rows:
         return  # not a fedaccel config (hand-made folders): nothing to check against
-    last = rows[-1]["round"] if rows else 0
-    present = {row["round"] for row in rows}
-    due = set(range(every, last + 1, every))
-    if isinstance(rounds, int) and rounds <= last:
-        due.add(rounds)
-    missing = sorted(due - present)
-    if missing:
+    last = rows[-1]["round"]
+    due = every  # the next evaluation round that must have a row
+    for row in rows:
+        if row["round"] > due:
+            break
+        if row["round"] == due:
+            due += every
+    if due <= last:  # (train.rounds, the last row, bounds the rows: read_rows)
+        more = due + every <= last
         raise UserError(
-            f"{file}: round {missing[0]} is missing (eval.every = {every}){' and more' if len(missing) > 1 else ''}; "
+            f"{file}: round {due} is missing (eval.every = {every}){' and more' if more else ''}; "
             "its rows were lost: resume the run from an earlier checkpoint or run it again"
         )
 
@@ -211,10 +178,10 @@ def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]
         p = Path(p)
         if not p.is_dir():
             raise UserError(f"run folder not found: {p}")
-        if (p / "metrics.jsonl").is_file():
+        if (p / "metrics.jsonl").exists():  # a folder there too: load_run says so, never skips it
             runs.append(load_run(p))
             continue
-        subdirs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "metrics.jsonl").is_file())
+        subdirs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "metrics.jsonl").exists())
         if not subdirs:
             raise UserError(f"{p} is neither a run folder nor a folder of runs (no metrics.jsonl)")
         runs.extend(load_run(d) for d in subdirs)

@@ -20,6 +20,7 @@ from fedaccel.report.claims import speed_up as speed_up_of
 from fedaccel.report.completeness import run_gap
 from fedaccel.report.reading import (
     Run,
+    available_metrics,
     diverged_at,
     flatten_config,
     fmt_value,
@@ -206,6 +207,9 @@ def compare_table(
     groups = group_runs(runs)
     if not groups:
         raise UserError("no runs to compare")
+    if not any(run_curve(run, metric) for run in runs):
+        raise UserError(f"no run records the metric {metric!r}; these do: "
+                        f"{listed(available_metrics(runs), near=metric)}")
     base_of = _baseline_indices(groups, baseline)
 
     rounds = [[seed_rounds(g, t, metric) for t in targets] for _, g in groups]

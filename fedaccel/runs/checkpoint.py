@@ -6,6 +6,12 @@ skipped with one line) and cuts ``metrics.jsonl`` and ``diagnostics.jsonl`` back
 a resumed run reaches the same numbers as an uninterrupted one: every random draw derives from
 (seed, round, client), never from the history of the process.
 
+A checkpoint records the config it was written with: a ``config.yaml`` edited under it (another
+algorithm, model, learning rate, ...) is refused on resume in one line naming the keys that
+differ (:func:`check_same_config`), never continued with numbers that belong to no config. A
+``metrics.jsonl`` damaged anywhere but its last line is refused naming the line, never cut back
+past the damage (:func:`truncate_metrics`).
+
 A checkpoint holds plain data only (the ``FLState``'s fields, its part states through
 :mod:`fedaccel.algorithms.states`) and is read with ``torch.load(weights_only=True)``: a file that
 would need code to load is refused with one line (:class:`~fedaccel.runs.files.UnsafeFile`),
@@ -14,7 +20,6 @@ never skipped for its predecessor as if it were merely damaged.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,9 +29,10 @@ import torch
 from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.device import to_device
 from fedaccel.engine.round import FLState, init_state
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, listed, shown
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS, PREVIOUS_CHECKPOINT
+from fedaccel.runs.rows import read_diagnostics_rows, read_rows, read_text
 from fedaccel.runs.setup import Setup
 
 
@@ -39,7 +45,12 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     :func:`load_checkpoint` gave for ``path`` already (None: no checkpoint)."""
     if loaded is _LOAD:
         loaded = load_checkpoint(path)
+    rounds = setup.config.train.rounds
+    read_rows(path / METRICS, last_round=rounds)  # damage is refused before anything is changed
+    read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
     if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
+        check_same_config(path, loaded.get("config"), setup.config.to_dict())
+        check_same_shape(path, loaded["state"], setup)
         state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
         kept = state.round
@@ -47,8 +58,69 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         wall, kept = 0.0, -1  # from scratch: run_loop writes round 0 again
     for name in (METRICS, DIAGNOSTICS):
-        truncate_metrics(path / name, kept)
+        truncate_metrics(path / name, kept, last_round=rounds)
     return state, wall
+
+
+#: Config keys that say where and how a run is carried out, not what it computes: a resume may differ here.
+RESUMABLE_KEYS = ("name", "run.out_dir", "run.progress", "run.tensorboard", "run.threads", "run.device",
+                  "run.timeout", "run.checkpoint_every", "run.stack_size", "run.on_divergence")
+
+
+def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str, Any]) -> None:
+    """Refuse (one line naming the keys) a ``config`` that differs from ``saved``, the config the
+    checkpoint was written with, in anything but :data:`RESUMABLE_KEYS`. A checkpoint of a
+    fedaccel before it recorded its config (``saved`` None) is checked by its shape only."""
+    if saved is None:
+        return
+    before, now = flat_config(saved), flat_config(config)
+    changed = [key for key in sorted(set(before) | set(now), key=str)
+               if key not in RESUMABLE_KEYS and before.get(key, MISSING) != now.get(key, MISSING)]
+    if changed:
+        first = changed[0]
+        raise UserError(
+            f"{path / 'config.yaml'} differs from the config its checkpoint was written with in "
+            f"{listed(changed)} ({first}: {_value(before.get(first, MISSING))} then, "
+            f"{_value(now.get(first, MISSING))} now): a run continues only with its own settings; put them back, "
+            "or start the run again in a new folder"
+        )
+
+
+MISSING = object()
+
+
+def _value(value: Any) -> str:
+    return "unset" if value is MISSING else shown(value, 60)
+
+
+def flat_config(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"train.lr": 0.1, ...}`` from a nested config mapping."""
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_same_shape(path: Path, state: FLState, setup: Setup) -> None:
+    """The checkpoint's model and state are the shape ``setup`` builds (its parameters, its parts'
+    states, its clients): a config changed under a checkpoint that recorded no config is one line."""
+    theta = setup.federation.model.theta
+    fresh = init_state(setup.algorithm, theta, setup.federation.n_clients)
+    parts = [type(s).__name__ for s in state.server]
+    wanted = [type(s).__name__ for s in fresh.server]
+    problem = (f"a model of {state.w.numel():,} parameters, the config's has {theta.numel():,}"
+               if state.w.shape != theta.shape else
+               f"the parts' states {parts}, the config's algorithm has {wanted}" if parts != wanted else
+               f"{len(state.clients)} clients' states, the config has {len(fresh.clients)} clients"
+               if len(state.clients) != len(fresh.clients) else None)
+    if problem:
+        raise UserError(f"{path}: its checkpoint holds {problem}: config.yaml was changed under it; put it back, "
+                        "or start the run again in a new folder")
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:
@@ -93,33 +165,33 @@ def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
         raise ValueError("not a fedaccel checkpoint")
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.evaluated.items()):
         raise ValueError("not a fedaccel checkpoint")
-    return {"state": state, "wall_s": float(saved["wall_s"])}
+    config = saved.get("config")  # absent in checkpoints of fedaccel before it was recorded
+    return {"state": state, "wall_s": float(saved["wall_s"]), "config": config if isinstance(config, dict) else None}
 
 
-def truncate_metrics(path: Path, last_round: int) -> None:
-    """Drop metric lines written after the checkpoint (and a half-written last line); the file is
-    replaced atomically, never rewritten in place."""
+def truncate_metrics(path: Path, kept_round: int, *, last_round: int | None = None) -> None:
+    """Drop the rows written after the checkpoint's round ``kept_round`` (and a half-written last
+    line); the file is replaced atomically, never rewritten in place.
+    A line damaged anywhere else is refused (:func:`~fedaccel.runs.rows.read_rows`): the valid
+    rows after it are never deleted. ``last_round``: the config's ``train.rounds``."""
     if not path.exists():
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        if row["round"] <= last_round:
-            kept.append(line)
-    write_atomic(path, "".join(k + "\n" for k in kept))
+    rows, _ = read_rows(path, last_round=last_round)
+    lines = [line for line in read_text(path).splitlines() if line.strip()]
+    kept = [line for line, row in zip(lines, rows) if row["round"] <= kept_round]  # as written, byte for byte
+    write_atomic(path, "".join(line + "\n" for line in kept))
 
 
 FORMAT = "fedaccel-checkpoint/2"  # plain data; version 1 pickled FLState and is refused (it would run code)
 
 
-def save_checkpoint(path: Path, state: FLState, wall: float) -> None:
+def save_checkpoint(path: Path, state: FLState, wall: float, config: dict[str, Any] | None = None) -> None:
     """Write atomically and keep the one before as ``checkpoint.prev.pt``: a kill during the write
     leaves the previous checkpoint intact, and a damaged newest one still has a predecessor.
-    Tensors are saved on the CPU, so the run resumes on any device; the state as plain data."""
+    Tensors are saved on the CPU, so the run resumes on any device; the state as plain data, with
+    ``config`` (``Config.to_dict()``) that a resume must match (:func:`check_same_config`)."""
     state = to_device(state, "cpu")
     plain = {"round": state.round, "w": state.w, "server": to_plain(state.server),
              "clients": to_plain(state.clients), "totals": dict(state.totals), "evaluated": dict(state.evaluated)}
-    save_plain(path, {"format": FORMAT, "state": plain, "wall_s": wall}, previous=path.with_name(PREVIOUS_CHECKPOINT))
+    saved = {"format": FORMAT, "state": plain, "wall_s": wall, **({"config": config} if config is not None else {})}
+    save_plain(path, saved, previous=path.with_name(PREVIOUS_CHECKPOINT))

@@ -21,7 +21,6 @@ from pathlib import Path
 from fedaccel.errors import UserError
 from fedaccel.runs.config import Config
 from fedaccel.runs.lock import LOCK_FILE
-from fedaccel.runs.tensorboard import OWN_EVENTS
 
 
 CHECKPOINT = "checkpoint.pt"
@@ -34,6 +33,7 @@ METRICS = "metrics.jsonl"
 
 
 DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round, evaluated or not
+OWN_EVENTS = "tensorboard.json"  # the names of the TensorBoard event files fedaccel wrote into this run folder
 
 
 RUN_FILES = ("config.yaml", METRICS, DIAGNOSTICS, CHECKPOINT, PREVIOUS_CHECKPOINT, "model.pt", "summary.json",

@@ -37,6 +37,7 @@ from fedaccel.runs.checkpoint import save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS
+from fedaccel.runs.rows import read_rows
 from fedaccel.runs.setup import Setup, apply_attacks
 from fedaccel.runs.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
@@ -168,7 +169,7 @@ def run_loop(
                     _say(f"warning: {message}")
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
-                    save_checkpoint(path / CHECKPOINT, state, wall)
+                    save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict())
                     checkpointed = state.round
                 bar.update(1)
                 if stopping:
@@ -220,13 +221,7 @@ def non_finite_losses(row: dict[str, Any]) -> str | None:
 
 def first_divergence(metrics: Path) -> tuple[int, str] | None:
     """The first round of ``metrics`` whose losses are not finite (an earlier part of a resumed run)."""
-    if not metrics.is_file():
-        return None
-    for line in metrics.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break
+    for row in read_rows(metrics)[0]:
         if why := non_finite_losses(row):
             return int(row["round"]), why
     return None
@@ -286,19 +281,15 @@ def _say(line: str) -> None:
 
 def _diagnostics_of(file: Path, round_: int) -> dict[str, Any] | None:
     """The diagnostics row of ``round_`` (without its round), as a metrics row carries it."""
-    for line in file.read_text().splitlines() if file.is_file() else []:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        if row.get("round") == round_:
+    for row in read_rows(file)[0]:
+        if row["round"] == round_:
             return {k: v for k, v in row.items() if k != "round"}
     return None
 
 
 def _last_round(metrics: Path) -> int | None:
-    rows = metrics.read_text().splitlines() if metrics.is_file() else []
-    return int(json.loads(rows[-1])["round"]) if rows else None
+    rows, _ = read_rows(metrics)
+    return rows[-1]["round"] if rows else None
 
 
 def run_line(config: Config, path: Path, done: int, what: str, how: str) -> str:
@@ -350,8 +341,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def _last_metrics(path: Path) -> dict[str, Any]:
-    lines = path.read_text().splitlines()
-    return json.loads(lines[-1]) if lines else {}
+    rows, _ = read_rows(path)
+    return rows[-1] if rows else {}
 
 
 def progress_bar(total: int, done: int, label: str, show: Any) -> Any:

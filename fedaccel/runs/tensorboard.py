@@ -27,10 +27,10 @@ from typing import Any
 
 from fedaccel.disk import refuse_planted_links, write_atomic
 from fedaccel.errors import UserError
+from fedaccel.runs.folder import DIAGNOSTICS, OWN_EVENTS
+from fedaccel.runs.rows import read_diagnostics_rows, read_rows, rounds_of
 
 EVENTS_GLOB = "events.out.tfevents.*"
-OWN_EVENTS = "tensorboard.json"  # the names of the event files fedaccel wrote into this run folder
-MAX_STEP = 2**63 - 1  # TensorBoard's steps are int64
 
 
 def scalars(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -118,48 +118,22 @@ def convert(folder: str | Path) -> list[Path]:
     runs = sorted({p.parent for p in root.rglob("metrics.jsonl") if p.is_file() and (p.parent / "config.yaml").is_file()})
     if not runs:
         raise UserError(f"no fedaccel run under {root} (no folder with metrics.jsonl and config.yaml)")
-    read = [(run_dir, own_events(run_dir), scalar_rows(run_dir / "metrics.jsonl", ""),
-             scalar_rows(run_dir / "diagnostics.jsonl", "diag/")) for run_dir in runs]
+    read = [(run_dir, own_events(run_dir), *_rows(run_dir)) for run_dir in runs]  # all read (one line) before a write
     for run_dir, own, metrics, diagnostics in read:
         for name in own:
             (run_dir / name).unlink(missing_ok=True)
         log = EventLog(run_dir)
-        for step, pairs in metrics:
-            log.add(step, pairs)
-        for step, pairs in diagnostics:
-            log.add(step, pairs)
+        for row in metrics:
+            log.metrics(row)
+        for row in diagnostics:
+            log.diagnostics(row)
         log.close()
     return runs
 
 
-def scalar_rows(path: Path, prefix: str) -> list[tuple[int, list[tuple[str, float]]]]:
-    """(round, its scalars) for every row of a run's ``metrics.jsonl`` or ``diagnostics.jsonl``
-    (``prefix``: ``"diag/"`` for the latter; a half-written last line, left by a kill, is skipped).
-    A row that is not a fedaccel run's is one line naming it."""
-    if not path.is_file():
-        return []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text: not a fedaccel run's; nothing was written or deleted") from None
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    rows = []
-    for k, (n, line) in enumerate(lines):
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
-            step = row.get("round")
-            if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
-                raise ValueError("no round number")
-            rows.append((step, list(scalars({key: v for key, v in row.items() if key not in ("round", "diag")}, prefix))))
-        except json.JSONDecodeError as exc:
-            if k == len(lines) - 1:
-                break
-            why = exc.msg
-        except (ValueError, RecursionError, OverflowError) as exc:
-            why = str(exc)[:80] or type(exc).__name__
-        else:
-            continue
-        raise UserError(f"{path}:{n}: not a row of a fedaccel run ({why}); nothing was written or deleted")
-    return rows
+def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The metrics and diagnostics rows of ``run_dir``, rounds bounded by its config's ``train.rounds``."""
+    from fedaccel.runs.config import read_yaml
+
+    last = rounds_of(read_yaml(run_dir / "config.yaml")) if (run_dir / "config.yaml").exists() else None
+    return read_rows(run_dir / "metrics.jsonl", last_round=last)[0], read_diagnostics_rows(run_dir / DIAGNOSTICS, last_round=last)[0]

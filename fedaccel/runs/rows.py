@@ -1,0 +1,170 @@
+"""Reading a run folder's JSON files (``metrics.jsonl``, ``diagnostics.jsonl``, ``summary.json``)
+as files that may come from someone else: bounded, and every kind of damage one line.
+
+A row is a JSON object with an integer ``round`` (0 to the config's ``train.rounds``), rounds
+strictly increasing down the file; integers have at most :data:`MAX_INT_DIGITS` digits and
+values nest at most :data:`MAX_DEPTH` deep (fedaccel writes 4 levels), so no reader can be made
+to build a huge range, a huge number or a deep recursion from a crafted file. Only the *last*
+line may be cut short (a run killed while writing it); a damaged line with rows after it was not
+left by a kill, and is refused naming its line: nothing is deleted to get past it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fedaccel.errors import UserError, shown
+
+MAX_DEPTH = 32  # levels of nesting a value may have (a metrics row with its diagnostics has 4)
+MAX_INT_DIGITS = 30  # digits of an integer (a byte count of a long run has 15)
+#: Columns a metrics row holds as numbers (NaN and infinities included: a diverged run's losses),
+#: plain or per scored model (``client_mean/test_acc``).
+NUMBER_COLUMNS = ("test_acc", "test_loss", "train_acc", "train_loss", "wall_s", "bytes_up", "bytes_down",
+                  "local_steps")
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` of ``text`` within the bounds above; raises ``ValueError`` with a short
+    reason (:class:`json.JSONDecodeError` when the text is not JSON, e.g. cut short)."""
+    try:
+        value = json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    if _too_deep(value):
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits.lstrip('-')):,} digits (at most {MAX_INT_DIGITS})")
+    return int(digits)
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def rounds_of(config: Any) -> int | None:
+    """``train.rounds`` of a config mapping read from a run folder, if it is a count (else None)."""
+    train = config.get("train") if isinstance(config, dict) else None
+    rounds = train.get("rounds") if isinstance(train, dict) else None
+    return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 0 else None
+
+
+def read_text(file: Path) -> str:
+    """The UTF-8 text of ``file``; a folder, an unreadable file or other bytes are one line."""
+    if file.is_dir():
+        raise UserError(f"{file} is a folder, not a file: this is not a run folder fedaccel wrote")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{file}: not a UTF-8 text file (byte {exc.start}): it was damaged or not written "
+                        "by fedaccel") from None
+    except OSError as exc:
+        raise UserError(f"{file} cannot be read: {exc.strerror or exc}") from None
+
+
+def read_json(file: Path) -> Any:
+    """The one JSON document in ``file`` (``summary.json``), within the bounds; damage is one line."""
+    try:
+        return parse_json(read_text(file))
+    except ValueError as exc:
+        raise UserError(f"{file}: not valid JSON ({_reason(exc)})") from None
+
+
+def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """The rows of ``file`` (absent: none) and whether its last line was cut short (and is left
+    out). ``last_round``: the config's ``train.rounds``, the highest round a row may have. Any
+    other damage (a line that is not a JSON object with an integer round above the one before,
+    a line cut short with rows after it) is a :class:`UserError` naming the line."""
+    if not file.exists() and not file.is_symlink():
+        return [], False
+    lines = [(number, line) for number, line in enumerate(read_text(file).splitlines(), start=1) if line.strip()]
+    rows: list[dict[str, Any]] = []
+    for k, (number, line) in enumerate(lines):
+        try:
+            row = parse_json(line)
+        except json.JSONDecodeError as exc:
+            if k == len(lines) - 1:  # a run killed while writing its last line
+                return rows, True
+            raise UserError(f"{file}:{number}: not valid JSON ({exc.msg}), with {len(lines) - 1 - k} row(s) "
+                            "after it: the file was damaged, not cut short by a kill; nothing was changed: "
+                            "restore the file, or run the run again") from None
+        except ValueError as exc:
+            raise UserError(f"{file}:{number}: {_reason(exc)}; nothing was changed") from None
+        check_row(file, number, row, rows[-1]["round"] if rows else None, last_round)
+        rows.append(row)
+    return rows, False
+
+
+def check_row(file: Path, number: int, row: Any, previous: int | None, last_round: int | None) -> None:
+    """``row`` is an object whose ``round`` is an integer above ``previous``, within 0..``last_round``,
+    and whose :data:`NUMBER_COLUMNS` are numbers."""
+    if not isinstance(row, dict):
+        raise UserError(f"{file}:{number}: expected a JSON object, got {type(row).__name__}")
+    rnd = row.get("round")
+    if not isinstance(rnd, int) or isinstance(rnd, bool):
+        raise UserError(f"{file}:{number}: no integer 'round' in this row")
+    if rnd < 0 or (last_round is not None and rnd > last_round):
+        bound = f"0..{last_round} (train.rounds of its config.yaml)" if last_round is not None else "0 and up"
+        raise UserError(f"{file}:{number}: round {rnd} is outside {bound}: the file was damaged or does not "
+                        "belong to this run")
+    if previous is not None and rnd <= previous:
+        raise UserError(f"{file}:{number}: round {rnd} after round {previous}; rounds must increase (two processes "
+                        "wrote this run at once?): delete the run folder and run it again")
+    for key, value in row.items():
+        if key.rpartition("/")[2] in NUMBER_COLUMNS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise UserError(f"{file}:{number}: {key} is {shown(value, 60)}, not a number: the file was damaged or "
+                            "not written by fedaccel")
+
+
+def read_diagnostics_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """:func:`read_rows` of a ``diagnostics.jsonl``, each row also checked by :func:`check_diagnostics`."""
+    rows, torn = read_rows(file, last_round=last_round)
+    for row in rows:
+        check_diagnostics(file, row)
+    return rows, torn
+
+
+CLIENT_SCORES = ("distance", "gsnr", "n", "steps")  # per client, numbers (or null): under clients.<id> or <key>.<id>
+MAX_STEPS = 10_000_000  # local steps of one client in one round (the width of a heat map of selected steps)
+
+
+def check_diagnostics(file: Path, row: dict[str, Any]) -> None:
+    """The values of a diagnostics row that readers use have their types: ``clients`` maps ids to
+    mappings, per-client scores are numbers (or null), ``tau`` a count of steps, ``selected``
+    step indices."""
+    clients = row.get("clients") or {}
+    if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
+        raise UserError(f"{file}: round {row['round']}: 'clients' is {shown(clients, 60)}, not a mapping of client "
+                        "ids to values: the file was damaged or not written by fedaccel")
+    found = [(c, k, v[k]) for c, v in clients.items() for k in (*CLIENT_SCORES, "selected", "tau") if k in v]
+    found += [(c, key, v) for key in CLIENT_SCORES if isinstance(row.get(key), dict) for c, v in row[key].items()]
+    for client, key, value in found:
+        fine = (isinstance(value, list) and all(_count(i, MAX_STEPS - 1) for i in value) if key == "selected" else
+                _count(value, MAX_STEPS) if key == "tau" else
+                value is None or isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not fine:
+            raise UserError(f"{file}: round {row['round']}: {key} of client {shown(client, 40)} is {shown(value, 60)}, "
+                            "not what fedaccel writes there: the file was damaged or not written by fedaccel")
+
+
+def _count(value: Any, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+
+def _reason(exc: ValueError) -> str:
+    text = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+    return text.splitlines()[0][:120] if text else type(exc).__name__
