@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fedaccel.errors import UserError
+from fedaccel.errors import ConfigError, UserError
 from fedaccel.launch import run
 from fedaccel.report.diagnostics import read_diagnostics, selection_figure
 from fedaccel.report.reading import load_run
@@ -59,6 +61,20 @@ def test_unpack_of_a_file_that_is_not_xz_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl.xz").write_text("{}")
     with pytest.raises(UserError, match="not an xz file"):
         unpack(tmp_path / "bad.jsonl.xz", tmp_path / "out")
+
+
+@settings(max_examples=30, deadline=None)
+@given(cell=st.one_of(st.sampled_from(["..", ".", "../x", "a/../../x", "/etc/x", "a\\b", "a\0b"]),
+                      st.text(min_size=1, max_size=12).map(lambda t: "../" + t)))
+def test_a_packed_cell_name_that_leaves_the_folder_is_refused(cell: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A packed grid from someone else names its cells: a name that is not one folder name is refused in
+    one line, and nothing is written outside the folder it unpacks into."""
+    tmp = tmp_path_factory.mktemp("pack")
+    record = {"cell": cell, "config": {}, "metrics": [], "diagnostics": None}
+    (tmp / "p.jsonl.xz").write_bytes(lzma.compress((json.dumps(record) + "\n").encode()))
+    with pytest.raises((UserError, ConfigError), match="must be one folder name"):
+        unpack(tmp / "p.jsonl.xz", tmp / "deep" / "out")
+    assert sorted(p.name for p in tmp.rglob("*")) == ["p.jsonl.xz"]
 
 
 def _selection_run(folder: Path, with_tau: bool = True, lift: float = 0.0) -> Path:

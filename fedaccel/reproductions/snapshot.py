@@ -27,6 +27,7 @@ import numpy as np
 import yaml
 
 from fedaccel.errors import UserError
+from fedaccel.runs.config import check_name
 from fedaccel.runs.files import write_atomic
 
 SUFFIX = ".jsonl.xz"
@@ -74,7 +75,11 @@ def unpack(file: str | Path, into: str | Path) -> list[Path]:
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
     for line in _read(Path(file)).decode().splitlines():
         record = json.loads(line)
-        run_dir = Path(into) / record["cell"]
+        cell = record.get("cell")
+        if not isinstance(cell, str) or not cell:
+            raise UserError(f"{file}: a record without a cell name; not a packed grid")
+        check_name(cell, f"{file}: cell")  # a crafted '../x' would write outside ``into``
+        run_dir = Path(into) / cell
         run_dir.mkdir(parents=True, exist_ok=True)
         diagnostics = record["diagnostics"]
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
