@@ -28,9 +28,10 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_hostile import SMALL
-from test_judge import CLAIMS, write_grid
+from test_judge import CLAIMS, LR, write_grid
 
 from fedaccel.cli import main
+from fedaccel.grids.experiment import cell_name
 from fedaccel.errors import shown
 from fedaccel.launch import run
 from fedaccel.runs.checkpoint import load_checkpoint, save_checkpoint
@@ -81,6 +82,11 @@ WRONG_TYPE = st.sampled_from(['"abc"', "[1, 2]", '{"a": 1}', "true", "null", '"0
 BAD_ROUND = st.one_of(WRONG_TYPE, HUGE_INT, DEEP, st.sampled_from(["-1", "1e12", "50000000", "1000000000000", "3.5"]))
 BAD_COLUMN = st.one_of(WRONG_TYPE, HUGE_INT, DEEP)
 NOT_UTF8 = st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80\x80"])
+
+
+def cell(setup: str, seed: int) -> str:
+    """The folder of test_judge's grid cell ``setup`` at ``seed``."""
+    return cell_name({"train.lr": LR[setup], "run.seed": seed})
 
 
 def lines_of(file: Path) -> list[str]:
@@ -288,7 +294,7 @@ def test_a_damaged_summary_is_one_line_for_every_reader(
     finished: Path, grid: Path, damage: Callable[[Path], None], command: str, capsys: pytest.CaptureFixture
 ) -> None:
     with workspace(grid if command == "judge" else finished) as (path, root):
-        damage((path / "fast-s0" if command == "judge" else path) / "summary.json")
+        damage((path / cell("fast", 0) if command == "judge" else path) / "summary.json")
         refused(reader(command, path), root, capsys)
 
 
@@ -298,7 +304,7 @@ def test_a_damaged_metrics_file_in_a_grid_is_one_line_for_judge(
     grid: Path, damage: Callable[[Path], None], capsys: pytest.CaptureFixture
 ) -> None:
     with workspace(grid) as (path, root):
-        damage(path / "slow-s3" / "metrics.jsonl")
+        damage(path / cell("slow", 3) / "metrics.jsonl")
         refused(reader("judge", path), root, capsys)
 
 
@@ -523,12 +529,12 @@ def test_a_write_past_the_file_size_limit_is_one_line(
     """``ulimit -f``: Python ignores SIGXFSZ, so the write fails with EFBIG; one line naming the file."""
     import errno
 
-    import fedaccel.report.tables as tables
+    import fedaccel.report.reading as reading
 
     def too_big(*args: object, **kwargs: object) -> str:
         raise OSError(errno.EFBIG, "File too large", "/runs/x/metrics.jsonl")
 
-    monkeypatch.setattr(tables, "compare_table", too_big)
+    monkeypatch.setattr(reading, "load_runs", too_big)  # the first thing compare does
     capsys.readouterr()
     assert main(["compare", "x"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -274,7 +274,7 @@ def test_tensorboard_on_a_folder_without_fedaccel_rows_is_one_line_and_deletes_n
     (folder / FOREIGN_EVENTS).write_bytes(b"another tool's events")
     before = tree(folder)
     assert main(["tensorboard", str(folder)]) == 2
-    assert "not a row of a fedaccel run" in one_line(capsys)
+    assert f"{folder / 'metrics.jsonl'}:1: " in one_line(capsys)  # the file and line, in one line
     assert tree(folder) == before
 
 
