@@ -7,15 +7,93 @@ import dataclasses
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fedaccel.cli import build_parser, main
 from fedaccel.runs import config_reference
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MAX_README_WORDS = 1500
+# the tour's commands at a tiny size: digits instead of Fashion-MNIST (it ships with scikit-learn), 2 rounds
+TINY = ["--set", "data.dataset=digits", "--set", "train.rounds=2", "--set", "eval.train_samples=200",
+        "--set", "run.progress=false", "--set", "run.threads=1"]
+NOT_RUN_BY_THE_TOUR_TEST = {"deploy", "reproduce"}  # minutes of processes: tests/test_flower.py, test_reproductions.py
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """Every `fedaccel ...` line of the README's shell code blocks, split into words (comments dropped)."""
+    commands = []
+    for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["fedaccel"]:
+                commands.append(words[1:])
+    return commands
+
+
+def test_readme_is_a_front_page() -> None:
+    words = len(README.read_text(encoding="utf-8").split())
+    assert words <= MAX_README_WORDS, f"README.md has {words} words (at most {MAX_README_WORDS}): move detail to docs/"
+
+
+def test_readme_links_lead_to_files_of_the_repository() -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8"))
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links to the documentation"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
+
+
+def test_every_readme_command_parses() -> None:
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    assert {c[0] for c in commands} >= {"run", "experiment", "judge", "plot", "compare"}  # the tour
+    parser = build_parser()
+    for command in commands:
+        try:
+            parser.parse_args(command)
+        except SystemExit:
+            pytest.fail(f"README command does not parse: fedaccel {' '.join(command)}")
+
+
+def test_at_tiny_size_runs_in_this_process_on_digits() -> None:
+    assert _at_tiny_size(["experiment", "experiments/demo.yaml", "-j", "2"]) == [
+        "experiment", str(ROOT / "experiments/demo.yaml"), *TINY]
+    assert _at_tiny_size(["judge", "runs/x", "--plan"]) == ["judge", "runs/x", "--plan"]
+
+
+def test_readme_commands_finds_commands_and_drops_comments() -> None:
+    text = "```bash\nfedaccel run a.yaml --set x=1   # note\nls\n```\n```yaml\nfedaccel: no\n```\n`fedaccel judge` inline\n"
+    assert readme_commands(text) == [["run", "a.yaml", "--set", "x=1"]]
+
+
+def _at_tiny_size(command: list[str]) -> list[str]:
+    """``command`` with the repository's files as absolute paths and, for what trains, the tiny size, in this
+    process (``-j N`` dropped: worker processes cost seconds each to start and have tests of their own)."""
+    words = [str(ROOT / w) if w.startswith(("configs/", "experiments/")) else w for w in command]
+    for flag in ("-j", "--workers"):
+        while flag in words:
+            at = words.index(flag)
+            del words[at:at + 2]
+    return words + TINY if words[0] in ("run", "experiment") else words
+
+
+@pytest.mark.slow
+def test_readme_tour_runs_at_a_tiny_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # runs/ lands here
+    for command in readme_commands(README.read_text(encoding="utf-8")):
+        if command[0] in NOT_RUN_BY_THE_TOUR_TEST:
+            continue
+        status = main(_at_tiny_size(command))
+        assert status == 0, f"fedaccel {' '.join(command)} exited {status}: {capsys.readouterr().err[-2000:]}"
+    assert (tmp_path / "runs/demo/table.md").is_file() and (tmp_path / "curves.png").is_file()
+    assert (tmp_path / "runs/judge_demo/claims.json").is_file()
 
 
 def test_configuration_reference_is_what_the_schema_says() -> None:
