@@ -27,13 +27,21 @@ NOT_RUN_BY_THE_TOUR_TEST = {"deploy", "reproduce"}  # minutes of processes: test
 
 
 def readme_commands(text: str) -> list[list[str]]:
-    """Every `fedaccel ...` line of the README's shell code blocks, split into words (comments dropped)."""
+    """Every `fedaccel ...` command of the shell code blocks in ``text``, its words after `fedaccel` (comments
+    dropped, continued lines joined, commands chained with && or ; taken one by one)."""
     commands = []
     for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S):
-        for line in block.splitlines():
-            words = shlex.split(line, comments=True)
-            if words[:1] == ["fedaccel"]:
-                commands.append(words[1:])
+        for line in block.replace("\\\n", " ").splitlines():
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True  # words as a shell splits them, with ; && | as words of their own
+            words = list(lexer)
+            chained = [[]]
+            for word in words:
+                if word in ("&&", "||", ";", "|"):
+                    chained.append([])
+                else:
+                    chained[-1].append(word)
+            commands += [c[1:] for c in chained if c[:1] == ["fedaccel"]]
     return commands
 
 
@@ -67,9 +75,22 @@ def test_at_tiny_size_runs_in_this_process_on_digits() -> None:
     assert _at_tiny_size(["judge", "runs/x", "--plan"]) == ["judge", "runs/x", "--plan"]
 
 
+def test_every_command_of_the_docs_parses() -> None:
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    commands = [(page, c) for page in pages for c in readme_commands(page.read_text(encoding="utf-8"))]
+    assert len(commands) > 20
+    parser = build_parser()
+    for page, command in commands:
+        try:
+            parser.parse_args(["2" if w == "N" else w for w in command])  # N: a placeholder for a number
+        except SystemExit:
+            pytest.fail(f"{page.relative_to(ROOT)}: command does not parse: fedaccel {' '.join(command)}")
+
+
 def test_readme_commands_finds_commands_and_drops_comments() -> None:
-    text = "```bash\nfedaccel run a.yaml --set x=1   # note\nls\n```\n```yaml\nfedaccel: no\n```\n`fedaccel judge` inline\n"
-    assert readme_commands(text) == [["run", "a.yaml", "--set", "x=1"]]
+    text = ("```bash\nfedaccel run a.yaml --set x=1   # note\nls\n```\n```yaml\nfedaccel: no\n```\n"
+            "`fedaccel judge` inline\n```bash\nfedaccel plot r \\\n  -o c.png && fedaccel compare r; ls\n```\n")
+    assert readme_commands(text) == [["run", "a.yaml", "--set", "x=1"], ["plot", "r", "-o", "c.png"], ["compare", "r"]]
 
 
 def _at_tiny_size(command: list[str]) -> list[str]:
