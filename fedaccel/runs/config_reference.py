@@ -130,7 +130,7 @@ def render() -> str:
         "from the registries of algorithms, splits and models.",
     ]
     for title, rows in _sections(schema.Config, "", comments):
-        lines += ["", f"## {title}" if title == "top level" else f"## `{title}`", "",
+        lines += ["", "## Top level" if title == "top level" else f"## `{title}`", "",
                   *_table(["key", "default", "type", "what it does"], rows)]
 
     lines += ["", "## Algorithms (`algorithm`)", "",
