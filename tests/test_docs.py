@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fedaccel.cli import build_parser, main
 from fedaccel.runs import config_reference
@@ -145,6 +147,14 @@ def test_field_comments_joins_the_lines_above_and_the_trailing_one() -> None:
     assert config_reference.field_comments(source) == {
         ("A", "x"): "one", ("A", "y"): "two, above and more; trailing", ("A", "z"): "",
     }
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=40), min_size=1, max_size=3),
+       st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=40))
+def test_any_comment_text_is_carried_over_as_written(above: list[str], trailing: str) -> None:
+    source = "class A:\n" + "".join(f"    # {line}\n" for line in above) + f"    x: int = 1  # {trailing}\n"
+    parts = [" ".join(line.strip() for line in above if line.strip()), trailing.strip()]
+    assert config_reference.field_comments(source) == {("A", "x"): "; ".join(p for p in parts if p)}
 
 
 def test_a_key_without_a_comment_is_refused() -> None:

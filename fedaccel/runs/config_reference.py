@@ -53,7 +53,7 @@ def field_comments(source: str) -> dict[tuple[str, str], str]:
                     above.insert(0, comments[line])
                     line -= 1
                 trailing = [] if item.end_lineno in whole_line else [comments.get(item.end_lineno or 0, "")]
-                found[(node.name, item.target.id)] = "; ".join(p for p in [" ".join(above), *trailing] if p)
+                found[(node.name, item.target.id)] = "; ".join(p for p in [" ".join(c for c in above if c), *trailing] if p)
     return found
 
 
