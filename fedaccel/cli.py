@@ -463,7 +463,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         raise UserError(f"{source}: a claim holds a value it cannot take ({exc})") from None
     folder = out_dir if grid.is_file() else grid
     if not claims:
-        raise UserError(f"{source} has no claims: section (see README, \"Your own claims\")")
+        raise UserError(f"{source} has no claims: section (see docs/experiments.md, \"Your own claims\")")
     if not 0 < args.power < 1:
         raise UserError(f"--power must be between 0 and 1, got {args.power}")
     cells = experiment_cells(grid) if grid.is_file() else copied_cells(folder)

@@ -186,13 +186,13 @@ def test_failing_parallel_cell_stops_the_experiment(tmp_path: Path) -> None:
         run_experiment(load_experiment(path), workers=2)
 
 
-def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_python_api_page_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "docs/python-api.md").read_text()
     block = re.search(r"```python\n(.*?)```", readme, re.S)
     assert block is not None
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    exec(compile(block.group(1), "docs/python-api.md", "exec"), namespace)
     history = namespace["history"]
     assert len(history.metrics) == 6
     assert history.metrics[-1]["test_acc"] > 0.8

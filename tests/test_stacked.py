@@ -192,7 +192,7 @@ def test_auto_runtime_follows_the_measured_rule() -> None:
     assert choose_runtime("auto", federation("2nn"), 6)[0] == "in-process"
     assert choose_runtime("auto", federation("svm"), 1) == ("in-process", "auto: one client a round")
     cnn = federation(build_model("cnn", (1, 8, 8), 3), (1, 8, 8))
-    assert choose_runtime("auto", cnn, 6)[0] == "in-process"  # on a CPU a CNN stacked loses (README "Speed")
+    assert choose_runtime("auto", cnn, 6)[0] == "in-process"  # on a CPU a CNN stacked loses (docs/benchmarks.md)
     mnist_2nn = federation(build_model("2nn", (784,), 3), (784,))
     assert choose_runtime("auto", mnist_2nn, 6)[0] == "in-process"  # 199k parameters: no gain on a CPU
     from types import SimpleNamespace

@@ -4,7 +4,7 @@
     fedaccel reproduce bherd --scale paper    # paper scale (point data.root at MNIST / CIFAR-10)
     fedaccel reproduce bherd --only fig3_alpha
     fedaccel reproduce fedumf --workers 2     # two cells at a time (one per core)
-    fedaccel reproduce fedumf --ray auto      # every cell a task on the Ray cluster (README: the recipe)
+    fedaccel reproduce fedumf --ray auto      # every cell a task on the Ray cluster (docs/runtimes.md: the recipe)
     fedaccel reproduce bherd --render-only    # report and figures again from the committed data
 
 Every experiment file of the paper and scale is run (resumable: finished cells are skipped) and

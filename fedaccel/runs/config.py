@@ -41,18 +41,18 @@ class DataConfig:
     subset: int | None = None  # keep at most this many training samples (seeded)
     test_subset: int | None = None  # keep at most this many test samples (seeded)
     split: dict[str, Any] = named("iid")  # how samples are divided over clients
-    clients: int = 5  # N
+    clients: int = 5  # N, the number of clients
 
 
 @dataclass
 class TrainConfig:
-    rounds: int = 50  # T
+    rounds: int = 50  # T, communication rounds
     lr: float = 0.01  # eta_0, local learning rate
-    batch_size: int = 50  # B
+    batch_size: int = 50  # B, local mini-batch size
     local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B)
     local_steps: int | None = None  # tau for every client instead of E |D_i| / B (FedGSNR's baselines)
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    momentum: float = 0.0  # local SGD momentum
+    weight_decay: float = 0.0  # local L2 weight decay
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
     clip: float | None = None  # max gradient norm per mini-batch
     clip_scope: str = "gradient"  # what clip bounds: gradient (the mini-batch gradient) or objective (+ local terms)
@@ -86,15 +86,15 @@ class EvalConfig:
 
 @dataclass
 class RunConfig:
-    seed: int = 0
+    seed: int = 0  # every random draw (split, initial model, batches, selection) derives from it
     out_dir: str = "runs"  # run folders are created under this
     checkpoint_every: int = 5  # rounds between checkpoints
-    runtime: str = "in-process"  # or stacked, auto (README "Speed"), flower-simulation, flower-deployment
+    runtime: str = "in-process"  # or stacked, auto (docs: Runtimes), flower-simulation, flower-deployment
     stack_size: int | None = None  # stacked runtime: clients per batched step; null = what fits 1 GiB (on a CPU: ~8 MB of batches a step)
     timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False  # TensorBoard event files in the run folder, written as the run goes
-    threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: README)
+    threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: docs, Runtimes)
     device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto (the first of cuda, mps, cpu here): model, data, states
     on_divergence: str = "stop"  # a NaN/inf model or loss: stop (exit non-zero, last finite checkpoint kept) or continue
 
@@ -102,8 +102,8 @@ class RunConfig:
 @dataclass
 class Config:
     name: str = ""  # label in plots and tables; default: the algorithm's name
-    algorithm: dict[str, Any] = named("fedavg")
-    model: dict[str, Any] = named("svm")
+    algorithm: dict[str, Any] = named("fedavg")  # the method and its hyperparameters, e.g. {name: bherd, alpha: 0.5}
+    model: dict[str, Any] = named("svm")  # the model and its options, e.g. {name: 2nn, hidden: 100}
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

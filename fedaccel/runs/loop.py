@@ -64,7 +64,7 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
 
 def choose_runtime(requested: str, federation: Federation, clients: int) -> tuple[str, str]:
     """The client runtime of a local run, and why: ``run.runtime`` unless it is ``auto``; then the
-    measured rule of benchmarks/stacked.py (README "Speed"): stacked for any model with a batched
+    measured rule of benchmarks/stacked.py (docs/benchmarks.md): stacked for any model with a batched
     form on a GPU, with at least two clients a round; in process on a CPU, where the lean
     in-process step (closed-form linear gradients, batches laid out once) was as fast or faster
     than stacked for every model measured (SVM 6.1x the plain loop against 5.0x stacked at K = 20;
