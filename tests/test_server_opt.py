@@ -302,11 +302,16 @@ class NodeGrid:
         return self.nodes
 
 
-def flower_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+def flower_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a ServerApp process has (its task identity), and no gc.collect() per record (Flower's Bulyan runs
+    one per client a round, seconds in a test process full of objects; it changes no number)."""
+    import gc
+
     from flwr.supercore.task_identity import TaskIdentity
 
-    for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process has
+    for name in ("_run_id", "_task_id", "_node_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
+    monkeypatch.setattr(gc, "collect", lambda *args: 0)
 
 
 def random_rounds(rounds: int, n: int, seed: int, equal_counts: bool = False) -> list[tuple[np.ndarray, list[int]]]:
@@ -357,7 +362,7 @@ def test_server_optimisers_agree_with_flowers_strategies(strategy: str, flower_a
                                                          params: dict[str, Any],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     strategies = pytest.importorskip("flwr.serverapp.strategy")
-    flower_identity(monkeypatch)
+    flower_in_process(monkeypatch)
     for seed in (0, 1):
         compare_with_flower(getattr(strategies, strategy)(**flower_args), build_algorithm(recipe, **params),
                             random_rounds(5, 6, seed), seed)
@@ -366,7 +371,7 @@ def test_server_optimisers_agree_with_flowers_strategies(strategy: str, flower_a
 def test_the_paper_variant_differs_from_flowers_where_documented(monkeypatch: pytest.MonkeyPatch) -> None:
     """v_{-1} = tau^2 and no bias correction: FedAdam's first step is not Flower's."""
     strategies = pytest.importorskip("flwr.serverapp.strategy")
-    flower_identity(monkeypatch)
+    flower_in_process(monkeypatch)
     with pytest.raises(AssertionError):
         compare_with_flower(strategies.FedAdam(eta=0.1, tau=1e-3), build_algorithm("fedadam", server_lr=0.1),
                             random_rounds(1, 4, 0))

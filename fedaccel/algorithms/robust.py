@@ -81,14 +81,17 @@ def trimmed(beta: float) -> Callable[[Tensor], Tensor]:
 
 
 def squared_distances(stacked: Tensor) -> Tensor:
-    """(n, n) squared Euclidean distances between the rows, in float64 (summed over column blocks)."""
+    """(n, n) squared Euclidean distances between the rows: |a|^2 + |b|^2 - 2 a.b in float64 over column blocks
+    (exact for small integers), symmetric, clamped at 0, zero on the diagonal."""
     n = stacked.shape[0]
     total = torch.zeros(n, n, dtype=torch.float64, device=stacked.device)
     width = max(1, CHUNK_ELEMENTS // max(n, 1))
     for lo in range(0, stacked.shape[1], width):
         block = stacked[:, lo:lo + width].to(torch.float64)
-        total += torch.cdist(block, block, compute_mode="donot_use_mm_for_euclid_dist").square()
-    return total
+        norms = block.square().sum(dim=1)
+        total += norms[:, None] + norms[None, :] - 2 * block @ block.T
+    total = (total + total.T) / 2  # exactly symmetric: a pair of mutual nearest neighbours ties exactly
+    return total.clamp_min_(0).fill_diagonal_(0)
 
 
 def krum_scores(distances: Tensor, f: int, variant: str) -> Tensor:
