@@ -317,3 +317,14 @@ def test_subsets_in_hand_case_are_what_krum_scores_say() -> None:
     """The hand-case distances of POINTS, checked once by brute force (the comments above rely on them)."""
     d = {(i, j): sum((a - b) ** 2 for a, b in zip(POINTS[i], POINTS[j])) for i, j in combinations(range(4), 2)}
     assert d == {(0, 1): 1, (0, 2): 4, (1, 2): 5, (0, 3): 200, (1, 3): 181, (2, 3): 164}
+
+
+@pytest.mark.parametrize("params", [{"name": "bherd", "alpha": 0.75, "aggregate": "median", "server_opt": "adam"},
+                                    {"name": "fedgsnr", "samples": 4, "e_const": 3,
+                                     "aggregate": {"name": "multikrum", "f": 1}, "server_opt": "avgm"}],
+                         ids=["bherd-median-adam", "fedgsnr-multikrum-avgm"])
+def test_stacked_runtime_gives_the_in_process_model_with_a_rule_and_an_optimiser(params: dict[str, Any]) -> None:
+    from test_stacked import federation, run_both
+
+    name = params.pop("name")
+    run_both(build_algorithm(name, **params), lambda: federation("2nn"))

@@ -376,3 +376,17 @@ def test_the_paper_variant_differs_from_flowers_where_documented(monkeypatch: py
         compare_with_flower(strategies.FedAdam(eta=0.1, tau=1e-3), build_algorithm("fedadam", server_lr=0.1),
                             random_rounds(1, 4, 0))
 
+
+
+def test_the_moments_travel_in_flowers_records_and_come_back_as_they_were() -> None:
+    """On Flower the server states go out with the model (fedaccel.flower.client.shared_content)."""
+    pytest.importorskip("flwr")
+    from fedaccel.flower.client import SHARED, shared_content
+    from fedaccel.flower.wire import unpack
+
+    part = server_adam(lr=0.1)
+    state = part.init_server(torch.zeros(5))
+    _, state = part.server_end(INFO, torch.zeros(5), torch.arange(5.0), updates_for([[0.0]]), state)
+    back = unpack(shared_content(torch.ones(5), (None, state)), prefix=SHARED)["server"][1]
+    assert isinstance(back, ServerMoments) and back.steps == 1
+    assert torch.equal(back.m, state.m) and torch.equal(back.v, state.v)
