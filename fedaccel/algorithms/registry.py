@@ -2,17 +2,19 @@
 
 ``build_algorithm("fedavg")`` returns the composed :class:`~fedaccel.algorithms.base.Algorithm`;
 hyperparameters are the recipe's keyword arguments and are checked here, so a config with an
-unknown or invalid one fails at load.
+unknown or invalid one fails at load. Two keys go with every recipe (:data:`EVERY_RECIPE`):
+``server_opt`` (a server optimiser after the method's own step) and ``aggregate`` (a robust rule in
+place of the weighted mean), e.g. ``{name: bherd, server_opt: {name: adam, lr: 0.01}, aggregate: median}``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedaccel.algorithms.base import Algorithm, compose
+from fedaccel.algorithms.base import Algorithm, Part, compose
 from fedaccel.algorithms.bherd import bherd_selection
 from fedaccel.algorithms.fednova import fednova_aggregate
 from fedaccel.algorithms.grab import grab_selection
@@ -25,6 +27,9 @@ from fedaccel.algorithms.fedgsnr import fedgsnr_planning
 from fedaccel.algorithms.fedprox import fedprox as fedprox_term
 from fedaccel.algorithms.fedumf import fedumf as fedumf_part
 from fedaccel.algorithms.mean import mean_aggregate
+from fedaccel.algorithms.robust import RULES, with_robust_aggregate
+from fedaccel.algorithms.server_opt import PART_NAME as SERVER_OPT
+from fedaccel.algorithms.server_opt import SERVER_OPTIMISERS, server_adagrad, server_adam, server_avgm, server_yogi
 from fedaccel.errors import ConfigError, listed, shown
 
 
@@ -40,6 +45,37 @@ class Recipe:
 def fedavg(*, server_lr: float = 1.0) -> Algorithm:
     """FedAvg (McMahan et al., 2017): local SGD, data-weighted mean of the client models."""
     return compose("fedavg", mean_aggregate(server_lr=server_lr))
+
+
+# --- Server optimisers (Hsu et al. 2019; Reddi et al. 2021): FedAvg's mean, then the optimiser -----
+# eta_s has no paper default (both papers tune it per task); Algorithm 2's beta1 = 0.9, beta2 = 0.99, and
+# tau = 1e-3 (docs/algorithms.md "Server optimisers").
+
+
+def fedavgm(*, server_lr: float = 1.0, momentum: float = 0.9) -> Algorithm:
+    """FedAvgM (Hsu et al., 2019): server momentum on FedAvg's step, m = beta m + Delta, w + eta_s m."""
+    return compose("fedavgm", mean_aggregate(), server_avgm(lr=server_lr, momentum=momentum))
+
+
+def fedadagrad(*, server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, variant: str = "paper") -> Algorithm:
+    """FedAdagrad (Reddi et al., 2021, Algorithm 2) on FedAvg's step; ``variant: flower`` is Flower's."""
+    return compose("fedadagrad", mean_aggregate(), server_adagrad(lr=server_lr, beta1=beta1, tau=tau, variant=variant))
+
+
+def fedadam(
+    *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, variant: str = "paper"
+) -> Algorithm:
+    """FedAdam (Reddi et al., 2021, Algorithm 2: no bias correction) on FedAvg's step."""
+    part = server_adam(lr=server_lr, beta1=beta1, beta2=beta2, tau=tau, variant=variant)
+    return compose("fedadam", mean_aggregate(), part)
+
+
+def fedyogi(
+    *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, variant: str = "paper"
+) -> Algorithm:
+    """FedYogi (Reddi et al., 2021, Algorithm 2) on FedAvg's step."""
+    part = server_yogi(lr=server_lr, beta1=beta1, beta2=beta2, tau=tau, variant=variant)
+    return compose("fedyogi", mean_aggregate(), part)
 
 
 def centralized() -> Algorithm:
@@ -227,6 +263,10 @@ def bherd_scaffold(
 
 RECIPES: dict[str, Recipe] = {
     "fedavg": Recipe(fedavg, "FedAvg: local SGD, weighted model average"),
+    "fedavgm": Recipe(fedavgm, "FedAvgM: FedAvg with server momentum"),
+    "fedadagrad": Recipe(fedadagrad, "FedAdagrad: FedAvg's step through a server Adagrad"),
+    "fedadam": Recipe(fedadam, "FedAdam: FedAvg's step through a server Adam"),
+    "fedyogi": Recipe(fedyogi, "FedYogi: FedAvg's step through a server Yogi"),
     "centralized": Recipe(centralized, "centralized SGD on all data (reference curve)", centralized=True),
     "fedprox": Recipe(fedprox, "FedProx: local proximal term mu, weighted model average"),
     "fedgsnr": Recipe(fedgsnr, "FedGSNR with FedAvg: local steps per client from gradient statistics"),
@@ -249,14 +289,45 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def hyperparameters(name: str) -> dict[str, Any]:
-    """The recipe's hyperparameters and their defaults."""
-    recipe = get_recipe(name)
+EVERY_RECIPE: dict[str, Any] = {"server_opt": None, "aggregate": None}  # keys every recipe takes (null: none)
+
+
+def keyword_defaults(function: Callable[..., Any]) -> dict[str, Any]:
+    """``function``'s keyword-only parameters and their defaults."""
     return {
         k: p.default
-        for k, p in inspect.signature(recipe.build).parameters.items()
+        for k, p in inspect.signature(function).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     }
+
+
+def hyperparameters(name: str) -> dict[str, Any]:
+    """The recipe's hyperparameters and their defaults, with the keys every recipe takes."""
+    return {**keyword_defaults(get_recipe(name).build), **EVERY_RECIPE}
+
+
+def named_spec(spec: Any, key: str, table: Mapping[str, Callable[..., Any]]) -> tuple[str, dict[str, Any]]:
+    """``algorithm.<key>``: a name, or ``{name: ..., option: value}`` with the options of ``table[name]``
+    (``server_lr`` is the recipe's, not the rule's); unknown names, options and values fail in one line."""
+    if isinstance(spec, str):
+        name, params = spec, {}
+    elif isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+        name, params = spec["name"], {k: v for k, v in spec.items() if k != "name"}
+    else:
+        raise ConfigError(f"algorithm.{key} must be a name or {{name: ..., ...}}, got {shown(spec)}")
+    if name not in table:
+        raise ConfigError(f"unknown algorithm.{key} {shown(name)}; known: {listed(sorted(table), near=name)}")
+    defaults = {k: v for k, v in keyword_defaults(table[name]).items() if not (key == "aggregate" and k == "server_lr")}
+    for option, value in params.items():
+        if option not in defaults:
+            raise ConfigError(f"algorithm.{key} {name} has no option {shown(option)}; "
+                              f"known: {listed(sorted(defaults), near=str(option))}")
+        if value is None and defaults[option] is None:
+            continue
+        kind, what = (str, "a name") if isinstance(defaults[option], str) else ((int, float), "a number")
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ConfigError(f"algorithm.{key} {name}: {option} must be {what}, got {shown(value)}")
+    return name, params
 
 
 def get_recipe(name: str) -> Recipe:
@@ -265,11 +336,31 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
+def with_server_opt(algorithm: Algorithm, optimiser: Part) -> Algorithm:
+    """``algorithm`` with a server optimiser after every other part: its pseudo-gradient is the whole step
+    of the method (aggregate and server states; docs/algorithms.md "Server optimisers")."""
+    if any(p.name == SERVER_OPT for p in algorithm.parts):
+        raise ConfigError(f"{algorithm.name} has a server optimiser already: tune its own hyperparameters, "
+                          "or give algorithm.server_opt to fedavg")
+    return compose(algorithm.name, *algorithm.parts, optimiser)
+
+
 def build_algorithm(name: str, **params: Any) -> Algorithm:
-    """Build a named method; unknown or invalid hyperparameters raise ConfigError."""
+    """Build a named method; unknown or invalid hyperparameters raise ConfigError. ``server_opt`` and
+    ``aggregate`` (:data:`EVERY_RECIPE`) add a server optimiser and replace the mean by a robust rule."""
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ConfigError(f"algorithm {shown(name)} has no hyperparameter {shown(unknown[0])}; "
                           f"known: {listed(sorted(known), near=unknown[0])}")
-    return get_recipe(name).build(**params)
+    server_opt, rule = params.pop("server_opt", None), params.pop("aggregate", None)
+    algorithm = get_recipe(name).build(**params)
+    if rule is not None:
+        rule_name, options = named_spec(rule, "aggregate", RULES)
+        own_optimiser = any(p.name == SERVER_OPT for p in algorithm.parts)  # fedadam's server_lr is eta_s
+        server_lr = 1.0 if own_optimiser else params.get("server_lr", known.get("server_lr", 1.0))
+        algorithm = with_robust_aggregate(algorithm, rule_name, options, server_lr=server_lr)
+    if server_opt is not None:
+        opt_name, options = named_spec(server_opt, "server_opt", SERVER_OPTIMISERS)
+        algorithm = with_server_opt(algorithm, SERVER_OPTIMISERS[opt_name](**options))
+    return algorithm
