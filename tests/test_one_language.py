@@ -1,0 +1,40 @@
+"""One language: the grid's table, `compare` and `judge` give one comparison the same figures
+(one speed-up, one final accuracy; docs/statistics.md states the definitions once)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_judge import CLAIMS, LR, write_grid
+
+from fedaccel.cli import main
+from fedaccel.report.claims import speed_up
+from fedaccel.report.reading import load_runs
+from fedaccel.report.tables import compare_table
+
+
+def row_of(table: str, lr: float) -> list[str]:
+    """The cells of the table row of the setup at learning rate ``lr``."""
+    rows = [line for line in table.splitlines() if line.startswith(f"| train.lr={lr},")]
+    assert len(rows) == 1, table
+    return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+
+def test_the_table_and_judge_give_one_speed_up_and_one_final_accuracy(tmp_path: Path, capsys) -> None:
+    grid = write_grid(tmp_path / "toy", CLAIMS)
+    assert main(["judge", str(grid)]) == 0
+    judged = {c["text"]: c for c in json.loads((grid / "claims.json").read_text())}
+    sooner, same_end = judged[CLAIMS[0]["text"]], judged[CLAIMS[2]["text"]]
+    table = compare_table(load_runs(grid), [0.8])
+    capsys.readouterr()
+    assert main(["compare", str(grid), "--targets", "0.8"]) == 0
+    assert table in capsys.readouterr().out  # compare prints the grid's table
+
+    fast, slow, twin = row_of(table, LR["fast"]), row_of(table, LR["slow"]), row_of(table, LR["twin"])
+    assert "(baseline)" in slow[0]
+    # speed-up: judge's mean rounds of the two sides, through the one definition, is the table's figure
+    assert fast[5].lstrip("≈ ") == f"{speed_up(sooner['a_mean'], sooner['b_mean']):.2f}×"
+    assert fast[4].split()[0] == f"{sooner['a_mean']:.1f}" and slow[4].split()[0] == f"{sooner['b_mean']:.1f}"
+    # final accuracy: each seed's mean of its last 3 evaluations, averaged over the seeds, in both
+    assert twin[3].split()[0] == f"{same_end['a_mean']:.4f}" and fast[3].split()[0] == f"{same_end['b_mean']:.4f}"
