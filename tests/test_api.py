@@ -53,12 +53,9 @@ def test_a_second_train_into_the_same_folder_is_refused_and_appends_nothing(tmp_
     assert len((tmp_path / "run/metrics.jsonl").read_text().splitlines()) == 6
 
 
-def test_resume_continues_an_interrupted_run_to_the_uninterrupted_numbers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    options = {"rounds": 7, "algorithm": "scaffold", "client_fraction": 0.5}  # checkpoints at 5 and 7
-    whole = fit(tmp_path / "whole", **options)
-
+def cut_in_round_7(path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> None:
+    """``fit`` into ``path`` (``rounds=7``, checkpoints at 5 and 7), stopped by Ctrl-C in round 7: the
+    checkpoint of round 5 stays, and the rows of rounds 0-6."""
     real_round = runner.run_round
 
     def dies_in_round_7(algorithm, state, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -68,8 +65,16 @@ def test_resume_continues_an_interrupted_run_to_the_uninterrupted_numbers(
 
     monkeypatch.setattr(runner, "run_round", dies_in_round_7)
     with pytest.raises(Interrupted, match="continues from round 5"):  # Ctrl-C: the last checkpoint is round 5
-        fit(tmp_path / "cut", **options)
+        fit(path, **options)
     monkeypatch.undo()
+
+
+def test_resume_continues_an_interrupted_run_to_the_uninterrupted_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {"rounds": 7, "algorithm": "scaffold", "client_fraction": 0.5}  # checkpoints at 5 and 7
+    whole = fit(tmp_path / "whole", **options)
+    cut_in_round_7(tmp_path / "cut", monkeypatch, **options)
     assert len((tmp_path / "cut/metrics.jsonl").read_text().splitlines()) == 7  # rounds 0-6, checkpoint at 5
 
     resumed = fit(tmp_path / "cut", resume=True, **options)

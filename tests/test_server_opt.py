@@ -206,23 +206,11 @@ def test_state_is_plain_tensors_loadable_with_weights_only(tmp_path: Path) -> No
 def test_resume_continues_with_the_optimisers_moments(algorithm: dict[str, Any], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Interrupted in round 7, resumed from the checkpoint of round 5: the uninterrupted numbers, moments too."""
-    from fedaccel.runs import loop as runner
-    from fedaccel.runs.stopping import Interrupted
-    from test_api import fit, without_wall
+    from test_api import cut_in_round_7, fit, without_wall
 
     options = {"rounds": 7, "algorithm": algorithm, "client_fraction": 0.5}  # checkpoints at 5 and 7
     whole = fit(tmp_path / "whole", **options)
-    real_round = runner.run_round
-
-    def dies_in_round_7(algorithm, state, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if state.round == 6:
-            raise KeyboardInterrupt
-        return real_round(algorithm, state, *args, **kwargs)
-
-    monkeypatch.setattr(runner, "run_round", dies_in_round_7)
-    with pytest.raises(Interrupted, match="continues from round 5"):
-        fit(tmp_path / "cut", **options)
-    monkeypatch.undo()
+    cut_in_round_7(tmp_path / "cut", monkeypatch, **options)
     resumed = fit(tmp_path / "cut", resume=True, **options)
     assert without_wall(resumed.metrics) == without_wall(whole.metrics)
     assert torch.equal(resumed.w, whole.w)
