@@ -159,15 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_force_option(p)
     p.add_argument("--diagnostics", action="store_true",
                    help="also the algorithms' diagnostic plots, beside -o as <name>-<diagnostic>.png")
-    p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
-    p.add_argument("--title", default="")
-    p.add_argument("--targets", nargs="*", type=float, default=[], help="dotted lines on the test accuracy panel")
+    p.add_argument("--metrics", nargs="+", help="default: a grid's metrics:, else test_acc test_loss train_loss")
+    p.add_argument("--title", help="default: a grid's name")
+    p.add_argument("--targets", nargs="*", type=float,
+                   help="dotted lines on the test accuracy panel (default: a grid's targets:; none: no lines)")
     p.set_defaults(handler=cmd_plot)
 
     p = sub.add_parser("compare", help="rounds to target accuracy and speed-ups (Markdown)")
     p.add_argument("runs", nargs="+")
-    p.add_argument("--targets", nargs="+", type=float, default=[0.5, 0.7, 0.8])
-    p.add_argument("--baseline", help="label of the baseline (default: fedavg, else the first)")
+    p.add_argument("--targets", nargs="+", type=float,
+                   help=f"default: a grid's, as in its table.md; else {' '.join(map(str, COMPARE_TARGETS))}")
+    p.add_argument("--baseline", help="label of the baseline (default: a grid's baseline:, else fedavg, else the first)")
     p.add_argument("--metric", default="test_acc")
     p.set_defaults(handler=cmd_compare)
 
@@ -386,29 +388,41 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_METRICS = ("test_acc", "test_loss", "train_loss")
+COMPARE_TARGETS = (0.5, 0.7, 0.8)  # without --targets and without a grid's targets:
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedaccel.report.diagnostics import plot_all_diagnostics
+    from fedaccel.grids.view import grid_view
+    from fedaccel.report.diagnostics import diagnostic_figures, plot_all_diagnostics
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.reading import load_runs
 
-    runs = load_runs(args.runs)
-    warn_incomplete(args.runs, runs)
+    view = grid_view(args.runs, load_runs(args.runs))
+    warn_incomplete(args.runs, view.runs)
+    if args.diagnostics and not diagnostic_figures([r.path for r in view.runs]):
+        raise UserError(f"--diagnostics: none of the {len(view.runs)} runs recorded diagnostics to draw (BHerd, "
+                        "GraB and FedGSNR do, in diagnostics.jsonl); nothing written: plot without --diagnostics")
+    targets, source = ((args.targets, "--targets") if args.targets is not None else (view.targets, "grid's targets"))
     out = Path(args.out)
-    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets,
-                      force=args.force))
+    print(plot_curves(view.runs, out, metrics=tuple(args.metrics or view.metrics or PLOT_METRICS),
+                      title=view.name if args.title is None else args.title, targets=targets, targets_from=source,
+                      palette=view.palette, force=args.force))
     if args.diagnostics:
-        for path in plot_all_diagnostics([r.path for r in runs], out.with_suffix(""), force=args.force):
+        for path in plot_all_diagnostics([r.path for r in view.runs], out.with_suffix(""), force=args.force):
             print(path)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from fedaccel.grids.view import grid_view
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
 
-    runs = load_runs(args.runs)
-    warn_incomplete(args.runs, runs)
-    print(compare_table(runs, args.targets, baseline=args.baseline, metric=args.metric))
+    view = grid_view(args.runs, load_runs(args.runs))
+    warn_incomplete(args.runs, view.runs)
+    targets = args.targets or view.table_targets or COMPARE_TARGETS
+    print(compare_table(view.runs, targets, baseline=args.baseline or view.baseline, metric=args.metric))
     return 0
 
 

@@ -193,7 +193,7 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
 def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path) -> Report:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
     of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``."""
-    from fedaccel.grids.experiment import load_experiment
+    from fedaccel.grids.experiment import TABLE_TARGETS, load_experiment
     from fedaccel.report.claims import judge, judge_family
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
     from fedaccel.report.reading import load_runs
@@ -212,7 +212,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         run_dirs = unpack(data, workdir / file.stem)
         _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
         runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
-        table = compare_table(runs, experiment.targets or [0.5], baseline=experiment.baseline)  # as run_experiment
+        table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)  # as run_experiment
         drawn = _curve_drawings(file.stem, experiment, runs)
         for name, kind, build in diagnostic_figures([r.path for r in _diagnosed(experiment, runs)]):
             drawn.append(Drawing(f"{file.stem}-{name}.png", kind, build, lambda out, b=build: save_figure(b(), out)))
@@ -301,12 +301,14 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 
 
 def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing]:
-    """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each)."""
-    from fedaccel.grids.experiment import short_value
+    """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each),
+    each method in the colour it has in every figure of the grid (:func:`~fedaccel.grids.experiment.cell_palette`)."""
+    from fedaccel.grids.experiment import cell_palette, short_value
     from fedaccel.report.figures import _make_figure, plot_curves
     from fedaccel.report.reading import value_at
 
     parts: list[tuple[str, str, list[Any]]] = [(f"{stem}.png", experiment.name, runs)]
+    palette = cell_palette(experiment, runs)
     if experiment.figures_by:
         key, values = experiment.figures_by, []
         for run in runs:
@@ -315,11 +317,14 @@ def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing
         short = key.split(".")[-1]
         parts = [(f"{stem}-{short}={short_value(v)}.png", f"{experiment.name} ({short} = {short_value(v)})",
                   [r for r in runs if value_at(r.config, key) == v]) for v in values]
+        palette = cell_palette(experiment, runs, ignore=(key,))
     drawings = []
     for name, title, subset in parts:
         curves = (subset, experiment.metrics, title, experiment.targets)
-        drawings.append(Drawing(name, "curves", partial(_make_figure, *curves),
-                                lambda out, c=curves: plot_curves(c[0], out, metrics=c[1], title=c[2], targets=c[3])))
+        style = {"targets_from": "grid's targets", "palette": palette}
+        drawings.append(Drawing(name, "curves", partial(_make_figure, *curves, **style),
+                                lambda out, c=curves, st=style: plot_curves(c[0], out, metrics=c[1], title=c[2],
+                                                                            targets=c[3], **st)))
     return drawings
 
 
