@@ -376,6 +376,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
+    if not args.no_progress:  # checking the cells' configs loads torch: seconds before the grid's first line
+        print(f"reading {args.file}", file=sys.stderr, flush=True)
     from fedaccel.grids.experiment import load_experiment, run_experiment
 
     result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
