@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import shlex
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from fedaccel.errors import UserError, check_png_output
@@ -40,7 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fedaccel.runs.stopping import Interrupted
 
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return reader_gone()
     except Interrupted as exc:
         print(exc.how_to_continue(continue_command(args, argv, exc.run_dir)), file=sys.stderr)
         return 130
@@ -60,6 +67,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"interrupted; `{continue_command(args, argv, None)}` continues", file=sys.stderr)
         return 130
+
+
+@contextmanager
+def said_if_slow(line: str, after_s: float = 2.0, quiet: bool = False) -> Iterator[None]:
+    """``line`` on stderr if the block is still running after ``after_s`` seconds (no silence while torch
+    loads; nothing before a quick answer or a one-line error)."""
+    timer = threading.Timer(after_s, lambda: print(line, file=sys.stderr, flush=True))
+    timer.daemon = True
+    if not quiet:
+        timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def reader_gone() -> int:
+    """stdout's reader stopped reading (``fedaccel compare ... | head -1``): no traceback, and what is
+    left to print goes nowhere (Python's own flush at exit would fail again); exit status 1."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured): nothing is flushed to it at exit
+        pass
+    return 1
 
 
 # what torch.save's C++ writer says when a write fails (it does not pass on the errno)
@@ -376,11 +407,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    if not args.no_progress:  # checking the cells' configs loads torch: seconds before the grid's first line
-        print(f"reading {args.file}", file=sys.stderr, flush=True)
-    from fedaccel.grids.experiment import load_experiment, run_experiment
+    if not Path(args.file).exists():
+        raise UserError(f"experiment file {args.file} not found")
+    with said_if_slow(f"reading {args.file} (its cells' configs: torch loads)", quiet=args.no_progress):
+        from fedaccel.grids.experiment import load_experiment, run_experiment
 
-    result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
+        experiment = load_experiment(args.file, args.set)
+    result = run_experiment(experiment, progress=False if args.no_progress else None,
                             workers=args.workers, stack_seeds=args.stack_seeds, ray=ray_options(args))
     print()
     print(result.table)

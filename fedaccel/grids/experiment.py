@@ -24,6 +24,7 @@ are refused when the file is loaded, as are claims that select no cell (:func:`l
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import re
 import threading
@@ -94,6 +95,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     path = Path(path)
     raw = read_yaml(path)
     unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
+    if unknown and set(raw) <= {f.name for f in dataclasses.fields(Config)}:
+        raise ConfigError(f"{path} is a run config, not an experiment file: `fedaccel run {path}` runs it (an experiment "
+                          "file names it as its base: and varies keys in grid:, e.g. experiments/demo.yaml)")
     if unknown:
         raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
     base, grid = _base(path, raw), _grid(path, raw)

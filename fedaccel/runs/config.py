@@ -291,6 +291,10 @@ def from_dict(raw: dict[str, Any]) -> Config:
 
     config = _build(Config, apply_preset(raw) if isinstance(raw, dict) else raw, "")
     validate(config)
+    from fedaccel.engine.work import resolved_work
+
+    t = config.train  # config.yaml records what the local work resolved to (partial_work: auto -> drop or keep)
+    t.local_work, t.partial_work = resolved_work(t.local_work, t.partial_work, t.local_epochs, config.algorithm["name"])
     return config
 
 

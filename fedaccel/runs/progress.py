@@ -30,11 +30,14 @@ def on_terminal(stream: IO[str] | None = None) -> bool:
 
 
 class RoundLines:
-    """Rounds as plain lines: ``DESC: round 20/60, acc 0.9312 (31 s)`` at most every ``every_s`` seconds."""
+    """Rounds (or another ``unit``) as plain lines: ``DESC: round 20/60, acc 0.9312 (31 s)`` at most
+    every ``every_s`` seconds."""
 
     def __init__(self, total: int, initial: int = 0, desc: str = "", *, every_s: float = EVERY_S,
-                 stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.total, self.n, self.desc = total, initial, desc
+                 stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic, unit: str = "round",
+                 say: Callable[[str], None] | None = None) -> None:
+        self.total, self.n, self.desc, self.unit = total, initial, desc, unit
+        self.say = say or self.write  # where its lines go (default: ``stream``, else stderr)
         self.every_s, self.stream, self.clock = every_s, stream, clock
         self.began = self.said = clock()
         self.postfix: dict[str, Any] = {}
@@ -45,7 +48,7 @@ class RoundLines:
         if now - self.said >= self.every_s and self.n < self.total:
             self.said = now
             extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
-            self.write(f"{self.desc}: round {self.n}/{self.total}{extra} ({now - self.began:.0f} s)")
+            self.say(f"{self.desc}: {self.unit} {self.n}/{self.total}{extra} ({now - self.began:.0f} s)")
 
     def set_postfix(self, refresh: bool = True, **values: Any) -> None:
         self.postfix = values
