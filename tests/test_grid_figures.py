@@ -106,3 +106,18 @@ def test_diagnostics_with_nothing_to_draw_say_so_in_one_line(grid: Path, tmp_pat
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --diagnostics: none of the 3 runs recorded diagnostics") and "\n" not in err
     assert not out.exists()
+
+
+def test_groups_of_one_figure_never_share_a_pattern() -> None:
+    """table1_iid's grid: three FedAvg setups (one colour) and two FedUMF ones; every curve its own dashes."""
+    from fedaccel.report.figures import _line_styles
+    from fedaccel.report.reading import Run, group_runs
+
+    cells = [("fedavg", 1, 0.1), ("fedumf", 1, 0.1), ("fedumf-0.1", 1, 0.1), ("fedavg", 10, 0.1), ("fedavg", 1, 1.0)]
+    runs = [Run(Path(f"c{i}"), {"algorithm": {"name": a.split("-")[0], "alpha": 0.1 if "-" in a else 1.0},
+                                "train": {"local_epochs": e, "client_fraction": c}}, [])
+            for i, (a, e, c) in enumerate(cells)]
+    styles = _line_styles(group_runs(runs), grid_palette(r.config for r in runs))
+    colours = [s["color"] for s in styles]
+    assert colours[0] == colours[3] == colours[4] and len(set(colours)) == 3
+    assert len({str(s["dashes"]) for s in styles}) == 5 and len({s["marker"] for s in styles}) == 5

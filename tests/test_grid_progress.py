@@ -138,3 +138,28 @@ def test_a_run_into_a_log_writes_no_bar(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert "\r" not in err and "round/s" not in err
     assert len(err.splitlines()) == 1 and "rounds 1-4 -> " in err, err
+
+
+def test_a_deployment_says_where_it_is_until_its_first_round(tmp_path: Path, capsys) -> None:
+    """``fedaccel deploy`` before the first round (processes, data, round 0): a line when 5 s passed in
+    silence; none once the rounds come, none with --no-progress."""
+    from fedaccel.flower.deploy import HEARTBEAT_S, Stream
+    from fedaccel.runs.progress import RoundLines
+
+    log = tmp_path / "flwr-run.log"
+    stream = Stream(log, RoundLines(10, 0, "fedavg"))
+    stream.heartbeat()
+    assert capsys.readouterr().err == ""
+    stream.said -= HEARTBEAT_S
+    stream.heartbeat()
+    err = capsys.readouterr().err
+    assert err.startswith("fedaccel deploy: waiting for the first round (") and err.count("\n") == 1
+    log.write_text("fedaccel server: round 1/10  test_acc 0.5000  (1.0 s)\n")
+    stream.follow()
+    stream.said -= HEARTBEAT_S
+    stream.heartbeat()
+    assert "waiting" not in capsys.readouterr().err
+    quiet = Stream(log, RoundLines(10, 0, "fedavg"), quiet=True)
+    quiet.said -= HEARTBEAT_S
+    quiet.heartbeat()
+    assert capsys.readouterr().err == ""

@@ -230,14 +230,15 @@ def grid_palette(configs: Iterable[Mapping[str, Any]], ignore: Sequence[str] = (
 
 def _line_styles(groups: Sequence[tuple[str, Sequence[Run]]], palette: Palette) -> list[dict[str, Any]]:
     """A style per group (legend order): the colour of its method (``palette``); dashes and markers
-    from the same place, moved on for each further group of that colour, so overlapping curves of
-    two methods, or two setups of one method, differ in pattern as well. Later groups are drawn on
-    top, thinner: a line they cover shows as a coloured halo around theirs."""
-    n, styles, seen = len(groups), [], []
+    from the same place in the grid, moved on to the next pattern no earlier group of the figure has,
+    so overlapping curves of two methods, or two setups of one method, differ in pattern as well.
+    Later groups are drawn on top, thinner: a line they cover shows as a coloured halo around theirs."""
+    n, styles, used = len(groups), [], set()
     for i, (_, members) in enumerate(groups):
         place = palette.index(members[0].config)
-        pattern = place + seen.count(place)
-        seen.append(place)
+        free = [p for p in range(place, place + len(_DASHES)) if p % len(_DASHES) not in used]
+        pattern = free[0] if free else place + i
+        used.add(pattern % len(_DASHES))
         styles.append({
             "color": palette.color(members[0].config),
             "linewidth": 1.2 + 1.6 * (n - 1 - i) / max(n - 1, 1),
