@@ -55,22 +55,20 @@ def test_a_run_config_given_to_experiment_points_to_run(tmp_path: Path, capsys) 
 
 
 def test_config_yaml_records_what_local_work_resolved_to(tmp_path: Path) -> None:
-    """``stragglers`` with its defaults, ``partial_work: auto`` as drop (FedAvg) or keep (SCAFFOLD); fixed work as it is."""
+    """``stragglers`` with its defaults, ``partial_work: auto`` as drop (FedAvg) or keep (SCAFFOLD), in a
+    comment: the values stay as given (claims select by them); fixed work has no comment."""
     from fedaccel.runs.config import dump_config, from_dict, read_yaml
 
-    config = load_config(None, ["train.local_work=stragglers", "train.local_epochs=3"])
-    assert config.train.local_work == {"name": "stragglers", "min_epochs": 1, "max_epochs": 2, "fraction": 0.5}
-    assert config.train.partial_work == "drop"
-    assert load_config(None, ["train.local_work=stragglers", "train.local_epochs=3",
-                              "algorithm=scaffold"]).train.partial_work == "keep"
-    assert load_config(None, ["train.local_work=stragglers", "train.local_epochs=3",
-                              "train.partial_work=keep"]).train.partial_work == "keep"
-    dump_config(config, tmp_path / "config.yaml")
-    written = read_yaml(tmp_path / "config.yaml")["train"]
-    assert written["partial_work"] == "drop" and written["local_work"]["max_epochs"] == 2
-    assert from_dict(read_yaml(tmp_path / "config.yaml")).to_dict() == config.to_dict()  # a resumed run: the same
-    fixed = load_config(None, [])
-    assert fixed.train.local_work == {"name": "fixed"} and fixed.train.partial_work == "auto"
+    for algorithm, partial in (("fedavg", "drop"), ("scaffold", "keep")):
+        config = load_config(None, ["train.local_work=stragglers", "train.local_epochs=3", f"algorithm={algorithm}"])
+        dump_config(config, tmp_path / "config.yaml")
+        last = (tmp_path / "config.yaml").read_text().splitlines()[-1]
+        assert last == ("# resolved, as this run does it: train.local_work: {name: stragglers, min_epochs: 1, "
+                        f"max_epochs: 2, fraction: 0.5}}, train.partial_work: {partial}")
+        assert from_dict(read_yaml(tmp_path / "config.yaml")).to_dict() == config.to_dict()  # a resumed run: the same
+        assert config.train.partial_work == "auto"
+    dump_config(load_config(None, []), tmp_path / "fixed.yaml")
+    assert "resolved" not in (tmp_path / "fixed.yaml").read_text()
 
 
 def test_the_plan_table_says_what_an_equal_claims_difference_is(tmp_path: Path, capsys) -> None:
