@@ -345,7 +345,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         config = from_dict(read_yaml(Path(args.resume) / "config.yaml"))
         out = Path(args.resume)
     else:
-        config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
+        with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
+            config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
         if args.clients is not None and args.clients != config.data.clients:
             raise UserError(f"--clients {args.clients} but data.clients = {config.data.clients} (one SuperNode per "
                             f"client): --set data.clients={args.clients}, or leave --clients out")

@@ -154,6 +154,9 @@ def test_a_deployment_says_where_it_is_until_its_first_round(tmp_path: Path, cap
     stream.heartbeat()
     err = capsys.readouterr().err
     assert err.startswith("fedaccel deploy: waiting for the first round (") and err.count("\n") == 1
+    stream.said -= HEARTBEAT_S
+    stream.heartbeat()
+    assert capsys.readouterr().err.startswith("fedaccel deploy: still waiting for the first round (")
     log.write_text("fedaccel server: round 1/10  test_acc 0.5000  (1.0 s)\n")
     stream.follow()
     stream.said -= HEARTBEAT_S

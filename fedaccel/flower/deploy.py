@@ -254,14 +254,18 @@ class Stream:
         self.log, self.bar, self.quiet = log, bar, quiet
         self.position, self.error, self.rounds_seen = 0, "", False
         self.began = self.said = time.monotonic()
+        self.waited = False  # said once why it waits
 
     def heartbeat(self) -> None:
         """Before the first round, a line when nothing was said for :data:`HEARTBEAT_S` seconds: the
         processes, the data and round 0's evaluation take a while (none with ``quiet``)."""
         now = time.monotonic()
         if not self.quiet and not self.rounds_seen and now - self.said >= HEARTBEAT_S:
-            self.say(f"fedaccel deploy: waiting for the first round ({now - self.began:.0f} s; the ServerApp "
-                     f"and the ClientApps load the model and the data; logs in {self.log.parent})")
+            why = "" if self.waited else (f"; the ServerApp and the ClientApps load the model and the data; logs in "
+                                          f"{self.log.parent}")
+            self.say(f"fedaccel deploy: {'still ' if self.waited else ''}waiting for the first round "
+                     f"({now - self.began:.0f} s{why})")
+            self.waited = True
 
     def follow(self) -> None:
         try:
