@@ -121,3 +121,17 @@ def test_groups_of_one_figure_never_share_a_pattern() -> None:
     colours = [s["color"] for s in styles]
     assert colours[0] == colours[3] == colours[4] and len(set(colours)) == 3
     assert len({str(s["dashes"]) for s in styles}) == 5 and len({s["marker"] for s in styles}) == 5
+
+
+@pytest.mark.parametrize("targets", ["0.5", [True], {"a": 1}, [[0.5]], ["x"]])
+def test_a_grid_file_with_hostile_targets_is_one_line(grid: Path, tmp_path: Path, capsys, targets) -> None:
+    import shutil
+
+    copy = tmp_path / "grid"
+    shutil.copytree(grid, copy)
+    spec = yaml.safe_load((copy / "experiment.yaml").read_text())
+    (copy / "experiment.yaml").write_text(yaml.safe_dump({**spec, "targets": targets}))
+    for command in (["compare", str(copy)], ["plot", str(copy), "-o", str(tmp_path / "p.png")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "targets must be a list of numbers" in err, err
