@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import shlex
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from fedaccel.errors import UserError, check_png_output
@@ -40,7 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fedaccel.runs.stopping import Interrupted
 
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return reader_gone()
     except Interrupted as exc:
         print(exc.how_to_continue(continue_command(args, argv, exc.run_dir)), file=sys.stderr)
         return 130
@@ -61,6 +68,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"interrupted; `{continue_command(args, argv, None)}` continues", file=sys.stderr)
         return 130
+
+
+@contextmanager
+def said_if_slow(line: str, after_s: float = 2.0, quiet: bool = False) -> Iterator[None]:
+    """``line`` on stderr if the block is still running after ``after_s`` seconds (no silence while torch
+    loads; nothing before a quick answer or a one-line error)."""
+    timer = threading.Timer(after_s, lambda: print(line, file=sys.stderr, flush=True))
+    timer.daemon = True
+    if not quiet:
+        timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def reader_gone() -> int:
+    """stdout's reader stopped reading (``fedaccel compare ... | head -1``): no traceback, and what is
+    left to print goes nowhere (Python's own flush at exit would fail again); exit status 1."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured): nothing is flushed to it at exit
+        pass
+    return 1
 
 
 # what torch.save's C++ writer says when a write fails (it does not pass on the errno)
@@ -172,15 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_force_option(p)
     p.add_argument("--diagnostics", action="store_true",
                    help="also the algorithms' diagnostic plots, beside -o as <name>-<diagnostic>.png")
-    p.add_argument("--metrics", nargs="+", default=["test_acc", "test_loss", "train_loss"])
-    p.add_argument("--title", default="")
-    p.add_argument("--targets", nargs="*", type=float, default=[], help="dotted lines on the test accuracy panel")
+    p.add_argument("--metrics", nargs="+", help="default: a grid's metrics:, else test_acc test_loss train_loss")
+    p.add_argument("--title", help="default: a grid's name")
+    p.add_argument("--targets", nargs="*", type=float,
+                   help="dotted lines on the test accuracy panel (default: a grid's targets:; none: no lines)")
     p.set_defaults(handler=cmd_plot)
 
     p = sub.add_parser("compare", help="rounds to target accuracy and speed-ups (Markdown)")
     p.add_argument("runs", nargs="+")
-    p.add_argument("--targets", nargs="+", type=float, default=[0.5, 0.7, 0.8])
-    p.add_argument("--baseline", help="label of the baseline (default: fedavg, else the first)")
+    p.add_argument("--targets", nargs="+", type=float,
+                   help=f"default: a grid's, as in its table.md; else {' '.join(map(str, COMPARE_TARGETS))}")
+    p.add_argument("--baseline", help="label of the baseline (default: a grid's baseline:, else fedavg, else the first)")
     p.add_argument("--metric", default="test_acc")
     p.set_defaults(handler=cmd_compare)
 
@@ -325,7 +358,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         config = from_dict(read_yaml(Path(args.resume) / "config.yaml"))
         out = Path(args.resume)
     else:
-        config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
+        with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
+            config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
         if args.clients is not None and args.clients != config.data.clients:
             raise UserError(f"--clients {args.clients} but data.clients = {config.data.clients} (one SuperNode per "
                             f"client): --set data.clients={args.clients}, or leave --clients out")
@@ -389,9 +423,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from fedaccel.grids.experiment import load_experiment, run_experiment
+    if not Path(args.file).exists():
+        raise UserError(f"experiment file {args.file} not found")
+    with said_if_slow(f"reading {args.file} (its cells' configs: torch loads)", quiet=args.no_progress):
+        from fedaccel.grids.experiment import load_experiment, run_experiment
 
-    result = run_experiment(load_experiment(args.file, args.set), progress=False if args.no_progress else None,
+        experiment = load_experiment(args.file, args.set)
+    result = run_experiment(experiment, progress=False if args.no_progress else None,
                             workers=args.workers, stack_seeds=args.stack_seeds, ray=ray_options(args))
     print()
     print(result.table)
@@ -401,18 +439,28 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_METRICS = ("test_acc", "test_loss", "train_loss")
+COMPARE_TARGETS = (0.5, 0.7, 0.8)  # without --targets and without a grid's targets:
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
+    from fedaccel.grids.view import grid_view
     from fedaccel.report.diagnostics import diagnostic_figures, draw_diagnostics
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.reading import load_runs
 
     out = Path(args.out)
     check_output_folder(out)
-    runs = load_runs(args.runs)
-    warn_incomplete(args.runs, runs)
-    figures = diagnostic_figures([r.path for r in runs]) if args.diagnostics else []  # all read before one is drawn
-    print(plot_curves(runs, out, metrics=tuple(args.metrics), title=args.title, targets=args.targets,
-                      force=args.force))
+    view = grid_view(args.runs, load_runs(args.runs))
+    warn_incomplete(args.runs, view.runs)
+    figures = diagnostic_figures([r.path for r in view.runs]) if args.diagnostics else []  # all read before one is drawn
+    if args.diagnostics and not figures:
+        raise UserError(f"--diagnostics: none of the {len(view.runs)} runs recorded diagnostics to draw (BHerd, "
+                        "GraB and FedGSNR do, in diagnostics.jsonl); nothing written: plot without --diagnostics")
+    targets, source = ((args.targets, "--targets") if args.targets is not None else (view.targets, "grid's targets"))
+    print(plot_curves(view.runs, out, metrics=tuple(args.metrics or view.metrics or PLOT_METRICS),
+                      title=view.name if args.title is None else args.title, targets=targets, targets_from=source,
+                      palette=view.palette, force=args.force))
     for path in draw_diagnostics(figures, out.with_suffix(""), force=args.force):
         print(path)
     return 0
@@ -427,12 +475,14 @@ def check_output_folder(out: Path) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from fedaccel.grids.view import grid_view
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
 
-    runs = load_runs(args.runs)
-    warn_incomplete(args.runs, runs)
-    print(compare_table(runs, args.targets, baseline=args.baseline, metric=args.metric))
+    view = grid_view(args.runs, load_runs(args.runs))
+    warn_incomplete(args.runs, view.runs)
+    targets = args.targets or view.table_targets or COMPARE_TARGETS
+    print(compare_table(view.runs, targets, baseline=args.baseline or view.baseline, metric=args.metric))
     return 0
 
 

@@ -95,3 +95,74 @@ def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_p
     assert err[2].startswith("[first 1/1] run.seed=0: done (1/2 cells done, ") and "left)" in err[2]
     assert err[3] == "== experiment second (2/2): 1 cell =="
     assert err[4].startswith("[second 1/1] run.seed=0: running (1/2 cells done, ")
+
+
+def test_in_a_log_a_grid_prints_its_cells_lines_and_no_bar(tmp_path: Path, capsys) -> None:
+    """stderr not a terminal, progress left on (run.progress true): the start and end line of each cell
+    and nothing else from its run (no bar, no carriage returns, no run line)."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 2}, "model": "svm", "train": {"rounds": 3, "batch_size": 20}}
+    path.write_text(yaml.safe_dump({"name": "tiny", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"algorithm": ["fedavg", "fedprox"]}}))
+    run_experiment(load_experiment(path))
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert lines[0] == "== experiment tiny: 2 cells ==" and len(lines) == 1 + 2 * 2, lines
+    assert all(re.match(r"\[tiny [12]/2\] algorithm=fedprox|\[tiny [12]/2\] algorithm=fedavg", line) for line in lines[1:])
+
+
+def test_round_lines_come_every_half_minute_at_most() -> None:
+    """A run in a log: a line when 30 s passed since the last, none for a short run, none at the end."""
+    from fedaccel.runs.progress import RoundLines
+
+    now = [0.0]
+    stream = io.StringIO()
+    lines = RoundLines(total=100, initial=0, desc="[g] fedavg", stream=stream, clock=lambda: now[0])
+    for _ in range(99):
+        now[0] += 1.0
+        lines.set_postfix(acc="0.9000", refresh=False)
+        lines.update(1)
+    lines.update(1)
+    lines.close()
+    assert stream.getvalue().splitlines() == [f"[g] fedavg: round {r}/100, acc 0.9000 ({r} s)" for r in (30, 60, 90)]
+
+
+def test_a_run_into_a_log_writes_no_bar(tmp_path: Path, capsys) -> None:
+    """``fedaccel run > log``: its first line and its result, no per-round bar updates."""
+    from fedaccel.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--set", "data.dataset=digits", "--set", "model=svm", "--set", "data.clients=2",
+                 "--set", "train.rounds=4", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "round/s" not in err
+    assert len(err.splitlines()) == 1 and "rounds 1-4 -> " in err, err
+
+
+def test_a_deployment_says_where_it_is_until_its_first_round(tmp_path: Path, capsys) -> None:
+    """``fedaccel deploy`` before the first round (processes, data, round 0): a line when 5 s passed in
+    silence; none once the rounds come, none with --no-progress."""
+    from fedaccel.flower.deploy import HEARTBEAT_S, Stream
+    from fedaccel.runs.progress import RoundLines
+
+    log = tmp_path / "flwr-run.log"
+    stream = Stream(log, RoundLines(10, 0, "fedavg"))
+    stream.heartbeat()
+    assert capsys.readouterr().err == ""
+    stream.said -= HEARTBEAT_S
+    stream.heartbeat()
+    err = capsys.readouterr().err
+    assert err.startswith("fedaccel deploy: waiting for the first round (") and err.count("\n") == 1
+    stream.said -= HEARTBEAT_S
+    stream.heartbeat()
+    assert capsys.readouterr().err.startswith("fedaccel deploy: still waiting for the first round (")
+    log.write_text("fedaccel server: round 1/10  test_acc 0.5000  (1.0 s)\n")
+    stream.follow()
+    stream.said -= HEARTBEAT_S
+    stream.heartbeat()
+    assert "waiting" not in capsys.readouterr().err
+    quiet = Stream(log, RoundLines(10, 0, "fedavg"), quiet=True)
+    quiet.said -= HEARTBEAT_S
+    quiet.heartbeat()
+    assert capsys.readouterr().err == ""

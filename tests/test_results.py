@@ -435,7 +435,8 @@ def test_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path):
 
 
 def test_targets_are_dotted_labelled_lines_on_the_accuracy_panel(tmp_path):
-    fig = _make_figure(_close_pair(tmp_path), ["test_acc", "test_loss"], targets=[0.93, 0.95, 0.99])
+    fig = _make_figure(_close_pair(tmp_path), ["test_acc", "test_loss"], targets=[0.93, 0.95, 0.99],
+                       targets_from="grid's targets")
     ax = _panel(fig, "test accuracy")
     dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
     assert sorted(line.get_ydata()[0] for line in dotted) == [0.93, 0.95]  # 0.99: no curve gets there

@@ -93,6 +93,21 @@ def local_work(spec: Mapping[str, Any] | None, partial: str = "auto") -> LocalWo
     return LocalWork(name=str(name), partial=partial, **options)
 
 
+def resolved_work(spec: Mapping[str, Any] | None, partial: str, local_epochs: float,
+                  recipe: str) -> tuple[dict[str, Any], str]:
+    """``train.local_work`` and ``train.partial_work`` (checked: :meth:`LocalWork.check`) as a run uses them,
+    for its ``config.yaml``: the model's options with their defaults (a straggler's maximum: ceil(E) - 1),
+    and ``auto`` as ``drop`` or ``keep`` for ``recipe``. Fixed work is left as it is (partial work does not apply)."""
+    work = local_work(spec, partial)
+    if work.name == "fixed":
+        return dict(spec or {"name": "fixed"}), partial
+    options: dict[str, Any] = {"name": work.name, "min_epochs": work.min_epochs,
+                               "max_epochs": work.epoch_range(local_epochs)[1]}
+    if work.name == "stragglers":
+        options["fraction"] = work.fraction
+    return options, "drop" if work.drops(recipe) else "keep"
+
+
 @dataclass(frozen=True)
 class ClientWork:
     """One client's draw this round: its local epochs, and whether it is a straggler."""

@@ -220,6 +220,7 @@ def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: St
     stopping = False
     while runner.poll() is None:
         stream.follow()
+        stream.heartbeat()
         if stop.asked.is_set() and not stopping:
             stop.file.touch()  # the ServerApp takes it (fedaccel.flower.server.serve)
             stream.say("fedaccel deploy: stopping after the current round (Ctrl-C again: at once)")
@@ -241,14 +242,30 @@ def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: St
     stream.follow()
 
 
+HEARTBEAT_S = 5.0  # the longest silence while a deployment starts
+
+
 class Stream:
     """``flwr run --stream``'s output as it grows (its log file): the ServerApp's round lines
     move a progress bar (:func:`fedaccel.runs.loop.progress_bar`, as ``fedaccel run`` shows), its
     ``error: ...`` line is kept for the one-line error, and its other lines are shown."""
 
-    def __init__(self, log: Path, bar: Any) -> None:
-        self.log, self.bar = log, bar
+    def __init__(self, log: Path, bar: Any, *, quiet: bool = False) -> None:
+        self.log, self.bar, self.quiet = log, bar, quiet
         self.position, self.error, self.rounds_seen = 0, "", False
+        self.began = self.said = time.monotonic()
+        self.waited = False  # said once why it waits
+
+    def heartbeat(self) -> None:
+        """Before the first round, a line when nothing was said for :data:`HEARTBEAT_S` seconds: the
+        processes, the data and round 0's evaluation take a while (none with ``quiet``)."""
+        now = time.monotonic()
+        if not self.quiet and not self.rounds_seen and now - self.said >= HEARTBEAT_S:
+            why = "" if self.waited else (f"; the ServerApp and the ClientApps load the model and the data; logs in "
+                                          f"{self.log.parent}")
+            self.say(f"fedaccel deploy: {'still ' if self.waited else ''}waiting for the first round "
+                     f"({now - self.began:.0f} s{why})")
+            self.waited = True
 
     def follow(self) -> None:
         try:
@@ -269,6 +286,7 @@ class Stream:
                 done = self.bar.n
                 self.bar.reset()
                 self.bar.n, self.rounds_seen = done, True
+            self.said = time.monotonic()
             if found.group(3):
                 self.bar.set_postfix(acc=found.group(3), refresh=False)
             self.bar.update(int(found.group(1)) - self.bar.n)
@@ -280,6 +298,7 @@ class Stream:
                 self.say(line)
 
     def say(self, text: str) -> None:
+        self.said = time.monotonic()
         self.bar.write(text, file=sys.stderr)
 
 
@@ -362,8 +381,11 @@ def write_flwr_home(home: Path, address: str, root_certificates: Path | None) ->
 
 def start_processes(
     procs: Processes, app: Path, run_dir: Path, n: int, link_port: int, *, tls: Path | None, stock: bool,
+    say: Any = None,
 ) -> subprocess.Popen:
-    """The SuperLink, ``n`` SuperNodes and ``flwr run`` of ``app`` on ``run_dir`` (returned)."""
+    """The SuperLink, ``n`` SuperNodes and ``flwr run`` of ``app`` on ``run_dir`` (returned); ``say(line)``
+    tells each step as it is done."""
+    began, say = time.monotonic(), say or (lambda line: None)
     from fedaccel.flower.security import RUN_CONFIG, SECRETS
 
     env = procs.env
@@ -375,6 +397,7 @@ def start_processes(
     link = procs.start("superlink", [sys.executable, "-m", "fedaccel.flower.link", "--secrets", str(secrets),
                                      *link_security, "--host", "127.0.0.1", "--port", str(link_port)], cwd=flower)
     wait_for_port(link_port, link, "the SuperLink")
+    say(f"fedaccel deploy: SuperLink listening on 127.0.0.1:{link_port} ({time.monotonic() - began:.0f} s)")
     taken = {link_port}  # each SuperNode's port distinct: two once got the same one before either bound it
     for i in range(n if tls else 0):
         register(env, tls / f"node{i}_key.pub")  # type: ignore[operator]
@@ -392,6 +415,7 @@ def start_processes(
             "--isolation", "subprocess" if stock else "process",
             "--node-config", f"partition-id={i} num-partitions={n} state-dir='{node_env_home / 'state'}'"])
     procs.env = env
+    say(f"fedaccel deploy: {n} SuperNodes started; `flwr run` submits the run ({time.monotonic() - began:.0f} s)")
     return procs.start("flwr-run", [_tool("flwr"), "run", str(app), "local", "--stream",
                                     "--run-config", str(secrets / RUN_CONFIG)])
 
@@ -447,10 +471,11 @@ def deploy(
               file=sys.stderr, flush=True)
         print(f"starting SuperLink and {n} SuperNodes", file=sys.stderr, flush=True)
     bar = progress_bar(config.train.rounds, done, config.label, show)
-    stream = Stream(flower / "flwr-run.log", bar)
+    stream = Stream(flower / "flwr-run.log", bar, quiet=not show)
     with Interrupts(run_dir / STOP_FILE) as stop:
         try:
-            runner = start_processes(procs, app, run_dir, n, link_port, tls=tls, stock=stock)
+            runner = start_processes(procs, app, run_dir, n, link_port, tls=tls, stock=stock,
+                                     say=stream.say if show else None)
             stop.graceful = True
             watch(runner, procs, timeout, stream, stop, grace=config.run.timeout + 60.0)
             for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write

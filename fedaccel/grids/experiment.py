@@ -24,6 +24,7 @@ are refused when the file is loaded, as are claims that select no cell (:func:`l
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import re
 import threading
@@ -46,6 +47,7 @@ from fedaccel.runs.lock import LOCK_FILE
 
 if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
+    from fedaccel.report.figures import Palette
     from fedaccel.grids.ray_tasks import RayOptions
 
 
@@ -53,6 +55,7 @@ EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "me
                    "figures_by", "diagnostics", "claims", "tuning_seeds"}
 COPY = "experiment.yaml"  # the experiment file, copied beside its runs (what `fedaccel judge GRID_DIR` reads)
 GRID_FILES = (COPY, "table.md", "curves.png", "claims.json")  # what fedaccel writes beside a grid's runs
+TABLE_TARGETS = (0.5,)  # the table's targets where the file gives none (compare of the grid folder as well)
 
 
 @dataclass
@@ -92,6 +95,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     path = Path(path)
     raw = read_yaml(path)
     unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
+    if unknown and set(raw) <= {f.name for f in dataclasses.fields(Config)}:
+        raise ConfigError(f"{path} is a run config, not an experiment file: `fedaccel run {path}` runs it (an experiment "
+                          "file names it as its base: and varies keys in grid:, e.g. experiments/demo.yaml)")
     if unknown:
         raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
     base, grid = _base(path, raw), _grid(path, raw)
@@ -338,15 +344,23 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     finally:
         if own_report:
             report.close()
-    targets = experiment.targets or [0.5]
     runs = load_runs([d for d in run_dirs if (d / "metrics.jsonl").is_file()])
-    table = compare_table(runs, targets, baseline=experiment.baseline)
+    table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)
     if line := gaps_line(*grid_gaps(experiment.out_dir, experiment.cells, runs)):
         table += f"\n\nWarning: {line}."
     write_atomic(experiment.out_dir / "table.md", table + "\n")
     plot = plot_curves(runs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
-                       targets=experiment.targets)
+                       targets=experiment.targets, targets_from="grid's targets", palette=cell_palette(experiment, runs))
     return ExperimentResult(experiment.out_dir, run_dirs, table, plot)
+
+
+def cell_palette(experiment: Experiment, runs: list[Any], ignore: tuple[str, ...] = ()) -> Palette:
+    """The colours of the experiment's methods, from every cell in grid order (a run's own config where
+    it ran), as ``plot`` of its folder draws them (:func:`fedaccel.grids.view.grid_view`)."""
+    from fedaccel.report.figures import grid_palette
+
+    ran = {run.path.name: run.config for run in runs}
+    return grid_palette([ran.get(name) or config.to_dict() for name, config in experiment.cells], ignore)
 
 
 def _seed_groups(todo: list[tuple[int, str, Config, Path]]) -> list[list[tuple[int, str, Config, Path]]]:

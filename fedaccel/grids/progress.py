@@ -4,7 +4,8 @@ At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the
 (tqdm's ETA, from the cells done so far) and one line per running cell with its rounds, read
 from the cell's ``metrics.jsonl`` (so it works for ``-j`` workers and Ray tasks alike). Anywhere
 else (CI logs, a pipe) it prints plain lines instead: one when a cell starts and one when it
-ends, with the cells done, the time spent and the time left.
+ends, with the cells done, the time spent and the time left, and for a cell run in this process
+its round every half minute (:mod:`fedaccel.runs.progress`) — never a bar.
 
 Example:
     >>> progress = GridProgress(cells=3)                               # doctest: +SKIP
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from fedaccel.runs.progress import on_terminal
 from fedaccel.runs.rows import parse_json
 
 
@@ -28,7 +30,7 @@ class GridProgress:
 
     def __init__(self, cells: int, *, bars: bool | None = None, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stderr
-        self.bars = _is_tty(self.stream) if bars is None else bars
+        self.bars = on_terminal(self.stream) if bars is None else bars
         self.cells, self.ended = cells, 0
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
@@ -104,9 +106,21 @@ class GridProgress:
 
     def cell_bar(self, cell: str, progress: Any = None) -> Any:
         """``progress`` for ``run_loop`` of a cell run in this process: with bars, a class with
-        tqdm's interface drawing its rounds on the line under the overall bar; else unchanged."""
-        if not self.bars or progress is False:
+        tqdm's interface drawing its rounds on the line under the overall bar; without (a log), one
+        that prints the cell's round every half minute only (:class:`~fedaccel.runs.progress.RoundLines`:
+        a short cell says nothing between its start and end lines)."""
+        if progress is False:
             return progress
+        if not self.bars:
+            from fedaccel.runs.progress import RoundLines
+
+            stream, name = self.stream, self.name
+
+            def lines(total: int, initial: int, desc: str) -> Any:
+                return RoundLines(total, initial, f"[{name}] {cell}", stream=stream)
+
+            lines.announce = False  # type: ignore[attr-defined]  # run_loop's first line: the grid's start line says it
+            return lines
         from tqdm import tqdm
 
         self._bar_overall()
@@ -186,10 +200,3 @@ def _locked(run_dir: Path, since: float) -> bool:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-def _is_tty(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -6,8 +6,10 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,10 @@ LABEL_MAX = 40
 LOG_DECADES = 1.5
 
 
-_DASHES: tuple[tuple[float, ...] | None, ...] = (None, (6, 2), (2, 1.5), (6, 2, 1.5, 2), (3, 3), (1, 3))
+#: Line patterns (on-off lengths, in line widths), told apart even where two curves overlap: solid,
+#: dashed, dotted, dash-dot, long dashes, dash-dot-dot.
+_DASHES: tuple[tuple[float, ...] | None, ...] = (None, (4, 1.6), (1, 1.2), (4, 1.4, 1, 1.4), (8, 2.5),
+                                                 (4, 1.4, 1, 1.4, 1, 1.4))
 
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -164,20 +169,84 @@ def _short_keys(keys: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _line_style(i: int, n: int) -> dict[str, Any]:
-    """Group ``i`` of ``n``: later groups are drawn on top, thinner, with their own dashes and
-    markers, so a line they cover shows as a coloured halo around theirs."""
-    colors = "tab10" if n <= 10 else "tab20"
-    import matplotlib
+def method_of(config: Mapping[str, Any]) -> str:
+    """What names a run's method: its config's ``name`` and ``algorithm`` entry (hyperparameters
+    included, so BHerd at α = 0.5 and at α = 0.3 are two methods), as canonical JSON."""
+    return json.dumps([config.get("name") or "", config.get("algorithm")], sort_keys=True, default=str)
 
-    cmap = matplotlib.colormaps[colors]
-    return {
-        "color": cmap(i % cmap.N),
-        "linewidth": 1.2 + 1.6 * (n - 1 - i) / max(n - 1, 1),
-        "zorder": 3 + i / max(n, 1),
-        "dashes": _DASHES[i % len(_DASHES)],
-        "marker": _MARKERS[i % len(_MARKERS)],
-    }
+
+def setup_of(config: Mapping[str, Any], ignore: Sequence[str] = ()) -> str:
+    """A run's setup without its seed (:func:`grouping_config`) and without the ``ignore`` keys, as canonical JSON."""
+    flat = flatten_config(grouping_config(dict(config)))
+    return json.dumps({k: v for k, v in flat.items() if not any(k == i or k.startswith(i + ".") for i in ignore)},
+                      sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class Palette:
+    """A colour per method of a grid, in the grid's order: the same method has the same colour in
+    every figure of the grid (``experiment``'s curves.png, ``plot``, the reports' figures, one per
+    ``figures_by`` value). A grid of one method colours its setups instead (less the ``ignore`` keys,
+    the ``figures_by`` key of a report). Build it with :func:`grid_palette`."""
+
+    keys: tuple[str, ...]
+    by_method: bool = True
+    ignore: tuple[str, ...] = ()
+
+    def key(self, config: Mapping[str, Any]) -> str:
+        return method_of(config) if self.by_method else setup_of(config, self.ignore)
+
+    def index(self, config: Mapping[str, Any]) -> int:
+        """The colour's place in the grid; a config of no cell of the grid comes after them all."""
+        key = self.key(config)
+        return self.keys.index(key) if key in self.keys else len(self.keys)
+
+    def color(self, config: Mapping[str, Any]) -> str:
+        """The colour (``#rrggbb``): matplotlib's tab10 in grid order (tab20 beyond ten colours)."""
+        return self._color(self.index(config))
+
+    def colors(self) -> dict[str, str]:
+        """key -> colour, for every key of the grid."""
+        return {key: self._color(i) for i, key in enumerate(self.keys)}
+
+    def _color(self, place: int) -> str:
+        import matplotlib
+        from matplotlib.colors import to_hex
+
+        cmap = matplotlib.colormaps["tab10" if len(self.keys) <= 10 else "tab20"]
+        return to_hex(cmap(place % cmap.N))
+
+
+def grid_palette(configs: Iterable[Mapping[str, Any]], ignore: Sequence[str] = ()) -> Palette:
+    """The :class:`Palette` of a grid whose cells' configs are ``configs``, in grid order (runs'
+    ``config`` dicts, or ``Config.to_dict()`` of cells not run yet): by method when the grid has
+    several, else by setup less the ``ignore`` keys."""
+    configs = list(configs)
+    methods = list(dict.fromkeys(method_of(c) for c in configs))
+    if len(methods) > 1:
+        return Palette(tuple(methods), True, tuple(ignore))
+    return Palette(tuple(dict.fromkeys(setup_of(c, ignore) for c in configs)), False, tuple(ignore))
+
+
+def _line_styles(groups: Sequence[tuple[str, Sequence[Run]]], palette: Palette) -> list[dict[str, Any]]:
+    """A style per group (legend order): the colour of its method (``palette``); dashes and markers
+    from the same place in the grid, moved on to the next pattern no earlier group of the figure has,
+    so overlapping curves of two methods, or two setups of one method, differ in pattern as well.
+    Later groups are drawn on top, thinner: a line they cover shows as a coloured halo around theirs."""
+    n, styles, used = len(groups), [], set()
+    for i, (_, members) in enumerate(groups):
+        place = palette.index(members[0].config)
+        free = [p for p in range(place, place + len(_DASHES)) if p % len(_DASHES) not in used]
+        pattern = free[0] if free else place + i
+        used.add(pattern % len(_DASHES))
+        styles.append({
+            "color": palette.color(members[0].config),
+            "linewidth": 1.2 + 1.6 * (n - 1 - i) / max(n - 1, 1),
+            "zorder": 3 + i / max(n, 1),
+            "dashes": _DASHES[pattern % len(_DASHES)],
+            "marker": _MARKERS[pattern % len(_MARKERS)],
+        })
+    return styles
 
 
 def _first_shown_round(x_all: np.ndarray) -> int:
@@ -201,6 +270,9 @@ def _make_figure(
     title: str = "",
     targets: Sequence[float] = (),
     target_metric: str = "test_acc",
+    *,
+    targets_from: str = "",
+    palette: Palette | None = None,
 ):
     """Build (without saving) the curves figure; returns a matplotlib ``Figure``.
 
@@ -209,8 +281,10 @@ def _make_figure(
     panel above it shows all values when that range leaves some out. Loss metrics spanning more
     than :data:`LOG_DECADES` decades are drawn on a log scale; ``targets`` are dotted lines on the
     ``target_metric`` panel. Lines are the mean over seeds with a 95% Student-t band; groups are
-    drawn in legend order, each later one on top (see :func:`_line_style`). The legend sits
-    below the panels with :func:`legend_labels`, and the figure grows to hold it.
+    drawn in legend order, each later one on top, in their method's colour (``palette``, default
+    :func:`grid_palette` of ``runs``; see :func:`_line_styles`). The legend sits below the panels
+    with :func:`legend_labels` and says where the targets came from (``targets_from``, e.g.
+    ``"grid's targets"``); the figure grows to hold it.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -233,7 +307,8 @@ def _make_figure(
             )
     labels = [label + (" (diverged)" if diverged_at(g) is not None else "") for label, (_, g) in
               zip(legend_labels(groups), groups)]
-    styles = [_line_style(i, len(groups)) for i in range(len(groups))]
+    palette = palette or grid_palette(r.config for r in runs)
+    styles = _line_styles(groups, palette)
 
     plans = [_panel_plan(metric, curves[metric], targets if metric == target_metric else ()) for metric in metrics]
     overview = any(p["overview"] for p in plans)
@@ -241,7 +316,7 @@ def _make_figure(
     n = len(metrics)
     width = max(5.0 * n, 6.0)
     char_in = 0.075  # inches per character of a "small" legend label
-    entry_in = max(len(s) for s in labels) * char_in + 0.9
+    entry_in = max(len(s) for s in labels) * char_in + 1.1
     entries = len(labels) + bool(targets) + any(len(g) > 1 for _, g in groups)  # + target, band
     ncols = max(1, min(entries, int(width // entry_in)))
     legend_rows = math.ceil(entries / ncols)
@@ -299,8 +374,9 @@ def _make_figure(
         legend_texts.append("band: 95% CI of the mean over seeds (t)")
     if target_line is not None:
         legend_handles.append(target_line)
-        legend_texts.append("target (grid's targets)")
-    fig.legend(legend_handles, legend_texts, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False)
+        legend_texts.append(f"target ({targets_from})" if targets_from else "target")
+    fig.legend(legend_handles, legend_texts, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False,
+               handlelength=3.2)
     if title:
         fig.suptitle(title)
     return fig
@@ -347,13 +423,17 @@ def plot_curves(
     targets: Sequence[float] = (),
     target_metric: str = "test_acc",
     force: bool = False,
+    *,
+    targets_from: str = "",
+    palette: Palette | None = None,
 ) -> Path:
     """Plot one panel per metric against the round, one line per group (mean over seeds with a
     95% confidence band for groups with several), ``targets`` as dotted lines on the
     ``target_metric`` panel, and save it as a PNG at ``out`` (parent folders are created; an
     existing folder gets ``curves.png`` inside it; an existing file that is not a PNG is left alone
     unless ``force``). Returns the written path. See
-    :func:`_make_figure` for the ranges, scales and drawing order.
+    :func:`_make_figure` for the ranges, scales, colours (``palette``), drawing order and legend
+    (``targets_from``).
     """
     out = Path(out)
     if out.is_dir():
@@ -362,6 +442,7 @@ def plot_curves(
         out = out.with_suffix(".png")
     check_png_output(out, force)  # before any work
     runs = load_runs(paths_or_runs)
-    fig = _make_figure(runs, metrics, title, targets=targets, target_metric=target_metric)
+    fig = _make_figure(runs, metrics, title, targets=targets, target_metric=target_metric, targets_from=targets_from,
+                       palette=palette)
     out.parent.mkdir(parents=True, exist_ok=True)
     return save_png(fig, out, dpi=120)

@@ -326,7 +326,7 @@ def plan_rows(judgements: Sequence[Judgement], power: float = 0.8) -> list[dict[
         sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
         needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) else None
         rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,
-                     "effect": effect, "sd": sd, "seeds_needed": needed})
+                     "effect": effect, "sd": sd, "seeds_needed": needed, "equal": j.claim.expect == "equal"})
     return rows
 
 
@@ -335,6 +335,12 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
              f"{power:.0%} power |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         needed = r["seeds_needed"] if r["seeds_needed"] is not None else "— (no effect, or > 1000)"
-        lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {r['effect']:.4g} | {r['sd']:.4g} "
-                     f"| {needed} |")
+        effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else "")
+        lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {effect} | {r['sd']:.4g} | {needed} |")
+    if any(r.get("equal") for r in rows):
+        lines += ["", EQUAL_PLAN_NOTE]
     return "\n".join(lines)
+
+
+EQUAL_PLAN_NOTE = ("Room in the margin (a claim of no difference, `expect: equal`): the margin less the pilot's |mean "
+                   "difference|, the distance the equivalence test (TOST) must tell from the margin's edge.")

@@ -278,7 +278,8 @@ def run_curve(run: Run, metric: str) -> dict[int, float]:
 def series(runs: Run | Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(rounds, mean, std)`` of ``metric`` over the rounds present in every run.
 
-    ``std`` is the population standard deviation across runs (0 for a single run). Rounds where
+    ``std`` is the population standard deviation across runs (0 for a single run; NaN in a round where
+    a run's value is infinite or NaN, e.g. a diverged seed's loss, whose mean is then infinite). Rounds where
     a run lacks the metric do not count as present. All three arrays are empty if no round is
     common to all runs.
     """
@@ -294,7 +295,11 @@ def series(runs: Run | Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarr
     if x.size == 0:
         return x, np.array([]), np.array([])
     values = np.array([[c[int(r)] for r in x] for c in curves], dtype=float)
-    return x, values.mean(axis=0), values.std(axis=0)
+    finite = np.isfinite(values).all(axis=0)  # a diverged seed's inf or NaN: the round has no spread to speak of
+    std = np.where(finite, np.where(finite, values, 0.0).std(axis=0), np.nan)
+    with np.errstate(invalid="ignore"):  # inf and -inf in one round: their mean is NaN, as it should be
+        mean = values.mean(axis=0)
+    return x, mean, std
 
 
 def mean_ci(runs: Run | Sequence[Run], metric: str, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from fedaccel.runs.files import write_atomic
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "reproductions"
 MANIFEST = "figures.json"
+SAY_EVERY_S = 5.0  # render's longest silence between two lines while it draws figures
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,21 @@ class Report:
         return self.figures / "data"
 
 
+def papers() -> list[str]:
+    """The papers that can be reproduced: those with claims (``fedaccel/reproductions/<paper>.py``) and experiments."""
+    here = Path(__file__).parent
+    return sorted(p.name for p in (ROOT / "experiments").iterdir()
+                  if p.is_dir() and (here / f"{p.name.replace('-', '_')}.py").is_file())
+
+
 def experiment_files(paper: str, scale: str, only: Sequence[str] = ()) -> list[Path]:
-    """The paper's experiment files at ``scale`` (checking that every name in ``only`` exists)."""
+    """The paper's experiment files at ``scale`` (checking that the paper is one and that every name in ``only`` exists)."""
+    known = papers()
+    if paper not in known:
+        raise UserError(f"no paper {shown(paper)} to reproduce; papers: {listed(known, near=paper)}")
     folder = ROOT / "experiments" / paper / scale
     if not folder.is_dir():
-        known = sorted(p.name for p in (ROOT / "experiments").iterdir() if p.is_dir())
-        raise UserError(f"no experiments for {shown(paper)} at scale {shown(scale)} ({folder}); papers: {listed(known, near=paper)}")
+        raise UserError(f"no experiments for {shown(paper)} at scale {shown(scale)} ({folder})")
     files = sorted(folder.glob("*.yaml"))
     missing = sorted(set(only) - {f.stem for f in files})
     if missing:
@@ -122,21 +133,32 @@ def reproduce(
             pack(result.run_dirs, data / f"{file.stem}{SUFFIX}")
     finally:
         report.close()
-    return render(paper, scale, docs=docs)
+    return render(paper, scale, docs=docs, say=None if progress is False else say_on_stderr)
 
 
-def render(paper: str, scale: str = "quick", *, docs: Path = DOCS) -> Path:
-    """Write the report, its figures and their manifest from the committed data; returns the report path."""
+def say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def render(paper: str, scale: str = "quick", *, docs: Path = DOCS, say: Callable[[str], None] | None = None) -> Path:
+    """Write the report, its figures and their manifest from the committed data; returns the report path.
+    ``say(line)`` tells where it is: each experiment read, and the figures drawn every few seconds."""
     from fedaccel.reproductions.snapshot import fingerprint, pixels
+    from fedaccel.runs.progress import RoundLines
 
     with tempfile.TemporaryDirectory() as tmp:
-        report = draw_report(paper, scale, docs=docs, workdir=Path(tmp))
+        report = draw_report(paper, scale, docs=docs, workdir=Path(tmp), say=say)
         if not report.data.is_dir():
             raise UserError(f"no data in {report.data}: run `{_command(paper, scale)}` first")
         manifest = {}
+        if say is not None:
+            say(f"{paper} report: drawing {len(report.drawings)} figures into {_shown(report.figures)}")
+        drawn = RoundLines(len(report.drawings), 0, f"{paper} report", every_s=SAY_EVERY_S, unit="figure",
+                           say=say or (lambda line: None))
         for drawing in report.drawings:
             png = drawing.save(report.figures / drawing.name)
             manifest[drawing.name] = {"fingerprint": fingerprint(drawing.build()), "pixels": pixels(png)}
+            drawn.update(1)
     for stale in sorted(set(p.name for p in report.figures.glob("*.png")) - set(manifest)):
         (report.figures / stale).unlink()  # a figure of an earlier grid
     write_atomic(report.data / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -190,10 +212,12 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
     return problems
 
 
-def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path) -> Report:
+def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path,
+                say: Callable[[str], None] | None = None) -> Report:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
-    of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``."""
-    from fedaccel.grids.experiment import load_experiment
+    of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``.
+    ``say(line)``: a line as each experiment's data is read, and before its table and claims."""
+    from fedaccel.grids.experiment import TABLE_TARGETS, load_experiment
     from fedaccel.report.claims import judge, judge_family
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
     from fedaccel.report.reading import load_runs
@@ -203,16 +227,19 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
     claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
     figures = _figures_folder(paper, scale, docs)
+    say = say or (lambda line: None)
     sections, drawings, runs_by_experiment = [], [], {}
-    for file in files:
+    for place, file in enumerate(files, start=1):
         data = figures / "data" / f"{file.stem}{SUFFIX}"
         if not data.is_file():
             continue  # never run: its claims say "not run"
+        say(f"{paper} report: {file.stem} ({place}/{len(files)}): reading its runs from {_shown(data)}")
         experiment = load_experiment(file)
         run_dirs = unpack(data, workdir / file.stem)
         _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
         runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
-        table = compare_table(runs, experiment.targets or [0.5], baseline=experiment.baseline)  # as run_experiment
+        say(f"{paper} report: {file.stem} ({place}/{len(files)}): its table of {len(runs)} runs")
+        table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)  # as run_experiment
         drawn = _curve_drawings(file.stem, experiment, runs)
         for name, kind, build in diagnostic_figures([r.path for r in _diagnosed(experiment, runs)]):
             drawn.append(Drawing(f"{file.stem}-{name}.png", kind, build, lambda out, b=build: save_figure(b(), out)))
@@ -235,6 +262,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         "",
     ]
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
+    say(f"{paper} report: judging its {len(claims_module.CLAIMS)} claims")
     judgements = judge_family([judge(claim, runs_by_experiment.get(claim.experiment), tuning)
                                for claim in claims_module.CLAIMS])
     lines += claims_section(judgements)
@@ -252,12 +280,13 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
     from fedaccel.report.reading import load_runs
     from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
+    files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
     claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
     figures = _figures_folder(paper, scale, docs)
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
     with tempfile.TemporaryDirectory() as tmp:
         runs = {}
-        for file in experiment_files(paper, scale):
+        for file in files:
             data = figures / "data" / f"{file.stem}{SUFFIX}"
             if data.is_file():
                 runs[file.stem] = load_runs(unpack(data, Path(tmp) / file.stem))
@@ -301,12 +330,14 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 
 
 def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing]:
-    """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each)."""
-    from fedaccel.grids.experiment import short_value
+    """The experiment's curves: one figure, or one per value of its ``figures_by`` key (seed bands in each),
+    each method in the colour it has in every figure of the grid (:func:`~fedaccel.grids.experiment.cell_palette`)."""
+    from fedaccel.grids.experiment import cell_palette, short_value
     from fedaccel.report.figures import _make_figure, plot_curves
     from fedaccel.report.reading import value_at
 
     parts: list[tuple[str, str, list[Any]]] = [(f"{stem}.png", experiment.name, runs)]
+    palette = cell_palette(experiment, runs)
     if experiment.figures_by:
         key, values = experiment.figures_by, []
         for run in runs:
@@ -315,11 +346,14 @@ def _curve_drawings(stem: str, experiment: Any, runs: list[Any]) -> list[Drawing
         short = key.split(".")[-1]
         parts = [(f"{stem}-{short}={short_value(v)}.png", f"{experiment.name} ({short} = {short_value(v)})",
                   [r for r in runs if value_at(r.config, key) == v]) for v in values]
+        palette = cell_palette(experiment, runs, ignore=(key,))
     drawings = []
     for name, title, subset in parts:
         curves = (subset, experiment.metrics, title, experiment.targets)
-        drawings.append(Drawing(name, "curves", partial(_make_figure, *curves),
-                                lambda out, c=curves: plot_curves(c[0], out, metrics=c[1], title=c[2], targets=c[3])))
+        style = {"targets_from": "grid's targets", "palette": palette}
+        drawings.append(Drawing(name, "curves", partial(_make_figure, *curves, **style),
+                                lambda out, c=curves, st=style: plot_curves(c[0], out, metrics=c[1], title=c[2],
+                                                                            targets=c[3], **st)))
     return drawings
 
 

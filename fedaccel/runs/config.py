@@ -536,4 +536,18 @@ def local_options(config: Config) -> Any:
 
 
 def dump_config(config: Config, path: Path) -> None:
-    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False) + resolved_note(config))
+
+
+def resolved_note(config: Config) -> str:
+    """A last comment line for ``config.yaml``: the local work the run does where its config leaves it to
+    a rule (a model's defaults, ``partial_work: auto``). A comment: the values stay as the user gave them,
+    which grids and claims select by."""
+    from fedaccel.engine.work import resolved_work
+
+    t = config.train
+    work, partial = resolved_work(t.local_work, t.partial_work, t.local_epochs, config.algorithm["name"])
+    if (work, partial) == (t.local_work, t.partial_work):
+        return ""
+    flow = yaml.safe_dump(work, default_flow_style=True, sort_keys=False).strip()
+    return f"# resolved, as this run does it: train.local_work: {flow}, train.partial_work: {partial}\n"

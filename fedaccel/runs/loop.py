@@ -122,7 +122,7 @@ def run_loop(
         shown = name if runtime_why == "run.runtime" else f"{name} ({runtime_why})"
     else:
         shown = _runtime_name(config, runtime)
-    if show:
+    if show and getattr(show, "announce", True):  # a grid in a log says its cells its own way
         from tqdm import tqdm  # its write: above a grid's bars (fedaccel.grids.progress), not through them
 
         what = (f"{type(federation.model.module).__name__} ({federation.model.theta.numel():,} parameters), "
@@ -346,12 +346,17 @@ def _last_metrics(path: Path) -> dict[str, Any]:
 
 
 def progress_bar(total: int, done: int, label: str, show: Any) -> Any:
-    """tqdm's bar on stderr; ``show`` may instead be a class with tqdm's interface (``update``,
-    ``set_postfix``, ``close``) that reports rounds another way, e.g. one log line each."""
+    """tqdm's bar on stderr at a terminal; elsewhere (a log, a pipe) a line now and then
+    (:class:`~fedaccel.runs.progress.RoundLines`). ``show`` may instead be a class with tqdm's
+    interface (``update``, ``set_postfix``, ``close``) that reports rounds another way."""
     from tqdm import tqdm
+
+    from fedaccel.runs.progress import RoundLines, on_terminal
 
     if not isinstance(show, bool):
         return show(total=total, initial=done, desc=label)
+    if show and not on_terminal():
+        return RoundLines(total, done, label)
     return tqdm(
         total=total,
         initial=done,

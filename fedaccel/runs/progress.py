@@ -1,0 +1,64 @@
+"""A run's progress where no terminal shows a bar (a log, a pipe, CI): a plain line now and then.
+
+tqdm's bar redraws itself with a carriage return at every round; written into a log file that is
+hundreds of updates. :class:`RoundLines` has the part of tqdm's interface a run uses (``update``,
+``set_postfix``, ``reset``, ``write``, ``close``, ``n``) and prints one line at most every
+:data:`EVERY_S` seconds instead, so a short run prints none and a long one a line every half minute.
+
+Example:
+    >>> lines = RoundLines(total=60, initial=0, desc="fedavg")   # doctest: +SKIP
+    >>> lines.set_postfix(acc="0.9312"); lines.update(1)         # fedavg: round 20/60, acc 0.9312 (31 s)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+#: Seconds between two lines of one run (none before the first have passed).
+EVERY_S = 30.0
+
+
+def on_terminal(stream: IO[str] | None = None) -> bool:
+    """Whether ``stream`` (default: stderr) is a terminal, where a bar can redraw itself."""
+    try:
+        return (stream or sys.stderr).isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class RoundLines:
+    """Rounds (or another ``unit``) as plain lines: ``DESC: round 20/60, acc 0.9312 (31 s)`` at most
+    every ``every_s`` seconds."""
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "", *, every_s: float = EVERY_S,
+                 stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic, unit: str = "round",
+                 say: Callable[[str], None] | None = None) -> None:
+        self.total, self.n, self.desc, self.unit = total, initial, desc, unit
+        self.say = say or self.write  # where its lines go (default: ``stream``, else stderr)
+        self.every_s, self.stream, self.clock = every_s, stream, clock
+        self.began = self.said = clock()
+        self.postfix: dict[str, Any] = {}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = self.clock()
+        if now - self.said >= self.every_s and self.n < self.total:
+            self.said = now
+            extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
+            self.say(f"{self.desc}: {self.unit} {self.n}/{self.total}{extra} ({now - self.began:.0f} s)")
+
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        self.postfix = values
+
+    def reset(self) -> None:
+        """The clock starts again (a deployment's rounds, after its processes started)."""
+        self.began = self.said = self.clock()
+
+    def write(self, text: str, file: IO[str] | None = None) -> None:
+        print(text, file=file or self.stream or sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,87 @@
+"""Rough edges of the command line, each one line: unknown papers, closed pipes, a run config given to
+``experiment``, local work resolved in config.yaml, the plan table's note for claims of no difference."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedaccel.cli import main
+from fedaccel.runs.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err[-3000:]
+    return err
+
+
+@pytest.mark.parametrize("args", [["reproduce", "bhred", "--plan"], ["reproduce", "reference", "--plan"],
+                                  ["reproduce", "reference"], ["reproduce", "reference", "--render-only"]])
+def test_an_unknown_paper_is_one_line_that_lists_only_papers(capsys, args: list[str]) -> None:
+    assert main(args) == 2
+    err = one_line(capsys)
+    assert f"no paper '{args[1]}' to reproduce; papers: " in err
+    assert "bherd" in err and "fedgsnr" in err and "fedumf" in err and "reference," not in err.split("papers:")[1]
+
+
+def test_a_reader_that_stops_reading_ends_no_command_in_a_traceback(tmp_path: Path) -> None:
+    """``fedaccel compare ... | head -1``: the pipe closes before compare prints; exit 1, nothing on stderr."""
+    from test_results import FAST, FEDAVG, make_config, write_run
+
+    for name, curves in (("fedavg", FEDAVG), ("fast", FAST)):
+        for seed, accs in curves.items():
+            write_run(tmp_path / "e" / f"{name}-{seed}", make_config(name, seed), accs)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    process = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "compare", str(tmp_path / "e")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    process.stdout.close()  # the reader is gone before the first line
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err and err == "", err
+
+
+def test_a_run_config_given_to_experiment_points_to_run(tmp_path: Path, capsys) -> None:
+    assert main(["experiment", str(ROOT / "configs" / "demo.yaml")]) == 2
+    err = one_line(capsys)
+    assert "is a run config, not an experiment file: `fedaccel run " in err
+    assert main(["experiment", str(tmp_path / "nope.yaml")]) == 2
+    assert one_line(capsys) == f"error: experiment file {tmp_path / 'nope.yaml'} not found\n"
+
+
+def test_config_yaml_records_what_local_work_resolved_to(tmp_path: Path) -> None:
+    """``stragglers`` with its defaults, ``partial_work: auto`` as drop (FedAvg) or keep (SCAFFOLD), in a
+    comment: the values stay as given (claims select by them); fixed work has no comment."""
+    from fedaccel.runs.config import dump_config, from_dict, read_yaml
+
+    for algorithm, partial in (("fedavg", "drop"), ("scaffold", "keep")):
+        config = load_config(None, ["train.local_work=stragglers", "train.local_epochs=3", f"algorithm={algorithm}"])
+        dump_config(config, tmp_path / "config.yaml")
+        last = (tmp_path / "config.yaml").read_text().splitlines()[-1]
+        assert last == ("# resolved, as this run does it: train.local_work: {name: stragglers, min_epochs: 1, "
+                        f"max_epochs: 2, fraction: 0.5}}, train.partial_work: {partial}")
+        assert from_dict(read_yaml(tmp_path / "config.yaml")).to_dict() == config.to_dict()  # a resumed run: the same
+        assert config.train.partial_work == "auto"
+    dump_config(load_config(None, []), tmp_path / "fixed.yaml")
+    assert "resolved" not in (tmp_path / "fixed.yaml").read_text()
+
+
+def test_the_plan_table_says_what_an_equal_claims_difference_is(tmp_path: Path, capsys) -> None:
+    from test_judge import CLAIMS, write_grid
+
+    grid = write_grid(tmp_path / "toy", CLAIMS[:3])
+    assert main(["judge", str(grid), "--plan"]) == 0
+    out = capsys.readouterr().out
+    twin = next(line for line in out.splitlines() if line.startswith("| twin ends where fast ends"))
+    assert "(room in the margin)" in twin
+    assert sum("(room in the margin)" in line for line in out.splitlines() if line.startswith("| ")) == 1
+    assert out.rstrip().splitlines()[-1].startswith("Room in the margin (a claim of no difference, `expect: equal`)")
+    capsys.readouterr()
+    write_grid(tmp_path / "only-less", CLAIMS[:1])
+    assert main(["judge", str(tmp_path / "only-less"), "--plan"]) == 0
+    assert "Room in the margin" not in capsys.readouterr().out
