@@ -69,6 +69,7 @@ class Federation:
         self.closed_form = closed_form  # use the model's exact closed-form gradient where it has one
         self._gradient: BatchGradient | None = None
         self._layouts: dict[int, tuple[np.ndarray, Tensor, Tensor]] = {}  # client -> (order, x rows, labels)
+        self._orders: dict[int, np.ndarray] = {}  # client -> its fixed order, drawn once (train.order: fixed)
         self.layout_bytes = LAYOUT_BYTES
         x_train, y_train = x_train.to(self.device), y_train.to(self.device)
         self.x_train, self.y_train = x_train, y_train  # what clients train on (attacks may replace it)
@@ -98,12 +99,17 @@ class Federation:
 
     def order(self, client: int, round_: int) -> np.ndarray:
         """The client's sample order: its index array as given, one seeded permutation of it for all
-        rounds (fixed), or a new one every round (reshuffle, RR)."""
+        rounds (fixed, drawn once and kept: the same array every round), or a new one every round
+        (reshuffle, RR). Callers must not write into the array."""
         index = self.partition[client]
         if self.options.order == "given":
             return index
-        keys = (client, round_) if self.options.order == "reshuffle" else (client,)
-        return index[make_rng(self.seed, "order", *keys).permutation(len(index))]
+        if self.options.order == "reshuffle":
+            return index[make_rng(self.seed, "order", client, round_).permutation(len(index))]
+        fixed = self._orders.get(client)
+        if fixed is None:
+            fixed = self._orders[client] = index[make_rng(self.seed, "order", client).permutation(len(index))]
+        return fixed
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
         return batch_positions(self.order(client, round_), steps, self.options.batch_size)
@@ -142,7 +148,7 @@ class Federation:
         if self.x_train.nbytes > self.layout_bytes:
             return batch_positions(order, steps, self.options.batch_size)
         cached = self._layouts.get(client)
-        if cached is None or not np.array_equal(cached[0], order):
+        if cached is None or (cached[0] is not order and not np.array_equal(cached[0], order)):
             if cached is None and self.options.reshuffle:  # a new order every round: nothing to reuse
                 return batch_positions(order, steps, self.options.batch_size)
             gradient = self.batch_gradient()
