@@ -7,7 +7,7 @@ each part's server state, every client's part states, and running totals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -106,7 +106,11 @@ class ClientRuntime(Protocol):
     def train(
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
-        """Train every context's client; return the updates of those that upload."""
+        """Train every context's client; return the updates of those that upload.
+
+        A runtime whose class sets ``streams = True`` also takes ``sink=``: a function each upload is
+        handed to as soon as it exists, whose result (the upload without its tensors) is what the
+        list keeps (:class:`Streamed`)."""
         ...
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
@@ -114,8 +118,31 @@ class ClientRuntime(Protocol):
         ...
 
 
+Sink = Callable[[ClientUpdate], ClientUpdate]
+
+
+class Streamed:
+    """A round's uploads folded as they arrive (:meth:`Algorithm.streams`): the aggregator's and the
+    ``server_end`` parts' running sums; each upload is kept without its tensors (for diagnostics)."""
+
+    def __init__(self, algorithm: Algorithm, info: RoundInfo, w: Tensor, server: tuple[State, ...]) -> None:
+        self.aggregate = algorithm.single("aggregate")[1].aggregate_fold(info, w)  # type: ignore[index,misc]
+        self.server_end = [(k, p.server_end_fold(info, server[k])) for k, p in algorithm.with_stage("server_end")]  # type: ignore[misc]
+        self.nbytes = 0
+        self.empty = w.new_empty(0)
+
+    def add(self, update: ClientUpdate) -> ClientUpdate:
+        self.nbytes += update.nbytes
+        self.aggregate.add(update)
+        for _, fold in self.server_end:
+            fold.add(update)
+        return replace(update, delta=self.empty, extras={})
+
+
 class InProcessClients:
     """Every client trained in this process, one after another; states held here."""
+
+    streams = True
 
     def __init__(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> None:
         self.algorithm, self.federation, self.client_states = algorithm, federation, list(states)
@@ -132,7 +159,7 @@ class InProcessClients:
         }, {}
 
     def train(
-        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...], sink: Sink | None = None
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
         updates = []
         for ctx in contexts:
@@ -141,7 +168,7 @@ class InProcessClients:
                 self.algorithm, ctx, w, server, self.client_states[i], self.federation
             )
             if ctx.uploads:
-                updates.append(update)
+                updates.append(update if sink is None else sink(update))
         return updates, {}
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
@@ -156,6 +183,7 @@ def run_round(
     fraction: float = 1.0,
     schedule: Sequence[Sequence[int]] | None = None,
     runtime: ClientRuntime | None = None,
+    stream: bool = True,
 ) -> tuple[FLState, RoundReport]:
     """Advance ``state`` by one round; ``fraction`` is used when no part chooses participants.
 
@@ -164,7 +192,9 @@ def run_round(
     FedUMF, who uploads. ``runtime`` runs the client side (default: in this process, with ``state.clients``).
     Each client's local work is drawn by ``federation.options.work`` (:mod:`fedaccel.engine.work`); a round
     whose selection uploads nobody (Bernoulli sampling may select no one) leaves the model and server
-    states as they were.
+    states as they were. ``stream``: fold the uploads as they arrive (O(model) memory) where the algorithm
+    (:meth:`~fedaccel.algorithms.base.Algorithm.streams`), the runtime (``streams``) and ``eval.models``
+    (only the broadcast model) allow it; False keeps every update until aggregation.
     """
     runtime = runtime or InProcessClients(algorithm, federation, state.clients)
     info = round_info(federation, state.round, schedule)
@@ -196,19 +226,29 @@ def run_round(
 
     contexts = [_context(info, federation, i, who, instructions.get(i, {}), draws.get(i)) for i in who.train]
     contexts = [ctx for ctx in contexts if ctx.steps > 0]
-    updates, train_diag = runtime.train(contexts, state.w, server)
+    streamed = None
+    if stream and not state.evaluated and algorithm.streams() and getattr(runtime, "streams", False):
+        streamed = Streamed(algorithm, info, state.w, server)
+        updates, train_diag = runtime.train(contexts, state.w, server, sink=streamed.add)  # type: ignore[call-arg]
+    else:
+        updates, train_diag = runtime.train(contexts, state.w, server)
     _merge(diag, train_diag)
     lost = set(train_diag.get("lost", ()))  # no answer: their steps are not known to have run
     local_steps = sum(ctx.steps for ctx in contexts if ctx.client not in lost)
-    bytes_up += sum(u.nbytes for u in updates)
+    bytes_up += streamed.nbytes if streamed else sum(u.nbytes for u in updates)
 
-    for k, part in algorithm.with_stage("server_adjust"):
-        updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
-    k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
-    w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
     server_list = list(server)
-    for k, part in algorithm.with_stage("server_end") if who.upload else ():  # nobody selected to upload: no step
-        w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
+    if streamed is not None:
+        w_next = streamed.aggregate.finish(state.w)
+        for k, fold in streamed.server_end if who.upload else ():
+            w_next, server_list[k] = fold.finish(state.w, w_next)
+    else:
+        for k, part in algorithm.with_stage("server_adjust"):
+            updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
+        k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
+        w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
+        for k, part in algorithm.with_stage("server_end") if who.upload else ():  # nobody selected to upload: no step
+            w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
 
     if any(u.diag for u in updates):
         diag["clients"] = {str(u.client): u.diag for u in updates if u.diag}
