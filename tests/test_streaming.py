@@ -157,3 +157,26 @@ def test_folds_equal_their_aggregators_on_generated_uploads(
             fold.add(u)
         want = part.aggregate(info, w, updates)  # type: ignore[misc]
         torch.testing.assert_close(fold.finish(w), want, atol=1e-5 * (1 + float(want.abs().max())), rtol=1e-5)
+
+
+def test_a_runtime_whose_train_takes_no_sink_gets_the_stored_path() -> None:
+    """A runtime that may still drop an update after training (a subclass filtering uploads, a Flower server)
+    never has an update folded before it decides: only a ``train`` that takes ``sink`` streams."""
+    from fedaccel.engine.round import InProcessClients, takes_sink
+
+    class DropsClient0(InProcessClients):
+        def train(self, contexts, w, server):  # type: ignore[no-untyped-def]
+            updates, diag = super().train(contexts, w, server)
+            return [u for u in updates if u.client != 0], diag
+
+    algorithm = build_algorithm("fedavg")
+    fed = federation("svm")
+    state = init_state(algorithm, fed.model.theta.clone(), fed.n_clients)
+    assert takes_sink(InProcessClients(algorithm, fed, state.clients))
+    assert takes_sink(StackedClients(algorithm, fed, state.clients))
+    runtime = DropsClient0(algorithm, fed, state.clients)
+    assert not takes_sink(runtime)
+    dropped, report = run_round(algorithm, state, fed, runtime=runtime)
+    assert report.uploaded == fed.n_clients - 1
+    everyone, _ = run_round(algorithm, state, fed, stream=False)
+    assert not torch.allclose(dropped.w, everyone.w)  # client 0's update was left out, not folded in early

@@ -7,6 +7,7 @@ each part's server state, every client's part states, and running totals.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -108,9 +109,10 @@ class ClientRuntime(Protocol):
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
         """Train every context's client; return the updates of those that upload.
 
-        A runtime whose class sets ``streams = True`` also takes ``sink=``: a function each upload is
-        handed to as soon as it exists, whose result (the upload without its tensors) is what the
-        list keeps (:class:`Streamed`)."""
+        A runtime whose ``train`` also takes ``sink=`` streams: each upload is handed to ``sink`` as soon
+        as it is final (never one the runtime may still drop), and the list keeps what ``sink`` returns
+        (the upload without its tensors, :class:`Streamed`). A subclass that overrides ``train`` without
+        ``sink`` gets the stored path."""
         ...
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
@@ -141,8 +143,6 @@ class Streamed:
 
 class InProcessClients:
     """Every client trained in this process, one after another; states held here."""
-
-    streams = True
 
     def __init__(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> None:
         self.algorithm, self.federation, self.client_states = algorithm, federation, list(states)
@@ -193,7 +193,7 @@ def run_round(
     Each client's local work is drawn by ``federation.options.work`` (:mod:`fedaccel.engine.work`); a round
     whose selection uploads nobody (Bernoulli sampling may select no one) leaves the model and server
     states as they were. ``stream``: fold the uploads as they arrive (O(model) memory) where the algorithm
-    (:meth:`~fedaccel.algorithms.base.Algorithm.streams`), the runtime (``streams``) and ``eval.models``
+    (:meth:`~fedaccel.algorithms.base.Algorithm.streams`), the runtime (:func:`takes_sink`) and ``eval.models``
     (only the broadcast model) allow it; False keeps every update until aggregation.
     """
     runtime = runtime or InProcessClients(algorithm, federation, state.clients)
@@ -227,7 +227,7 @@ def run_round(
     contexts = [_context(info, federation, i, who, instructions.get(i, {}), draws.get(i)) for i in who.train]
     contexts = [ctx for ctx in contexts if ctx.steps > 0]
     streamed = None
-    if stream and not state.evaluated and algorithm.streams() and getattr(runtime, "streams", False):
+    if stream and not state.evaluated and algorithm.streams() and takes_sink(runtime):
         streamed = Streamed(algorithm, info, state.w, server)
         updates, train_diag = runtime.train(contexts, state.w, server, sink=streamed.add)  # type: ignore[call-arg]
     else:
@@ -266,6 +266,14 @@ def run_round(
     )
     report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag, uploaded=len(updates))
     return new_state, report
+
+
+def takes_sink(runtime: ClientRuntime) -> bool:
+    """Whether ``runtime.train`` streams (takes ``sink=``, :meth:`ClientRuntime.train`)."""
+    try:
+        return "sink" in inspect.signature(runtime.train).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _merge(diag: dict[str, Any], more: dict[str, Any]) -> None:

@@ -438,8 +438,6 @@ def _finish(rows: Sequence[_Row], segments: Sequence[tuple[Job, int, int]], thet
 class StackedClients:
     """The client side of a round trained as stacked chunks of clients; states held here."""
 
-    streams = True
-
     def __init__(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]],
                  *, stack_size: int | None = None, memory_cap: int = MEMORY_CAP) -> None:
         self.algorithm, self.federation, self.client_states = algorithm, federation, list(states)
