@@ -5,13 +5,14 @@ data, so 10,000 clients reuse a 60,000-sample set), batch 10, one epoch (2 local
 trained every round; the SVM and the 2NN. Each (model, clients, runtime) runs in a fresh process with torch
 pinned to ``--threads`` (1): a warm-up round, then a timed one. Memory is that process's peak resident set
 during the two rounds (``/proc/self/clear_refs`` resets the peak once the federation is built) minus its
-resident set just before them: what the rounds add to the model and the data (the client order caches and
-in process the batches laid out once per client included). ``stored`` rows keep every update until
-aggregation (``run_round(stream=False)``, today's path for parts without a fold form) to show what the
-streamed aggregation saves. Rows are interleaved (every runtime of a row before the next row); the load
+resident set just before them: what the rounds add to the model and the data (the client order caches and,
+in process, the batches laid out once per client included; with glibc's dynamic mmap threshold, freed
+blocks kept in the heap count too: ``--mmap-threshold 131072`` fixes it, to tell the two apart).
+``stored`` rows keep every update until aggregation (``run_round(stream=False)``, today's path for parts
+without a fold form) to show what the streamed aggregation saves. Rows are interleaved (every runtime of a row before the next row); the load
 average is printed before and after, and figures are worth comparing as ratios within one run.
 
-    python benchmarks/scale.py [--clients 10,100,1000,10000] [--models svm,2nn] [--stored-at 1000]
+    python benchmarks/scale.py [--clients 10,100,1000,10000] [--models svm,2nn] [--stored-at 10,1000] [--mmap-threshold 131072]
     python benchmarks/scale.py --smoke      # 2 and 4 clients, in this process: a test, not a measurement
 """
 
@@ -95,8 +96,11 @@ def measure(model: str, clients: int, runtime: str, stream: bool, threads: int) 
     return {"s_per_client": seconds / clients, "added_mb": memory_mb("VmHWM") - start, "peak_mb": memory_mb("VmHWM")}
 
 
-def in_fresh_process(model: str, clients: int, runtime: str, stream: bool, threads: int) -> dict[str, float]:
+def in_fresh_process(model: str, clients: int, runtime: str, stream: bool, threads: int,
+                     mmap_threshold: int | None = None) -> dict[str, float]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if mmap_threshold:  # glibc: a fixed threshold (no dynamic raise), so freed blocks above it go back to the system
+        env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, __file__, "--one", json.dumps([model, clients, runtime, stream, threads])],
@@ -114,18 +118,21 @@ def main() -> None:
     parser.add_argument("--models", default="svm,2nn")
     parser.add_argument("--stored-at", default="10,1000", help="client counts that also get a stored-updates row")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mmap-threshold", type=int, default=0,
+                        help="glibc MALLOC_MMAP_THRESHOLD_ for the measured processes (0: the allocator as it is)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: measure one row, print it as JSON
     parser.add_argument("--smoke", action="store_true", help="2 and 4 clients in this process (a test)")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(*json.loads(args.one))))
         return
-    run = in_fresh_process
+    run = functools.partial(in_fresh_process, mmap_threshold=args.mmap_threshold)
     if args.smoke:
         args.clients, args.stored_at, run = "2,4", "4", measure
     counts = [int(k) for k in args.clients.split(",")]
     stored_at = {int(k) for k in args.stored_at.split(",") if k}
-    print(f"FedAvg, {SAMPLES} samples a client, batch {BATCH}, 1 epoch; {args.threads} torch thread(s); "
+    allocator = f"MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else "glibc malloc as it is"
+    print(f"FedAvg, {SAMPLES} samples a client, batch {BATCH}, 1 epoch; {args.threads} torch thread(s); {allocator}; "
           f"load average (1, 5, 15 min) before: {load()}")
     print("| model | clients | runtime | aggregation | ms per client-round | MB the rounds add | peak RSS MB |\n"
           "|---|---|---|---|---|---|---|")

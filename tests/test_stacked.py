@@ -175,7 +175,8 @@ def test_a_run_on_the_stacked_runtime_says_so_and_matches_in_process(
         first = capsys.readouterr().err.splitlines()[0]
         rows[runtime] = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
         if runtime == "auto":
-            assert "[runtime in-process (auto: on a cpu the in-process step is as fast (linear model))," in first
+            assert "[runtime in-process (auto: linear model, 3 clients a round, batch 20: in process on a cpu)," \
+                in first
         else:
             assert f"[runtime {runtime}," in first
     for runtime in ("stacked", "auto"):
