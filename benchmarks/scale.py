@@ -9,10 +9,12 @@ resident set just before them: what the rounds add to the model and the data (th
 in process, the batches laid out once per client included; with glibc's dynamic mmap threshold, freed
 blocks kept in the heap count too: ``--mmap-threshold 131072`` fixes it, to tell the two apart).
 ``stored`` rows keep every update until aggregation (``run_round(stream=False)``, today's path for parts
-without a fold form) to show what the streamed aggregation saves. Rows are interleaved (every runtime of a row before the next row); the load
-average is printed before and after, and figures are worth comparing as ratios within one run.
+without a fold form) to show what the streamed aggregation saves. Rows are interleaved (every runtime
+of a row before the next row); the load average is printed before and after, and figures are worth
+comparing as ratios within one run. The table and what it shows: docs/architecture.md "Scale".
 
-    python benchmarks/scale.py [--clients 10,100,1000,10000] [--models svm,2nn] [--stored-at 10,1000] [--mmap-threshold 131072]
+    python benchmarks/scale.py [--clients 10,100,1000,10000] [--models svm,2nn] [--stored-at 10,1000]
+    python benchmarks/scale.py --mmap-threshold 131072   # glibc's heap retention left out of the memory
     python benchmarks/scale.py --smoke      # 2 and 4 clients, in this process: a test, not a measurement
 """
 

@@ -129,7 +129,10 @@ class Streamed:
 
     def __init__(self, algorithm: Algorithm, info: RoundInfo, w: Tensor, server: tuple[State, ...]) -> None:
         self.aggregate = algorithm.single("aggregate")[1].aggregate_fold(info, w)  # type: ignore[index,misc]
-        self.server_end = [(k, p.server_end_fold(info, server[k])) for k, p in algorithm.with_stage("server_end")]  # type: ignore[misc]
+        self.server_end = [
+            (k, p.server_end_fold(info, server[k]))  # type: ignore[misc]
+            for k, p in algorithm.with_stage("server_end")
+        ]
         self.nbytes = 0
         self.empty = w.new_empty(0)
 
