@@ -33,7 +33,13 @@ FIGURES = {
                             r"ratio deployment/in-process: \d",
                             *(rf"\| {name} \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|"
                               for name in ("in-process", "stacked", "simulation", "deployment"))],
-    "stacked.py": [r"\| svm \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 2 seeds x 2 \|",
+    "scale.py": [r"load average \(1, 5, 15 min\) before: \d", r"load average \(1, 5, 15 min\) after: \d",
+                 *(rf"\| {m} \| 4 \| {r} \| {a} \| [\d.]+ \| -?[\d.]+ \| \d+ \|"
+                   for m in ("svm", "2nn") for r, a in (("in-process", "streamed"), ("stacked", "streamed"),
+                                                        ("in-process", "stored"))),
+                 r"2nn in-process: memory the rounds add at 4 clients minus at 2: -?[\d.]+ MB"],
+    "stacked.py": [r"\| svm \| 100 \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 50 \| 2 seeds x 2 \|",
+                   r"auto against the faster runtime: worst [\d.]+x", r"load average \(1, 5, 15 min\) after: \d",
                    r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],
 }

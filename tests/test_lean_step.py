@@ -149,3 +149,33 @@ def test_new_training_data_drops_the_layouts() -> None:
     again = fed.client_batches(0, 1, 2)
     assert torch.equal(again[0][0], -first[0][0])
     assert not torch.equal(again[0][1], first[0][1])
+
+
+def test_a_fixed_order_is_drawn_once_and_is_the_seeded_permutation() -> None:
+    """The order is cached per client (the same array every round) and is exactly the draw of
+    (seed, "order", client): cached or not, the same numbers as before the cache."""
+    from fedaccel.algorithms.base import make_rng
+
+    x, y = data(60)
+    parts = [np.arange(k, 60, 3) for k in range(3)]
+    fed = Federation(build_model("svm", (1, 6, 6), 10), x, y, parts, x, y, LocalOptions(batch_size=4), seed=7)
+    for client in range(3):
+        first = fed.order(client, 0)
+        assert fed.order(client, 5) is first
+        want = parts[client][make_rng(7, "order", client).permutation(20)]
+        assert np.array_equal(first, want)
+    rr = Federation(build_model("svm", (1, 6, 6), 10), x, y, parts, x, y, LocalOptions(batch_size=4, order="reshuffle"))
+    assert not np.array_equal(rr.order(0, 0), rr.order(0, 1))  # reshuffled: a new draw every round, never cached
+
+
+def test_every_clients_layout_is_one_allocation() -> None:
+    """All clients' laid-out batches are views of one tensor (no heap of small long-lived blocks)."""
+    x, y = data(60)
+    parts = [np.arange(k, 60, 3) for k in range(3)]
+    fed = Federation(build_model("svm", (1, 6, 6), 10), x, y, parts, x, y, LocalOptions(batch_size=4))
+    fed.client_batches(1, 0, 2)
+    assert len(fed._layouts) == 3
+    bases = {layout[1].untyped_storage().data_ptr() for layout in fed._layouts.values()}
+    assert len(bases) == 1
+    for client, (order, xs, _) in fed._layouts.items():
+        assert torch.equal(xs, x[torch.from_numpy(order)])

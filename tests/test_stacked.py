@@ -175,13 +175,33 @@ def test_a_run_on_the_stacked_runtime_says_so_and_matches_in_process(
         first = capsys.readouterr().err.splitlines()[0]
         rows[runtime] = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
         if runtime == "auto":
-            assert "[runtime in-process (auto: on a cpu the in-process step is as fast (linear model))," in first
+            assert "[runtime in-process (auto: linear model, 3 clients a round, batch 20: in process on a cpu)," \
+                in first
         else:
             assert f"[runtime {runtime}," in first
     for runtime in ("stacked", "auto"):
         for got, want in zip(rows[runtime], rows["in-process"], strict=True):
             assert got["test_acc"] == want["test_acc"] and got["local_steps"] == want["local_steps"]
             assert got["test_loss"] == pytest.approx(want["test_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize(("model", "clients", "batch", "want"), [
+    ("svm", 9, 10, "in-process"), ("svm", 10, 10, "stacked"),  # the SVM: from 10 clients a round ...
+    ("svm", 10, 50, "stacked"), ("svm", 10, 51, "in-process"),  # ... at batches up to 50
+    ("svm", 10_000, 100, "in-process"), ("svm", 10, 1, "stacked"),
+    ("2nn", 99, 50, "in-process"), ("2nn", 100, 50, "stacked"),  # Linear/ReLU chains: from 100 clients ...
+    ("2nn", 100, 49, "in-process"), ("2nn", 10_000, 10_000, "stacked"),  # ... at batches of 50 and more
+    ("cnn", 10_000, 50, "in-process"), ("cnn", 10_000, 1, "in-process"),  # torch.func models: never on a CPU
+])
+def test_auto_runtime_on_a_cpu_at_the_rules_boundaries(model: str, clients: int, batch: int, want: str) -> None:
+    """Each side of every threshold of ``CPU_STACKED`` (fitted to benchmarks/stacked.py, docs/architecture.md)."""
+    from fedaccel.runs.loop import choose_runtime
+
+    fed = federation(build_model("cnn", (1, 8, 8), 3), (1, 8, 8), batch_size=batch) if model == "cnn" \
+        else federation(model, batch_size=batch)
+    got, why = choose_runtime("auto", fed, clients)
+    assert got == want
+    assert why.startswith("auto: ") and (model == "cnn" or f"batch {batch}" in why), why
 
 
 def test_auto_runtime_follows_the_measured_rule() -> None:

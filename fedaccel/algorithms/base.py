@@ -24,6 +24,12 @@ holds every client's state and hands it in and out explicitly. One round, in sta
 8. ``aggregate``  the server aggregator (mean, FedNova). Exactly one.
 9. ``server_end``  server state after aggregation (SCAFFOLD c, FedDyn h).
 
+Streaming (opt-in): an aggregator that can fold the uploads one by one as they arrive declares
+``aggregate_fold``, and a ``server_end`` part ``server_end_fold``; an algorithm whose every update-reading
+server stage has one (:meth:`Algorithm.streams`) is aggregated in O(model) memory, no client's update
+kept until the round ends. Without them (robust aggregation, BHerd's server side, GraB's rescaling)
+the updates are kept and handed over as a list, as always.
+
 ``docs/architecture.md`` has the diagram. A named method is a recipe: ``compose(...)`` of parts.
 """
 
@@ -137,6 +143,28 @@ class BatchedEstimatorFactory(Protocol):
         ...
 
 
+class AggregateFold(Protocol):
+    """``Part.aggregate_fold(info, w)``: the part's ``aggregate`` as a running reduction over the uploads."""
+
+    def add(self, update: ClientUpdate) -> None:
+        """Fold one upload in (its tensors may be freed afterwards)."""
+        ...
+
+    def finish(self, w: Tensor) -> Tensor:
+        """w_next: what ``aggregate(info, w, updates)`` gives for the uploads added (to float rounding)."""
+        ...
+
+
+class ServerEndFold(Protocol):
+    """``Part.server_end_fold(info, ss)``: the part's ``server_end`` as a running reduction over the uploads."""
+
+    def add(self, update: ClientUpdate) -> None: ...
+
+    def finish(self, w: Tensor, w_next: Tensor) -> tuple[Tensor, State]:
+        """(w_next, ss): what ``server_end(info, w, w_next, updates, ss)`` gives for the uploads added."""
+        ...
+
+
 @dataclass
 class ClientUpdate:
     """One client's upload: ``delta = w_t - theta_end`` (or its estimate) plus extras."""
@@ -179,6 +207,8 @@ class Part:
     - ``aggregate(info, w, updates) -> w_next``
     - ``server_end(info, w, w_next, updates, ss) -> (w_next, ss)``
     - ``broadcast(ss) -> dict[str, Tensor]``: server state sent down with the model (bytes)
+    - ``aggregate_fold(info, w) -> AggregateFold`` / ``server_end_fold(info, ss) -> ServerEndFold``: the same
+      stages as running reductions (optional; module docstring, "Streaming")
     """
 
     name: str
@@ -198,6 +228,8 @@ class Part:
     aggregate: Callable[..., Tensor] | None = None
     server_end: Callable[..., tuple[Tensor, State]] | None = None
     broadcast: Callable[[State], dict[str, Tensor]] | None = None
+    aggregate_fold: Callable[[RoundInfo, Tensor], AggregateFold] | None = None
+    server_end_fold: Callable[[RoundInfo, State], ServerEndFold] | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +252,14 @@ class Algorithm:
     def single(self, stage: str) -> tuple[int, Part] | None:
         found = self.with_stage(stage)
         return found[0] if found else None
+
+    def streams(self) -> bool:
+        """Whether the uploads can be folded as they arrive: the aggregator and every ``server_end`` part
+        have a fold form and no part rescales the updates first (``server_adjust`` needs them all)."""
+        aggregator = self.single("aggregate")
+        return (aggregator is not None and aggregator[1].aggregate_fold is not None
+                and not self.with_stage("server_adjust")
+                and all(p.server_end_fold is not None for _, p in self.with_stage("server_end")))
 
 
 EXCLUSIVE_STAGES = ("participation", "estimator", "aggregate", "plan_server", "order")
@@ -250,6 +290,26 @@ def tensor_bytes(tensors: Sequence[Tensor] | Mapping[str, Tensor]) -> int:
     """Bytes on the wire for a message made of tensors."""
     values = tensors.values() if isinstance(tensors, Mapping) else tensors
     return sum(t.numel() * t.element_size() for t in values)
+
+
+@dataclass
+class _UpdatesIgnored:
+    """The fold of a ``server_end`` that reads w and w_next only, never the updates."""
+
+    server_end: Callable[..., tuple[Tensor, State]]
+    info: RoundInfo
+    ss: State
+
+    def add(self, update: ClientUpdate) -> None:
+        pass
+
+    def finish(self, w: Tensor, w_next: Tensor) -> tuple[Tensor, State]:
+        return self.server_end(self.info, w, w_next, (), self.ss)
+
+
+def updates_ignored(server_end: Callable[..., tuple[Tensor, State]]) -> Callable[[RoundInfo, State], ServerEndFold]:
+    """``server_end_fold`` for a ``server_end`` that does not read the updates (e.g. a server momentum)."""
+    return lambda info, ss: _UpdatesIgnored(server_end, info, ss)
 
 
 def weighted_sum(updates: Sequence[ClientUpdate], coefficients: Sequence[float]) -> Tensor:

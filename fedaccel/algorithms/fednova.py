@@ -34,12 +34,13 @@ Reference-code options (docs/algorithms.md "Reference code"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from fedaccel.algorithms.base import ClientUpdate, Part, RoundInfo, State
+from fedaccel.algorithms.base import ClientUpdate, Part, RoundInfo, State, updates_ignored
 from fedaccel.algorithms.mean import renormalised_weights
 from fedaccel.errors import ConfigError, shown
 
@@ -95,6 +96,13 @@ def fednova_aggregate(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: flo
             step.add_(u.delta, alpha=pk / ak)
         return torch.sub(w, step, alpha=effective)
 
+    def aggregate_fold(info: RoundInfo, w: Tensor) -> NormalisedFold:
+        def terms(u: ClientUpdate) -> tuple[float, float]:  # (a_k, the k-th term's scale in tau_eff)
+            a = normaliser(u.steps, lr=info.lr, momentum=info.momentum, mu=mu)
+            return a, (float(u.steps) if tau_eff == "steps" and mu > 0 else a)
+
+        return NormalisedFold(torch.zeros_like(w), terms)
+
     def init_momentum(w0: Tensor) -> Tensor:
         return torch.zeros_like(w0)
 
@@ -105,5 +113,28 @@ def fednova_aggregate(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: flo
         return torch.sub(w, buffer, alpha=info.lr), buffer
 
     if gmf == 0:
-        return Part(name="fednova", aggregate=aggregate)
-    return Part(name="fednova", aggregate=aggregate, init_server=init_momentum, server_end=server_momentum)
+        return Part(name="fednova", aggregate=aggregate, aggregate_fold=aggregate_fold)
+    return Part(name="fednova", aggregate=aggregate, init_server=init_momentum, server_end=server_momentum,
+                aggregate_fold=aggregate_fold, server_end_fold=updates_ignored(server_momentum))
+
+
+@dataclass
+class NormalisedFold:
+    """FedNova's step as running sums (one d-vector): with W = sum w_k (raw weights), p_k = w_k / W,
+    ``w - tau_eff sum p_k delta_k / a_k = w - (sum w_k s_k / W^2) sum (w_k / a_k) delta_k``."""
+
+    total: Tensor  # sum_k (w_k / a_k) delta_k
+    terms: Callable[[ClientUpdate], tuple[float, float]]  # (a_k, s_k)
+    weight: float = 0.0  # W
+    scaled: float = 0.0  # sum_k w_k s_k
+
+    def add(self, update: ClientUpdate) -> None:
+        a, s = self.terms(update)
+        self.total.add_(update.delta, alpha=update.weight / a)
+        self.weight += update.weight
+        self.scaled += update.weight * s
+
+    def finish(self, w: Tensor) -> Tensor:
+        if self.weight == 0:
+            return w.clone()
+        return torch.sub(w, self.total, alpha=self.scaled / self.weight**2)

@@ -7,7 +7,8 @@ With ``server_lr = 1`` and ``delta_k = w_t - theta_k`` this is ``sum_k p~_k thet
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -42,4 +43,28 @@ def mean_aggregate(*, server_lr: float = 1.0, weighting: str = "data") -> Part:
         step = weighted_sum(updates, renormalised_weights(updates, weighting))
         return torch.sub(w, step, alpha=server_lr)
 
-    return Part(name="mean", aggregate=aggregate)
+    def aggregate_fold(info: RoundInfo, w: Tensor) -> WeightedMeanFold:
+        return WeightedMeanFold(torch.zeros_like(w), lambda u: u.weight if weighting == "data" else 1.0, server_lr)
+
+    return Part(name="mean", aggregate=aggregate, aggregate_fold=aggregate_fold)
+
+
+@dataclass
+class WeightedMeanFold:
+    """``w - server_lr * sum_k c_k delta_k / sum_k c_k`` as a running sum: one d-vector, whatever the
+    number of clients. ``coefficient(update)`` is c_k (the data weight p_k, or 1 for a uniform mean)."""
+
+    total: Tensor
+    coefficient: Callable[[ClientUpdate], float]
+    server_lr: float = 1.0
+    masses: list[float] = field(default_factory=list)
+
+    def add(self, update: ClientUpdate) -> None:
+        c = float(self.coefficient(update))
+        self.total.add_(update.delta, alpha=c)
+        self.masses.append(c)
+
+    def finish(self, w: Tensor) -> Tensor:
+        if not self.masses:
+            return w.clone()
+        return torch.sub(w, self.total, alpha=self.server_lr / sum(self.masses))

@@ -36,6 +36,7 @@ Bytes: c is broadcast with the model (``broadcast``) and dc_i is uploaded with t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -111,14 +112,16 @@ def scaffold(*, weighting: str = "data", control_lr: str = "current", control_st
         c_new = c_old - ss + (theta0 - theta_end) * step  # option II
         return c_new, {"dc": c_new - c_old}
 
+    def server_end_fold(info: RoundInfo, ss: State) -> ControlFold:
+        return ControlFold(info, weighting, ss.clone())
+
     def server_end(
         info: RoundInfo, w: Tensor, w_next: Tensor, updates: Sequence[ClientUpdate], ss: State
     ) -> tuple[Tensor, State]:
-        c = ss.clone()
+        fold = server_end_fold(info, ss)
         for u in updates:
-            q = 1.0 / info.n_clients if weighting == "uniform" else float(info.weights[u.client])
-            c.add_(u.extras["dc"], alpha=q)
-        return w_next, c
+            fold.add(u)
+        return fold.finish(w, w_next)
 
     return Part(
         name="scaffold",
@@ -129,4 +132,21 @@ def scaffold(*, weighting: str = "data", control_lr: str = "current", control_st
         batched_local_term=batched_local_term,
         client_end=client_end,
         server_end=server_end,
+        server_end_fold=server_end_fold,
     )
+
+
+@dataclass
+class ControlFold:
+    """The server's ``c <- c + sum_{i in S} q_i dc_i`` as a running sum (one d-vector), added upload by upload."""
+
+    info: RoundInfo
+    weighting: str
+    c: Tensor
+
+    def add(self, update: ClientUpdate) -> None:
+        q = 1.0 / self.info.n_clients if self.weighting == "uniform" else float(self.info.weights[update.client])
+        self.c.add_(update.extras["dc"], alpha=q)
+
+    def finish(self, w: Tensor, w_next: Tensor) -> tuple[Tensor, State]:
+        return w_next, self.c

@@ -7,7 +7,8 @@ each part's server state, every client's part states, and running totals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -106,12 +107,41 @@ class ClientRuntime(Protocol):
     def train(
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
-        """Train every context's client; return the updates of those that upload."""
+        """Train every context's client; return the updates of those that upload.
+
+        A runtime whose ``train`` also takes ``sink=`` streams: each upload is handed to ``sink`` as soon
+        as it is final (never one the runtime may still drop), and the list keeps what ``sink`` returns
+        (the upload without its tensors, :class:`Streamed`). A subclass that overrides ``train`` without
+        ``sink`` gets the stored path."""
         ...
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
         """The client states to keep in the server's FLState after the round."""
         ...
+
+
+Sink = Callable[[ClientUpdate], ClientUpdate]
+
+
+class Streamed:
+    """A round's uploads folded as they arrive (:meth:`Algorithm.streams`): the aggregator's and the
+    ``server_end`` parts' running sums; each upload is kept without its tensors (for diagnostics)."""
+
+    def __init__(self, algorithm: Algorithm, info: RoundInfo, w: Tensor, server: tuple[State, ...]) -> None:
+        self.aggregate = algorithm.single("aggregate")[1].aggregate_fold(info, w)  # type: ignore[index,misc]
+        self.server_end = [
+            (k, p.server_end_fold(info, server[k]))  # type: ignore[misc]
+            for k, p in algorithm.with_stage("server_end")
+        ]
+        self.nbytes = 0
+        self.empty = w.new_empty(0)
+
+    def add(self, update: ClientUpdate) -> ClientUpdate:
+        self.nbytes += update.nbytes
+        self.aggregate.add(update)
+        for _, fold in self.server_end:
+            fold.add(update)
+        return replace(update, delta=self.empty, extras={})
 
 
 class InProcessClients:
@@ -132,7 +162,7 @@ class InProcessClients:
         }, {}
 
     def train(
-        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...], sink: Sink | None = None
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
         updates = []
         for ctx in contexts:
@@ -141,7 +171,7 @@ class InProcessClients:
                 self.algorithm, ctx, w, server, self.client_states[i], self.federation
             )
             if ctx.uploads:
-                updates.append(update)
+                updates.append(update if sink is None else sink(update))
         return updates, {}
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
@@ -156,6 +186,7 @@ def run_round(
     fraction: float = 1.0,
     schedule: Sequence[Sequence[int]] | None = None,
     runtime: ClientRuntime | None = None,
+    stream: bool = True,
 ) -> tuple[FLState, RoundReport]:
     """Advance ``state`` by one round; ``fraction`` is used when no part chooses participants.
 
@@ -164,7 +195,9 @@ def run_round(
     FedUMF, who uploads. ``runtime`` runs the client side (default: in this process, with ``state.clients``).
     Each client's local work is drawn by ``federation.options.work`` (:mod:`fedaccel.engine.work`); a round
     whose selection uploads nobody (Bernoulli sampling may select no one) leaves the model and server
-    states as they were.
+    states as they were. ``stream``: fold the uploads as they arrive (O(model) memory) where the algorithm
+    (:meth:`~fedaccel.algorithms.base.Algorithm.streams`), the runtime (:func:`takes_sink`) and ``eval.models``
+    (only the broadcast model) allow it; False keeps every update until aggregation.
     """
     runtime = runtime or InProcessClients(algorithm, federation, state.clients)
     info = round_info(federation, state.round, schedule)
@@ -196,19 +229,29 @@ def run_round(
 
     contexts = [_context(info, federation, i, who, instructions.get(i, {}), draws.get(i)) for i in who.train]
     contexts = [ctx for ctx in contexts if ctx.steps > 0]
-    updates, train_diag = runtime.train(contexts, state.w, server)
+    streamed = None
+    if stream and not state.evaluated and algorithm.streams() and takes_sink(runtime):
+        streamed = Streamed(algorithm, info, state.w, server)
+        updates, train_diag = runtime.train(contexts, state.w, server, sink=streamed.add)  # type: ignore[call-arg]
+    else:
+        updates, train_diag = runtime.train(contexts, state.w, server)
     _merge(diag, train_diag)
     lost = set(train_diag.get("lost", ()))  # no answer: their steps are not known to have run
     local_steps = sum(ctx.steps for ctx in contexts if ctx.client not in lost)
-    bytes_up += sum(u.nbytes for u in updates)
+    bytes_up += streamed.nbytes if streamed else sum(u.nbytes for u in updates)
 
-    for k, part in algorithm.with_stage("server_adjust"):
-        updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
-    k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
-    w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
     server_list = list(server)
-    for k, part in algorithm.with_stage("server_end") if who.upload else ():  # nobody selected to upload: no step
-        w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
+    if streamed is not None:
+        w_next = streamed.aggregate.finish(state.w)
+        for k, fold in streamed.server_end if who.upload else ():
+            w_next, server_list[k] = fold.finish(state.w, w_next)
+    else:
+        for k, part in algorithm.with_stage("server_adjust"):
+            updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
+        k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
+        w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
+        for k, part in algorithm.with_stage("server_end") if who.upload else ():  # nobody selected to upload: no step
+            w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
 
     if any(u.diag for u in updates):
         diag["clients"] = {str(u.client): u.diag for u in updates if u.diag}
@@ -226,6 +269,14 @@ def run_round(
     )
     report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag, uploaded=len(updates))
     return new_state, report
+
+
+def takes_sink(runtime: ClientRuntime) -> bool:
+    """Whether ``runtime.train`` streams (takes ``sink=``, :meth:`ClientRuntime.train`)."""
+    try:
+        return "sink" in inspect.signature(runtime.train).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _merge(diag: dict[str, Any], more: dict[str, Any]) -> None:

@@ -182,6 +182,10 @@ class Job:
     server: tuple[State, ...]
     states: list[tuple[State, ...]]
     updates: list[ClientUpdate] = field(default_factory=list)
+    sink: Callable[[ClientUpdate], ClientUpdate] | None = None  # each upload handed over as it exists
+
+    def upload(self, update: ClientUpdate) -> None:
+        self.updates.append(update if self.sink is None else self.sink(update))
 
 
 @dataclass
@@ -215,7 +219,7 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
                 job.states[ctx.client], update = train_client(
                     job.algorithm, ctx, job.w, job.server, job.states[ctx.client], job.federation)
                 if ctx.uploads:
-                    job.updates.append(update)
+                    job.upload(update)
             continue
         for ctx in job.contexts:
             theta0 = job.w
@@ -428,7 +432,7 @@ def _finish(rows: Sequence[_Row], segments: Sequence[tuple[Job, int, int]], thet
             job.states[ctx.client] = tuple(new)
             if ctx.uploads:
                 weight = float(job.federation.weights[ctx.client])
-                job.updates.append(ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag))
+                job.upload(ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag))
 
 
 class StackedClients:
@@ -445,9 +449,9 @@ class StackedClients:
 
         return InProcessClients(self.algorithm, self.federation, self.client_states).plan(contexts, w, server)
 
-    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
-              ) -> tuple[list[ClientUpdate], dict[str, Any]]:
-        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states)
+    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...],
+              sink: Callable[[ClientUpdate], ClientUpdate] | None = None) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states, sink=sink)
         train_jobs([job], stack_size=self.stack_size, memory_cap=self.memory_cap)
         return job.updates, {}
 
@@ -508,9 +512,9 @@ class StackedMember(StackedClients):
         super().__init__(algorithm, federation, states, stack_size=stack.stack_size)
         self.stack = stack
 
-    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
-              ) -> tuple[list[ClientUpdate], dict[str, Any]]:
-        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states)
+    def train(self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...],
+              sink: Callable[[ClientUpdate], ClientUpdate] | None = None) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        job = Job(self.algorithm, self.federation, contexts, w, server, self.client_states, sink=sink)
         self.stack.train(job)
         return job.updates, {}
 

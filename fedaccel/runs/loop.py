@@ -62,13 +62,19 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
     return idle, f"auto: large model, {idle} of {cores} cores idle"
 
 
+#: On a CPU, per kernel kind (:func:`fedaccel.engine.stacked.kernel_kind`): stacked from this many clients a
+#: round, at batch sizes in this range; in process otherwise. Fitted to benchmarks/stacked.py's grid on the
+#: 2-core CPU (docs/architecture.md "Choosing the runtime"): the closed-form SVM step is dominated by per-client
+#: overhead until its batch grows; the 2NN's matmuls are not, and stacked gains only at large K and batch;
+#: torch.func models (the CNN) never gained.
+CPU_STACKED: dict[str, tuple[int, range]] = {"svm": (10, range(1, 51)), "linear": (100, range(50, 1 << 30))}
+
+
 def choose_runtime(requested: str, federation: Federation, clients: int) -> tuple[str, str]:
-    """The client runtime of a local run, and why: ``run.runtime`` unless it is ``auto``; then the
-    measured rule of benchmarks/stacked.py (docs/benchmarks.md): stacked for any model with a batched
-    form on a GPU, with at least two clients a round; in process on a CPU, where the lean
-    in-process step (closed-form linear gradients, batches laid out once) was as fast or faster
-    than stacked for every model measured (SVM 6.1x the plain loop against 5.0x stacked at K = 20;
-    2NN 1.1x against 1.0x; the CNN stacked slower still)."""
+    """The client runtime of a local run, and why: ``run.runtime`` unless it is ``auto``; then the rule
+    measured with benchmarks/stacked.py: in process for a model with no batched form or one client a round;
+    stacked on a GPU (it won every row, docs/gpu.md); on a CPU stacked where :data:`CPU_STACKED` says
+    (clients a round, batch size, kernel kind), in process elsewhere."""
     if requested != "auto":
         return requested, "run.runtime"
     kind = kernel_kind(federation.model.module)
@@ -79,7 +85,12 @@ def choose_runtime(requested: str, federation: Federation, clients: int) -> tupl
         return "in-process", "auto: one client a round"
     if device != "cpu":
         return "stacked", f"auto: {kind} model on {device}"
-    return "in-process", f"auto: on a cpu the in-process step is as fast ({kind} model)"
+    batch = federation.options.batch_size
+    if kind in CPU_STACKED:
+        least, batches = CPU_STACKED[kind]
+        if clients >= least and batch in batches:
+            return "stacked", f"auto: {kind} model, {clients} clients a round, batch {batch} on a cpu"
+    return "in-process", f"auto: {kind} model, {clients} clients a round, batch {batch}: in process on a cpu"
 
 
 def local_runtime(setup: Setup, state: FLState) -> tuple[ClientRuntime | None, str, str]:
