@@ -166,3 +166,28 @@ def test_a_deployment_says_where_it_is_until_its_first_round(tmp_path: Path, cap
     quiet.said -= HEARTBEAT_S
     quiet.heartbeat()
     assert capsys.readouterr().err == ""
+
+
+def test_a_heartbeat_fills_every_silence_longer_than_its_interval_and_only_those() -> None:
+    """`reproduce --render-only` drew figures of 5-10 s each in silence: a heartbeat says where it is
+    whenever its interval passes with no other line."""
+    import time
+
+    from fedaccel.runs.progress import Heartbeat
+
+    lines: list[tuple[float, str]] = []
+    start = time.monotonic()
+    with Heartbeat(lambda text: lines.append((time.monotonic(), text)), lambda s: f"still ({s:.1f} s)",
+                   every_s=0.1) as beat:
+        time.sleep(0.55)  # one silent step
+        beat.say("a step")
+    beats = [text for _, text in lines if text.startswith("still")]
+    gaps = [b - a for a, b in zip([start, *[t for t, _ in lines]], [t for t, _ in lines])]
+    assert len(beats) >= 4 and lines[-1][1] == "a step" and max(gaps) < 0.4  # the thread looks every 25 ms
+
+    told: list[str] = []
+    with Heartbeat(told.append, lambda s: "still", every_s=0.5) as beat:
+        for k in range(10):
+            beat.say(f"step {k}")
+            time.sleep(0.02)
+    assert told == [f"step {k}" for k in range(10)]  # never a beat while lines come often enough

@@ -41,7 +41,7 @@ from fedaccel.runs.files import write_atomic
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "reproductions"
 MANIFEST = "figures.json"
-SAY_EVERY_S = 5.0  # render's longest silence between two lines while it draws figures
+SAY_EVERY_S = 5.0  # render's longest silence between two lines (a heartbeat fills the longer steps)
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,15 @@ def say_on_stderr(line: str) -> None:
 def render(paper: str, scale: str = "quick", *, docs: Path = DOCS, say: Callable[[str], None] | None = None) -> Path:
     """Write the report, its figures and their manifest from the committed data; returns the report path.
     ``say(line)`` tells where it is: each experiment read, and the figures drawn every few seconds."""
+    from fedaccel.runs.progress import Heartbeat
+
+    if say is None:
+        return _render(paper, scale, docs, None)
+    with Heartbeat(say, lambda s: f"{paper} report: still working ({s:.0f} s)", every_s=SAY_EVERY_S) as beat:
+        return _render(paper, scale, docs, beat.say)
+
+
+def _render(paper: str, scale: str, docs: Path, say: Callable[[str], None] | None) -> Path:
     from fedaccel.reproductions.snapshot import fingerprint, pixels
     from fedaccel.runs.progress import RoundLines
 

@@ -62,3 +62,44 @@ class RoundLines:
 
     def close(self) -> None:
         pass
+
+
+class Heartbeat:
+    """While its block runs, a thread says ``line(seconds since the block began)`` whenever ``every_s``
+    seconds pass with no other line (each one told through :meth:`say`): no silence longer than that,
+    whatever one step of the block costs.
+
+    Example:
+        >>> with Heartbeat(print, lambda s: f"report: still drawing ({s:.0f} s)") as beat:  # doctest: +SKIP
+        ...     beat.say("report: 12 figures")
+    """
+
+    def __init__(self, say: Callable[[str], None], line: Callable[[float], str], every_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        import threading
+
+        self._say, self.line, self.every_s, self.clock = say, line, every_s, clock
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="fedaccel-heartbeat", daemon=True)
+        self.began = self.said = clock()
+
+    def say(self, text: str) -> None:
+        with self._lock:
+            self.said = self.clock()
+            self._say(text)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(0.25, self.every_s / 4)):
+            with self._lock:
+                now = self.clock()
+                if now - self.said >= self.every_s:
+                    self.said = now
+                    self._say(self.line(now - self.began))
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
