@@ -319,9 +319,9 @@ def test_a_damaged_config_is_one_line_for_every_reader(
 
 
 EDITS = {  # a config.yaml edited under a checkpoint: each changes the numbers, or the state's shape
-    "algorithm": {"name": "scaffold"}, "model": {"name": "svm", "lam": 0.1}, "train.lr": 0.3,
-    "data.clients": 5, "train.rounds": 9, "eval.every": 2, "run.seed": 7,
-}
+    "algorithm": {"name": "scaffold"}, "model": {"name": "svm", "l2": 0.1}, "train.lr": 0.3,
+    "data.clients": 5, "eval.every": 2, "run.seed": 7,
+}  # not train.rounds: a run may continue for more rounds (test_device's resume on the CPU does)
 NAMED = {"algorithm": "algorithm.name", "model": "model.name"}  # the flat key a line names for each edit
 
 

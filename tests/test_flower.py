@@ -605,7 +605,8 @@ def test_a_deployment_killed_with_sigkill_leaves_no_process_and_resumes_with_the
         for pid in [first.pid, *started]:  # leave nothing behind when the test fails
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    lines = (tmp_path / "stderr.txt").read_text().splitlines()
+    lines = [line for line in (tmp_path / "stderr.txt").read_text().splitlines()
+             if not line.startswith("reading ")]  # said when loading the config takes seconds (a loaded machine)
     assert lines[0].startswith(f"scaffold: softmax, 2 clients, rounds 1-{rounds} -> {out.resolve()} [runtime "
                                "flower-deployment"), lines[:3]
     assert lines[1] == "starting SuperLink and 2 SuperNodes", lines[:3]
@@ -831,8 +832,8 @@ def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_
                                        f"from round {stopped_at}")
     assert 2 <= stopped_at < rounds and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
     assert not live_flower_processes(within=tmp_path)
-    assert re.search(rf"\| {stopped_at}/{rounds} \[.*round.*acc=0\.\d+\]", stderr), stderr[-2000:]  # the bar, as in process
-    assert "fedaccel server: round" not in stderr  # the bar instead of the lines, not both
+    assert "\r" not in stderr  # into a pipe: lines, never a redrawn bar (the bar is for a terminal, as in process)
+    assert "fedaccel server: round" not in stderr  # the ServerApp's round lines go to its log, not here
     stream = (out / "flower" / "flwr-run.log").read_text()
     assert re.search(rf"^fedaccel server: round 2/{rounds}  test_acc 0\.\d{{4}}  \(\d+\.\d s\)$", stream, re.M), stream[-2000:]
 

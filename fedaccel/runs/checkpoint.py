@@ -63,8 +63,10 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
 
 
 #: Config keys that say where and how a run is carried out, not what it computes: a resume may differ here.
+# Keys a resumed run may change: where and how it runs, and its budget (a finished run continued for more
+# rounds; no round before the checkpoint depends on train.rounds: the rate decays per round, not over T).
 RESUMABLE_KEYS = ("name", "run.out_dir", "run.progress", "run.tensorboard", "run.threads", "run.device",
-                  "run.timeout", "run.checkpoint_every", "run.stack_size", "run.on_divergence")
+                  "run.timeout", "run.checkpoint_every", "run.stack_size", "run.on_divergence", "train.rounds")
 
 
 def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str, Any]) -> None:
