@@ -115,6 +115,66 @@ def test_experiment_file_loads(path: Path) -> None:
     assert "(baseline)" in table
 
 
+# --- tuning experiments: more tuning seeds for the best-value claims, never judged ----------------
+
+TUNING_FILES = sorted(p for p in EXPERIMENT_FILES if p.stem.endswith("_tuning"))
+
+
+def _without_seed(config: dict) -> dict:
+    return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "seed"}}
+
+
+@pytest.mark.parametrize("path", TUNING_FILES, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_a_tuning_experiment_is_cells_of_its_experiment_at_tuning_seeds_only(path: Path) -> None:
+    """``<experiment>_tuning.yaml`` adds runs of ``<experiment>``'s cells at seeds its grid does not run, each one
+    of the paper's TUNING_SEEDS: so its runs can only ever choose a best value, never change a judged pair."""
+    from fedaccel.reproductions.reproduce import tuned_experiment
+
+    main_file = path.with_name(path.name.replace("_tuning.yaml", ".yaml"))
+    assert tuned_experiment(path.stem, [p.stem for p in path.parent.glob("*.yaml")]) == main_file.stem
+    module = importlib.import_module(f"fedaccel.reproductions.{path.parent.parent.name.replace('-', '_')}")
+    main_cells = [c.to_dict() for _, c in load_experiment(main_file).cells]
+    main_seeds = {c["run"]["seed"] for c in main_cells}
+    main_configs = [_without_seed(c) for c in main_cells]
+    for name, config in load_experiment(path).cells:
+        config = config.to_dict()
+        assert config["run"]["seed"] not in main_seeds, f"{name}: a seed {main_file.name} judges"
+        assert config["run"]["seed"] in module.TUNING_SEEDS, f"{name}: not one of the paper's TUNING_SEEDS"
+        assert _without_seed(config) in main_configs, f"{name} is no cell of {main_file.name} at another seed"
+
+
+def test_tuning_runs_reach_only_the_claims_that_pick_a_best_value() -> None:
+    from fedaccel.report.claims import final
+    from fedaccel.reproductions.reproduce import claim_runs
+
+    def runs(seeds: range) -> list[Run]:
+        return [Run(Path(f"s{s}"), {"train": {"lr": 0.1}, "run": {"seed": s}}, []) for s in seeds]
+
+    grid = {"e": runs(range(0, 3)), "e_tuning": runs(range(100, 102))}
+    fixed = Claim("fixed", "e", {"train.lr": 0.1}, {"train.lr": 0.2}, final(), "greater")
+    tuned = Claim("tuned", "e", {"train.lr": BEST}, {"train.lr": 0.2}, final(), "greater")
+    assert [r.seed for r in claim_runs(fixed, grid)] == [0, 1, 2]
+    assert [r.seed for r in claim_runs(tuned, grid)] == [0, 1, 2, 100, 101]
+    assert claim_runs(Claim("not run", "f", {"train.lr": BEST}, None, final(), "greater"), grid) is None
+
+
+def test_the_best_values_section_shows_every_candidate_the_choice_and_the_first_seeds_own() -> None:
+    """Three tuning seeds whose mean picks η = 0.2 while seed 0 alone would pick 0.1."""
+    from fedaccel.report.claims import final, judge
+    from fedaccel.reproductions.reproduce import tuning_section
+
+    loss = {(0.1, 0): 1.0, (0.1, 100): 3.0, (0.1, 101): 3.0, (0.2, 0): 2.0, (0.2, 100): 1.0, (0.2, 101): 1.0}
+    runs = [Run(Path(f"{lr}-{s}"), {"algorithm": "fedavg", "train": {"lr": lr}, "run": {"seed": s}},
+                [{"round": 1, "train_loss": loss.get((lr, s), 1.0 + s / 10), "test_acc": 0.5}])
+            for lr in (0.1, 0.2) for s in (0, 1, 2, 100, 101)]
+    claim = Claim("c", "e", {"algorithm": "fedavg", "train.lr": BEST}, {"algorithm": "fedavg", "train.lr": 0.1},
+                  final(), "greater")
+    judgement = judge(claim, runs, (0, 100, 101))
+    assert judgement.chosen == {"train.lr": 0.2} and judgement.paired_seeds == [1, 2]
+    rows = [line for line in tuning_section([judgement, judgement]) if line.startswith("| e |")]
+    assert rows == ["| e | fedavg | train.lr | 0.1: 2.333, **0.2: 1.333** | 0, 100, 101 | 0.1 |"]
+
+
 # --- the committed reports are what the code draws from their committed data --------------------
 
 DOCS = ROOT / "docs" / "reproductions"
