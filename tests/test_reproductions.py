@@ -275,6 +275,18 @@ def test_committed_claims_have_five_seeds_and_match_their_report() -> None:
             assert f"| {claim['text']} | {claim['measure']} | **{claim['verdict']}** |" in report, claim["text"]
 
 
+@pytest.mark.parametrize("paper", REPORTS)
+def test_the_opening_says_no_more_than_the_rows_it_cites(paper: str) -> None:
+    """Every sentence of the opening answer cites rows of the committed claims.json, and its strength is what
+    their verdicts allow (fedaccel.reproductions.opening.problems; the render refuses otherwise)."""
+    from fedaccel.reproductions.opening import problems
+
+    module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
+    if getattr(module, "OPENING", None) is None:
+        pytest.xfail(f"{paper}: its opening answer is still prose (INTRO), not sentences citing their rows")
+    assert problems(module.OPENING, json.loads((DOCS / f"{paper}.claims.json").read_text())) == []
+
+
 def test_no_claim_repeats_another_ones_numbers() -> None:
     """Two rows on the same numbers (BHerd with α = 1 is FedAvg; FedNova with equal τ_i is FedAvg) would be
     one finding counted twice in the family."""

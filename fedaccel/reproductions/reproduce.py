@@ -206,6 +206,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
+    from fedaccel.reproductions.opening import render as render_opening
     from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
@@ -233,6 +234,11 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         body += [f"![{Path(d.name).stem}]({figures.name}/{d.name})" for d in drawn]
         sections.append("\n".join(body))
 
+    tuning = getattr(claims_module, "TUNING_SEEDS", ())
+    judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning)
+                               for claim in claims_module.CLAIMS])
+    rows = [j.as_dict() for j in judgements]
+    opening = getattr(claims_module, "OPENING", None)
     lines = [
         f"# Reproduction: {claims_module.TITLE} ({scale} scale)",
         "",
@@ -242,17 +248,16 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         _command(paper, scale),
         "```",
         "",
+        *([render_opening(opening, rows, {j.claim.measure.name: j.claim.measure.fmt for j in judgements}), ""]
+          if opening is not None else []),
         claims_module.INTRO.strip(),
         "",
     ]
-    tuning = getattr(claims_module, "TUNING_SEEDS", ())
-    judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning)
-                               for claim in claims_module.CLAIMS])
     lines += claims_section(judgements)
     lines += tuning_section(judgements)
     lines += ["", *sections]
     report = docs / f"{figures.name}.md"
-    claims = json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n"
+    claims = json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
     return Report(report, figures, "\n".join(lines) + "\n", drawings, claims)
 
 
@@ -360,12 +365,12 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
            "then leave out. " if tuning else "")
         + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".",
         "",
-        "| claim | measure | verdict | measured (a vs b; a − b with its 95% interval; exact p, BH q) | paper |",
-        "|---|---|---|---|---|",
+        "| # | claim | measure | verdict | measured (a vs b; a − b with its 95% interval; exact p, BH q) | paper |",
+        "|---|---|---|---|---|---|",
     ]
-    for j in judgements:
+    for row, j in enumerate(judgements, start=1):
         c = j.claim
-        lines.append(f"| {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
+        lines.append(f"| {row} | {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
     return lines
 
 
