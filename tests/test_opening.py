@@ -27,6 +27,14 @@ ROWS = [
 ]
 
 
+def test_a_measure_narrows_a_finding_to_the_rows_on_that_measure() -> None:
+    from fedaccel.reproductions.opening import cited
+
+    rows = [*ROWS[:2], {**ROWS[1], "text": "A is faster than B: x", "measure": "mean train loss over rounds"}]
+    assert cited(Finding("Yes.", ("faster than B",), "agrees"), rows) == [0, 1, 2]
+    assert cited(Finding("Yes.", ("faster than B",), "agrees", measure="train loss"), rows) == [2]
+
+
 def test_a_sentence_cites_every_row_its_fragment_names_and_renders_their_numbers() -> None:
     opening = Opening("Does A accelerate?", (
         Finding("Yes, against B.", ("A is faster than B",), "agrees"),
@@ -52,6 +60,7 @@ def test_a_sentence_cites_every_row_its_fragment_names_and_renders_their_numbers
     (Finding("We could not tell against B.", ("faster than B",), "could not tell"), "its rows are agrees"),
     (Finding("Yes.", ("A is slower than Z",), "agrees"), "no claim row's text contains 'A is slower than Z'"),
     (Finding("Yes.", ("faster than B",), "strongly"), "strength 'strongly' is none of"),
+    (Finding("Yes.", ("faster than B",), "agrees", measure="final test accuracy"), "cites no claim row"),
 ])
 def test_a_sentence_stronger_than_its_rows_is_named_and_refused(finding: Finding, why: str) -> None:
     opening = Opening("Does A accelerate?", (finding,))

@@ -1,7 +1,8 @@
 """A report's opening answer as data: sentences that cite their claim rows and say how strongly they speak.
 
 A paper's module gives ``OPENING = Opening(question, [Finding(text, rows, strength), ...])``. Each finding
-cites the rows whose claim text contains one of its ``rows`` fragments, and its ``strength`` must be what
+cites the rows whose claim text contains one of its ``rows`` fragments (and, if it names one, whose measure
+contains its ``measure``: a speed claim's rounds row or its loss row), and its ``strength`` must be what
 those rows' verdicts allow (:func:`problems`), so that no sentence says more than its rows:
 
 - ``agrees`` / ``disagrees``: every cited row has that verdict;
@@ -36,6 +37,7 @@ class Finding:
     text: str
     rows: tuple[str, ...]
     strength: str
+    measure: str = ""  # if given: only the rows whose measure contains it (a speed claim's rounds or loss row)
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,10 @@ class Opening:
 
 
 def cited(finding: Finding, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The indices of the rows (claims.json's entries, in table order) whose text contains a fragment."""
-    return [i for i, row in enumerate(rows) if any(fragment in row["text"] for fragment in finding.rows)]
+    """The indices of the rows (claims.json's entries, in table order) whose text contains a fragment (and whose
+    measure contains the finding's ``measure``)."""
+    return [i for i, row in enumerate(rows) if any(fragment in row["text"] for fragment in finding.rows)
+            and finding.measure in row["measure"]]
 
 
 def problems(opening: Opening, rows: Sequence[Mapping[str, Any]]) -> list[str]:
