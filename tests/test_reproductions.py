@@ -181,34 +181,6 @@ DOCS = ROOT / "docs" / "reproductions"
 REPORTS = sorted(p.stem for p in DOCS.glob("*.md") if p.stem in MODULES)  # the papers' reports (not reference-code.md)
 
 
-def _refused_for_tuning_seeds(paper: str) -> str:
-    """Why the current code refuses to judge ``paper``'s committed data ('' if it does not): its "best η" claims
-    are tuned on fewer seeds than the verdicts now require (issue 28), or its tuning experiments
-    (``<experiment>_tuning.yaml``) have no committed runs yet. Until they are run, its report cannot be
-    regenerated; the tests below expect exactly that refusal, as one line, and then xfail, so the gap stays visible."""
-    from fedaccel.report.claims import MIN_TUNING_SEEDS
-
-    module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
-    tunes = any(v == BEST for c in module.CLAIMS for side in (c.a, c.b or {}) for v in side.values())
-    seeds = len(getattr(module, "TUNING_SEEDS", ()))
-    if tunes and seeds < MIN_TUNING_SEEDS:
-        return f"{paper}: best values tuned on {seeds} seed(s), fewer than {MIN_TUNING_SEEDS}"
-    unrun = sorted(f.stem for f in (_paper_folder(paper) / "quick").glob("*_tuning.yaml")
-                   if not (DOCS / paper / "data" / f"{f.stem}.jsonl.xz").is_file())
-    return f"{paper}: its tuning experiments {', '.join(unrun)} have no committed runs" if tunes and unrun else ""
-
-
-def _expect_the_refusal(paper: str, problems: list[str]) -> None:
-    from fedaccel.report.claims import MIN_TUNING_SEEDS
-
-    reason = _refused_for_tuning_seeds(paper)
-    if reason:
-        assert len(problems) == 1 and f"at least {MIN_TUNING_SEEDS} tuning seeds" in problems[0], problems
-        assert "\n" not in problems[0]
-        pytest.xfail(f"{reason}: run its tuning experiments (`fedaccel reproduce {paper} --only <experiment>_tuning "
-                     "-j 2`), then commit the report it writes")
-
-
 def test_every_committed_report_has_its_data() -> None:
     assert REPORTS == MODULES  # every paper has its report
     for paper in REPORTS:
@@ -223,7 +195,6 @@ def test_committed_report_and_figures_are_what_the_code_draws(report: str) -> No
     paper, _, scale = report.partition("-")
     command = f"fedaccel reproduce {paper}" + (f" --scale {scale}" if scale else "")
     problems = check(paper, scale or "quick")
-    _expect_the_refusal(paper, problems)
     assert not problems, (
         f"docs/reproductions/{report}.md or its figures are not what the current code draws from the committed data "
         f"(docs/reproductions/{report}/data):\n  " + "\n  ".join(problems) + "\n"
@@ -255,7 +226,6 @@ def test_check_names_every_stale_part(tmp_path: Path) -> None:
     shutil.copy(figures / curves[1], figures / "zz9.png")  # a figure of an earlier grid
 
     problems = check(paper, docs=docs, redraw=False)
-    _expect_the_refusal(paper, problems)
     assert problems[0].startswith(f"{docs / f'{paper}.md'} differs from the report drawn now:")
     assert problems[1] == f"{docs / f'{paper}.claims.json'} differs from the claims judged now"
     assert [p.split(": ")[0] for p in problems[2:]] == ["zz9.png", curves[0]]
@@ -288,8 +258,6 @@ def test_the_opening_says_no_more_than_the_rows_it_cites(paper: str) -> None:
     module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
     if getattr(module, "OPENING", None) is None:
         pytest.xfail(f"{paper}: its opening answer is still prose (INTRO), not sentences citing their rows")
-    if _refused_for_tuning_seeds(paper):  # its claims.json is of the code before: the render checks it when run
-        pytest.xfail(_refused_for_tuning_seeds(paper))
     assert problems(module.OPENING, json.loads((DOCS / f"{paper}.claims.json").read_text())) == []
 
 
@@ -340,12 +308,6 @@ def test_plan_reads_the_committed_data_as_a_pilot() -> None:
     from fedaccel.reproductions import fedumf
     from fedaccel.reproductions.reproduce import plan
 
-    from fedaccel.errors import ConfigError
-
-    if _refused_for_tuning_seeds("fedumf"):
-        with pytest.raises(ConfigError, match="at least 3 tuning seeds"):
-            plan("fedumf")
-        pytest.xfail(_refused_for_tuning_seeds("fedumf"))
     rows = [line for line in plan("fedumf").splitlines()[2:] if line.startswith("|")]
     assert len(rows) == len(fedumf.CLAIMS)
     for row in rows:
