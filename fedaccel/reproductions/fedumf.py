@@ -48,6 +48,7 @@ choose η ("Best values, as chosen" lists every candidate); the judged seeds are
 best-η rows, 0-10 at η = 0.05). The row "FedUMF and FedAvg reach 55% within ±4.5 rounds …" was also
 added then: its margin is half the smaller of the paper's two Table 2 effects (19 → 14 rounds at C = 0.5,
 26% fewer) on the ~35 rounds FedAvg needs to 55% (table2_noniid.yaml's sizing, written before the runs).
+Against the version before (best η on seed 0 alone) every judged pair, every chosen η and every verdict is the same.
 
 **Cost.** `fedaccel reproduce fedumf -j 2` (180 cells) took 39 minutes on this 2-core machine, all of it beside the BHerd and FedGSNR sweeps (six worker processes on two cores). The re-run at 11 seeds added 216 cells (seeds 5-10) in 32 minutes with `-j 2`, beside other developers' test runs (load 3-5). The tuning runs added after the verdicts (`table1_iid_tuning`, `table2_noniid_tuning`: 72 cells, seeds 100-101 of the 36 cells the best-η rows choose among) were estimated beforehand from the files' sizing at ~12 core-minutes on an idle core, 20-45 minutes with `-j 2` at a load of 3-10, and took about 28 minutes with `-j 2` at a load of 3-6.
 
