@@ -115,34 +115,70 @@ def test_experiment_file_loads(path: Path) -> None:
     assert "(baseline)" in table
 
 
+# --- tuning experiments: more tuning seeds for the best-value claims, never judged ----------------
+
+TUNING_FILES = sorted(p for p in EXPERIMENT_FILES if p.stem.endswith("_tuning"))
+
+
+def _without_seed(config: dict) -> dict:
+    return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "seed"}}
+
+
+@pytest.mark.parametrize("path", TUNING_FILES, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_a_tuning_experiment_is_cells_of_its_experiment_at_tuning_seeds_only(path: Path) -> None:
+    """``<experiment>_tuning.yaml`` adds runs of ``<experiment>``'s cells at seeds its grid does not run, each one
+    of the paper's TUNING_SEEDS: so its runs can only ever choose a best value, never change a judged pair."""
+    from fedaccel.reproductions.reproduce import tuned_experiment
+
+    main_file = path.with_name(path.name.replace("_tuning.yaml", ".yaml"))
+    assert tuned_experiment(path.stem, [p.stem for p in path.parent.glob("*.yaml")]) == main_file.stem
+    module = importlib.import_module(f"fedaccel.reproductions.{path.parent.parent.name.replace('-', '_')}")
+    main_cells = [c.to_dict() for _, c in load_experiment(main_file).cells]
+    main_seeds = {c["run"]["seed"] for c in main_cells}
+    main_configs = [_without_seed(c) for c in main_cells]
+    for name, config in load_experiment(path).cells:
+        config = config.to_dict()
+        assert config["run"]["seed"] not in main_seeds, f"{name}: a seed {main_file.name} judges"
+        assert config["run"]["seed"] in module.TUNING_SEEDS, f"{name}: not one of the paper's TUNING_SEEDS"
+        assert _without_seed(config) in main_configs, f"{name} is no cell of {main_file.name} at another seed"
+
+
+def test_tuning_runs_reach_only_the_claims_that_pick_a_best_value() -> None:
+    from fedaccel.report.claims import final
+    from fedaccel.reproductions.reproduce import claim_runs
+
+    def runs(seeds: range) -> list[Run]:
+        return [Run(Path(f"s{s}"), {"train": {"lr": 0.1}, "run": {"seed": s}}, []) for s in seeds]
+
+    grid = {"e": runs(range(0, 3)), "e_tuning": runs(range(100, 102))}
+    fixed = Claim("fixed", "e", {"train.lr": 0.1}, {"train.lr": 0.2}, final(), "greater")
+    tuned = Claim("tuned", "e", {"train.lr": BEST}, {"train.lr": 0.2}, final(), "greater")
+    assert [r.seed for r in claim_runs(fixed, grid)] == [0, 1, 2]
+    assert [r.seed for r in claim_runs(tuned, grid)] == [0, 1, 2, 100, 101]
+    assert claim_runs(Claim("not run", "f", {"train.lr": BEST}, None, final(), "greater"), grid) is None
+
+
+def test_the_best_values_section_shows_every_candidate_the_choice_and_the_first_seeds_own() -> None:
+    """Three tuning seeds whose mean picks η = 0.2 while seed 0 alone would pick 0.1."""
+    from fedaccel.report.claims import final, judge
+    from fedaccel.reproductions.reproduce import tuning_section
+
+    loss = {(0.1, 0): 1.0, (0.1, 100): 3.0, (0.1, 101): 3.0, (0.2, 0): 2.0, (0.2, 100): 1.0, (0.2, 101): 1.0}
+    runs = [Run(Path(f"{lr}-{s}"), {"algorithm": "fedavg", "train": {"lr": lr}, "run": {"seed": s}},
+                [{"round": 1, "train_loss": loss.get((lr, s), 1.0 + s / 10), "test_acc": 0.5}])
+            for lr in (0.1, 0.2) for s in (0, 1, 2, 100, 101)]
+    claim = Claim("c", "e", {"algorithm": "fedavg", "train.lr": BEST}, {"algorithm": "fedavg", "train.lr": 0.1},
+                  final(), "greater")
+    judgement = judge(claim, runs, (0, 100, 101))
+    assert judgement.chosen == {"train.lr": 0.2} and judgement.paired_seeds == [1, 2]
+    rows = [line for line in tuning_section([judgement, judgement]) if line.startswith("| e |")]
+    assert rows == ["| e | fedavg | train.lr | 0.1: 2.333, **0.2: 1.333** | 0, 100, 101 | 0.1 |"]
+
+
 # --- the committed reports are what the code draws from their committed data --------------------
 
 DOCS = ROOT / "docs" / "reproductions"
 REPORTS = sorted(p.stem for p in DOCS.glob("*.md") if p.stem in MODULES)  # the papers' reports (not reference-code.md)
-
-
-def _refused_for_tuning_seeds(paper: str) -> str:
-    """Why the current code refuses to judge ``paper``'s committed data ('' if it does not): its "best η" claims
-    were tuned on fewer seeds than the verdicts now require (issue 28). Until its experiments are re-run with
-    at least MIN_TUNING_SEEDS tuning seeds, its report cannot be regenerated; the tests below expect exactly
-    that refusal, as one line, and then xfail, so the gap stays visible."""
-    from fedaccel.report.claims import MIN_TUNING_SEEDS
-
-    module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
-    tunes = any(v == BEST for c in module.CLAIMS for side in (c.a, c.b or {}) for v in side.values())
-    seeds = len(getattr(module, "TUNING_SEEDS", ()))
-    return f"{paper}: best values tuned on {seeds} seed(s), fewer than {MIN_TUNING_SEEDS}" if tunes and seeds < \
-        MIN_TUNING_SEEDS else ""
-
-
-def _expect_the_refusal(paper: str, problems: list[str]) -> None:
-    from fedaccel.report.claims import MIN_TUNING_SEEDS
-
-    reason = _refused_for_tuning_seeds(paper)
-    if reason:
-        assert len(problems) == 1 and f"needs at least {MIN_TUNING_SEEDS} tuning seeds" in problems[0], problems
-        assert "\n" not in problems[0]
-        pytest.xfail(f"{reason}: re-run its experiments with more tuning seeds, then `fedaccel reproduce {paper}`")
 
 
 def test_every_committed_report_has_its_data() -> None:
@@ -159,7 +195,6 @@ def test_committed_report_and_figures_are_what_the_code_draws(report: str) -> No
     paper, _, scale = report.partition("-")
     command = f"fedaccel reproduce {paper}" + (f" --scale {scale}" if scale else "")
     problems = check(paper, scale or "quick")
-    _expect_the_refusal(paper, problems)
     assert not problems, (
         f"docs/reproductions/{report}.md or its figures are not what the current code draws from the committed data "
         f"(docs/reproductions/{report}/data):\n  " + "\n  ".join(problems) + "\n"
@@ -191,7 +226,6 @@ def test_check_names_every_stale_part(tmp_path: Path) -> None:
     shutil.copy(figures / curves[1], figures / "zz9.png")  # a figure of an earlier grid
 
     problems = check(paper, docs=docs, redraw=False)
-    _expect_the_refusal(paper, problems)
     assert problems[0].startswith(f"{docs / f'{paper}.md'} differs from the report drawn now:")
     assert problems[1] == f"{docs / f'{paper}.claims.json'} differs from the claims judged now"
     assert [p.split(": ")[0] for p in problems[2:]] == ["zz9.png", curves[0]]
@@ -215,6 +249,18 @@ def test_committed_claims_have_five_seeds_and_match_their_report() -> None:
             assert f"| {claim['text']} | {claim['measure']} | **{claim['verdict']}** |" in report, claim["text"]
 
 
+@pytest.mark.parametrize("paper", REPORTS)
+def test_the_opening_says_no_more_than_the_rows_it_cites(paper: str) -> None:
+    """Every sentence of the opening answer cites rows of the committed claims.json, and its strength is what
+    their verdicts allow (fedaccel.reproductions.opening.problems; the render refuses otherwise)."""
+    from fedaccel.reproductions.opening import problems
+
+    module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
+    if getattr(module, "OPENING", None) is None:
+        pytest.xfail(f"{paper}: its opening answer is still prose (INTRO), not sentences citing their rows")
+    assert problems(module.OPENING, json.loads((DOCS / f"{paper}.claims.json").read_text())) == []
+
+
 def test_no_claim_repeats_another_ones_numbers() -> None:
     """Two rows on the same numbers (BHerd with α = 1 is FedAvg; FedNova with equal τ_i is FedAvg) would be
     one finding counted twice in the family."""
@@ -223,7 +269,8 @@ def test_no_claim_repeats_another_ones_numbers() -> None:
         for claim in json.loads((DOCS / f"{paper}.claims.json").read_text()):
             if not claim["differences"] or not any(claim["differences"]):
                 continue
-            key = (claim["measure"], json.dumps(claim["differences"]))
+            # the same numbers under another hypothesis (an equivalence row beside a difference row) are no repeat
+            key = (claim["measure"], claim["expect"], claim["margin"], json.dumps(claim["differences"]))
             assert key not in seen, f"{paper}: {claim['text']!r} repeats {seen[key]!r}"
             seen[key] = claim["text"]
 
@@ -261,12 +308,6 @@ def test_plan_reads_the_committed_data_as_a_pilot() -> None:
     from fedaccel.reproductions import fedumf
     from fedaccel.reproductions.reproduce import plan
 
-    from fedaccel.errors import ConfigError
-
-    if _refused_for_tuning_seeds("fedumf"):
-        with pytest.raises(ConfigError, match="needs at least 3 tuning seeds"):
-            plan("fedumf")
-        pytest.xfail(_refused_for_tuning_seeds("fedumf"))
     rows = [line for line in plan("fedumf").splitlines()[2:] if line.startswith("|")]
     assert len(rows) == len(fedumf.CLAIMS)
     for row in rows:

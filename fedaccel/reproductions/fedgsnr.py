@@ -7,39 +7,67 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.report.claims import BEST, Claim, final, per_run, speed
+from fedaccel.report.claims import BEST, Claim, final, per_run, rounds_to, speed
+from fedaccel.reproductions.opening import Finding, Opening
 from fedaccel.report.reading import Run
 
 TITLE = "FedGSNR — Accelerating Federated Learning on Non-IID Data via Maximum Gradient Signal to Noise Ratio"
-INTRO = """
-**Does FedGSNR accelerate? Yes on the split with unequal client sizes; on equal sizes by little, and
-only at the best learning rate.** Verdicts come from the exact paired sign-flip test with
-Benjamini–Hochberg across the report's claims (docs/statistics.md), on 11 seeds a speed cell (10 judged
-where seed 0 picks the best learning rate) and 11 or 14 for the GSNR figures, fixed before the re-run
-from the 5-seed pilot's power calculation. With the same 200 local steps a round, FedGSNR reaches 75% on
-NonBalance at round 12.5 against FedAvg's 33.0 at the shared rate (medians of the interpolated
-crossings; mean difference −19.7 rounds, t interval −25.4 to −14.0, q = 0.002) and 7.5 against 13.8
-with each at its best rate (both 0.2, the top of the grid: a larger one might change this row). On
-Dirichlet 0.1 (equal sizes) the shared-rate difference is not decided (28.0 vs 33.2 rounds, q = 0.11,
-and the training loss averaged over the rounds is the same); at the best rate FedGSNR is 1.3 rounds
-sooner (13.4 vs 15.3, q = 0.049), and Table 3's higher final accuracy is not seen (p = 0.95). The
-controls say where the gain comes from. On NonBalance the GSNR plan beats both the same steps permuted
-at random (12.5 vs 23.9 rounds) and the steps split in proportion to data size (12.5 vs 17.4), q ≤
-0.004: who gets the steps matters, not only how unequal they are. On Dirichlet 0.1 the plan cannot be
-told from either control. The GSNR statistics behave as the paper says (**agree**, q ≤ 0.005): the step
-distribution's entropy and the clients' GSNR fall from IID to Dirichlet 1.0 to Dirichlet 0.1 and with
-Label 2, and an attacked client's GSNR drops against the clean run (not decided for label flipping on
-Dirichlet 0.5, where the attacked client's GSNR is in fact higher in most seeds). But on NonBalance the
-attacked client (the one holding every label) keeps a GSNR above the honest clients' median, and on
-Dirichlet 0.5 so does a label-flipping one (**disagree**, q ≤ 0.003): the GSNR ranks clients by data
-first, so it exposes an attacker only among comparable clients. Against the first version of this
-report (5 seeds for the speed cells, bootstrap) seven verdicts changed, all on Dirichlet 0.1 or at the
-margin: FedGSNR against FedAvg on Dirichlet 0.1 went from agrees to inconclusive at the shared rate
-(both rows) and for the loss row at the best rate, and from inconclusive to agrees for the rounds row at
-the best rate; two Dirichlet 0.1 control loss rows and "random inputs lower the GSNR more than label
-flipping" on NonBalance (q = 0.08) became inconclusive.
+OPENING = Opening("Does FedGSNR accelerate?", (
+    Finding("On NonBalance (unequal client sizes), yes: with the same 200 local steps a round FedGSNR reaches 75% "
+            "sooner than FedAvg, and its training loss averaged over the rounds is lower, at the shared learning "
+            "rate and with each at its best rate.", ("sooner than FedAvg on NonBalance",), "agrees"),
+    Finding("On Dirichlet 0.1 (equal sizes, the only such split run here) we could not tell, at the shared rate "
+            "or with each at its best rate, neither by the rounds to 70% and the loss nor by whether the rounds lie "
+            "within ±3.5 of FedAvg's.",
+            ("sooner than FedAvg on Dirichlet 0.1", "within ±3.5 rounds"), "could not tell"),
+    Finding("Table 3's higher final accuracy on Dirichlet 0.1: could not tell.", ("Table 3",), "could not tell"),
+    Finding("On NonBalance the GSNR plan beats both the same steps permuted at random and steps in proportion to "
+            "data size: who gets the steps matters, not only how unequal they are.",
+            ("sooner than the same steps permuted at random on NonBalance",
+             "sooner than steps in proportion to data size on NonBalance"), "agrees"),
+    Finding("On Dirichlet 0.1 we could not tell the plan from either control.",
+            ("reaches 0.7 sooner than",), "could not tell"),
+    Finding("The GSNR statistics behave as the paper says: the step distribution's entropy and the clients' GSNR "
+            "fall from IID to Dirichlet 1.0 to Dirichlet 0.1 and with Label 2.",
+            ("entropy", "GSNR is larger", "GSNR is more alike", "With Label 2"), "agrees"),
+    Finding("An attacked client's GSNR drops against the clean run under IID, and on every split with U(-1, 1) "
+            "inputs or on NonBalance with label flipping.",
+            ("drop against the clean run, IID", "inputs make the attacked client's GSNR drop",
+             "Label flipping makes the attacked client's GSNR drop against the clean run, NonBalance"), "agrees"),
+    Finding("But on NonBalance the attacked client (the one holding every label) keeps a GSNR above the honest "
+            "clients' median, and on Dirichlet 0.5 so does a label-flipping one: the GSNR ranks clients by data "
+            "first, so it exposes an attacker only among comparable clients.",
+            ("below the honest clients' median, NonBalance",
+             "A label-flipping client's GSNR is below the honest clients' median, Dirichlet 0.5"), "disagrees"),
+))
 
-**Cost.** `fedaccel reproduce fedgsnr -j 2` (240 cells) took 36 minutes on this 2-core machine: 33 for the grid at 5 seeds, all of it beside the BHerd and FedUMF sweeps (six worker processes on two cores), then 3 alone for seeds 5-9 of the 65 Fig. 3/6/7 cells. The re-run with the seeds fixed from that pilot added 172 cells (seeds 5-10 of table1 and controls, seed 10 of fig7_gsnr, seeds 10-13 of fig6_attacks) in 11.3 minutes with `-j 2` (load 2-3).
+INTRO = """
+Verdicts come from the exact paired sign-flip test (the exact sign test for rows with a margin or a constant)
+with Benjamini–Hochberg across the report's claims (docs/statistics.md); the opening above cites its rows
+by their number in the table "Claims of the paper, judged", and tests/test_opening.py checks that no
+sentence is stronger than its rows. Only two of Table 1's splits are run at quick scale, NonBalance
+(unequal client sizes) and Dirichlet 0.1 (equal sizes), where the paper's speed-up is largest; Label 2
+and Dirichlet 0.5 are not, so nothing here speaks for equal sizes in general.
+
+**Seeds, and where they were raised after verdicts had been seen.** Each cell of table1, controls and
+fig7_gsnr runs 11 seeds (0-10), each fig6_attacks cell 14 (0-13). These counts were not all fixed
+before any verdict: the first version ran 5 seeds; the Fig. 3/6/7 cells were then raised to 10 seeds
+after the 5-seed verdicts had been seen, and the re-run raised the speed cells to 11 and fig6_attacks to
+14 after the 10-seed verdicts had been seen (from that version's power calculation, `--plan`), against
+the rule of docs/statistics.md §5 that seeds are fixed before running. Best learning rates were first
+chosen on seed 0 alone; because a best value now needs at least 3 tuning seeds (issue 28), seeds 100 and
+101 of the 16 cells the best-rate rows choose among (`table1_tuning`) were added after the verdicts had
+been seen. They only choose the rate ("Best values, as chosen" lists every candidate); the judged seeds
+are unchanged (1-10 for best-rate rows, 0-10 elsewhere). The row "FedGSNR and FedAvg reach 0.7 within
+±3.5 rounds …" was also added then: its margin is half the paper's claimed effect on Dirichlet 0.1
+(285 against 355 rounds, 20% fewer) on the ~35 rounds FedAvg needs (table1.yaml's sizing, written before
+the runs), i.e. 10% of 35 rounds. No such row is given for the training loss: the paper states no loss
+effect to take half of, so the loss rows say only what their own tests decide. Against the version
+before (best rates on seed 0 alone) every judged pair and every chosen rate is the same; one verdict
+changed: FedGSNR against FedAvg on Dirichlet 0.1 at the best rate (rounds row) went from agrees to
+inconclusive (q = 0.049 → 0.051), because the added equivalence row joins the Benjamini–Hochberg family.
+
+**Cost.** `fedaccel reproduce fedgsnr -j 2` (240 cells) took 36 minutes on this 2-core machine: 33 for the grid at 5 seeds, all of it beside the BHerd and FedUMF sweeps (six worker processes on two cores), then 3 alone for seeds 5-9 of the 65 Fig. 3/6/7 cells. The re-run with the seeds fixed from that pilot added 172 cells (seeds 5-10 of table1 and controls, seed 10 of fig7_gsnr, seeds 10-13 of fig6_attacks) in 11.3 minutes with `-j 2` (load 2-3). The tuning runs added after the verdicts (`table1_tuning`: 32 cells, seeds 100-101 of the 16 cells the best-rate rows choose among; estimated beforehand at ~6 core-minutes from table1.yaml's sizing) took 44 minutes with `-j 2` at a load of 6-12 (other developers' test runs, and the BHerd tuning runs beside them); they leave every best rate where seed 0 alone had put it (0.2).
 
 The paper runs LeNet-5 on CIFAR-10 (30 clients for Table 1, 100 for Table 2, batch 64, E_const = 20
 local steps, up to 1,000 rounds, target 0.5 test accuracy); the paper scale does the same (learning
@@ -55,7 +83,7 @@ redistributes the same |S|·20.
 
 Every speed claim is judged twice: at the shared learning rate 0.05 and with each method at its own
 best learning rate from {0.02, 0.05, 0.1, 0.2}, the one with the lowest training loss averaged over
-rounds and seeds (never the test set). Controls (not in the paper) tell the GSNR weighting from mere
+rounds and the tuning seeds 0, 100 and 101 (never the test set). Controls (not in the paper) tell the GSNR weighting from mere
 redistribution: the same round's E_k permuted at random across the participants (`plan: random`),
 and E_k in proportion to the clients' data sizes (`plan: data`).
 Fig. 3 and Fig. 7 are one experiment of 10 clients at four non-IID levels, compared through per-run
@@ -65,9 +93,8 @@ Fig. 6/10: client 0 attacked from round 5 (labels l → (l + 3) mod 10, or U(−
 median GSNR over the attacked rounds compared with the same client in the clean run of the same
 seed, and with the honest clients' median.
 
-Each cell of table1, controls and fig7_gsnr runs 11 seeds (0–10), each fig6_attacks cell 14 (0–13), fixed before the re-run from the first 5- and 10-seed version's power calculation; a seed changes the split, the model initialisation, the batch order,
-the planning samples, client sampling and the training-loss sample. Claims are judged by the exact
-paired sign-flip test with Benjamini–Hochberg across the report (the table's header says how).
+A seed changes the split, the model initialisation, the batch order, the planning samples, client
+sampling and the training-loss sample.
 
 Not judged at quick scale: FedProx and SCAFFOLD with and without FedGSNR, and the splits Dirichlet
 0.5, Label 2 and Pareto of Table 1 (each pair costs another 40 cells for its learning-rate grid at
@@ -79,6 +106,7 @@ VGG-16: paper scale only, `experiments/fedgsnr/paper/fig5_pareto_cifar100.yaml`)
 """
 
 SHARED_LR = 0.05
+DIR01_MARGIN = 3.5  # rounds: half the paper's claimed effect on Dirichlet 0.1 (see the claim)
 GSNR = {"name": "fedgsnr", "samples": 64, "e_const": 20}
 NONBALANCE = "nonbalance"
 DIR01 = {"name": "dirichlet", "alpha": 0.1}
@@ -181,14 +209,25 @@ def _attack_rows(split: Any, name: str) -> list[Claim]:
     ]
 
 
-# Best learning rates ("train.lr": BEST) are chosen on these seeds' runs only, and those claims leave them
-# out of their pairs: the committed runs were not planned with separate tuning seeds, so seed 0 is given up.
-TUNING_SEEDS = (0,)
+# Best learning rates ("train.lr": BEST) are chosen on the mean over these seeds' runs, and those claims leave
+# them out of their pairs. Seed 0 was the only tuning seed of the first verdicts; seeds 100 and 101 were added
+# AFTER those verdicts had been seen, because a best value now needs at least 3 tuning seeds (issue 28). Their
+# runs are the experiments table1_tuning (given only to the claims that pick a best value), so
+# every judged pair is the one judged before.
+TUNING_SEEDS = (0, 100, 101)
 
 CLAIMS = [
     # Table 1 at quick scale: FedGSNR with FedAvg against FedAvg, same work.
     *_speed_vs_fedavg(NONBALANCE, "NonBalance", 0.75, "155 vs 210 rounds to 0.5 (CIFAR-10)"),
     *_speed_vs_fedavg(DIR01, "Dirichlet 0.1", 0.7, "285 vs 355 rounds to 0.5 (CIFAR-10)"),
+    # Added after the verdicts had been seen (issue 28): what "cannot be told from FedAvg" would need. The margin is
+    # half the paper's claimed effect on Dirichlet 0.1 (285 vs 355 rounds: 20% fewer) on the ~35 rounds FedAvg
+    # needs to 0.7 there (table1.yaml's sizing, written before the runs): 10% of 35 = 3.5 rounds.
+    Claim(f"FedGSNR and FedAvg reach 0.7 within ±{DIR01_MARGIN:g} rounds of each other on Dirichlet 0.1, at the "
+          f"shared learning rate {SHARED_LR:g} (equivalence; margin: half the paper's claimed effect)", "table1",
+          {"data.split": DIR01, "algorithm": GSNR, "train.lr": SHARED_LR},
+          {"data.split": DIR01, "algorithm": "fedavg", "train.lr": SHARED_LR}, rounds_to(0.7), "equal",
+          "285 vs 355 rounds to 0.5 (CIFAR-10): 20% fewer", margin=DIR01_MARGIN),
     # Table 3: best accuracy on Dirichlet 0.1.
     Claim("FedGSNR ends with a higher test accuracy than FedAvg on Dirichlet 0.1, at the shared learning rate "
           "(Table 3)", "table1", {"data.split": DIR01, "algorithm": GSNR, "train.lr": SHARED_LR},

@@ -16,6 +16,12 @@ that committed data alone, with every claim of the paper judged on paired seeds
 and their judgements are also written as ``docs/reproductions/<paper>.claims.json``.
 ``--only`` runs the experiments named and draws the others from their committed data.
 
+An experiment file ``<experiment>_tuning.yaml`` holds *tuning runs* of ``<experiment>``: some of its cells
+at other seeds (the paper's ``TUNING_SEEDS``), run only to choose the claims' best values. Its runs join
+``<experiment>``'s for the claims that pick a best value (which never judge those seeds) and nowhere else:
+not in the experiment's table or figures, and not in the claims at fixed values, so adding tuning seeds
+changes no judged pair. The report lists each side's chosen value with the tuning seeds' figures.
+
 Because the report is drawn from committed data, :func:`check` can tell in seconds whether the
 committed report and figures are what the current code draws (the test suite runs it):
 ``data/figures.json`` keeps, per figure, the fingerprint of what it shows and the hash of its
@@ -27,9 +33,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import math
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -42,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "reproductions"
 MANIFEST = "figures.json"
 SAY_EVERY_S = 5.0  # render's longest silence between two lines (a heartbeat fills the longer steps)
+TUNING = "_tuning"  # <experiment>_tuning.yaml: tuning runs of <experiment> (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -231,6 +239,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
+    from fedaccel.reproductions.opening import render as render_opening
     from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
@@ -247,6 +256,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         run_dirs = unpack(data, workdir / file.stem)
         _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
         runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
+        if tuned_experiment(file.stem, [f.stem for f in files]):
+            sections.append(_tuning_section(file, runs))
+            continue
         say(f"{paper} report: {file.stem} ({place}/{len(files)}): its table of {len(runs)} runs")
         table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)  # as run_experiment
         drawn = _curve_drawings(file.stem, experiment, runs)
@@ -258,6 +270,12 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         body += [f"![{Path(d.name).stem}]({figures.name}/{d.name})" for d in drawn]
         sections.append("\n".join(body))
 
+    tuning = getattr(claims_module, "TUNING_SEEDS", ())
+    say(f"{paper} report: judging its {len(claims_module.CLAIMS)} claims")
+    judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning)
+                               for claim in claims_module.CLAIMS])
+    rows = [j.as_dict() for j in judgements]
+    opening = getattr(claims_module, "OPENING", None)
     lines = [
         f"# Reproduction: {claims_module.TITLE} ({scale} scale)",
         "",
@@ -267,17 +285,16 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         _command(paper, scale),
         "```",
         "",
+        *([render_opening(opening, rows, {j.claim.measure.name: j.claim.measure.fmt for j in judgements}), ""]
+          if opening is not None else []),
         claims_module.INTRO.strip(),
         "",
     ]
-    tuning = getattr(claims_module, "TUNING_SEEDS", ())
-    say(f"{paper} report: judging its {len(claims_module.CLAIMS)} claims")
-    judgements = judge_family([judge(claim, runs_by_experiment.get(claim.experiment), tuning)
-                               for claim in claims_module.CLAIMS])
     lines += claims_section(judgements)
+    lines += tuning_section(judgements)
     lines += ["", *sections]
     report = docs / f"{figures.name}.md"
-    claims = json.dumps([j.as_dict() for j in judgements], indent=1, ensure_ascii=False) + "\n"
+    claims = json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
     return Report(report, figures, "\n".join(lines) + "\n", drawings, claims)
 
 
@@ -299,8 +316,65 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
             data = figures / "data" / f"{file.stem}{SUFFIX}"
             if data.is_file():
                 runs[file.stem] = load_runs(unpack(data, Path(tmp) / file.stem))
-        judged = [judge(c, runs[c.experiment], tuning) for c in claims_module.CLAIMS if c.experiment in runs]
+        judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs]
     return plan_table(plan_rows(judged, power), power)
+
+
+def tuned_experiment(stem: str, stems: Sequence[str]) -> str:
+    """The experiment whose tuning runs ``stem`` holds (``<experiment>_tuning`` beside ``<experiment>``), else ''."""
+    main = stem.removesuffix(TUNING)
+    return main if main != stem and main in stems else ""
+
+
+def claim_runs(claim: Any, runs_by_experiment: Mapping[str, list[Any]]) -> list[Any] | None:
+    """The runs ``claim`` is judged on: its experiment's, with its tuning runs when the claim picks a best
+    value (:data:`TUNING`); None when the experiment was not run."""
+    from fedaccel.report.claims import _tunes
+
+    runs = runs_by_experiment.get(claim.experiment)
+    if runs is None or not _tunes(claim):
+        return runs
+    return [*runs, *runs_by_experiment.get(claim.experiment + TUNING, [])]
+
+
+def _tuning_section(file: Path, runs: Sequence[Any]) -> str:
+    """A tuning experiment's section: what it is, no table or figures (its runs only choose best values)."""
+    seeds = sorted({r.seed for r in runs}, key=repr)
+    description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
+    return "\n".join([f"## {file.stem}", "", description, "", f"`{file.relative_to(ROOT)}`", "",
+                      f"{len(runs)} runs (seeds {', '.join(map(str, seeds))}), used only to choose the best values "
+                      "listed under \"Best values, as chosen\"; no table or figures.", ""])
+
+
+def tuning_section(judgements: Sequence[Any]) -> list[str]:
+    """The value each claim side's BEST key got, with every candidate's mean selection measure over the tuning
+    seeds (the chosen one in bold) and the value the first tuning seed alone would have chosen; one row per side."""
+    from fedaccel.report.claims import BEST, describe
+
+    rows, seen = [], set()
+    for j in judgements:
+        for key, figures in j.tuning.items():
+            side = j.claim.b if key.startswith("b:") else j.claim.a
+            setup = describe({k: v for k, v in side.items() if v != BEST}, None, {})
+            if (j.claim.experiment, setup, key.removeprefix("b:")) in seen:
+                continue
+            seen.add((j.claim.experiment, setup, key.removeprefix("b:")))
+            values = figures["values"]
+            first = min(values, key=lambda v: v["by_seed"][0] if v["by_seed"][0] is not None else math.inf)
+            shown_values = ", ".join(f"**{v['value']:g}: {v['mean']:.4g}**" if v["value"] == figures["chosen"]
+                                     else f"{v['value']:g}: {v['mean']:.4g}" if v["mean"] is not None
+                                     else f"{v['value']:g}: not finite" for v in values)
+            rows.append(f"| {j.claim.experiment} | {setup} | {key.removeprefix('b:')} | {shown_values} | "
+                        f"{', '.join(map(str, figures['seeds']))} | {first['value']:g} |")
+    if not rows:
+        return []
+    measure = next(f["measure"] for j in judgements for f in j.tuning.values())
+    return ["", "### Best values, as chosen", "",
+            f"Each side's best value is the one with the lowest {measure}, averaged over the tuning seeds (never "
+            "judged); the last column is the value the first tuning seed alone picks (what the report was tuned on "
+            "before at least 3 tuning seeds were required).", "",
+            "| experiment | setup | key | value: mean over the tuning seeds (chosen in bold) | tuning seeds | "
+            "first seed alone |", "|---|---|---|---|---|---|", *rows]
 
 
 def claims_section(judgements: Sequence[Any]) -> list[str]:
@@ -329,12 +403,12 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
            "then leave out. " if tuning else "")
         + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".",
         "",
-        "| claim | measure | verdict | measured (a vs b; a − b with its 95% interval; exact p, BH q) | paper |",
-        "|---|---|---|---|---|",
+        "| # | claim | measure | verdict | measured (a vs b; a − b with its 95% interval; exact p, BH q) | paper |",
+        "|---|---|---|---|---|---|",
     ]
-    for j in judgements:
+    for row, j in enumerate(judgements, start=1):
         c = j.claim
-        lines.append(f"| {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
+        lines.append(f"| {row} | {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
     return lines
 
 

@@ -1,0 +1,118 @@
+"""A report's opening answer as data: sentences that cite their claim rows and say how strongly they speak.
+
+A paper's module gives ``OPENING = Opening(question, [Finding(text, rows, strength), ...])``. Each finding
+cites the rows whose claim text contains one of its ``rows`` fragments (and, if it names one, whose measure
+contains its ``measure``: a speed claim's rounds row or its loss row), and its ``strength`` must be what
+those rows' verdicts allow (:func:`problems`), so that no sentence says more than its rows:
+
+- ``agrees`` / ``disagrees``: every cited row has that verdict;
+- ``no effect``: every cited row is a "no difference" row (``expect: equal``, a margin stated with its reason
+  in the claims) that agrees; only such a sentence may use the words of no effect (:data:`NULL_WORDS`);
+- ``could not tell``: every cited row is inconclusive, and the sentence says "could not tell".
+
+:func:`render` writes the sentences with their rows' numbers in the report's claims table and, from the
+rows themselves, their verdicts and q-values (for "could not tell": the smallest effect each row would have
+detected), so the numbers in the brackets cannot go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fedaccel.errors import UserError
+
+STRENGTHS = ("agrees", "disagrees", "no effect", "could not tell")
+NULL_WORDS = ("no effect", "not accelerate", "doesn't accelerate", "no faster", "not faster", "no slower",
+              "no difference", "cannot be told", "can't be told", "as fast as", "is the same as", "are the same",
+              "equally fast", "no better", "no worse")  # a claim of no effect, in words
+UNSURE = "could not tell"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One sentence of the opening answer: its text, fragments of the claim texts it rests on, its strength."""
+
+    text: str
+    rows: tuple[str, ...]
+    strength: str
+    measure: str = ""  # if given: only the rows whose measure contains it (a speed claim's rounds or loss row)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The question a report answers (in bold) and its findings, one sentence each."""
+
+    question: str
+    findings: tuple[Finding, ...]
+
+
+def cited(finding: Finding, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The indices of the rows (claims.json's entries, in table order) whose text contains a fragment (and whose
+    measure contains the finding's ``measure``)."""
+    return [i for i, row in enumerate(rows) if any(fragment in row["text"] for fragment in finding.rows)
+            and finding.measure in row["measure"]]
+
+
+def problems(opening: Opening, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why sentences of ``opening`` say more (or other) than the rows they cite (``rows``: claims.json's
+    entries, with ``text``, ``verdict``, ``expect`` and ``margin``); empty when none."""
+    found = []
+    for finding in opening.findings:
+        where = f"{finding.text[:60]!r}"
+        if finding.strength not in STRENGTHS:
+            found.append(f"{where}: strength {finding.strength!r} is none of {', '.join(STRENGTHS)}")
+            continue
+        for fragment in finding.rows:
+            if not any(fragment in row["text"] for row in rows):
+                found.append(f"{where}: no claim row's text contains {fragment!r}")
+        mine = [rows[i] for i in cited(finding, rows)]
+        if not mine:
+            found.append(f"{where}: cites no claim row")
+            continue
+        verdicts = {row["verdict"] for row in mine}
+        lowered = finding.text.lower()
+        if finding.strength in ("agrees", "disagrees") and verdicts != {finding.strength}:
+            found.append(f"{where}: says {finding.strength}, its rows are {', '.join(sorted(verdicts))}")
+        if finding.strength == "no effect" and (verdicts != {"agrees"} or any(
+                row["expect"] != "equal" or not row["margin"] for row in mine)):
+            found.append(f"{where}: says no effect, which takes 'no difference' rows with a margin that agree; "
+                         f"its rows: {', '.join(sorted(verdicts))}")
+        if finding.strength == UNSURE and verdicts != {"inconclusive"}:
+            found.append(f"{where}: says it could not tell, its rows are {', '.join(sorted(verdicts))}")
+        if (finding.strength == UNSURE) != (UNSURE in lowered):
+            found.append(f"{where}: 'could not tell' is the words of, and only of, a sentence on inconclusive rows")
+        if finding.strength != "no effect" and any(word in lowered for word in NULL_WORDS):
+            word = next(word for word in NULL_WORDS if word in lowered)
+            found.append(f"{where}: {word!r} claims no effect, which only an agreeing 'no difference' row can")
+    return found
+
+
+def render(opening: Opening, rows: Sequence[Mapping[str, Any]], fmt: Mapping[str, str] | None = None) -> str:
+    """The opening as Markdown: the question in bold, then each sentence with its rows (numbered as in the
+    claims table, from 1), their verdicts and q-values; a sentence stronger than its rows is a
+    :class:`UserError` naming it (``rows``: claims.json's entries; ``fmt``: a number format per measure)."""
+    wrong = problems(opening, rows)
+    if wrong:
+        raise UserError(f"the opening says more than its claim rows: {wrong[0]}"
+                        + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""))
+    sentences = []
+    for finding in opening.findings:
+        indices = cited(finding, rows)
+        numbers = ("rows " if len(indices) > 1 else "row ") + ", ".join(str(i + 1) for i in indices)
+        qs = [rows[i]["q"] for i in indices if rows[i]["q"] is not None]
+        if finding.strength == UNSURE:
+            detail = "; ".join(_detectable(rows[i], (fmt or {}).get(rows[i]["measure"], ".3g")) for i in indices)
+            decided = f", q ≥ {min(qs):.2g}" if qs else ""
+            note = f"{numbers}: inconclusive{decided}; smallest detectable: {detail}"
+        else:
+            verdict = "agree" if finding.strength in ("agrees", "no effect") else "disagree"
+            note = f"{numbers}: {verdict}{'s' if len(indices) == 1 else ''}, q ≤ {max(qs):.2g}"
+        sentences.append(f"{finding.text} ({note}.)")
+    return f"**{opening.question}** " + " ".join(sentences)
+
+
+def _detectable(row: Mapping[str, Any], fmt: str) -> str:
+    what = "margin" if row["expect"] == "equal" else row["measure"].split(" (")[0]
+    return f"{row['mde']:{fmt}} {what}" if row.get("mde") is not None else f"none at {row['seeds']} seeds ({what})"

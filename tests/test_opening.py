@@ -1,0 +1,84 @@
+"""A report's opening sentences are no stronger than the claim rows they cite (fedaccel.reproductions.opening)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fedaccel.errors import UserError
+from fedaccel.reproductions.opening import STRENGTHS, Finding, Opening, problems, render
+
+VERDICTS = ("agrees", "disagrees", "inconclusive")
+
+
+def row(text: str, verdict: str, expect: str = "less", margin: float = 0.0, q: float | None = 0.01,
+        mde: float | None = None) -> dict:
+    return {"text": text, "verdict": verdict, "expect": expect, "margin": margin, "q": q, "mde": mde,
+            "measure": "rounds to 0.8 test accuracy (interpolated, restricted)", "seeds": 10}
+
+
+ROWS = [
+    row("A is faster than B", "agrees", q=0.002),
+    row("A is faster than B: lower train loss averaged over the rounds", "agrees", q=0.004),
+    row("A is faster than C", "inconclusive", q=0.4, mde=3.25),
+    row("A is as fast as D", "agrees", expect="equal", margin=2.0, q=0.01),
+    row("A is as fast as E", "inconclusive", expect="equal", margin=2.0, q=0.3, mde=4.0),
+]
+
+
+def test_a_measure_narrows_a_finding_to_the_rows_on_that_measure() -> None:
+    from fedaccel.reproductions.opening import cited
+
+    rows = [*ROWS[:2], {**ROWS[1], "text": "A is faster than B: x", "measure": "mean train loss over rounds"}]
+    assert cited(Finding("Yes.", ("faster than B",), "agrees"), rows) == [0, 1, 2]
+    assert cited(Finding("Yes.", ("faster than B",), "agrees", measure="train loss"), rows) == [2]
+
+
+def test_a_sentence_cites_every_row_its_fragment_names_and_renders_their_numbers() -> None:
+    opening = Opening("Does A accelerate?", (
+        Finding("Yes, against B.", ("A is faster than B",), "agrees"),
+        Finding("Against C we could not tell.", ("A is faster than C",), "could not tell"),
+        Finding("It has no effect against D: inside ±2 rounds.", ("as fast as D",), "no effect"),
+    ))
+    assert problems(opening, ROWS) == []
+    assert render(opening, ROWS) == (
+        "**Does A accelerate?** Yes, against B. (rows 1, 2: agree, q ≤ 0.004.) Against C we could not tell. "
+        "(row 3: inconclusive, q ≥ 0.4; smallest detectable: 3.25 rounds to 0.8 test accuracy.) It has no effect "
+        "against D: inside ±2 rounds. (row 4: agrees, q ≤ 0.01.)")
+
+
+@pytest.mark.parametrize("finding, why", [
+    (Finding("Yes.", ("A is faster than C",), "agrees"), "says agrees, its rows are inconclusive"),
+    (Finding("Yes.", ("A is faster",), "agrees"), "says agrees, its rows are agrees, inconclusive"),
+    (Finding("No: A does not accelerate against C.", ("faster than C",), "could not tell"), "'could not tell'"),
+    (Finding("A does not accelerate against C; we could not tell.", ("faster than C",), "could not tell"),
+     "'not accelerate' claims no effect"),
+    (Finding("A is no faster than B.", ("faster than B",), "agrees"), "'no faster' claims no effect"),
+    (Finding("No effect against E.", ("as fast as E",), "no effect"), "which takes 'no difference' rows"),
+    (Finding("No effect against B.", ("faster than B",), "no effect"), "which takes 'no difference' rows"),
+    (Finding("We could not tell against B.", ("faster than B",), "could not tell"), "its rows are agrees"),
+    (Finding("Yes.", ("A is slower than Z",), "agrees"), "no claim row's text contains 'A is slower than Z'"),
+    (Finding("Yes.", ("faster than B",), "strongly"), "strength 'strongly' is none of"),
+    (Finding("Yes.", ("faster than B",), "agrees", measure="final test accuracy"), "cites no claim row"),
+])
+def test_a_sentence_stronger_than_its_rows_is_named_and_refused(finding: Finding, why: str) -> None:
+    opening = Opening("Does A accelerate?", (finding,))
+    found = problems(opening, ROWS)
+    assert len(found) >= 1 and why in found[0], found
+    with pytest.raises(UserError, match="the opening says more than its claim rows") as raised:
+        render(opening, ROWS)
+    assert "\n" not in str(raised.value)
+
+
+@given(verdicts=st.lists(st.sampled_from(VERDICTS), min_size=1, max_size=6), strength=st.sampled_from(STRENGTHS),
+       equal=st.booleans())
+def test_a_strength_passes_exactly_when_every_cited_row_allows_it(verdicts: list[str], strength: str,
+                                                                  equal: bool) -> None:
+    rows = [row(f"claim {i}", v, expect="equal" if equal else "greater", margin=1.0 if equal else 0.0, mde=1.0)
+            for i, v in enumerate(verdicts)]
+    words = {"could not tell": "We could not tell.", "no effect": "No effect within ±1."}.get(strength, "Yes.")
+    allowed = {"agrees": set(verdicts) == {"agrees"}, "disagrees": set(verdicts) == {"disagrees"},
+               "no effect": equal and set(verdicts) == {"agrees"},
+               "could not tell": set(verdicts) == {"inconclusive"}}[strength]
+    assert (problems(Opening("Q?", (Finding(words, ("claim",), strength),)), rows) == []) == allowed
