@@ -40,3 +40,17 @@ def test_the_table_and_judge_give_one_speed_up_and_one_final_accuracy(tmp_path: 
     assert fast[4].split()[0] == f"{sooner['a_mean']:.1f}" and slow[4].split()[0] == f"{sooner['b_mean']:.1f}"
     # final accuracy: each seed's mean of its last 3 evaluations, averaged over the seeds, in both
     assert twin[3].split()[0] == f"{same_end['a_mean']:.4f}" and fast[3].split()[0] == f"{same_end['b_mean']:.4f}"
+
+
+def test_a_speed_up_says_which_bound_it_is_when_seeds_never_got_there() -> None:
+    """A seed that never reaches the target counts as its last round, a lower bound on its rounds: against a
+    baseline with such seeds the speed-up is at least the figure, for a row with them at most, with both unknown."""
+    from fedaccel.report.tables import SeedRounds, speed_up as cell
+
+    base = SeedRounds({0: 10.0, 1: 10.0, 2: 8.0}, 1, frozenset({1}))  # seed 1 never got there in 10 rounds
+    fast = SeedRounds({0: 5.0, 1: 4.0, 2: 4.0}, 0)
+    slow = SeedRounds({0: 10.0, 1: 3.0, 2: 9.0}, 1, frozenset({0}))
+    assert cell(fast, base).startswith(f"≥ {speed_up(13 / 3, 28 / 3):.2f}×")
+    assert cell(base, fast).startswith(f"≤ {speed_up(28 / 3, 13 / 3):.2f}×")
+    assert " ?" in cell(slow, base) and not cell(slow, base).startswith(("≥", "≤"))
+    assert cell(fast, fast) == f"{1.0:.2f}×"

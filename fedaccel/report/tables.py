@@ -122,6 +122,7 @@ class SeedRounds:
 
     by_seed: dict[Any, float]
     censored: int
+    never: frozenset = frozenset()  # the seeds that never got there (their value is their last round)
 
     @property
     def reached(self) -> bool:
@@ -148,15 +149,16 @@ class SeedRounds:
 def seed_rounds(group: Sequence[Run], target: float, metric: str = "test_acc") -> SeedRounds:
     """Each seed's rounds to ``target`` as the claims measure it (:func:`fedaccel.report.claims.rounds_to`). An
     unfinished or running run that has not reached it yet is left out: its last round is no budget."""
-    measure, by_seed, censored = rounds_to(target, metric), {}, 0
+    measure, by_seed, never_seeds = rounds_to(target, metric), {}, set()
     for run in group:
         if run_curve(run, metric):
             never = not reached(run, target, metric)
             if never and run_gap(run) is not None:
                 continue
             by_seed[run.seed] = measure.of(run)
-            censored += never
-    return SeedRounds(by_seed, censored)
+            if never:
+                never_seeds.add(run.seed)
+    return SeedRounds(by_seed, len(never_seeds), frozenset(never_seeds))
 
 
 def speed_up(rounds: SeedRounds, base: SeedRounds) -> str:
@@ -172,6 +174,11 @@ def speed_up(rounds: SeedRounds, base: SeedRounds) -> str:
     text = f"{speed_up_of(mine, float(np.mean([base.by_seed[s] for s in seeds]))):.2f}×"
     if rounds is base:
         return text
+    # a censored seed's rounds are its last round, a lower bound: the baseline's make the speed-up a lower
+    # bound, the row's an upper one, and both together no bound at all
+    base_bound, row_bound = bool(base.never & set(seeds)), bool(rounds.never & set(seeds))
+    text = ("≥ " if base_bound and not row_bound else "≤ " if row_bound and not base_bound else "") + text
+    text += " ?" if base_bound and row_bound else ""
     d = [rounds.by_seed[s] - base.by_seed[s] for s in seeds]
     return text + (" ≈" if len(d) < 2 or sign_flip_p(d) > ALPHA else "")
 
@@ -248,6 +255,7 @@ def compare_table(
 
 ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the target, restricted to its last round "
                "(a seed that never gets there counts as its last round), the mean over seeds with its 95% t interval. "
-               "Speed-up: the baseline's mean rounds over the row's, on the seeds both have. Final: each seed's mean "
+               "Speed-up: the baseline's mean rounds over the row's, on the seeds both have; ≥ (≤) where seeds of the baseline "
+               "(the row) never got there, their last round a bound; ? where both sides have such seeds. Final: each seed's mean "
                "of its last 3 evaluations, mean ± std over seeds. "
                "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05).")
