@@ -82,3 +82,17 @@ def test_a_strength_passes_exactly_when_every_cited_row_allows_it(verdicts: list
                "no effect": equal and set(verdicts) == {"agrees"},
                "could not tell": set(verdicts) == {"inconclusive"}}[strength]
     assert (problems(Opening("Q?", (Finding(words, ("claim",), strength),)), rows) == []) == allowed
+
+
+def test_a_sentence_whose_rows_are_not_run_waits_for_them_instead_of_refusing_the_report() -> None:
+    """`reproduce --only X` draws a report where the other experiments' rows are "not run": their sentences
+    say they wait, whatever their strength, and the rest of the opening is still checked."""
+    rows = [row("A is faster than B", "not run", q=None), row("A is faster than C", "agrees")]
+    opening = Opening("Does A accelerate?", (Finding("Yes, against B.", ("faster than B",), "agrees"),
+                                             Finding("Yes, against C.", ("faster than C",), "agrees")))
+    text = render(opening, rows)
+    assert "(A finding waits for row 1: not run yet.)" in text and "Yes, against B." not in text
+    assert "Yes, against C. (row 2: agrees, q ≤ 0.01.)" in text
+    wrong = Opening("Does A accelerate?", (Finding("No effect against C.", ("faster than C",), "no effect"),))
+    with pytest.raises(UserError, match="says no effect"):
+        render(wrong, rows)

@@ -48,6 +48,9 @@ class Opening:
     findings: tuple[Finding, ...]
 
 
+NOT_RUN = "not run"  # the verdict of a claim whose experiment has no data
+
+
 def cited(finding: Finding, rows: Sequence[Mapping[str, Any]]) -> list[int]:
     """The indices of the rows (claims.json's entries, in table order) whose text contains a fragment (and whose
     measure contains the finding's ``measure``)."""
@@ -72,6 +75,8 @@ def problems(opening: Opening, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             found.append(f"{where}: cites no claim row")
             continue
         verdicts = {row["verdict"] for row in mine}
+        if NOT_RUN in verdicts:
+            continue  # rendered as "not run yet", never as the finding (reproduce --only draws partial reports)
         lowered = finding.text.lower()
         if finding.strength in ("agrees", "disagrees") and verdicts != {finding.strength}:
             found.append(f"{where}: says {finding.strength}, its rows are {', '.join(sorted(verdicts))}")
@@ -101,6 +106,9 @@ def render(opening: Opening, rows: Sequence[Mapping[str, Any]], fmt: Mapping[str
     for finding in opening.findings:
         indices = cited(finding, rows)
         numbers = ("rows " if len(indices) > 1 else "row ") + ", ".join(str(i + 1) for i in indices)
+        if any(rows[i]["verdict"] == NOT_RUN for i in indices):
+            sentences.append(f"(A finding waits for {numbers}: not run yet.)")
+            continue
         qs = [rows[i]["q"] for i in indices if rows[i]["q"] is not None]
         if finding.strength == UNSURE:
             detail = "; ".join(_detectable(rows[i], (fmt or {}).get(rows[i]["measure"], ".3g")) for i in indices)

@@ -226,7 +226,7 @@ def parse_yaml(text: str, source: str) -> Any:
     """``text`` read as YAML by :class:`BoundedLoader`, at most ``MAX_NESTING`` levels deep; ``source`` names
     it in the one-line error."""
     try:
-        if _could_nest_deeper_than(text, MAX_NESTING):
+        if _could_nest_deeper_than(text, MAX_NESTING - 1):  # the document's own top level needs no mark
             _check_nesting(text)
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
     except ConfigError as exc:
