@@ -59,6 +59,7 @@ def spelled(value: object, limit: int = 60) -> str:
     import yaml
 
     text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...").strip()
+    text = " ".join(text.split()) if "\n" in text or "\r" in text else text  # an error is one line, whatever the value
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
