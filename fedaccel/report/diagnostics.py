@@ -201,11 +201,6 @@ def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Calla
     return figures
 
 
-def plot_all_diagnostics(run_dirs: list[str | Path], out_prefix: str | Path, force: bool = False) -> list[Path]:
-    """Every diagnostic plot that applies to the given runs, as ``<out_prefix>-<name>.png``; returns the files."""
-    return draw_diagnostics(diagnostic_figures(run_dirs), out_prefix, force)
-
-
 def draw_diagnostics(
     figures: list[tuple[str, str, Callable[[], Any]]], out_prefix: str | Path, force: bool = False
 ) -> list[Path]:
