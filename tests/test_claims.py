@@ -147,6 +147,36 @@ def test_best_learning_rate_is_chosen_on_the_tuning_seeds_training_loss_and_they
     assert judge(claim, runs, tuning_seeds=[0, 7, 8]).chosen == {"train.lr": 0.3}  # what it says is not heard
 
 
+def _tuned_grid(b_loss_at_01: float) -> list[Run]:
+    """Two methods identical at each η on the judged seeds 3-8 (final accuracy 0.6 at η 0.1, 0.8 at η 0.3);
+    on the tuning seeds 0-2 a's training loss is 0.5 at η 0.1 and 0.1 at η 0.3, b's ``b_loss_at_01`` and 0.4."""
+    runs = []
+    for s in range(9):
+        for name, losses in (("a", (0.5, 0.1)), ("b", (b_loss_at_01, 0.4))):
+            for lr, acc, loss in zip((0.1, 0.3), (0.6, 0.8), losses):
+                runs.append(fake_run(name, s, [acc], loss=[loss if s < 3 else 0.3], lr=lr))
+    return runs
+
+
+def test_a_best_value_claim_counts_the_choice_by_swapping_labels_on_the_tuning_seeds_too() -> None:
+    """Hand-computable: b's tuning seeds pick η 0.1, a's η 0.3, so every judged seed shows a − b = 0.8 − 0.6 and
+    the plain sign flip says 'agrees' (p = 2/64) for two methods identical at each η. Swapping the labels of j of
+    the 3 tuning seeds, a chooses η 0.3 while j < 2 (its mean loss ((3-j)·0.1 + j·0.4)/3 below ((3-j)·0.5 +
+    j·0.2)/3) and b mirrors it: every swap shows |a − b| = 0.2 on every judged seed, so p = 1. When both sides
+    choose η 0.3 whatever the swaps (b's loss at 0.1 is 0.9), the test is the plain sign flip of d = 0."""
+    claim = Claim("t", "x", {"algorithm": "a", "train.lr": BEST}, {"algorithm": "b", "train.lr": BEST},
+                  final("test_acc", last=1), "greater")
+    j = judge(claim, _tuned_grid(0.2), tuning_seeds=[0, 1, 2])
+    assert j.chosen == {"train.lr": 0.3, "b:train.lr": 0.1} and j.effect == pytest.approx(0.2)
+    assert j.p == 1.0 and j.verdict == "inconclusive" and j.tuned_test
+    assert "each side choosing its best value again" in j.as_dict()["method"]
+    j = judge(claim, _tuned_grid(0.9), tuning_seeds=[0, 1, 2])
+    assert j.chosen == {"train.lr": 0.3, "b:train.lr": 0.3} and j.p == 1.0 and j.tuned_test
+    runs = [r for r in _tuned_grid(0.2) if not (r.seed == 5 and r.config["algorithm"] == "b" and r.config["train"]["lr"] == 0.3)]
+    j = judge(claim, runs, tuning_seeds=[0, 1, 2])  # b never ran η 0.3 on seed 5: the plain test, said so
+    assert not j.tuned_test and j.p == pytest.approx(2 / 64) and "p does not count the choice" in j.note
+
+
 def test_family_verdicts_come_from_benjamini_hochberg_q_values() -> None:
     """Six claims of p = 1/32 (all six pairs one way) and one of p = 0.0625·...: BH lifts the borderline one."""
     claims, runs = [], []

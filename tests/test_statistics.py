@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedaccel.report.claims import crossing
+from fedaccel.report.tuned import tuned_swap_p
 from fedaccel.report.statistics import (
     ALPHA,
     bh_adjust,
@@ -245,22 +246,30 @@ def test_a_censored_rounds_row_is_not_decided_by_its_loss_row() -> None:
     assert decided / reps <= _monte_carlo_bound(ALPHA, reps)
 
 
-def _eta_decisions(tuning: int, reps: int = 400, n: int = 10) -> float:
-    """Two identical methods, three learning rates whose mean losses are 0, 1 and 3 run standard deviations:
-    each side takes the rate with the lowest mean on ``tuning`` seeds, and the judged seeds compare them."""
-    rng, hits = np.random.default_rng(5), 0
+def _eta_decisions(tuning: int, reps: int = 400, n: int = 10, shift: float = 0.0) -> tuple[float, float]:
+    """Two methods, three learning rates whose mean losses are 0, 1 and 3 run standard deviations (method a
+    ``shift`` lower at every rate): each side takes the rate with the lowest mean on ``tuning`` seeds, and the
+    judged seeds compare them. The share of grids decided apart by the plain sign flip and by the test that
+    counts the choice (fedaccel.report.tuned)."""
+    rng, plain, counted = np.random.default_rng(5), 0, 0
     mu = np.array([0.0, 1.0, 3.0])
     for _ in range(reps):
         y = mu[None, :, None] + rng.normal(0, 1, (2, 3, tuning + n))  # [method, rate, seed]
+        y[0] -= shift
         a, b = y[:, :, :tuning].mean(axis=2).argmin(axis=1)
-        hits += sign_flip_p(y[0, a, tuning:] - y[1, b, tuning:]) <= ALPHA
-    return hits / reps
+        plain += sign_flip_p(y[0, a, tuning:] - y[1, b, tuning:]) <= ALPHA
+        counted += tuned_swap_p(y[:, :, :tuning], y[:, :, tuning:], (None, None)) <= ALPHA
+    return plain / reps, counted / reps
 
 
 @pytest.mark.slow
-def test_best_values_on_three_tuning_seeds_decide_identical_methods_apart_less_often() -> None:
+def test_a_best_value_chosen_on_tuning_seeds_decides_identical_methods_apart_at_the_nominal_rate() -> None:
     """Issue 28: a best value chosen on one tuning seed decides two identical methods apart 20% of the time
-    (runner-up one run-sd worse, n = 10). The mean over three seeds chooses the same value more often, which
-    halves that; it does not reach 5% in this near-tie (docs/statistics.md §4 gives the measured rates)."""
-    one, three = _eta_decisions(1), _eta_decisions(3)
-    assert one > _monte_carlo_bound(ALPHA, 400) and three < one - 0.05
+    (runner-up one run-sd worse, n = 10), on three seeds still ~13%: the plain sign flip does not count that
+    the choice itself is random. The test that swaps labels on the tuning seeds too, choosing again on every
+    swap, holds 5% (within Monte Carlo error) on one seed and on three, at n = 10 and 20; and it still finds
+    a real difference of 1.5 run-sd at every rate most of the time (the plain test's ~78% becomes ~65%)."""
+    for tuning, n in ((1, 10), (3, 10), (3, 20)):
+        plain, counted = _eta_decisions(tuning, n=n)
+        assert plain > _monte_carlo_bound(ALPHA, 400) and counted <= _monte_carlo_bound(ALPHA, 400), (tuning, n)
+    assert _eta_decisions(3, reps=200, shift=1.5)[1] > 0.5

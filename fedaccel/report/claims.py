@@ -38,6 +38,7 @@ import numpy as np
 
 from fedaccel.errors import ConfigError
 from fedaccel.report.reading import Run, value_at
+from fedaccel.report.tuned import choice, tuned_swap_p
 from fedaccel.report.statistics import (
     ALPHA,
     bh_adjust,
@@ -60,6 +61,8 @@ METHODS = {  # claims.json's "method", by the estimand the claim's test is about
                f"'equal': inside ±margin or outside, each at half the level), Benjamini-Hochberg at q <= {ALPHA:g}; "
                "effect: median difference with its order-statistic interval (coverage >= 95%)"),
 }
+TUNED_METHOD = ("the sign flips swap the sides' labels on the tuning seeds too, each side choosing its best value "
+                "again on every swap (the p-value counts the choice; fedaccel.report.tuned)")
 EXPECTATIONS = ("less", "greater", "equal")
 CENSORED_SHARE = 1 / 3  # beyond this share censored on either side, an "equal" rounds claim is not decided
 MDE_POWER = 0.8  # an inconclusive row reports the effect it would have detected with this power
@@ -237,6 +240,7 @@ class Judgement:
     mde: float | None = None  # inconclusive rows: the effect detectable with MDE_POWER (None: n too small)
     non_finite: dict[str, list[Any]] = field(default_factory=dict)  # seeds left out: a side's measure not finite
     tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
+    tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
 
     @property
     def in_family(self) -> bool:
@@ -258,7 +262,7 @@ class Judgement:
             "non_finite": self.non_finite, "tuning_seeds": self.tuning_seeds, "undecided": self.undecided,
             "paper": c.paper, "baseline_mean_rounds_to_target": _num(self.baseline_rounds),
             "target": c.measure.target, "note": self.note,
-        } | ({"measure_b": c.measure_b.name} if c.measure_b is not None else {})
+        } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | ({"measure_b": c.measure_b.name} if c.measure_b is not None else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -366,6 +370,39 @@ def _side(runs: Sequence[Run], where: Mapping[str, Any], tuning: Sequence[Any]) 
     return [r for r in pick(runs, resolved) if r.seed not in tuning], chosen
 
 
+def _tuned_p(claim: Claim, runs: Sequence[Run], tuning: Sequence[Any], seeds: Sequence[Any],
+             chosen: Mapping[str, Any]) -> float | None:
+    """The p-value of :func:`~fedaccel.report.tuned.tuned_swap_p` for a claim whose sides choose one
+    BEST key (the same key on both), or None where it cannot be computed: not an exchangeable claim,
+    other BEST keys, or a candidate value some side lacks on some tuning or judged seed."""
+    keys = {k for side in (claim.a, claim.b or {}) for k, v in side.items() if v == BEST}
+    if not claim.exchangeable or len(keys) != 1 or any(k not in claim.b for k in keys):
+        return None
+    key = keys.pop()
+    tables: list[dict[str, tuple[Any, dict[Any, Run]]]] = []
+    for where in (claim.a, claim.b):
+        table: dict[str, tuple[Any, dict[Any, Run]]] = {}
+        for run in pick(runs, {k: v for k, v in where.items() if k != key}):
+            value = value_at(run.config, key)
+            table.setdefault(repr(value), (value, {}))[1][run.seed] = run
+        tables.append(table)
+    values = [tables[0][r][0] for r in tables[0]] + [tables[1][r][0] for r in tables[1] if r not in tables[0]]
+    names = [repr(v) for v in values]
+    try:
+        grid = [[[tables[x][name][1][s] for s in [*tuning, *seeds]] for name in names] for x in (0, 1)]
+        fixed = tuple(None if where[key] == BEST else
+                      next(i for i, v in enumerate(values) if same_value(v, where[key])) for where in (claim.a, claim.b))
+    except (KeyError, StopIteration):
+        return None
+    selection = np.array([[[SELECTION.of(r) for r in row[:len(tuning)]] for row in side] for side in grid])
+    measure = np.array([[[claim.measure.of(r) for r in row[len(tuning):]] for row in side] for side in grid])
+    agree = all(values[choice(selection[x])] == chosen.get(("b:" if x else "") + key, values[choice(selection[x])])
+                for x in (0, 1) if fixed[x] is None)
+    if not agree or not np.all(np.isfinite(measure)):
+        return None
+    return tuned_swap_p(selection, measure, fixed)  # type: ignore[arg-type]
+
+
 def _shift(claim: Claim) -> float:
     """The centre a directional claim is tested against: ``a - b = ∓margin`` (``-margin`` for less)."""
     return -claim.margin if claim.expect == "less" else claim.margin
@@ -448,6 +485,12 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
                          non_finite=non_finite, note="; ".join(filter(None, [note, left_out])))
     d = [a[s] - b[s] for s in seeds]
     p, paper_side, estimand = claim_test(claim, d)
+    tuned = _tuned_p(claim, runs, tuning, seeds, chosen) if tuning else None
+    if tuned is not None:
+        p = tuned
+    elif tuning:
+        left_out = "; ".join(filter(None, [left_out, "p does not count the choice of the best value (each value "
+                                           "run by both sides on every seed is what lets it)"]))
     effect = float(np.mean(d)) if estimand == "mean" else float(np.median(d))
     low, high = t_interval(d) if estimand == "mean" else median_interval(d)
     if claim.expect == "equal":
@@ -458,7 +501,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         claim, "inconclusive", len(seeds), effect, low, high,
         float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds])), int(side), chosen=chosen,
         differences=[float(x) for x in d], paired_seeds=seeds, p=p, tuning_seeds=tuning, estimand=estimand,
-        paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out,
+        paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out, tuned_test=tuned is not None,
     )
     target = claim.measure.target
     if target is not None:

@@ -6,6 +6,8 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
   no effect each ``d_s`` is as likely to have either sign, so the p-value is the share of the
   ``2^n`` sign vectors whose mean is at least as extreme as the observed one (all of them up to
   :data:`EXACT_UP_TO` pairs, a seeded Monte Carlo sample beyond, counting the observed vector);
+- :func:`swap_p`: the same randomisation test when swapping a pair's labels does more than flip its
+  difference's sign (a claim whose sides each choose a best value: :mod:`fedaccel.report.tuned`);
 - :func:`sign_test_p`: the exact sign test of the *median* difference against a centre (a margin, a
   constant): it needs no symmetry, so it holds its level under skew, where a test of the mean
   against a margin cannot at these sample sizes (docs/statistics.md §3);
@@ -53,30 +55,74 @@ def sign_flip_p(differences: Sequence[float], alternative: str = "two-sided", *,
     0.0625
     """
     d = _checked(differences, alternative)
-    n = d.size
+    return swap_p(d, -d, alternative, seed=seed)
+
+
+def swap_p(stay: Sequence[float], swapped: Sequence[float], alternative: str = "two-sided", *,
+           observed: float | None = None, seed: int = 0) -> float:
+    """The paired randomisation test in general: pair ``s`` shows ``stay[s]`` as observed and
+    ``swapped[s]`` had its two runs' labels been swapped (``-stay[s]`` for a plain difference: the
+    sign flip). The p-value is the share of the ``2^n`` choices whose mean is at least as extreme as
+    ``observed`` (default: the mean of ``stay``): all of them up to :data:`EXACT_UP_TO` pairs, a seeded
+    Monte Carlo sample beyond, counting the observed choice.
+
+    >>> swap_p([1.0, 2.0], [-1.0, 0.0])  # means 1.5, 0.5, 1.0, 0.0: one of four at least 1.5 away from 0
+    0.25
+    """
+    keep, other = _checked(stay, alternative), np.asarray(swapped, dtype=float)
+    n = keep.size
     if n == 0:
         return 1.0
-    observed, tol = float(d.mean()), _tolerance(d)
+    observed = float(keep.mean()) if observed is None else float(observed)
+    tol = _tolerance(np.concatenate([keep, other]), observed)
+    change = other - keep
+    if n <= EXACT_UP_TO:
+        return _exact_share(keep.sum(), change, observed, tol, alternative)
     hits, total = 0, 0
-    batches = ((np.arange(s, min(s + _CHUNK, 2**n)) for s in range(0, 2**n, _CHUNK)) if n <= EXACT_UP_TO
-               else (None for _ in range(math.ceil(MONTE_CARLO / _CHUNK))))
     rng = np.random.default_rng(seed)
-    for codes in batches:
-        if codes is not None:
-            signs = 1.0 - 2.0 * ((codes[:, None] >> np.arange(n)) & 1)
-        else:
-            signs = rng.choice((-1.0, 1.0), size=(_CHUNK, n))
-        means = signs @ d / n
-        if alternative == "greater":
-            hits += int(np.count_nonzero(means >= observed - tol))
-        elif alternative == "less":
-            hits += int(np.count_nonzero(means <= observed + tol))
-        else:
-            hits += int(np.count_nonzero(np.abs(means) >= abs(observed) - tol))
-        total += len(means)
-    if n > EXACT_UP_TO:  # the observed sign vector is one of the draws (a valid Monte Carlo p-value)
-        hits, total = hits + 1, total + 1
-    return min(1.0, hits / total)
+    for _ in range(math.ceil(MONTE_CARLO / _CHUNK)):
+        picks = 1.0 - rng.integers(0, 2, size=(_CHUNK, n))  # the draws sign_flip_p always made
+        hits += _count_extreme((keep.sum() + picks @ change) / n, observed, tol, alternative)
+        total += _CHUNK
+    return min(1.0, (hits + 1) / (total + 1))  # the observed choice is one of the draws (a valid Monte Carlo p)
+
+
+def _count_extreme(means: np.ndarray, observed: float, tol: float, alternative: str) -> int:
+    if alternative == "greater":
+        return int(np.count_nonzero(means >= observed - tol))
+    if alternative == "less":
+        return int(np.count_nonzero(means <= observed + tol))
+    return int(np.count_nonzero(np.abs(means) >= abs(observed) - tol))
+
+
+def _subset_sums(values: np.ndarray) -> np.ndarray:
+    sums = np.zeros(1)
+    for v in values:
+        sums = np.concatenate([sums, sums + v])
+    return sums
+
+
+def _exact_share(base: float, change: np.ndarray, observed: float, tol: float, alternative: str) -> float:
+    """The share of the ``2^n`` sums ``base + Σ_(s in S) change[s]`` whose mean is at least as extreme
+    as ``observed``: every subset counted, meeting in the middle (two halves' sums, one sorted)."""
+    n = change.size
+    low = _subset_sums(change[: n // 2]) + base
+    high = np.sort(_subset_sums(change[n // 2:]))
+
+    def at_least(total: float) -> int:  # pairs with low + high >= total
+        return int(high.size * low.size - np.searchsorted(high, total - low, side="left").sum())
+
+    def at_most(total: float) -> int:  # pairs with low + high <= total
+        return int(np.searchsorted(high, total - low, side="right").sum())
+
+    if alternative == "greater":
+        hits = at_least(n * (observed - tol))
+    elif alternative == "less":
+        hits = at_most(n * (observed + tol))
+    else:
+        edge = abs(observed) - tol
+        hits = 2 ** n if edge <= 0 else at_least(n * edge) + at_most(-n * edge)
+    return min(1.0, hits / 2 ** n)
 
 
 def t_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float]:
