@@ -235,3 +235,25 @@ def test_data_weighted_means_weigh_clients_by_their_data() -> None:
     models = dict(scored_models(["broadcast", "client_mean", "all_mean"], w, track(evaluated, w, updates)))
     torch.testing.assert_close(models["client_mean"], torch.tensor([0.2 / 0.7, 0.5 / 0.7 * 7]))
     torch.testing.assert_close(models["all_mean"], torch.tensor([0.2, 3.5]))  # client 1 still at w = 0
+
+
+def test_resume_checks_the_new_keys_and_rounds_under_fractional_milestones(tmp_path: Any) -> None:
+    from fedaccel.errors import UserError
+    from fedaccel.runs.checkpoint import check_same_config
+
+    def config(**train: Any) -> dict[str, Any]:
+        return from_dict({"train": train}).to_dict()
+
+    before = config()
+    for key in ("last_batch", "lr_schedule"):  # a checkpoint written before these keys existed
+        del before["train"][key]
+    del before["eval"]["mean_weighting"]
+    check_same_config(tmp_path, before, config())  # their defaults are the behaviour from before: same numbers
+    with pytest.raises(UserError, match="train.last_batch"):
+        check_same_config(tmp_path, before, config(last_batch="partial"))
+    steps = {"name": "step", "milestones": [3], "factor": 0.1}
+    check_same_config(tmp_path, config(rounds=10, lr_schedule=steps), config(rounds=20, lr_schedule=steps))
+    fractions = {"name": "step", "milestones": [0.5], "factor": 0.1}  # round 5 of 10, round 10 of 20
+    with pytest.raises(UserError, match="train.rounds") as err:
+        check_same_config(tmp_path, config(rounds=10, lr_schedule=fractions), config(rounds=20, lr_schedule=fractions))
+    assert "\n" not in str(err.value)

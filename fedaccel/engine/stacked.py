@@ -17,7 +17,9 @@ the local terms: ``train.clip_scope``), the local terms
 (a part's ``batched_local_term``; otherwise its per-client term on each row, said once), weight
 decay, momentum, the estimator (a part's ``batched_estimator``; otherwise one per-client estimator per
 row). Unequal tau_k (FedGSNR's plans, epochs over clients of unequal size) shrink the active set:
-the gradient is taken for the active rows only and finished rows stop moving. ``start`` and
+the gradient is taken for the active rows only and finished rows stop moving. Short batches
+(``train.last_batch: partial``) are padded in the table and their size kept: a step whose rows'
+batches differ in size makes one kernel call per size, so each loss is the mean over its own batch. ``start`` and
 ``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
 numbers of :class:`~fedaccel.engine.round.InProcessClients` (tests/test_stacked.py, every recipe).
 
