@@ -143,6 +143,16 @@ def test_stacked_equals_in_process_with_partial_batches(name: str) -> None:
                                                              order="reshuffle_epoch", momentum=0.3))
 
 
+def test_stacked_short_batches_through_torch_func_with_augmentation() -> None:
+    """A user's module (the torch.func kernel), short batches cropped and flipped with their own step's draws."""
+    from tests.test_stacked import UsersModel, algorithm_for, run_both
+    from tests.test_stacked import federation as stacked_federation
+
+    run_both(algorithm_for("fedavg"), lambda: stacked_federation(
+        UsersModel(), (1, 4, 4), local_epochs=2, last_batch="partial", order="reshuffle_epoch",
+        augment={"crop_padding": 1, "flip": True}), rounds=2)
+
+
 def test_fednova_normalises_by_the_real_steps() -> None:
     """w1 = w0 - tau_eff sum p_i delta_i / tau_i with tau_i = E ceil(n_i / B), delta_i from the DataLoader loop."""
     fed = federation()
