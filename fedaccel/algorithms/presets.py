@@ -134,7 +134,8 @@ def preset_values(preset: str, recipe: str) -> tuple[dict[str, Any], dict[str, A
     if recipe not in table["recipes"]:
         raise ConfigError(f"algorithm.preset {preset} ({table['repository']}) is for {listed(table['recipes'])}, "
                           f"not {shown(recipe)}; presets for {recipe}: {listed(presets_for(recipe))}")
-    return dict(table["algorithm"].get(recipe, {})), {**table["config"], **table.get("recipe_config", {}).get(recipe, {})}
+    config = {**table["config"], **table.get("recipe_config", {}).get(recipe, {})}
+    return dict(table["algorithm"].get(recipe, {})), config
 
 
 def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[str, Any]:

@@ -71,7 +71,8 @@ def track(evaluated: dict[str, Tensor], w: Tensor, updates: Sequence[ClientUpdat
         return evaluated
     out = dict(evaluated)
     if CLIENT_MEAN in out:
-        out[CLIENT_MEAN] = (w - _mean(torch.stack([u.delta for u in updates]), out.get(WEIGHTS), [u.client for u in updates])
+        clients = [u.client for u in updates]
+        out[CLIENT_MEAN] = (w - _mean(torch.stack([u.delta for u in updates]), out.get(WEIGHTS), clients)
                             if updates else w.clone())
     if LATEST in out and updates:
         latest = out[LATEST].clone()

@@ -106,7 +106,8 @@ class LocalOptions:
             raise ConfigError("train.lr_decay is the shorthand of train.lr_schedule: {name: exponential, "
                               "decay: ...}; set one")
         if self.last_batch not in LAST_BATCHES:
-            raise ConfigError(f"train.last_batch must be one of {', '.join(LAST_BATCHES)}, got {shown(self.last_batch)}")
+            raise ConfigError(f"train.last_batch must be one of {', '.join(LAST_BATCHES)}, "
+                              f"got {shown(self.last_batch)}")
         if self.clip is not None and not self.clip > 0:
             raise ConfigError(f"train.clip must be > 0 or null, got {self.clip}")
         if self.sampling not in SAMPLINGS:

@@ -75,7 +75,7 @@ def lr_schedule(spec: Mapping[str, Any] | None, *, lr_decay: float = 1.0, rounds
     options = dict(spec)
     name = options.pop("name", None)
     known = {"exponential": ("decay",), "step": ("milestones", "factor")}
-    if name not in known:
+    if not isinstance(name, str) or name not in known:
         raise ConfigError(f"unknown {KEY} {shown(name)}; known: {listed(SCHEDULES, near=str(name))}")
     for key in options:
         if key not in known[name]:

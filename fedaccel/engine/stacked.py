@@ -19,8 +19,8 @@ decay, momentum, the estimator (a part's ``batched_estimator``; otherwise one pe
 row). Unequal tau_k (FedGSNR's plans, epochs over clients of unequal size) shrink the active set:
 the gradient is taken for the active rows only and finished rows stop moving. Short batches
 (``train.last_batch: partial``) are padded in the table and their size kept: a step whose rows'
-batches differ in size makes one kernel call per size, so each loss is the mean over its own batch. ``start`` and
-``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
+batches differ in size makes one kernel call per size, so each loss is the mean over its own batch.
+``start`` and ``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
 numbers of :class:`~fedaccel.engine.round.InProcessClients` (tests/test_stacked.py, every recipe).
 
 Chunks: at most ``run.stack_size`` rows, and what fits ``MEMORY_CAP`` (a BHerd estimator's (K, tau, d)
@@ -241,7 +241,8 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
             theta0 = job.w
             for k, part in job.algorithm.with_stage("start"):
                 theta0 = part.start(ctx, job.w, theta0, job.server[k], job.states[ctx.client][k])  # type: ignore[misc]
-            rows.append(_Row(job, ctx, theta0, *_row_table(job.federation.batches(ctx.client, ctx.info.round, ctx.steps))))
+            batches = job.federation.batches(ctx.client, ctx.info.round, ctx.steps)
+            rows.append(_Row(job, ctx, theta0, *_row_table(batches)))
     # Rows that can share a batched step: same model kind, batch size, step size and optimiser.
     groups: dict[tuple[Any, ...], list[_Row]] = {}
     for row in rows:
@@ -379,7 +380,7 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
             grad = kernel(theta, x, y)
         else:
             grad.zero_()
-            for members, size in groups:  # rows whose batch this step has the same size (only full ones: one)
+            for members, size in groups:  # one kernel call per batch size among the live rows
                 members = list(range(K)) if members is None else members
                 x, y = _gather(segments, index[:, step, :size], members)
                 if options.augment is not None:

@@ -14,7 +14,8 @@ server does with a straggler's partial work.
 
 Epochs become steps as E does (floor(e |D_i| / B), at least 1, or e ceil(|D_i| / B) with
 ``train.last_batch: partial``: :meth:`~fedaccel.engine.local.LocalOptions.epoch_steps`); with
-``train.local_steps`` (tau for every client) e epochs are floor(e tau / E) steps. Steps a planner chose (FedGSNR) are scaled by e / E.
+``train.local_steps`` (tau for every client) e epochs are floor(e tau / E) steps. Steps a planner chose
+(FedGSNR) are scaled by e / E.
 
 ``train.partial_work`` says what the server does with a straggler's update: ``drop`` (not aggregated:
 the straggler trains as a client that does not upload), ``keep``, or ``auto``, the recipe's reference:
