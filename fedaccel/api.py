@@ -97,9 +97,9 @@ def train(
     ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given.
 
     ``train_options`` are the keys of :class:`fedaccel.runs.config.TrainConfig`: lr, batch_size,
-    local_epochs, local_steps, momentum, weight_decay, lr_decay, clip, client_fraction,
-    order (``"fixed"``, ``"reshuffle"`` or ``"given"``: each client's index array in the order
-    given, cut into consecutive batches) and participation (the clients selected in each round,
+    local_epochs, local_steps, momentum, weight_decay, lr_decay or lr_schedule, clip, client_fraction,
+    order (``"fixed"``, ``"reshuffle"``, ``"reshuffle_epoch"`` or ``"given"``: each client's index array in
+    the order given, cut into consecutive batches), last_batch (``"drop"`` or ``"partial"``) and participation (the clients selected in each round,
     e.g. ``[[0, 1], [2, 3]]``; round t uses entry (t - 1) mod its length); sampling, local_work and
     partial_work for systems heterogeneity (``local_work={"name": "uniform", "max_epochs": 5}``;
     docs/algorithms.md "Systems heterogeneity").

@@ -52,6 +52,9 @@ CASES = {
     "fedavg-stragglers-augment": ["algorithm=fedavg", "train.local_epochs=3", "data.clients=4",
                                   "train.local_work={name: stragglers, fraction: 0.5}",
                                   "train.augment={crop_padding: 2, flip: true}"],
+    # the references' DataLoader batches (short last batch, a new order every epoch), FedNova's tau_i over
+    # them and its step schedule
+    "fednova-code": ["algorithm=fednova", "algorithm.preset=fednova-code", "train.local_epochs=2"],
 }
 
 

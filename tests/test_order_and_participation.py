@@ -49,7 +49,7 @@ def test_order_key_and_the_reshuffle_alias() -> None:
     assert (old.train.order, old.train.reshuffle) == (new.train.order, new.train.reshuffle) == ("reshuffle", True)
     assert LocalOptions(reshuffle=True).order == "reshuffle" and LocalOptions(order="reshuffle").reshuffle
     for overrides, message in [
-        (["train.order=sorted"], "train.order must be one of fixed, reshuffle, given"),
+        (["train.order=sorted"], "train.order must be one of fixed, reshuffle, reshuffle_epoch, given"),
         (["train.order=given", "train.reshuffle=true"], "contradicts train.order: given"),
     ]:
         with pytest.raises(ConfigError, match=message) as err:

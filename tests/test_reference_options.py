@@ -250,7 +250,7 @@ def test_preset_sets_options_under_the_users_keys(tmp_path: Path) -> None:
     assert config.train.order == "fixed"  # --set
     assert load_config(path, ["algorithm.control_lr=current"]).algorithm["control_lr"] == "current"
     plain = load_config(write(tmp_path, "algorithm: {name: scaffold, preset: feddc-code}\n"))
-    assert (plain.train.clip, plain.train.order) == (10.0, "reshuffle")  # preset over the built-in defaults
+    assert (plain.train.clip, plain.train.order) == (10.0, "reshuffle_epoch")  # preset over the built-in defaults
 
 
 def test_preset_values_per_repository() -> None:
@@ -287,9 +287,10 @@ def test_apply_preset_leaves_its_input_alone() -> None:
     raw = {"algorithm": {"name": "feddyn", "preset": "feddyn-code"}}
     out = apply_preset(raw)
     assert raw == {"algorithm": {"name": "feddyn", "preset": "feddyn-code"}}
-    assert out["train"] == {"clip": 10.0, "clip_scope": "objective", "order": "reshuffle"}
+    assert out["train"] == {"clip": 10.0, "clip_scope": "objective", "order": "reshuffle_epoch", "last_batch": "partial"}
     assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"reshuffle": False}}
-                        )["train"] == {"reshuffle": False, "clip": 10.0, "clip_scope": "objective"}  # the older spelling chose the order
+                        )["train"] == {"reshuffle": False, "clip": 10.0, "clip_scope": "objective",
+                                       "last_batch": "partial"}  # the older spelling chose the order
 
 
 def test_grab_stale_centre_by_hand_and_kept_across_rounds() -> None:

@@ -2,7 +2,7 @@
 
 A preset sets every reference-code option of docs/algorithms.md ("Reference code") to what one public
 repository does: the recipe's hyperparameters (``algorithm``, per recipe) and the train/eval keys the code
-fixes (``config``, dotted keys). It is a defaults layer: built-in defaults < preset < the user's file <
+fixes (``config``, dotted keys; ``recipe_config``: those it fixes for some recipes only). It is a defaults layer: built-in defaults < preset < the user's file <
 ``--set``, so a key the user sets wins (:func:`apply_preset`, called by ``fedaccel.runs.config``). The
 resolved config (``config.yaml`` in the run folder) holds every value the preset set, so a run is
 reproducible without this table.
@@ -12,8 +12,8 @@ what a repository also does that a preset leaves to the experiment, and why.
 
 Example:
     >>> raw = apply_preset({"algorithm": {"name": "scaffold", "preset": "feddc-code"}, "train": {"clip": 5.0}})
-    >>> raw["algorithm"]["control_lr"], raw["train"]["clip"], raw["train"]["order"]
-    ('initial', 5.0, 'reshuffle')
+    >>> raw["algorithm"]["control_lr"], raw["train"]["clip"], raw["train"]["order"], raw["train"]["last_batch"]
+    ('initial', 5.0, 'reshuffle_epoch', 'partial')
 """
 
 from __future__ import annotations
@@ -40,8 +40,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "config": {
             "train.clip": 10.0,  # utils_general.py:11 (max_norm = 10), clip_grad_norm_ at every step
             "train.clip_scope": "objective",  # utils_general.py:474: clipped after backward() of loss + the method's terms
-            "train.order": "reshuffle",  # utils_general.py:76,429 (DataLoader shuffle=True: a new order every epoch)
+            # utils_general.py:76,102 (also :142,168, :347,363, :429,445): a DataLoader with shuffle=True iterated
+            # anew each epoch (a new order every epoch), ceil(n/B) batches, the last one short, its loss / its size (:114)
+            "train.order": "reshuffle_epoch",
+            "train.last_batch": "partial",
             "eval.models": ["broadcast", "client_mean", "all_mean"],  # utils_methods_FedDC.py:191-213 logs all three
+        },
+        "recipe_config": {  # utils_methods.py:146-147 (FedAvg), :397-398 (FedProx): both means weighted by |D_i|
+            "fedavg": {"eval.mean_weighting": "data"},
+            "fedprox": {"eval.mean_weighting": "data"},
         },
         "cifar": {"train.augment": {"crop_padding": 4, "flip": True}},  # utils_dataset.py (Dataset, train=True)
     },
@@ -54,7 +61,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "config": {
             "train.clip": 10.0,  # utils_general.py:8 (max_norm = 10), clipped at :224
             "train.clip_scope": "objective",  # utils_general.py:224 (after backward() of the whole local loss)
-            "train.order": "reshuffle",  # utils_general.py:187 (DataLoader shuffle=True)
+            # utils_general.py:187 (DataLoader shuffle=True, iterated anew each epoch: ceil(n/B) batches, the last short)
+            "train.order": "reshuffle_epoch",
+            "train.last_batch": "partial",
             # utils_methods.py:396-416 scores the client means only; fedaccel always logs the broadcast model too
             "eval.models": ["broadcast", "client_mean", "all_mean"],
         },
@@ -70,6 +79,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "config": {
             "train.momentum": 0.9,  # launch_exp.sh:14 (--momentum 0.9; the argparse default is 0)
             "train.weight_decay": 1e-4,  # train_LocalSGD.py:179 (hard-coded)
+            # util_v4.py:184-187 (DataLoader shuffle=True, drop_last False), train_LocalSGD.py:192-193,243: every
+            # epoch a new order and len(train_loader) = ceil(n/B) batches, the last one short
+            "train.order": "reshuffle_epoch",
+            "train.last_batch": "partial",
+            # train_LocalSGD.py:295-310 (update_learning_rate): eta_0/10 from round int(R/2), eta_0/100 from int(0.75 R)
+            "train.lr_schedule": {"name": "step", "milestones": [0.5, 0.75], "factor": 0.1},
         },
     },
     "fedprox-code": {
@@ -119,7 +134,8 @@ def preset_values(preset: str, recipe: str) -> tuple[dict[str, Any], dict[str, A
     if recipe not in table["recipes"]:
         raise ConfigError(f"algorithm.preset {preset} ({table['repository']}) is for {listed(table['recipes'])}, "
                           f"not {shown(recipe)}; presets for {recipe}: {listed(presets_for(recipe))}")
-    return dict(table["algorithm"].get(recipe, {})), dict(table["config"])
+    config = {**table["config"], **table.get("recipe_config", {}).get(recipe, {})}
+    return dict(table["algorithm"].get(recipe, {})), config
 
 
 def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[str, Any]:
@@ -139,8 +155,9 @@ def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[st
     for key, value in hyper.items():
         out["algorithm"].setdefault(key, value)
     for dotted, value in config.items():
-        if dotted == "train.order" and "reshuffle" in (out.get("train") or {}):
-            continue  # the user chose the order with its older spelling
+        train = out.get("train") or {}
+        if dotted == "train.order" and "reshuffle" in train or dotted == "train.lr_schedule" and "lr_decay" in train:
+            continue  # the user chose the order, or the rate, with the other spelling
         node = out
         *parents, leaf = dotted.split(".")
         for key in parents:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from fedaccel.algorithms.base import make_rng
 from fedaccel.data.augment import augment_batch, check_images
 from fedaccel.engine.flat import FlatModel
-from fedaccel.engine.local import BatchGradient, LocalOptions, batch_positions
+from fedaccel.engine.local import REORDERED, BatchGradient, LocalOptions, batch_positions
 from fedaccel.errors import ConfigError
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -97,22 +97,30 @@ class Federation:
         chosen = make_rng(self.seed, "train-eval").choice(n, size=limit, replace=False)
         return torch.from_numpy(np.sort(chosen)).to(self.device)
 
-    def order(self, client: int, round_: int) -> np.ndarray:
-        """The client's sample order: its index array as given, one seeded permutation of it for all
-        rounds (fixed, drawn once and kept: the same array every round), or a new one every round
-        (reshuffle, RR). Callers must not write into the array."""
+    def order(self, client: int, round_: int, epoch: int = 0) -> np.ndarray:
+        """The client's sample order in epoch ``epoch`` of round ``round_``: its index array as given, one
+        seeded permutation of it for all rounds (fixed, drawn once and kept: the same array every round), a
+        new one every round (reshuffle, RR), or a new one every epoch (reshuffle_epoch, from (seed, round,
+        client, epoch)). Callers must not write into the array."""
         index = self.partition[client]
-        if self.options.order == "given":
+        order = self.options.order
+        if order == "given":
             return index
-        if self.options.order == "reshuffle":
+        if order == "reshuffle":
             return index[make_rng(self.seed, "order", client, round_).permutation(len(index))]
+        if order == "reshuffle_epoch":
+            return index[make_rng(self.seed, "epoch-order", round_, client, epoch).permutation(len(index))]
         fixed = self._orders.get(client)
         if fixed is None:
             fixed = self._orders[client] = index[make_rng(self.seed, "order", client).permutation(len(index))]
         return fixed
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
-        return batch_positions(self.order(client, round_), steps, self.options.batch_size)
+        """The sample indices of the client's ``steps`` batches this round (:func:`batch_positions`)."""
+        options = self.options
+        order = self.order(client, round_) if options.order != "reshuffle_epoch" else \
+            (lambda epoch: self.order(client, round_, epoch))
+        return batch_positions(order, steps, options.batch_size, options.last_batch)
 
     def augment_rng(self, client: int, round_: int, step: int) -> np.random.Generator:
         """The generator of the augmentation of one batch: (seed, round, client, step), in every runtime."""
@@ -144,11 +152,11 @@ class Federation:
         allocation (thousands of small long-lived blocks between a round's temporaries would fragment the
         heap: +200 MB at 1,000 2NN clients, benchmarks/scale.py), and each batch is a contiguous slice of
         the client's part (no gather per step: the same rows, so the same numbers); otherwise index
-        arrays, gathered step by step.
+        arrays (:meth:`batches`), gathered step by step.
         """
+        if self.x_train.nbytes > self.layout_bytes or self.options.order in REORDERED:  # nothing to reuse
+            return self.batches(client, round_, steps)
         order = self.order(client, round_)
-        if self.x_train.nbytes > self.layout_bytes or self.options.reshuffle:  # reshuffled: nothing to reuse
-            return batch_positions(order, steps, self.options.batch_size)
         if not self._layouts:
             self._lay_out_clients(round_)
         cached = self._layouts[client]
@@ -157,6 +165,9 @@ class Federation:
             self._layouts[client] = cached
         _, xs, ls = cached
         n = len(order)
+        if self.options.last_batch == "partial":  # each batch a slice within one epoch
+            spans = batch_positions(np.arange(n), steps, self.options.batch_size, "partial")
+            return [(xs[int(p[0]) : int(p[-1]) + 1], ls[int(p[0]) : int(p[-1]) + 1]) for p in spans]
         size = min(self.options.batch_size, n)
         batches = []
         for k in range(steps):  # batch k holds positions k*size ... (k+1)*size - 1 of the order, cyclically

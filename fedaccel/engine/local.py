@@ -31,10 +31,15 @@ from fedaccel.algorithms.base import Estimator, LocalTerm
 from fedaccel.data.augment import Augment, parse_augment
 from fedaccel.algorithms.sampling import SAMPLINGS
 from fedaccel.engine.flat import FlatModel
+from fedaccel.engine.schedule import LRSchedule
 from fedaccel.engine.work import LocalWork
 from fedaccel.errors import ConfigError, shown
 
-ORDERS = ("fixed", "reshuffle", "given")
+ORDERS = ("fixed", "reshuffle", "reshuffle_epoch", "given")
+REORDERED = ("reshuffle", "reshuffle_epoch")  # orders drawn anew every round
+# drop: every batch holds B samples, tau_i = floor(E |D_i| / B) (the papers' count); partial: each epoch is
+# ceil(|D_i| / B) batches, the last one short (a PyTorch DataLoader with drop_last=False)
+LAST_BATCHES = ("drop", "partial")
 CLIP_SCOPES = ("gradient", "objective")  # what train.clip bounds: the mini-batch gradient, or it + local terms
 
 
@@ -42,7 +47,9 @@ def batch_order(order: str, reshuffle: bool = False) -> str:
     """The batch order, with ``reshuffle: true`` read as the older spelling of ``order: reshuffle``.
 
     fixed: one seeded permutation of the client's samples for all rounds (BHerd's default);
-    reshuffle: a new permutation every round (RR); given: the client's index array as it is.
+    reshuffle: a new permutation every round (RR), the same for each epoch of the round;
+    reshuffle_epoch: a new permutation every epoch (a DataLoader with ``shuffle=True``);
+    given: the client's index array as it is.
     """
     if order not in ORDERS:
         raise ConfigError(f"train.order must be one of {', '.join(ORDERS)}, got {shown(order)}")
@@ -62,14 +69,16 @@ class LocalOptions:
     local_steps: int | None = None  # tau_i for every client, in place of E |D_i| / B
     momentum: float = 0.0
     weight_decay: float = 0.0
-    lr_decay: float = 1.0  # gamma: eta_t = eta_0 * gamma^t
+    lr_decay: float = 1.0  # gamma: eta_t = eta_0 * gamma^t (the shorthand of lr_schedule's exponential)
+    lr_schedule: LRSchedule | None = None  # eta_t / eta_0 per round (fedaccel.engine.schedule); None: lr_decay's
     clip: float | None = None  # max L2 norm of each mini-batch gradient
-    order: str = "fixed"  # batches of the sample order: fixed, reshuffle (RR) or given (see batch_order)
+    order: str = "fixed"  # the sample order: fixed, reshuffle (RR), reshuffle_epoch or given (see batch_order)
     reshuffle: bool = False  # the older spelling of order="reshuffle"; always equal to order == "reshuffle"
     clip_scope: str = "gradient"  # clip the mini-batch gradient, or the objective's (gradient + local terms)
     augment: Augment | None = None  # random crop / flip of image batches (fedaccel.data.augment); None = off
     work: LocalWork = LocalWork()  # local work per client per round and partial work (fedaccel.engine.work)
     sampling: str = "fixed"  # who is selected: fixed (round(C N) clients) or bernoulli (each with probability C)
+    last_batch: str = "drop"  # drop (full batches only) or partial (each epoch's last batch short): LAST_BATCHES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "augment", parse_augment(self.augment))
@@ -91,6 +100,14 @@ class LocalOptions:
             raise ConfigError(f"train.weight_decay must be >= 0, got {self.weight_decay}")
         if not 0 < self.lr_decay <= 1:
             raise ConfigError(f"train.lr_decay must be in (0, 1], got {self.lr_decay}")
+        if self.lr_schedule is None:
+            object.__setattr__(self, "lr_schedule", LRSchedule("exponential", decay=self.lr_decay))
+        elif self.lr_decay != 1 and self.lr_schedule != LRSchedule("exponential", decay=self.lr_decay):
+            raise ConfigError("train.lr_decay is the shorthand of train.lr_schedule: {name: exponential, "
+                              "decay: ...}; set one")
+        if self.last_batch not in LAST_BATCHES:
+            raise ConfigError(f"train.last_batch must be one of {', '.join(LAST_BATCHES)}, "
+                              f"got {shown(self.last_batch)}")
         if self.clip is not None and not self.clip > 0:
             raise ConfigError(f"train.clip must be > 0 or null, got {self.clip}")
         if self.sampling not in SAMPLINGS:
@@ -98,14 +115,27 @@ class LocalOptions:
         self.work.check(self.local_epochs)
 
     def lr_at(self, round_: int) -> float:
-        """eta_t = eta_0 * gamma^t."""
-        return self.lr * self.lr_decay**round_
+        """eta_t = eta_0 * the schedule's factor at round t (gamma^t by default)."""
+        return self.lr * self.lr_schedule.factor_at(round_)  # type: ignore[union-attr]
 
     def steps(self, n_samples: int) -> int:
-        """tau_i = floor(E * |D_i| / B), at least 1; or ``local_steps`` when it is set."""
+        """tau_i for E epochs (:meth:`epoch_steps`); or ``local_steps`` when it is set."""
         if self.local_steps is not None:
             return self.local_steps
-        return max(1, math.floor(self.local_epochs * n_samples / self.batch_size + 1e-9))
+        return self.epoch_steps(self.local_epochs, n_samples)
+
+    def epoch_steps(self, epochs: float, n_samples: int) -> int:
+        """The steps of ``epochs`` epochs over |D_i| = ``n_samples``, at least 1: floor(e |D_i| / B) full
+        batches (``last_batch: drop``), or floor(e ceil(|D_i| / B)) batches with a short one ending each
+        epoch (``partial``).
+
+        Example:
+            >>> [LocalOptions(batch_size=10, last_batch=k).epoch_steps(2, 25) for k in LAST_BATCHES]
+            [5, 6]
+        """
+        if self.last_batch == "partial":
+            return max(1, math.floor(epochs * math.ceil(n_samples / self.batch_size) + 1e-9))
+        return max(1, math.floor(epochs * n_samples / self.batch_size + 1e-9))
 
     def shared_steps(self, sizes: Sequence[int]) -> int:
         """K: one step count for every client, as the FedDC/SCAFFOLD reference code computes it: epochs x
@@ -120,17 +150,38 @@ class LocalOptions:
         return max(1, int(self.local_epochs * math.ceil(sum(sizes) / len(sizes) / self.batch_size - 1e-9)))
 
 
-def batch_positions(order: np.ndarray, steps: int, batch_size: int) -> list[np.ndarray]:
-    """Indices of each of ``steps`` mini-batches, reading ``order`` cyclically.
+def batch_positions(
+    order: np.ndarray | Callable[[int], np.ndarray], steps: int, batch_size: int, last_batch: str = "drop"
+) -> list[np.ndarray]:
+    """Indices of each of ``steps`` mini-batches, reading the samples epoch after epoch.
 
-    Batches run through the order epoch after epoch; a batch that crosses the end of the
-    order continues at its start, so every batch has exactly ``batch_size`` samples (or all
-    of the client's data when it has fewer).
+    ``order``: the samples in the order of every epoch, or ``epoch -> order`` (a new order per epoch).
+    ``drop``: a batch that crosses the end of an epoch continues at the start of the next, so every
+    batch has exactly ``batch_size`` samples (or all of the client's data when it has fewer);
+    ``partial``: each epoch is cut into ceil(n / B) batches, the last one short, as a ``DataLoader`` loop
+    (a fixed step count runs on into the next epoch: the references' ``local_steps``).
+
+    Example:
+        >>> [b.tolist() for b in batch_positions(np.arange(5), 4, 2, "partial")]
+        [[0, 1], [2, 3], [4], [0, 1]]
     """
-    n = len(order)
+    of_epoch = order if callable(order) else (lambda epoch: order)
+    first = of_epoch(0)
+    n = len(first)
+    if last_batch == "partial":
+        batches: list[np.ndarray] = []
+        epoch = 0
+        while len(batches) < steps:
+            epoch_order = first if epoch == 0 else of_epoch(epoch)
+            batches.extend(epoch_order[lo : lo + batch_size] for lo in range(0, n, batch_size))
+            epoch += 1
+        return batches[:steps]
     size = min(batch_size, n)
     reps = math.ceil(steps * size / n)
-    stream = np.tile(order, reps) if reps > 1 else order
+    if callable(order):
+        stream = np.concatenate([first, *(of_epoch(e) for e in range(1, reps))]) if reps > 1 else first
+    else:
+        stream = np.tile(order, reps) if reps > 1 else order
     return [stream[k * size : (k + 1) * size] for k in range(steps)]
 
 

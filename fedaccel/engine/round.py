@@ -323,7 +323,7 @@ def train_client(
     else:
         k, part = ordering
         order = part.order(ctx, client_state[k], federation.order(ctx.client, ctx.info.round))  # type: ignore[misc]
-        batches = batch_positions(order, ctx.steps, federation.options.batch_size)
+        batches = batch_positions(order, ctx.steps, federation.options.batch_size, federation.options.last_batch)
         estimator = None
         if owner is not None:
             args = (client_state[k], order, batches) if owner[0] == k else ()

@@ -17,8 +17,10 @@ the local terms: ``train.clip_scope``), the local terms
 (a part's ``batched_local_term``; otherwise its per-client term on each row, said once), weight
 decay, momentum, the estimator (a part's ``batched_estimator``; otherwise one per-client estimator per
 row). Unequal tau_k (FedGSNR's plans, epochs over clients of unequal size) shrink the active set:
-the gradient is taken for the active rows only and finished rows stop moving. ``start`` and
-``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
+the gradient is taken for the active rows only and finished rows stop moving. Short batches
+(``train.last_batch: partial``) are padded in the table and their size kept: a step whose rows'
+batches differ in size makes one kernel call per size, so each loss is the mean over its own batch.
+``start`` and ``client_end`` stages run per client (cheap vector operations), so every recipe runs here with the
 numbers of :class:`~fedaccel.engine.round.InProcessClients` (tests/test_stacked.py, every recipe).
 
 Chunks: at most ``run.stack_size`` rows, and what fits ``MEMORY_CAP`` (a BHerd estimator's (K, tau, d)
@@ -193,7 +195,21 @@ class _Row:
     job: Job
     ctx: ClientContext
     theta0: Tensor
-    table: np.ndarray  # (tau_k, b) sample indices of each local step
+    table: np.ndarray  # (tau_k, b) sample indices of each local step (a short batch: its first sizes[j])
+    sizes: np.ndarray | None = None  # (tau_k,) batch sizes where some batch is short (train.last_batch: partial)
+
+
+def _row_table(batches: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The batches as one (tau, b) table, b the longest; a short batch padded (its padding never read)
+    and every batch's size, or None when all are full."""
+    sizes = np.array([len(batch) for batch in batches])
+    b = int(sizes.max())
+    if (sizes == b).all():
+        return np.stack(batches), None
+    table = np.zeros((len(batches), b), dtype=np.int64)
+    for j, batch in enumerate(batches):
+        table[j, : len(batch)] = batch
+    return table, sizes
 
 
 def _kernel_for(federation: Federation) -> Kernel | None:
@@ -225,8 +241,8 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
             theta0 = job.w
             for k, part in job.algorithm.with_stage("start"):
                 theta0 = part.start(ctx, job.w, theta0, job.server[k], job.states[ctx.client][k])  # type: ignore[misc]
-            table = np.stack(job.federation.batches(ctx.client, ctx.info.round, ctx.steps))
-            rows.append(_Row(job, ctx, theta0, table))
+            batches = job.federation.batches(ctx.client, ctx.info.round, ctx.steps)
+            rows.append(_Row(job, ctx, theta0, *_row_table(batches)))
     # Rows that can share a batched step: same model kind, batch size, step size and optimiser.
     groups: dict[tuple[Any, ...], list[_Row]] = {}
     for row in rows:
@@ -318,6 +334,7 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
     for k, r in enumerate(rows):
         table[k, : len(r.table)] = r.table
     index = torch.from_numpy(table).to(device)  # laid out once per round
+    sizes = _batch_sizes(rows, tau_max, b)  # None: every batch full
 
     segments = _segments(rows)
     terms: list[tuple[Callable[[Tensor, Tensor], None], int, int]] = []
@@ -355,14 +372,21 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
         all_live = step < tau_min
         alive = None if all_live else [k for k in range(K) if counts[k] > step]
         active = None if alive is None else torch.tensor(alive, device=device)
-        x, y = _gather(segments, index[:, step], alive)
-        if options.augment is not None:
-            x = _augment(rows, range(K) if alive is None else alive, step, x, options.augment)
-        if all_live:
+        groups = [(alive, b)] if sizes is None else _size_groups(sizes[:, step], alive)
+        if all_live and len(groups) == 1 and groups[0][1] == b:
+            x, y = _gather(segments, index[:, step], None)
+            if options.augment is not None:
+                x = _augment(rows, range(K), step, x, options.augment)
             grad = kernel(theta, x, y)
         else:
             grad.zero_()
-            grad.index_copy_(0, active, kernel(theta.index_select(0, active), x, y))
+            for members, size in groups:  # one kernel call per batch size among the live rows
+                members = list(range(K)) if members is None else members
+                x, y = _gather(segments, index[:, step, :size], members)
+                if options.augment is not None:
+                    x = _augment(rows, members, step, x, options.augment)
+                at = torch.tensor(members, device=device)
+                grad.index_copy_(0, at, kernel(theta.index_select(0, at), x, y))
         with torch.no_grad():
             if options.clip is not None and options.clip_scope == "gradient":
                 clip_rows(grad, options.clip)
@@ -386,6 +410,28 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
             else:
                 theta.index_add_(0, active, direction.index_select(0, active), alpha=-lr)
     _finish(rows, segments, theta0, theta, estimators)
+
+
+def _batch_sizes(rows: Sequence[_Row], tau_max: int, b: int) -> np.ndarray | None:
+    """(K, tau_max) batch sizes of a chunk's rows (0 past a row's steps), or None when every batch is full."""
+    if all(r.sizes is None for r in rows):
+        return None
+    sizes = np.zeros((len(rows), tau_max), dtype=np.int64)
+    for k, r in enumerate(rows):
+        sizes[k, : len(r.table)] = b if r.sizes is None else r.sizes
+    return sizes
+
+
+def _size_groups(sizes: np.ndarray, alive: Sequence[int] | None) -> list[tuple[list[int] | None, int]]:
+    """The live rows (all if ``alive`` is None) grouped by their batch size this step, as (rows, size):
+    a short batch's loss is the mean over its own samples, so it takes a kernel call of its size."""
+    live = range(len(sizes)) if alive is None else alive
+    groups: dict[int, list[int]] = {}
+    for k in live:
+        groups.setdefault(int(sizes[k]), []).append(k)
+    if alive is None and len(groups) == 1:
+        return [(None, next(iter(groups)))]
+    return [(members, size) for size, members in sorted(groups.items(), reverse=True)]
 
 
 def _augment(rows: Sequence[_Row], live: Sequence[int], step: int, x: Tensor, augment: Any) -> Tensor:

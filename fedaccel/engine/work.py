@@ -12,8 +12,10 @@ server does with a straggler's partial work.
   [1, ceil(E) - 1]; the others run the configured work (FedProx's systems heterogeneity, litian96/FedProx
   ``drop_percent``).
 
-Epochs become steps as E does: floor(e |D_i| / B), at least 1; with ``train.local_steps`` (tau for every
-client) e epochs are floor(e tau / E) steps. Steps a planner chose (FedGSNR) are scaled by e / E.
+Epochs become steps as E does (floor(e |D_i| / B), at least 1, or e ceil(|D_i| / B) with
+``train.last_batch: partial``: :meth:`~fedaccel.engine.local.LocalOptions.epoch_steps`); with
+``train.local_steps`` (tau for every client) e epochs are floor(e tau / E) steps. Steps a planner chose
+(FedGSNR) are scaled by e / E.
 
 ``train.partial_work`` says what the server does with a straggler's update: ``drop`` (not aggregated:
 the straggler trains as a client that does not upload), ``keep``, or ``auto``, the recipe's reference:
@@ -142,6 +144,8 @@ class WorkOptions(Protocol):
 
     def steps(self, n_samples: int) -> int: ...
 
+    def epoch_steps(self, epochs: float, n_samples: int) -> int: ...
+
 
 def client_steps(options: WorkOptions, n_samples: int, planned: int | None, work: ClientWork | None) -> int:
     """tau_i this round: the planner's steps (``planned``) or the configured work, for ``work.epochs``
@@ -153,7 +157,7 @@ def client_steps(options: WorkOptions, n_samples: int, planned: int | None, work
         return 0 if planned == 0 else max(1, math.floor(share * planned + 1e-9))
     if options.local_steps is not None:
         return max(1, math.floor(share * options.local_steps + 1e-9))
-    return max(1, math.floor(work.epochs * n_samples / options.batch_size + 1e-9))
+    return options.epoch_steps(work.epochs, n_samples)
 
 
 def drop_stragglers(

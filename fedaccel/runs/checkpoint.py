@@ -64,7 +64,8 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
 
 #: Config keys that say where and how a run is carried out, not what it computes: a resume may differ here.
 # Keys a resumed run may change: where and how it runs, and its budget (a finished run continued for more
-# rounds; no round before the checkpoint depends on train.rounds: the rate decays per round, not over T).
+# rounds; no round before the checkpoint depends on train.rounds: the rate decays per round, not over T,
+# unless a train.lr_schedule places a milestone as a fraction of it, which :func:`check_same_config` refuses).
 RESUMABLE_KEYS = ("name", "run.out_dir", "run.progress", "run.tensorboard", "run.threads", "run.device",
                   "run.timeout", "run.checkpoint_every", "run.stack_size", "run.on_divergence", "train.rounds")
 
@@ -72,12 +73,19 @@ RESUMABLE_KEYS = ("name", "run.out_dir", "run.progress", "run.tensorboard", "run
 def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str, Any]) -> None:
     """Refuse (one line naming the keys) a ``config`` that differs from ``saved``, the config the
     checkpoint was written with, in anything but :data:`RESUMABLE_KEYS`. A checkpoint of a
-    fedaccel before it recorded its config (``saved`` None) is checked by its shape only."""
+    fedaccel before it recorded its config (``saved`` None) is checked by its shape only. A key that
+    ``saved`` lacks (added to fedaccel since) reads as its default, the behaviour from before it existed."""
     if saved is None:
         return
-    before, now = flat_config(saved), flat_config(config)
+    from fedaccel.engine.schedule import fractional
+    from fedaccel.runs.config import Config
+
+    defaults, before, now = flat_config(Config().to_dict()), flat_config(saved), flat_config(config)
+    resumable = set(RESUMABLE_KEYS)
+    if any(fractional(c.get("train.lr_schedule.milestones")) for c in (before, now)):
+        resumable.discard("train.rounds")  # its milestones move with train.rounds
     changed = [key for key in sorted(set(before) | set(now), key=str)
-               if key not in RESUMABLE_KEYS and before.get(key, MISSING) != now.get(key, MISSING)]
+               if key not in resumable and before.get(key, defaults.get(key, MISSING)) != now.get(key, MISSING)]
     if changed:
         first = changed[0]
         raise UserError(

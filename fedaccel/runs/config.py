@@ -49,16 +49,24 @@ class TrainConfig:
     rounds: int = 50  # T, communication rounds
     lr: float = 0.01  # eta_0, local learning rate
     batch_size: int = 50  # B, local mini-batch size
-    local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B)
+    local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B), or see last_batch
     local_steps: int | None = None  # tau for every client instead of E |D_i| / B (FedGSNR's baselines)
     momentum: float = 0.0  # local SGD momentum
     weight_decay: float = 0.0  # local L2 weight decay
-    lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t
+    lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t (shorthand of lr_schedule {name: exponential, decay})
+    # null (lr_decay), or {name: step, milestones: [...], factor: 0.1}: eta_0 * factor^(milestones passed), a
+    # milestone a round (int >= 1) or a fraction of rounds (float in (0, 1)) (fedaccel.engine.schedule)
+    lr_schedule: dict | None = None
     clip: float | None = None  # max gradient norm per mini-batch
     clip_scope: str = "gradient"  # what clip bounds: gradient (the mini-batch gradient) or objective (+ local terms)
     # null (off), or random crop / horizontal flip of image batches, e.g. {crop_padding: 4, flip: true}
     augment: dict | None = None  # checked by fedaccel.data.augment.parse_augment
-    order: str = "fixed"  # batch order: fixed (seeded, once per client), reshuffle (every round, RR) or given
+    # batch order: fixed (seeded, once per client), reshuffle (every round, RR), reshuffle_epoch (every epoch,
+    # a DataLoader's shuffle=True) or given
+    order: str = "fixed"
+    # drop: full batches only, tau_i = floor(E |D_i| / B) (the papers'); partial: ceil(|D_i| / B) batches an
+    # epoch, the last one short and its loss the mean over its samples (a DataLoader, drop_last=False)
+    last_batch: str = "drop"
     reshuffle: bool = False  # older spelling of order: reshuffle (kept for existing configs and run folders)
     client_fraction: float = 1.0  # fraction of clients selected per round (FedUMF's C unless algorithm.fraction is set)
     # who is selected each round instead of sampling: a list of client lists, round t uses entry (t-1) mod its length
@@ -71,9 +79,14 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from fedaccel.engine.local import batch_order
+        from fedaccel.engine.schedule import lr_schedule
 
         self.order = batch_order(self.order, self.reshuffle)  # one spelling in the resolved config
         self.reshuffle = self.order == "reshuffle"
+        spec = self.lr_schedule
+        if isinstance(spec, dict) and spec.get("name") == "exponential":  # one spelling: lr_decay
+            self.lr_decay = lr_schedule(spec, lr_decay=self.lr_decay).decay
+            self.lr_schedule = None
 
 
 @dataclass
@@ -82,6 +95,8 @@ class EvalConfig:
     train_samples: int | None = 10000  # training-set loss on a fixed sample of this size; null = all
     # models scored: broadcast (w_t, plain columns), client_mean, all_mean (columns client_mean/test_acc, ...)
     models: list[str] = field(default_factory=lambda: ["broadcast"])
+    # how client_mean and all_mean weight the clients: uniform, or data (p_i = |D_i| / sum |D_j|)
+    mean_weighting: str = "uniform"
 
 
 @dataclass
@@ -417,6 +432,7 @@ def validate(config: Config) -> None:
         if not ok:
             raise ConfigError(message)
     check_eval_models(config.eval.models)
+    check_mean_weighting(config.eval.mean_weighting)
     for attack in config.attacks:
         validate_attack(attack, config.data.clients)
     from fedaccel.algorithms.registry import get_recipe
@@ -443,6 +459,13 @@ def check_eval_models(models: list[Any]) -> None:
     if BROADCAST not in models:
         raise ConfigError(f"eval.models must include broadcast (the plain test_acc, train_loss, ... columns), "
                           f"got {shown(models)}")
+
+
+def check_mean_weighting(weighting: str) -> None:
+    from fedaccel.engine.evaluated import MEAN_WEIGHTINGS
+
+    if weighting not in MEAN_WEIGHTINGS:
+        raise ConfigError(f"eval.mean_weighting must be one of {', '.join(MEAN_WEIGHTINGS)}, got {shown(weighting)}")
 
 
 def check_name(name: str, key: str) -> None:
@@ -515,6 +538,7 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
 
 def local_options(config: Config) -> Any:
     from fedaccel.engine.local import LocalOptions
+    from fedaccel.engine.schedule import lr_schedule
     from fedaccel.engine.work import local_work
 
     t = config.train
@@ -526,12 +550,14 @@ def local_options(config: Config) -> Any:
         momentum=t.momentum,
         weight_decay=t.weight_decay,
         lr_decay=t.lr_decay,
+        lr_schedule=lr_schedule(t.lr_schedule, lr_decay=t.lr_decay, rounds=t.rounds),
         clip=t.clip,
         order=t.order,
         clip_scope=t.clip_scope,
         augment=t.augment,
         work=local_work(t.local_work, t.partial_work),
         sampling=t.sampling,
+        last_batch=t.last_batch,
     )
 
 

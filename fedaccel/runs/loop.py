@@ -127,7 +127,8 @@ def run_loop(
     show = config.run.progress if progress is None else progress
     threads, why = choose_threads(config, federation.model.theta.numel())
     torch.set_num_threads(threads)
-    state = with_evaluated(state, config.eval.models, federation.n_clients)
+    state = with_evaluated(state, config.eval.models, federation.n_clients,
+                           federation.weights if config.eval.mean_weighting == "data" else None)
     if runtime is None and config.run.runtime in LOCAL_RUNTIMES:
         runtime, name, runtime_why = local_runtime(setup, state)
         shown = name if runtime_why == "run.runtime" else f"{name} ({runtime_why})"
@@ -198,12 +199,13 @@ def run_loop(
     return state
 
 
-def with_evaluated(state: FLState, models: list[str], n_clients: int) -> FLState:
-    """``state`` keeping the tensors ``eval.models`` needs (:mod:`fedaccel.engine.evaluated`),
-    made at round 0; a later state (a checkpoint) must already hold them."""
+def with_evaluated(state: FLState, models: list[str], n_clients: int, weights: Any = None) -> FLState:
+    """``state`` keeping the tensors ``eval.models`` needs (:mod:`fedaccel.engine.evaluated`; ``weights``: the
+    clients' p_i where the means are data-weighted), made at round 0; a later state (a checkpoint) must
+    already hold them."""
     if state.round == 0:
-        return replace(state, evaluated=init_evaluated(models, state.w, n_clients))
-    wanted = kept(models)
+        return replace(state, evaluated=init_evaluated(models, state.w, n_clients, weights))
+    wanted = kept(models, "uniform" if weights is None else "data")
     if set(state.evaluated) != wanted:
         raise UserError(f"the checkpoint of round {state.round} keeps {sorted(state.evaluated) or 'no'} extra models' "
                         f"tensors, but eval.models {models} needs {sorted(wanted) or 'none'}: start the run again")
