@@ -313,3 +313,27 @@ def test_plan_reads_the_committed_data_as_a_pilot() -> None:
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert int(cells[2]) >= 4 and (cells[-1].isdigit() and int(cells[-1]) >= 6 or cells[-1].startswith("—"))
+
+
+# --- the reference-code grids: their verdicts are what their committed runs give -----------------------
+
+
+@pytest.mark.slow
+def test_reference_verdicts_are_what_their_packed_runs_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: the reference grids commit their raw runs like the papers' reports, and every committed
+    verdict file is what `fedaccel judge` gives on them; a verdict file edited by hand is caught."""
+    import shutil
+
+    from fedaccel.reproductions import reference
+
+    assert not reference.check()
+    (tmp_path / "data").mkdir()
+    shutil.copy(reference.DATA / "evaluated_model.jsonl.xz", tmp_path / "data")
+    committed = reference.VERDICTS.joinpath("evaluated_model.claims.json").read_text()
+    edited = committed.replace('"verdict": ', '"verdict": "edited by hand", "was": ', 1)
+    (tmp_path / "evaluated_model.claims.json").write_text(edited)
+    monkeypatch.setattr(reference, "VERDICTS", tmp_path)
+    monkeypatch.setattr(reference, "DATA", tmp_path / "data")
+    assert reference.check(["evaluated_model"]) == [
+        "evaluated_model: evaluated_model.claims.json is not what its packed runs give: run "
+        "`python -m fedaccel.reproductions.reference --only evaluated_model`"]

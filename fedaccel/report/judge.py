@@ -290,17 +290,23 @@ def table(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = (
     return "\n".join(lines)
 
 
+def claims_json(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = ()) -> str:
+    """The text of ``claims.json``: every judgement at full precision; a claim judged on complete pairs only
+    lists the cells left out (``left_out``)."""
+    rows = [j.as_dict() | ({"partial": True, "left_out": list(left_out[k])} if k < len(left_out) and left_out[k]
+                           else {}) for k, j in enumerate(judgements)]
+    return json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
+
+
 def write_claims(judgements: Sequence[Judgement], grid_dir: Path, left_out: Sequence[Sequence[str]] = (),
                  claims_file: Path | None = None) -> Path:
-    """``claims.json`` beside the grid's runs, written atomically (temp file, fsync, rename); claims from
-    another file (``--claims FILE``) go beside that file, as ``FILE-stem.claims.json``, never over the grid's.
-    A claim judged on complete pairs only lists the cells left out (``left_out``)."""
+    """``claims.json`` (:func:`claims_json`) beside the grid's runs, written atomically (temp file, fsync,
+    rename); claims from another file (``--claims FILE``) go beside that file, as ``FILE-stem.claims.json``,
+    never over the grid's."""
     from fedaccel.runs.files import write_atomic
 
     out = grid_dir / CLAIMS_FILE if claims_file is None else claims_file.parent / f"{claims_file.stem}.{CLAIMS_FILE}"
-    rows = [j.as_dict() | ({"partial": True, "left_out": list(left_out[k])} if k < len(left_out) and left_out[k]
-                           else {}) for k, j in enumerate(judgements)]
-    write_atomic(out, json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
+    write_atomic(out, claims_json(judgements, left_out))
     return out
 
 

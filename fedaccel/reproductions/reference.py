@@ -1,0 +1,106 @@
+"""The reference-code grids (``experiments/reference/``): run them, keep their runs beside their verdicts,
+and check that the committed verdicts are what those runs give (docs/reproductions/reference-code.md).
+
+    python -m fedaccel.reproductions.reference [-j N] [--only GRID ...]   # run, pack, judge
+    python -m fedaccel.reproductions.reference --check                    # re-judge the packed runs
+
+Each grid's runs are packed as ``docs/reproductions/reference/data/<grid>.jsonl.xz`` (as the papers'
+reports keep theirs) and its verdicts written as ``docs/reproductions/reference/<grid>.claims.json``,
+exactly what ``fedaccel judge`` writes beside a grid's runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedaccel.errors import UserError, listed, shown
+from fedaccel.reproductions.reproduce import DOCS, ROOT
+
+GRIDS = ROOT / "experiments" / "reference"
+VERDICTS = DOCS / "reference"
+DATA = VERDICTS / "data"
+COMMAND = "python -m fedaccel.reproductions.reference"
+
+
+def grid_files(only: Sequence[str] = ()) -> list[Path]:
+    """The reference grids' experiment files (those named in ``only``, if given)."""
+    files = sorted(GRIDS.glob("*.yaml"))
+    missing = sorted(set(only) - {f.stem for f in files})
+    if missing:
+        raise UserError(f"no reference grid {shown(missing[0])}; there are: "
+                        f"{listed([f.stem for f in files], near=missing[0])}")
+    return [f for f in files if not only or f.stem in only]
+
+
+def verdicts_text(file: Path, folder: Path) -> str:
+    """The ``claims.json`` text of the grid ``file`` judged on the runs in ``folder`` (complete grids only)."""
+    from fedaccel.grids.experiment import load_experiment
+    from fedaccel.report.judge import claims_from_file, claims_json, gather, judge_grid
+
+    claims, tuning, _ = claims_from_file(file)
+    evidence = gather(folder, claims, str(file), load_experiment(file).cells)
+    if any(evidence.depends):
+        raise UserError(evidence.refusal())
+    return claims_json(judge_grid(claims, evidence.runs, tuning))
+
+
+def run(only: Sequence[str] = (), *, workers: int = 1, out_root: Path = Path("runs/reference")) -> list[Path]:
+    """Run (or resume) the grids, pack their runs and write their verdicts; returns the verdict files."""
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.reproductions.snapshot import SUFFIX, pack
+    from fedaccel.runs.files import write_atomic
+
+    written = []
+    for file in grid_files(only):
+        experiment = load_experiment(file)
+        experiment.out_dir = out_root / file.stem
+        result = run_experiment(experiment, workers=workers)
+        pack(result.run_dirs, DATA / f"{file.stem}{SUFFIX}")
+        out = VERDICTS / f"{file.stem}.claims.json"
+        write_atomic(out, verdicts_text(file, experiment.out_dir))
+        written.append(out)
+    return written
+
+
+def check(only: Sequence[str] = ()) -> list[str]:
+    """One line per grid whose committed verdicts are not what its packed runs give, or that has no runs."""
+    from fedaccel.reproductions.snapshot import SUFFIX, unpack
+
+    problems = []
+    for file in grid_files(only):
+        data, committed = DATA / f"{file.stem}{SUFFIX}", VERDICTS / f"{file.stem}.claims.json"
+        if not data.is_file() or not committed.is_file():
+            problems.append(f"{file.stem}: no packed runs or no verdicts: run `{COMMAND} --only {file.stem}`")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            unpack(data, Path(tmp) / file.stem)
+            if verdicts_text(file, Path(tmp) / file.stem) != committed.read_text(encoding="utf-8"):
+                problems.append(f"{file.stem}: {committed.name} is not what its packed runs give: run `{COMMAND} "
+                                f"--only {file.stem}`")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", default=(), metavar="GRID", help="grid names (file stems)")
+    parser.add_argument("-j", "--workers", type=int, default=1, metavar="N", help="cells run at once")
+    parser.add_argument("--check", action="store_true", help="run nothing: re-judge the packed runs")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            problems = check(args.only)
+            print("\n".join(problems) or "every reference verdict is what its packed runs give")
+            return 1 if problems else 0
+        for out in run(args.only, workers=args.workers):
+            print(f"verdicts: {out}")
+    except UserError as error:
+        print(f"error: {error}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
