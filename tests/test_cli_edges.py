@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fedaccel.cli import main
+from fedaccel.errors import ConfigError
 from fedaccel.runs.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,3 +90,27 @@ def test_the_plan_table_says_what_an_equal_claims_difference_is(tmp_path: Path, 
     write_grid(tmp_path / "only-less", CLAIMS[:1])
     assert main(["judge", str(tmp_path / "only-less"), "--plan"]) == 0
     assert "Room in the margin" not in capsys.readouterr().out
+
+
+YAML_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                       max_size=2), max_leaves=6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["targets", "metrics"]), value=YAML_VALUES)
+def test_targets_and_metrics_of_any_shape_load_as_lists_or_are_one_line(tmp_path: Path, key: str, value) -> None:
+    """`targets: "0.5"` once loaded as the characters '0', '.', '5' (a traceback at float('.')); a number, a
+    mapping or NaN did likewise. Whatever the value, the file loads as a list of finite numbers / of names, or
+    is refused in one line naming the key."""
+    from fedaccel.grids.experiment import load_experiment
+
+    file = tmp_path / "grid.yaml"
+    file.write_text(yaml.safe_dump({"base": str(ROOT / "configs" / "demo.yaml"), "grid": {"run.seed": [0]}, key: value}))
+    try:
+        experiment = load_experiment(file)
+    except ConfigError as error:
+        assert f"{key} must be a list of" in str(error) and "\n" not in str(error)
+        return
+    got = experiment.targets if key == "targets" else list(experiment.metrics)
+    assert all(math.isfinite(t) for t in got) if key == "targets" else all(isinstance(m, str) for m in got)

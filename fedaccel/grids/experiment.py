@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
 import re
 import threading
 from collections import Counter
@@ -90,6 +91,18 @@ class ExperimentResult:
     plot: Path
 
 
+def _listed(path: Path, raw: dict[str, Any], key: str, kind: type | tuple[type, ...], example: str,
+            default: Any = ()) -> list[Any]:
+    """``raw[key]`` as a list whose items are ``kind`` (never bool, never a string's characters); one line
+    otherwise."""
+    value = raw.get(key, default)
+    items = value if isinstance(value, (list, tuple)) else None
+    if items is None or any(isinstance(v, bool) or not isinstance(v, kind) or v != v or v in (math.inf, -math.inf)
+                            for v in items):
+        raise ConfigError(f"{path}: {key} must be a list of {example}, not {spelled(value)}")
+    return list(items)
+
+
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     """Read an experiment file; ``overrides`` (key=value) apply to every cell's config."""
     path = Path(path)
@@ -107,8 +120,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     overridden = [(key.strip(), parse_value(key, value)) for key, _, value in (o.partition("=") for o in overrides or [])]
     specs = grid_cells(path, grid, base, overridden)
     cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
-    targets = [float(t) for t in raw.get("targets", [])]
-    metrics = tuple(raw.get("metrics", Experiment.metrics))
+    targets = [float(t) for t in _listed(path, raw, "targets", (int, float), "accuracies such as [0.8, 0.85]")]
+    metrics = tuple(_listed(path, raw, "metrics", str, "metric names such as [test_acc, train_loss]",
+                            Experiment.metrics))
     out_dir = Path(raw.get("out_dir") or Path("runs") / name)
     diagnostics = raw.get("diagnostics")
     if diagnostics is not None and not isinstance(diagnostics, dict):
