@@ -37,11 +37,11 @@ def grid_files(only: Sequence[str] = ()) -> list[Path]:
 
 def verdicts_text(file: Path, folder: Path) -> str:
     """The ``claims.json`` text of the grid ``file`` judged on the runs in ``folder`` (complete grids only)."""
-    from fedaccel.grids.experiment import load_experiment
+    from fedaccel.grids.experiment import experiment_cells
     from fedaccel.report.judge import claims_from_file, claims_json, gather, judge_grid
 
     claims, tuning, _ = claims_from_file(file)
-    evidence = gather(folder, claims, str(file), load_experiment(file).cells)
+    evidence = gather(folder, claims, str(file), experiment_cells(file))
     if any(evidence.depends):
         raise UserError(evidence.refusal())
     return claims_json(judge_grid(claims, evidence.runs, tuning))
