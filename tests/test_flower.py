@@ -38,8 +38,12 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 CASES = {
-    "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
-    # SCAFFOLD's controls on Flower: fedgsnr-scaffold here, and deployed SCAFFOLD in the kill -9 and Ctrl-C tests
+    # ... with systems heterogeneity (stragglers dropped) and augmentation: the same seeded crops and flips
+    # on the Flower clients as in process (one simulation for the three: each costs Ray workers' start)
+    "bherd-stragglers-augment": ["algorithm=bherd", "algorithm.alpha=0.5", "train.local_epochs=3", "data.clients=4",
+                                 "train.local_work={name: stragglers, fraction: 0.5}",
+                                 "train.augment={crop_padding: 2, flip: true}"],
+    # SCAFFOLD's controls on Flower: fedgsnr-scaffold here, and deployed SCAFFOLD in the Ctrl-C and kill -9 test
     # FedUMF with FedDC's states, partial uploads, and the client-mean and all-client-mean models scored
     "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4",
                      "eval.models=[broadcast, client_mean, all_mean]"],
@@ -48,10 +52,6 @@ CASES = {
     # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
     "fednova-uniform-work": ["algorithm=fednova", "train.local_work={name: uniform, min_epochs: 1, max_epochs: 3}",
                              "train.sampling=bernoulli", "train.client_fraction=0.7"],
-    # ... and augmentation: the same seeded crops and flips on the Flower clients as in process
-    "fedavg-stragglers-augment": ["algorithm=fedavg", "train.local_epochs=3", "data.clients=4",
-                                  "train.local_work={name: stragglers, fraction: 0.5}",
-                                  "train.augment={crop_padding: 2, flip: true}"],
 }
 
 
@@ -229,9 +229,8 @@ def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_p
 
 
 # SCAFFOLD deployed (its client controls on the nodes) gives the in-process numbers in the kill -9
-# and Ctrl-C tests below, every round, through a --resume too
+# and Ctrl-C test below, every round, through a --resume too; BHerd in the TLS test (a deployment less)
 DEPLOYED = {
-    "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
     "fedumf": ["algorithm=fedumf", "train.client_fraction=0.5"],
 }
 
@@ -473,7 +472,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     with the public ca.crt drives nothing (issue 29): their `flwr run` (their app, or fedaccel's
     on the deployment's run folder) is refused by the Control API, their claim of the run's
     ServerApp task by the Runtime API, the port is not open on another address, and the run ends
-    with the in-process numbers."""
+    with the in-process numbers (of BHerd, once a loopback test of its own)."""
     import os
     import re
     import subprocess
@@ -490,7 +489,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     out = tmp_path / "deployed"
     # the refused SuperNodes knock while the deployment starts (its own SuperNodes and ServerApp take
     # seconds); rounds enough that it still runs when they have been refused (about 2 s each, side by side)
-    overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=fedavg"]
+    overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=bherd", "algorithm.alpha=0.5"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--tls", str(certs), "--clients", "2",
             "--out", str(out), "--timeout", "400"]
