@@ -48,7 +48,7 @@ CASES = {
     "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4",
                      "eval.models=[broadcast, client_mean, all_mean]"],
     "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
-    "grab-reorder": ["algorithm=grab-reorder"],  # its client state sets the order of the next round
+    # GraB-reorder (its client state sets the order of the next round): tests/test_ray_grid.py's simulation
     # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
     "fednova-uniform-work": ["algorithm=fednova", "train.local_work={name: uniform, min_epochs: 1, max_epochs: 3}",
                              "train.sampling=bernoulli", "train.client_fraction=0.7"],
