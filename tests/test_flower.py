@@ -581,8 +581,8 @@ def test_a_deployment_stopped_by_ctrl_c_then_killed_with_sigkill_resumes_with_th
 
     from fedaccel.cli import main
 
-    # SIGINT after round 3 (before the rhythm's checkpoint at 6), kill -9 after round 7 (after it), 4 rounds left
-    rounds, every = 11, 6
+    # SIGINT after round 3 (3 rounds before the rhythm's checkpoint at 7), kill -9 after round 8, 4 rounds left
+    rounds, every = 12, 7
     overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=scaffold",
                  f"run.checkpoint_every={every}"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
