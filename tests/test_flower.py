@@ -38,20 +38,20 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 CASES = {
-    "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
-    # SCAFFOLD's controls on Flower: fedgsnr-scaffold here, and deployed SCAFFOLD in the kill -9 and Ctrl-C tests
+    # ... with systems heterogeneity (stragglers dropped) and augmentation: the same seeded crops and flips
+    # on the Flower clients as in process (one simulation for the three: each costs Ray workers' start)
+    "bherd-stragglers-augment": ["algorithm=bherd", "algorithm.alpha=0.5", "train.local_epochs=3", "data.clients=4",
+                                 "train.local_work={name: stragglers, fraction: 0.5}",
+                                 "train.augment={crop_padding: 2, flip: true}"],
+    # SCAFFOLD's controls on Flower: fedgsnr-scaffold here, and deployed SCAFFOLD in the Ctrl-C and kill -9 test
     # FedUMF with FedDC's states, partial uploads, and the client-mean and all-client-mean models scored
     "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4",
                      "eval.models=[broadcast, client_mean, all_mean]"],
     "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
-    "grab-reorder": ["algorithm=grab-reorder"],  # its client state sets the order of the next round
+    # GraB-reorder (its client state sets the order of the next round): tests/test_ray_grid.py's simulation
     # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
     "fednova-uniform-work": ["algorithm=fednova", "train.local_work={name: uniform, min_epochs: 1, max_epochs: 3}",
                              "train.sampling=bernoulli", "train.client_fraction=0.7"],
-    # ... and augmentation: the same seeded crops and flips on the Flower clients as in process
-    "fedavg-stragglers-augment": ["algorithm=fedavg", "train.local_epochs=3", "data.clients=4",
-                                  "train.local_work={name: stragglers, fraction: 0.5}",
-                                  "train.augment={crop_padding: 2, flip: true}"],
     # the references' DataLoader batches (short last batch, a new order every epoch), FedNova's tau_i over
     # them and its step schedule
     "fednova-code": ["algorithm=fednova", "algorithm.preset=fednova-code", "train.local_epochs=2"],
@@ -232,9 +232,8 @@ def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_p
 
 
 # SCAFFOLD deployed (its client controls on the nodes) gives the in-process numbers in the kill -9
-# and Ctrl-C tests below, every round, through a --resume too
+# and Ctrl-C test below, every round, through a --resume too; BHerd in the TLS test (a deployment less)
 DEPLOYED = {
-    "bherd": ["algorithm=bherd", "algorithm.alpha=0.5"],
     "fedumf": ["algorithm=fedumf", "train.client_fraction=0.5"],
 }
 
@@ -476,7 +475,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     with the public ca.crt drives nothing (issue 29): their `flwr run` (their app, or fedaccel's
     on the deployment's run folder) is refused by the Control API, their claim of the run's
     ServerApp task by the Runtime API, the port is not open on another address, and the run ends
-    with the in-process numbers."""
+    with the in-process numbers (of BHerd, once a loopback test of its own)."""
     import os
     import re
     import subprocess
@@ -493,7 +492,7 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
     out = tmp_path / "deployed"
     # the refused SuperNodes knock while the deployment starts (its own SuperNodes and ServerApp take
     # seconds); rounds enough that it still runs when they have been refused (about 2 s each, side by side)
-    overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=fedavg"]
+    overrides = [*TINY, "data.clients=2", "train.rounds=20", "algorithm=bherd", "algorithm.alpha=0.5"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--tls", str(certs), "--clients", "2",
             "--out", str(out), "--timeout", "400"]
@@ -561,59 +560,99 @@ def test_tls_deployment_refuses_a_supernode_whose_key_was_not_registered(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_deployment_killed_with_sigkill_leaves_no_process_and_resumes_with_the_clients_state(tmp_path: Path) -> None:
-    """kill -9 of `fedaccel deploy` mid-run (the server host crashes): within seconds no process it
-    started lives (Flower's own SuperExec and ServerApp included), and `deploy --resume` ends the
-    run from its last checkpoint with every round once, in order, and the uninterrupted run's
-    numbers: SCAFFOLD's client controls c_i came back from each SuperNode's state-dir. Meanwhile
-    the ServerApp held the run folder's lock (it writes the run), and the deployment's first lines
-    were the run line and what it starts."""
+def test_a_deployment_stopped_by_ctrl_c_then_killed_with_sigkill_resumes_with_the_clients_state(tmp_path: Path) -> None:
+    """One SCAFFOLD deployment (client controls c_i on the nodes) stopped twice, then finished; once
+    two tests, each paying for a deployment of its own (minutes on 2 cores).
+
+    1. SIGINT to `fedaccel deploy` during the rounds (no checkpoint due by rhythm): the run finishes
+       its round, checkpoints it, the nodes keep their clients' states of it, every process stops,
+       and it names the folder and `fedaccel deploy --resume`. Meanwhile its first lines were the run
+       line and what it starts, stderr showed `fedaccel run`'s progress bar, and the stream one line
+       per round.
+    2. kill -9 of the `deploy --resume` that follows, once it checkpointed by rhythm (the server host
+       crashes): within seconds no process it started lives (Flower's own SuperExec and ServerApp
+       included); meanwhile the ServerApp held the run folder's lock (it writes the run).
+    3. `deploy --resume` ends the run from its last checkpoint with every round once, in order, and
+       the uninterrupted run's numbers: SCAFFOLD's client controls c_i came back from each
+       SuperNode's state-dir, through both stops."""
+    import re
     import signal
     import subprocess
     import sys
     import time
+    from collections.abc import Callable
 
     from fedaccel.cli import main
 
-    out = tmp_path / "deployed"
-    rounds = 8
-    overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=scaffold", "run.checkpoint_every=2",
-                 "run.progress=true"]
+    # SIGINT after round 3 (3 rounds before the rhythm's checkpoint at 7), kill -9 after round 8, 4 rounds left
+    rounds, every = 12, 7
+    overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=scaffold",
+                 f"run.checkpoint_every={every}"]
     local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
+    out = tmp_path / "deployed"
+
+    def wait_for_rows(process: subprocess.Popen, count: int, said: Callable[[], str]) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= count):
+            assert process.poll() is None, said()
+            time.sleep(0.1)
+
+    # 1. Ctrl-C
     argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
-    for item in overrides:
+    for item in [*overrides, "run.progress=true"]:
         argv += ["--set", item]
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_rows(first, 4, lambda: str(first.communicate()))
+        first.send_signal(signal.SIGINT)
+        _, stderr = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["round"]
+    assert first.returncode == 130, stderr[-2000:]
+    assert stderr.splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel deploy --resume {out}` continues "
+                                       f"from round {stopped_at}")
+    assert 2 <= stopped_at < every and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
+    assert not live_flower_processes(within=tmp_path)
+    lines = [line for line in stderr.splitlines()
+             if not line.startswith("reading ")]  # said when loading the config takes seconds (a loaded machine)
+    assert lines[0].startswith(f"scaffold: softmax, 2 clients, rounds 1-{rounds} -> {out.resolve()} [runtime "
+                               "flower-deployment"), lines[:3]
+    assert lines[1] == "starting SuperLink and 2 SuperNodes", lines[:3]
+    assert "\r" not in stderr  # into a pipe: lines, never a redrawn bar (the bar is for a terminal, as in process)
+    assert "fedaccel server: round" not in stderr  # the ServerApp's round lines go to its log, not here
+    stream = (out / "flower" / "flwr-run.log").read_text()
+    assert re.search(rf"^fedaccel server: round 2/{rounds}  test_acc 0\.\d{{4}}  \(\d+\.\d s\)$", stream, re.M), stream[-2000:]
+
+    # 2. kill -9 of the resumed deployment
+    with open(tmp_path / "stderr.txt", "w") as sink:
+        second = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "deploy", "--resume", str(out), "--timeout",
+                                   "400"], stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
     started: list[int] = []
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= 4):
-            assert first.poll() is None, (tmp_path / "stderr.txt").read_text()[-2000:]
-            time.sleep(0.1)
-        started = descendants({first.pid})
+        wait_for_rows(second, every + 2, lambda: (tmp_path / "stderr.txt").read_text()[-2000:])
+        started = descendants({second.pid})
         commands = {pid: command_line(pid) for pid in started}
         for name in ("fedaccel.flower.link", "flower-superexec", "flwr-serverapp", "flwr run"):
             assert any(name in c for c in commands.values()), (name, commands)
         assert sum("fedaccel.flower.node" in c for c in commands.values()) == 2, commands
         holder = int((out / ".lock").read_text())
         assert "flwr-serverapp" in command_line(holder), command_line(holder)  # the writer holds the lock
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
+        os.kill(second.pid, signal.SIGKILL)
+        second.wait()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and [pid for pid in started if alive(pid)]:
             time.sleep(0.1)
         assert not [commands[pid] for pid in started if alive(pid)], "processes of the killed deployment live on"
     finally:
-        for pid in [first.pid, *started]:  # leave nothing behind when the test fails
+        for pid in [second.pid, *started]:  # leave nothing behind when the test fails
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    lines = [line for line in (tmp_path / "stderr.txt").read_text().splitlines()
-             if not line.startswith("reading ")]  # said when loading the config takes seconds (a loaded machine)
-    assert lines[0].startswith(f"scaffold: softmax, 2 clients, rounds 1-{rounds} -> {out.resolve()} [runtime "
-                               "flower-deployment"), lines[:3]
-    assert lines[1] == "starting SuperLink and 2 SuperNodes", lines[:3]
     assert not (out / "summary.json").exists(), "killed after the run ended"
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["state"]["round"] >= every  # the rhythm's, not SIGINT's
+
+    # 3. the end
     assert main(["deploy", "--resume", str(out), "--timeout", "400", "--no-progress"]) == 0
     resumed = rows(out)
     assert [r["round"] for r in resumed] == list(range(rounds + 1))
@@ -792,61 +831,6 @@ def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails
     assert waiting in stream and error in stream, stream[-2000:]
     assert stream.index(waiting) < stream.index(error)  # said after QUIET (3 s), before the 6 s deadline
     assert stream.count("SuperNodes connected") == 2 and "Traceback" not in stream, stream[-2000:]
-    assert not live_flower_processes(within=tmp_path)
-
-
-@pytest.mark.slow
-def test_ctrl_c_stops_a_deployment_after_its_round_with_a_checkpoint_and_deploy_resume_finishes(
-    tmp_path: Path,
-) -> None:
-    """SIGINT to `fedaccel deploy` (SCAFFOLD: client controls c_i; no checkpoint before the end
-    by rhythm) during the rounds: the run finishes its round, checkpoints it, the nodes keep
-    their clients' states of it, every process stops, and it names the folder and `fedaccel
-    deploy --resume`, which ends with the uninterrupted run's numbers. Meanwhile stderr showed
-    `fedaccel run`'s progress bar, and the stream one line per round."""
-    import re
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from fedaccel.cli import main
-
-    rounds = 8  # the signal comes after round 2, so a few more rounds are left to stop and to resume
-    overrides = [*TINY, "data.clients=2", f"train.rounds={rounds}", "algorithm=scaffold", "run.checkpoint_every=100"]
-    local = rows(run(load_config(None, overrides), tmp_path / "in-process"))
-    out = tmp_path / "deployed"
-    argv = [sys.executable, "-m", "fedaccel.cli", "deploy", "--clients", "2", "--out", str(out), "--timeout", "400"]
-    for item in [*overrides, "run.progress=true"]:
-        argv += ["--set", item]
-    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not ((out / "metrics.jsonl").is_file() and len(rows(out)) >= 4):
-            assert first.poll() is None, first.communicate()
-            time.sleep(0.1)
-        first.send_signal(signal.SIGINT)
-        _, stderr = first.communicate(timeout=300)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["round"]
-    assert first.returncode == 130, stderr[-2000:]
-    assert stderr.splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel deploy --resume {out}` continues "
-                                       f"from round {stopped_at}")
-    assert 2 <= stopped_at < rounds and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
-    assert not live_flower_processes(within=tmp_path)
-    assert "\r" not in stderr  # into a pipe: lines, never a redrawn bar (the bar is for a terminal, as in process)
-    assert "fedaccel server: round" not in stderr  # the ServerApp's round lines go to its log, not here
-    stream = (out / "flower" / "flwr-run.log").read_text()
-    assert re.search(rf"^fedaccel server: round 2/{rounds}  test_acc 0\.\d{{4}}  \(\d+\.\d s\)$", stream, re.M), stream[-2000:]
-
-    assert main(["deploy", "--resume", str(out), "--timeout", "400", "--no-progress"]) == 0
-    resumed = rows(out)
-    assert [r["round"] for r in resumed] == list(range(rounds + 1))
-    for a, b in zip(local, resumed, strict=True):
-        for key in ("test_acc", "test_loss", "bytes_up", "local_steps"):
-            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
     assert not live_flower_processes(within=tmp_path)
 
 
