@@ -320,11 +320,12 @@ def test_plan_reads_the_committed_data_as_a_pilot() -> None:
 
 @pytest.mark.slow
 def test_reference_verdicts_are_what_their_packed_runs_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 28: the reference grids commit their raw runs like the papers' reports, and every committed
-    verdict file is what `fedaccel judge` gives on them; a verdict file edited by hand is caught."""
+    """Issue 28: the reference grids commit their raw runs like the papers' reports, every committed verdict
+    file is what `fedaccel judge` gives on them, and the page's tables are those files'; a verdict file edited
+    by hand is caught, and so is a page whose tables are not the files'."""
     import shutil
 
-    from fedaccel.reproductions import reference
+    from fedaccel.reproductions import reference_grids as reference
 
     assert not reference.check()
     (tmp_path / "data").mkdir()
@@ -334,6 +335,7 @@ def test_reference_verdicts_are_what_their_packed_runs_give(tmp_path: Path, monk
     (tmp_path / "evaluated_model.claims.json").write_text(edited)
     monkeypatch.setattr(reference, "VERDICTS", tmp_path)
     monkeypatch.setattr(reference, "DATA", tmp_path / "data")
-    assert reference.check(["evaluated_model"]) == [
+    assert reference.check(["evaluated_model"])[0] == (
         "evaluated_model: evaluated_model.claims.json is not what its packed runs give: run "
-        "`python -m fedaccel.reproductions.reference --only evaluated_model`"]
+        "`python -m fedaccel.reproductions.reference_grids --only evaluated_model`")
+    assert reference.check(["evaluated_model"])[-1].startswith("reference-code.md: its tables of verdicts are not")
