@@ -178,10 +178,7 @@ def batch_positions(
         return batches[:steps]
     size = min(batch_size, n)
     reps = math.ceil(steps * size / n)
-    if callable(order):
-        stream = np.concatenate([first, *(of_epoch(e) for e in range(1, reps))]) if reps > 1 else first
-    else:
-        stream = np.tile(order, reps) if reps > 1 else order
+    stream = np.concatenate([first, *(of_epoch(e) for e in range(1, reps))]) if reps > 1 else first
     return [stream[k * size : (k + 1) * size] for k in range(steps)]
 
 

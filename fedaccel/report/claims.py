@@ -320,6 +320,15 @@ def selects(where: Mapping[str, Any], spec: Mapping[str, Any] | None, config: Ma
     return all(has(k, v) for k, v in where.items())
 
 
+def runs_by_value(runs: Iterable[Run], key: str) -> dict[str, tuple[Any, dict[Any, Run]]]:
+    """The runs by their value of ``key`` (keyed by its repr, in first-seen order), each as (value, {seed: run})."""
+    table: dict[str, tuple[Any, dict[Any, Run]]] = {}
+    for run in runs:
+        value = value_at(run.config, key)
+        table.setdefault(repr(value), (value, {}))[1][run.seed] = run
+    return table
+
+
 SELECTION = mean_over_rounds("train_loss")  # what a BEST value is chosen on (never the test set)
 
 
@@ -332,10 +341,8 @@ def tuning_figures(runs: Sequence[Run], where: Mapping[str, Any]) -> dict[str, d
     chosen: dict[str, Any] = {}
     figures: dict[str, dict[str, Any]] = {}
     for key in [k for k, v in where.items() if v == BEST]:
-        by_value: dict[str, tuple[Any, dict[Any, float]]] = {}
-        for run in pick(runs, {**fixed, **chosen}):
-            by_value.setdefault(repr(value_at(run.config, key)), (value_at(run.config, key), {}))[1][run.seed] = \
-                SELECTION.of(run)
+        by_value = {name: (value, {seed: SELECTION.of(run) for seed, run in by_seed.items()})
+                    for name, (value, by_seed) in runs_by_value(pick(runs, {**fixed, **chosen}), key).items()}
         if not by_value:
             continue
         seeds = sorted(set.intersection(*(set(s) for _, s in by_value.values())), key=repr)
@@ -379,13 +386,8 @@ def _tuned_p(claim: Claim, runs: Sequence[Run], tuning: Sequence[Any], seeds: Se
     if not claim.exchangeable or len(keys) != 1 or any(k not in claim.b for k in keys):
         return None
     key = keys.pop()
-    tables: list[dict[str, tuple[Any, dict[Any, Run]]]] = []
-    for where in (claim.a, claim.b):
-        table: dict[str, tuple[Any, dict[Any, Run]]] = {}
-        for run in pick(runs, {k: v for k, v in where.items() if k != key}):
-            value = value_at(run.config, key)
-            table.setdefault(repr(value), (value, {}))[1][run.seed] = run
-        tables.append(table)
+    tables = [runs_by_value(pick(runs, {k: v for k, v in where.items() if k != key}), key)
+              for where in (claim.a, claim.b)]
     values = [tables[0][r][0] for r in tables[0]] + [tables[1][r][0] for r in tables[1] if r not in tables[0]]
     names = [repr(v) for v in values]
     try:
