@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checklist (../shared/gpu-checklist.md) as one command, for a CUDA machine with python3, torch and
 # the test packages but no network: Fashion-MNIST's .gz files in .data/fashion-mnist/ (copied there first).
-# Each step has its own time limit; everything goes to $OUT/checklist.log (default /tmp/gpu-checklist).
+# Each step has its own time limit (the suite: what is left of DEADLINE seconds, default 600); everything goes to $OUT/checklist.log (default /tmp/gpu-checklist).
 #     bash benchmarks/gpu_checklist.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -23,9 +23,9 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || e
 step gpu 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
   python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"'
 step gpu-tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_device.py tests/test_stacked.py \
-  tests/test_batched_estimators.py
-step recipes 150 python3 benchmarks/gpu_recipes.py --rounds 3 --cnn-rounds 5
+  tests/test_batched_estimators.py tests/test_batches.py tests/test_server_opt.py tests/test_robust_aggregation.py
+step recipes 200 python3 benchmarks/gpu_recipes.py --rounds 3 --cnn-rounds 5 --runtimes in-process,stacked --composed
 step stacked-cuda 120 python3 benchmarks/stacked.py --device cuda --ks 10,100 --seeds 0 --repeats 2
 step stacked-cpu 50 python3 benchmarks/stacked.py --device cpu --models svm,2nn --ks 10,100 --seeds 0 --repeats 1
-step suite "${SUITE_LIMIT:-100}" python3 -m pytest -q -p no:cacheprovider -n 14
+step suite "${SUITE_LIMIT:-$(( ${DEADLINE:-600} - SECONDS ))}" python3 -m pytest -q -p no:cacheprovider -n 14
 grep -E "^===|passed|failed|error|differ|DIFFERS|peak|s/round|speed-up|K=" "$LOG" | tail -80

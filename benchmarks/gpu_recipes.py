@@ -4,7 +4,7 @@ Fashion-MNIST (a seeded subset), squared-SVM, Case 2, 5 clients, 3 rounds; then 
 the paper's Case 2 settings (full training set, B = 100, E = 1, η = 1e-4) on the GPU for as long as
 five rounds take, which prints seconds per round and the peak GPU memory.
 
-    python benchmarks/gpu_recipes.py [--rounds 3] [--device cuda] [--cnn-rounds 5]
+    python benchmarks/gpu_recipes.py [--rounds 3] [--device cuda] [--cnn-rounds 5] [--runtimes in-process,stacked] [--composed]
     python benchmarks/gpu_recipes.py --smoke    # 2 recipes, 1 round, no CNN; cuda where there is one, else cpu: a test
 """
 
@@ -31,19 +31,35 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def compare_recipes(rounds: int, device: str, out: Path, names: list[str]) -> int:
+# compositions and the authors'-code presets, beside the plain recipes (each a list of overrides)
+COMPOSED = {
+    "bherd+adam": ["algorithm=bherd", "algorithm.server_opt=adam", "algorithm.server_opt.lr=0.01"],
+    "fedumf+yogi": ["algorithm=fedumf", "algorithm.server_opt=yogi", "algorithm.server_opt.lr=0.01"],
+    "fedgsnr+trimmed_mean": ["algorithm=fedgsnr", "algorithm.aggregate=trimmed_mean"],
+    "fedavg+krum": ["algorithm=fedavg", "algorithm.aggregate=krum"],
+    "scaffold/feddc-code": ["algorithm=scaffold", "algorithm.preset=feddc-code"],
+    "fednova/fednova-code": ["algorithm=fednova", "algorithm.preset=fednova-code"],
+}
+
+
+def compare_recipes(rounds: int, device: str, out: Path, cases: dict[str, list[str]], runtimes: list[str]) -> int:
+    """Each case on ``device`` under each runtime against the CPU in process; prints the largest gap."""
     failures = 0
-    for name in names:
+    for name, overrides in cases.items():
         got = {}
-        for where in ("cpu", device):
-            config = load_config(None, [*SMALL, f"algorithm={name}", f"train.rounds={rounds}", f"run.device={where}"])
-            got[where] = rows(run(config, out / f"{name}-{where}-{len(got)}", progress=False))
-        gap = max(abs(a[k] - b[k]) for a, b in zip(got["cpu"], got[device], strict=True)
-                  for k in ("test_loss", "test_acc", "train_loss") if k in a and a[k] is not None)
-        ok = gap <= 1e-4
-        failures += not ok
-        print(f"{name:18s} largest |cpu - {device}| over {rounds} rounds' loss/accuracy: {gap:.2e} {'ok' if ok else 'DIFFERS'}",
-              flush=True)
+        for where, runtime in dict.fromkeys([("cpu", "in-process"), *((device, r) for r in runtimes)]):
+            config = load_config(None, [*SMALL, *overrides, f"train.rounds={rounds}", f"run.device={where}",
+                                        f"run.runtime={runtime}"])
+            got[where, runtime] = rows(run(config, out / f"{name.replace('/', '-')}-{where}-{runtime}", progress=False))
+        for (where, runtime), got_rows in got.items():
+            if (where, runtime) == ("cpu", "in-process") and len(got) > 1:
+                continue
+            gap = max(abs(a[k] - b[k]) for a, b in zip(got["cpu", "in-process"], got_rows, strict=True)
+                      for k in ("test_loss", "test_acc", "train_loss") if k in a and a[k] is not None)
+            ok = gap <= 1e-4
+            failures += not ok
+            print(f"{name:22s} {runtime:10s} largest |cpu - {device}| over {rounds} rounds' loss/accuracy: {gap:.2e} "
+                  f"{'ok' if ok else 'DIFFERS'}", flush=True)
     return failures
 
 
@@ -72,6 +88,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda", help="compared against cpu")
     parser.add_argument("--recipes", default="", help="comma-separated; default: every recipe")
+    parser.add_argument("--runtimes", default="in-process", help="comma-separated runtimes run on --device")
+    parser.add_argument("--composed", action="store_true", help="also the compositions and code presets")
     parser.add_argument("--cnn-rounds", type=int, default=5, help="rounds of the timed BHerd CNN run; 0: none")
     parser.add_argument("--smoke", action="store_true", help="smallest size: fedavg and scaffold, 1 round, no CNN")
     args = parser.parse_args()
@@ -79,7 +97,9 @@ def main() -> None:
         args.rounds, args.cnn_rounds, args.recipes = 1, 0, "fedavg,scaffold"
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory() as folder:
-        failures = compare_recipes(args.rounds, args.device, Path(folder), args.recipes.split(",") if args.recipes else sorted(RECIPES))
+        names = args.recipes.split(",") if args.recipes else sorted(RECIPES)
+        cases = {name: [f"algorithm={name}"] for name in names} | (COMPOSED if args.composed else {})
+        failures = compare_recipes(args.rounds, args.device, Path(folder), cases, args.runtimes.split(","))
         print(f"{failures} recipe(s) differ between cpu and {args.device}", flush=True)
         if args.cnn_rounds:
             cnn_paper_case2(args.cnn_rounds, args.device, Path(folder))

@@ -408,14 +408,17 @@ def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> 
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from fedaccel.flower.security import make_certificates
-
     folder = Path(args.folder)
     if any(not host.strip() for host in args.host):
         raise UserError("--host takes a host name or IP address of the SuperLink, not an empty string")
     if folder.is_dir() and any(folder.iterdir()) and not args.force:
         raise UserError(f"{folder} already holds files; certificates and keys go into a new or empty folder "
                         "(or add --force to replace them)")
+    try:
+        from fedaccel.flower.security import make_certificates
+    except ModuleNotFoundError as missing:
+        raise UserError(f"fedaccel certs needs the package {missing.name}, which comes with the Flower extra "
+                        "(pip install 'fedaccel[flower]')") from None
     folder = make_certificates(folder, args.clients, args.host or ("127.0.0.1", "localhost"))
     print(f"CA, SuperLink certificate and {args.clients} SuperNode key pairs in {folder}")
     print(f"use them with: fedaccel deploy --tls {folder} --clients {args.clients} CONFIG")

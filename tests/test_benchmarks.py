@@ -27,7 +27,7 @@ FIGURES = {
     "peers.py": [r"\| plain PyTorch loop \| [\d.]+ \| [\d.]+ \| 1\.00 \| [\d.]+ \|",
                  r"ratio in-process/plain \(2nn\): \d", r"ratio stacked/plain \(2nn\): \d",
                  r"load average \(1 min\) at end: [\d.]+"],
-    "gpu_recipes.py": [r"scaffold +largest \|cpu - \w+\| over 1 rounds", r"0 recipe\(s\) differ between cpu and \w+"],
+    "gpu_recipes.py": [r"scaffold +in-process +largest \|cpu - \w+\| over 1 rounds", r"0 recipe\(s\) differ between cpu and \w+"],
     "ray_grid.py": [r"ratio ray / -j \d+: +\d", r"ray start-up \(ray.init\): +\d"],
     "runtime_overhead.py": [r"load average \(1, 5, 15 min\) before: \d", r"ratio simulation/in-process: \d",
                             r"ratio deployment/in-process: \d",

@@ -553,3 +553,14 @@ def test_a_crafted_claim_is_one_line_for_judge(grid: Path, claim: dict, capsys: 
         experiment["claims"] = [{**CLAIMS[0], **claim}]
         (path / "experiment.yaml").write_text(yaml.safe_dump(experiment))
         refused(["judge", str(path)], root, capsys)
+
+
+def test_certs_without_the_cryptography_package_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine without Flower's `cryptography` (the GPU machine had none) `certs` was a traceback."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "fedaccel.flower.security", raising=False)
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    line = refused(["certs", str(tmp_path / "tls"), "--clients", "1"], tmp_path, capsys)
+    assert "cryptography" in line and "fedaccel[flower]" in line, line

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import tomli
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,7 +136,7 @@ def test_secrets_are_private_fresh_and_the_run_config_names_the_folder_exactly(t
     files = {p.name: p for p in folder.iterdir()}
     assert set(files) == {CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN, RUN_CONFIG}
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in files.values())
-    run_config = tomli.loads(files[RUN_CONFIG].read_text())
+    run_config = tomllib.loads(files[RUN_CONFIG].read_text())
     assert run_config == {"run-dir": str(run_dir), "run-token": read_secret(files[RUN_TOKEN])}
     tokens = {read_secret(files[n]) for n in (CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN)}
     assert len(tokens) == 3 and all(len(t) >= 40 for t in tokens)
@@ -153,7 +153,7 @@ def test_flwr_home_holds_the_control_token_for_the_cli(tmp_path: Path, monkeypat
     home = tmp_path / "home"
     write_flwr_home(home, "127.0.0.1:9093", TOKEN, tmp_path / "ca.crt")
     assert all((home / n).stat().st_mode & 0o777 == 0o600 for n in ("config.toml", "credentials.yaml"))
-    config = tomli.loads((home / "config.toml").read_text())
+    config = tomllib.loads((home / "config.toml").read_text())
     assert config["superlink"]["local"] == {"address": "127.0.0.1:9093", "root-certificates": str(tmp_path / "ca.crt")}
     store = FileCredentialStore(home / "credentials.yaml")
     monkeypatch.setattr("flwr.cli.utils.get_credential_store", lambda: store)

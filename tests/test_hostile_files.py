@@ -122,6 +122,7 @@ def test_appends_refuse_a_link_and_anything_but_a_plain_file(tmp_path: Path) -> 
 
 
 def test_private_keys_are_created_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
     old = os.umask(0)
     try:
         assert main(["certs", str(tmp_path / "tls"), "--clients", "1"]) == 0
@@ -218,6 +219,7 @@ def test_judge_refuses_a_link_where_it_writes_claims(tmp_path: Path, name: str, 
 def test_certs_force_refuses_a_link_before_writing_any_key(tmp_path: Path, name: str,
                                                            capsys: pytest.CaptureFixture) -> None:
     """`certs --force` wrote a private key through a planted link and chmod-ed its target."""
+    pytest.importorskip("cryptography")
     home, folder = home_of(tmp_path), tmp_path / "tls"
     folder.mkdir()
     plant(folder / name, home, "file")

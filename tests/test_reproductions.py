@@ -339,3 +339,19 @@ def test_reference_verdicts_are_what_their_packed_runs_give(tmp_path: Path, monk
         "evaluated_model: evaluated_model.claims.json is not what its packed runs give: run "
         "`python -m fedaccel.reproductions.reference_grids --only evaluated_model`")
     assert reference.check(["evaluated_model"])[-1].startswith("reference-code.md: its tables of verdicts are not")
+
+
+def test_claims_compare_as_numbers_so_the_last_bit_of_a_sum_does_not_make_a_report_stale() -> None:
+    """On the GPU machine (Python 3.12, compensated float ``sum``) bherd.claims.json 'differed' from the judged
+    claims in the last bits: the comparison is of values, to 1e-9, and names where they differ."""
+    from fedaccel.reproductions.reproduce import json_difference
+
+    committed = {"rows": [{"q": 0.049000000000000002, "verdict": "agrees", "p": float("nan"), "n": 10}]}
+    assert json_difference(committed, {"rows": [{"q": 0.049000000000000016, "verdict": "agrees", "p": float("nan"),
+                                                 "n": 10}]}) is None
+    assert json_difference(committed, {"rows": [{"q": 0.051, "verdict": "agrees", "p": float("nan"), "n": 10}]}) \
+        == "$.rows[0].q (0.049 vs 0.051)"
+    assert json_difference(committed, {"rows": [{"q": 0.049, "verdict": "inconclusive", "p": float("nan"), "n": 10}]}) \
+        == "$.rows[0].verdict ('agrees' vs 'inconclusive')"
+    assert json_difference(committed, {"rows": []}) == "$.rows (length 1 vs 0)"
+    assert json_difference({"n": True}, {"n": 1}) == "$.n (True vs 1)"
