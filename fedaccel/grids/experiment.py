@@ -237,8 +237,9 @@ def _variant_name(value: dict[str, Any], value_name: Callable[[Any], str]) -> st
 
 
 def short_value(value: Any) -> str:
+    """``{name: fedavg, server_opt: {name: adam, lr: 0.1}}`` -> ``fedavg-adam-0.1`` (a nested mapping by its values too)."""
     if isinstance(value, dict):
-        return "-".join(str(v) for v in value.values())
+        return "-".join(short_value(v) if isinstance(v, dict) else str(v) for v in value.values())
     return str(value)
 
 
