@@ -232,7 +232,8 @@ def test_check_names_every_stale_part(tmp_path: Path) -> None:
 
     problems = check(paper, docs=docs, redraw=False)
     assert problems[0].startswith(f"{docs / f'{paper}.md'} differs from the report drawn now:")
-    assert problems[1] == f"{docs / f'{paper}.claims.json'} differs from the claims judged now"
+    seeds = claims[0]["seeds"]
+    assert problems[1] == f"{docs / f'{paper}.claims.json'} differs from the claims judged now at $[0].seeds ({seeds} vs {seeds - 1})"
     assert [p.split(": ")[0] for p in problems[2:]] == ["zz9.png", curves[0]]
     assert "no longer drawn" in problems[2] and "pixels" in problems[3]
 

@@ -576,3 +576,21 @@ def test_plot_command_draws_the_targets_it_is_given(experiment, tmp_path, monkey
     monkeypatch.setattr(results, "plot_curves", lambda *a, **kw: seen.update(kw) or out)
     main(["plot", str(experiment), "-o", str(out), "--targets", "0.5", "0.8"])
     assert seen["targets"] == [0.5, 0.8]
+
+
+def test_labels_name_the_composed_robust_rule_and_server_optimiser() -> None:
+    """The field grids' tables said "fedavg (algorithm.server_opt.name=unset, algorithm.server_opt.lr=unset, …)"
+    for plain FedAvg: a composed part is named in the label, and only what still differs is appended."""
+    from pathlib import Path
+
+    from fedaccel.report.reading import Run
+
+    def run(name: str, seed: int, **parts: object) -> Run:
+        return Run(Path(f"{name}-{seed}"), {"algorithm": {"name": "fedavg", **parts}, "run": {"seed": seed}}, [])
+
+    runs = [run("plain", 0), run("adam1", 0, server_opt={"name": "adam", "lr": 0.01}),
+            run("adam3", 0, server_opt={"name": "adam", "lr": 0.03}), run("krum", 0, aggregate={"name": "krum", "f": 3}),
+            run("median-avgm", 0, aggregate="median", server_opt={"name": "avgm", "lr": 1.0})]
+    assert [label for label, _ in group_runs(runs)] == [
+        "fedavg", "fedavg + adam (algorithm.server_opt.lr=0.01)", "fedavg + adam (algorithm.server_opt.lr=0.03)",
+        "fedavg + krum", "fedavg + median + avgm"]

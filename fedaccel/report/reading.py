@@ -67,13 +67,16 @@ class Run:
 
     @property
     def label(self) -> str:
-        """``config['name']`` if non-empty, else the algorithm name (else the folder name)."""
+        """``config['name']`` if non-empty, else the algorithm name with the parts composed onto it
+        (``fedavg + median + adam``: its robust rule, then its server optimiser), else the folder name."""
         name = self.config.get("name")
         if name:
             return str(name)
         algorithm = self.config.get("algorithm")
         if isinstance(algorithm, dict) and algorithm.get("name"):
-            return str(algorithm["name"])
+            parts = [algorithm.get(part) for part in ("aggregate", "server_opt")]
+            named = [part.get("name") if isinstance(part, dict) else part for part in parts]
+            return " + ".join(str(n) for n in [algorithm["name"], *named] if n)
         return self.path.name
 
     @property
