@@ -10,9 +10,10 @@ from torch import Tensor
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.flat import FlatModel
-from fedaccel.engine.local import LocalOptions, train_local
+from fedaccel.engine.local import BatchGradient, LocalOptions, train_local
 from fedaccel.engine.round import init_state, run_round
-from fedaccel.models import SquaredSVM, build_model, closed_form_gradient
+from fedaccel.algorithms.registry import RECIPES
+from fedaccel.models import MLP2NN, SquaredSVM, build_model, chain_gradient, closed_form_gradient
 
 
 def data(n: int = 120, seed: int = 0, shape: tuple[int, ...] = (1, 6, 6)) -> tuple[Tensor, Tensor]:
@@ -27,7 +28,8 @@ def autograd_gradient(flat: FlatModel, x: Tensor, y: Tensor) -> Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name,options", [("svm", {}), ("svm", {"l2": 0.0}), ("svm", {"l2": 1.5}),
-                                          ("svm", {"labels": "sign"}), ("softmax", {})])
+                                          ("svm", {"labels": "sign"}), ("softmax", {}), ("2nn", {"hidden": 24}),
+                                          ("2nn", {"hidden": 1})])
 def test_closed_form_gradient_equals_autograd_on_random_batches(name: str, options: dict, dtype: torch.dtype) -> None:
     module = build_model(name, (1, 6, 6), 10, seed=1, **options).to(dtype)
     flat = FlatModel(module)
@@ -54,18 +56,27 @@ def test_closed_form_only_for_the_built_in_linear_models_as_they_are() -> None:
         def loss(self, output: Tensor, y: Tensor) -> Tensor:
             return torch.clamp(1 - self.targets(y, output.dtype) * output, min=0).mean()
 
+    class Tanh2NN(MLP2NN):
+        def forward(self, x: Tensor) -> Tensor:
+            return super().forward(x).tanh()
+
     assert closed_form_gradient(build_model("svm", (4,), 2)) is not None
+    assert closed_form_gradient(build_model("2nn", (4,), 2)) is not None
     assert closed_form_gradient(Hinge((4,), 2)) is None  # its own loss: autograd
-    for name in ("2nn", "cnn"):
-        assert closed_form_gradient(build_model(name, (1, 8, 8), 10)) is None
-    frozen = build_model("softmax", (4,), 3)
-    frozen.fc.bias.requires_grad_(False)
-    assert closed_form_gradient(frozen) is None
+    assert closed_form_gradient(Tanh2NN((4,), 2)) is None  # its own forward
+    assert closed_form_gradient(build_model("cnn", (1, 8, 8), 10)) is None
+    for name, layer in (("softmax", lambda m: m.fc), ("2nn", lambda m: m.net[2])):
+        frozen = build_model(name, (4,), 3)
+        layer(frozen).bias.requires_grad_(False)
+        assert closed_form_gradient(frozen) is None and chain_gradient(frozen) is None
+    swapped = build_model("2nn", (4,), 3)
+    swapped.net[1] = torch.nn.Tanh()
+    assert closed_form_gradient(swapped) is None and chain_gradient(swapped) is None
 
 
-def test_svm_and_softmax_steps_run_without_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_svm_softmax_and_2nn_steps_run_without_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
     x, y = data()
-    for name in ("svm", "softmax"):
+    for name in ("svm", "softmax", "2nn"):
         flat = FlatModel(build_model(name, (1, 6, 6), 10, seed=0))
         batches = [np.arange(k, k + 20) for k in range(0, 100, 20)]
         monkeypatch.setattr(Tensor, "backward", lambda *a, **k: pytest.fail("autograd in the step"))
@@ -94,13 +105,15 @@ def test_index_select_gathers_leave_autograd_models_bit_identical(name: str, siz
     rng = np.random.default_rng(0)
     batches = [rng.permutation(90)[:size] for size in sizes]
     want = reference_steps(flat, x, y, batches, 0.05)
-    got = train_local(flat, x, y, batches, w0, module.loss, 0.05, LocalOptions())
+    autograd = BatchGradient(flat, x, y, module.loss, closed_form=False)  # the 2nn's closed form is its own test
+    got = train_local(flat, x, y, batches, w0, module.loss, 0.05, LocalOptions(), gradient=autograd)
     assert torch.equal(got, want)
     assert torch.equal(x.index_select(0, torch.from_numpy(batches[0])), x[torch.from_numpy(batches[0])])
 
 
-@pytest.mark.parametrize("model", ["svm", "softmax"])
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold", "bherd-fedavg"])
+@pytest.mark.parametrize("model,algorithm", [*((m, a) for m in ("svm", "softmax")
+                                                 for a in ("fedavg", "fedprox", "scaffold", "bherd-fedavg")),
+                                              *(("2nn", a) for a in sorted(RECIPES))])  # every recipe's local terms
 def test_a_whole_run_with_the_closed_form_matches_the_autograd_path(model: str, algorithm: str) -> None:
     x, y = data(160)
     parts = [np.arange(k, 160, 4) for k in range(4)]

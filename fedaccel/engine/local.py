@@ -14,7 +14,7 @@ The step is lean: batches come laid out in the client's order already (see
 transfer and each batch is gathered with ``index_select`` (bit-identical to ``x[idx]``, several
 times faster); the whole loop runs under one ``no_grad``; and
 a model with an exact closed-form gradient (:func:`fedaccel.models.closed_form_gradient`: the
-SVM and softmax regression) skips autograd, with its labels prepared once per training set.
+SVM, softmax regression and the 2NN's fused Linear/ReLU chain, :mod:`fedaccel.models.chain`) skips autograd, with its labels prepared once per training set.
 """
 
 from __future__ import annotations

@@ -92,7 +92,12 @@ def make_kernel(module: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor]) 
     if kind == "svm":
         return _svm_kernel(module)
     if kind == "linear":
-        return _linear_chain_kernel(module)
+        from fedaccel.models import chain_gradient
+
+        chain = chain_gradient(module)  # one fused forward/backward, no autograd (fedaccel.models.chain)
+        if chain is not None:
+            return chain.stacked
+        kind = "functional"  # a chain with a frozen parameter: torch.func
     if kind == "functional":
         return _functional_kernel(module, loss_fn)
     return None
@@ -110,37 +115,6 @@ def _svm_kernel(module: Any) -> Kernel:
         coef = (t * margin).mul_(-1.0 / b)  # d loss / d score
         g = torch.bmm(coef.unsqueeze(1), x).squeeze(1)  # (m,1,b)@(m,b,D) -> (m, D)
         return g.add_(theta, alpha=l2)
-
-    return grad
-
-
-def _linear_chain_kernel(module: nn.Module) -> Kernel:
-    params = [p for p in module.parameters() if p.requires_grad]
-    offsets, start = {}, 0
-    for p in params:
-        offsets[id(p)] = (start, p.shape)
-        start += p.numel()
-    layers = [m for m in module.modules() if isinstance(m, (nn.Linear, nn.ReLU))]
-
-    def grad(theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
-        m, b = y.shape
-        leaves: dict[int, Tensor] = {}
-        for p in params:
-            lo, shape = offsets[id(p)]
-            leaves[id(p)] = theta[:, lo : lo + p.numel()].view(m, *shape).detach().requires_grad_()
-        with torch.enable_grad():
-            h = x.reshape(m, b, -1).transpose(1, 2)  # (m, D, b): weights on the left of every bmm
-            for layer in layers:
-                if isinstance(layer, nn.ReLU):
-                    h = torch.relu(h)
-                elif layer.bias is not None:
-                    h = torch.baddbmm(leaves[id(layer.bias)].unsqueeze(2), leaves[id(layer.weight)], h)
-                else:
-                    h = torch.bmm(leaves[id(layer.weight)], h)
-            logits = h.transpose(1, 2).reshape(m * b, -1)
-            loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum") / b  # sum over rows of each mean
-            grads = torch.autograd.grad(loss, [leaves[id(p)] for p in params])
-        return torch.cat([g.reshape(m, -1) for g in grads], dim=1)
 
     return grad
 

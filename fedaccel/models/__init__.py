@@ -44,7 +44,7 @@ from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.models.base import Classifier, Shape, functional_loss, num_parameters
 from fedaccel.models.cnn import BHerdCNN, FedDCCNN, LeNet5
 from fedaccel.models.deep import VGG16, ResNet18
-from fedaccel.models.linear import SoftmaxRegression, SquaredSVM, closed_form_gradient
+from fedaccel.models.linear import SoftmaxRegression, SquaredSVM, chain_gradient, closed_form_gradient
 from fedaccel.models.mlp import MLP2NN
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "SquaredSVM",
     "VGG16",
     "build_model",
+    "chain_gradient",
     "closed_form_gradient",
     "functional_loss",
     "num_parameters",

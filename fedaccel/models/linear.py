@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from fedaccel.errors import ConfigError, shown
 from fedaccel.models.base import Classifier, Shape, check_choice, flatten_batch
+from fedaccel.models.chain import ChainGradient, chain_layers
 
 
 class SquaredSVM(Classifier):
@@ -119,9 +120,9 @@ class _SoftmaxGradient:
         torch.sum(p, dim=0, out=grad[n:])
 
 
-def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGradient | None:
+def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGradient | ChainGradient | None:
     """The exact batch gradient of ``module.loss(module(x), y)`` without autograd, for the built-in
-    ``svm`` and ``softmax`` as they are (None for anything else, a subclass that overrides
+    ``svm``, ``softmax`` and ``2nn`` as they are (the 2nn's: :mod:`fedaccel.models.chain`; None for anything else, a subclass that overrides
     ``forward``/``loss``/``targets`` included). It is called as ``kernel(theta, x, kernel.prepare(y)[idx],
     grad)`` with ``theta``/``grad`` the flat parameter/gradient vectors (:class:`fedaccel.engine.flat.FlatModel`
     order) and writes ∂loss/∂theta into ``grad``; equal to autograd's to float rounding.
@@ -138,4 +139,20 @@ def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGra
         if (same and type(fc) is nn.Linear and fc.bias is not None
                 and trainable == [id(fc.weight), id(fc.bias)] and len(list(module.parameters())) == 2):
             return _SoftmaxGradient(module)
-    return None
+    from fedaccel.models.mlp import mlp_chain_gradient  # mlp imports nothing of this module; lazily all the same
+
+    return mlp_chain_gradient(module)
+
+
+def chain_gradient(module: nn.Module) -> ChainGradient | None:
+    """The fused Linear/ReLU-chain gradient (:mod:`fedaccel.models.chain`) of the built-in ``softmax`` or
+    ``2nn`` as built (every parameter trainable), for m parameter vectors at once (``.stacked``); else None."""
+    from fedaccel.models.mlp import mlp_chain_gradient
+
+    if isinstance(module, SoftmaxRegression):
+        cls = type(module)
+        if cls.forward is SoftmaxRegression.forward and cls.loss is Classifier.loss:
+            layers = chain_layers([module.fc], module)
+            return ChainGradient(layers) if layers else None
+        return None
+    return mlp_chain_gradient(module)

@@ -1,0 +1,115 @@
+"""The exact cross-entropy gradient of a Linear/ReLU chain, by hand: one fused forward and backward.
+
+The built-in ``2nn`` (:class:`~fedaccel.models.mlp.MLP2NN`) and ``softmax``
+(:class:`~fedaccel.models.linear.SoftmaxRegression`) are chains x -> Linear -> ReLU -> ... -> Linear ->
+cross-entropy. Their batch gradient needs no autograd and no ``nn.Module`` dispatch: the forward keeps
+each layer's input, the backward is two matrix products a layer, and every product is written straight
+into its slice of the flat gradient (the :class:`~fedaccel.engine.flat.FlatModel` order: each layer's
+weight, then its bias). It runs on ``m`` parameter vectors at once (the stacked runtime's clients) and
+on one (the per-client engine, ``m = 1``).
+
+    forward   a_0 = x;  z_l = a_{l-1} W_l^T + b_l;  a_l = relu(z_l) (not after the last layer)
+    loss      (1/B) sum_i CE(z_L[i], y_i)          ->  g_L = (softmax(z_L) - onehot(y)) / B
+    backward  dW_l = g_l^T a_{l-1};  db_l = sum_i g_l[i];  g_{l-1} = (g_l W_l) * [a_{l-1} > 0]
+
+Equal to autograd's gradient to float rounding (tests/test_lean_step.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One Linear layer's place in the flat vector: weight at ``[at, at + out * inp)``, bias right after."""
+
+    at: int
+    out: int
+    inp: int
+
+    @property
+    def bias_at(self) -> int:
+        return self.at + self.out * self.inp
+
+    @property
+    def end(self) -> int:
+        return self.bias_at + self.out
+
+
+def chain_layers(linears: list[nn.Linear], module: nn.Module) -> list[Layer] | None:
+    """``linears``'s places in ``module``'s flat vector, or None unless those layers (each with a bias,
+    all trainable) are exactly the module's parameters, in order."""
+    params = list(module.parameters())
+    expected = [p for layer in linears for p in (layer.weight, layer.bias)]
+    if (any(layer.bias is None or type(layer) is not nn.Linear for layer in linears)
+            or [id(p) for p in params] != [id(p) for p in expected] or not all(p.requires_grad for p in params)):
+        return None
+    layers, at = [], 0
+    for layer in linears:
+        layers.append(Layer(at, layer.out_features, layer.in_features))
+        at = layers[-1].end
+    return layers
+
+
+class ChainGradient:
+    """The batch gradient of a Linear/ReLU chain under cross-entropy (see the module docstring).
+
+    ``kernel(theta, x, labels, grad)`` for one vector ((d,), (B, ...), (B, 1) from :meth:`prepare`, (d,)),
+    :meth:`stacked` for ``m`` vectors ((m, d), (m, B, ...), (m, B)) returning (m, d).
+    """
+
+    def __init__(self, layers: list[Layer]) -> None:
+        self.layers = layers
+        self.size = layers[-1].end
+        self._views: tuple[tuple[int, int], list[tuple[Tensor, ...]]] | None = None  # the last (theta, grad)'s
+
+    def prepare(self, y: Tensor) -> Tensor:
+        return y.reshape(-1, 1).long()  # (N, 1): scatter positions, once per training set
+
+    def __call__(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> None:
+        # a client's steps update theta in place, so its views stay valid; the cached views keep their storage
+        # alive, so an equal address is the same storage. Read once: another thread's entry is never used.
+        key, cached = (theta.data_ptr(), grad.data_ptr()), self._views
+        if cached is None or cached[0] != key:
+            cached = self._views = key, self._layer_views(theta, grad)
+        self._fill(cached[1], x.reshape(x.shape[0], -1), t)
+
+    def stacked(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        m, b = y.shape
+        grad = theta.new_empty(m, self.size)
+        self._fill(self._layer_views(theta, grad), x.reshape(m, b, -1), y.reshape(m, b, 1).long())
+        return grad
+
+    def _layer_views(self, theta: Tensor, grad: Tensor) -> list[tuple[Tensor, ...]]:
+        """Per layer: W, W^T, the bias as a row, and the slices of ``grad`` its dW and db go to (views, no copies)."""
+        lead = theta.shape[:-1]
+        views = []
+        for L in self.layers:
+            w = theta[..., L.at : L.bias_at].view(*lead, L.out, L.inp)
+            views.append((w, w.transpose(-1, -2), theta[..., L.bias_at : L.end].unsqueeze(-2),
+                          grad[..., L.at : L.bias_at].view(*lead, L.out, L.inp), grad[..., L.bias_at : L.end]))
+        return views
+
+    def _fill(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor) -> None:
+        """Inputs (B, D) or (m, B, D), labels (B, 1) or (m, B, 1), :meth:`_layer_views` of one or m vectors:
+        the gradients into their slices. One vector takes the 2-D products (``mm``: no batch dimension to
+        dispatch), m vectors the batched ones; the same arithmetic."""
+        mm, addmm = (torch.bmm, torch.baddbmm) if x.dim() == 3 else (torch.mm, torch.addmm)
+        inputs, a = [], x
+        for k, (_, w_t, bias, _, _) in enumerate(views):
+            inputs.append(a)
+            a = addmm(bias, a, w_t)
+            if k < len(views) - 1:
+                a.clamp_(min=0)
+        g = a.softmax(dim=-1)
+        g.scatter_add_(-1, t, g.new_full(t.shape, -1.0)).div_(x.shape[-2])
+        for k in range(len(views) - 1, -1, -1):
+            w, _, _, grad_w, grad_b = views[k]
+            mm(g.transpose(-1, -2), inputs[k], out=grad_w)
+            torch.sum(g, dim=-2, out=grad_b)
+            if k:  # relu's backward, as autograd takes it: g where the layer's output was > 0, else 0
+                g = torch.ops.aten.threshold_backward(mm(g, w), inputs[k], 0.0)
