@@ -8,7 +8,7 @@ The ways (``--ways``, default all):
 - ``stacked``: the same with ``run.runtime: stacked``;
 - ``simulation``: the same with ``run.runtime: flower-simulation`` (Flower's simulation engine on Ray);
 - ``deployment``: ``fedaccel deploy`` (a SuperLink and one SuperNode process per client on loopback);
-- ``flower-app``: a bare Flower 1.41 app as Flower's PyTorch quickstart writes it today
+- ``flower-app``: a bare Flower 1.42 app as Flower's PyTorch quickstart writes it today
   (``benchmarks/peers_flower_app``: Message API, ``flwr.serverapp.strategy.FedAvg`` with
   ``ArrayRecord``s and a server-side ``evaluate_fn``, a ``ClientApp`` training on a shuffled
   ``DataLoader``), run by ``flwr run APP local --stream`` on a local simulation SuperLink (the

@@ -21,6 +21,7 @@ SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 FIGURES = {
     "batched_estimators.py": [r"bherd .*batched/per-client \d", r"grab .*batched/per-client \d"],
     "bherd_overhead.py": [r"time ratio bherd/fedavg: \d", r"BHerd extra memory: .* x tau\*d\*4"],
+    "channels_last.py": [r"\| cnn \| 1x28x28 \| [\d.]+ \| [\d.]+ \| [\d.e+-]+ \|"],
     "engine_overhead.py": [r"ratio engine/plain: \d"],
     "fedgsnr_overhead.py": [r"planning share of a round over 1 rounds: [\d.]+% wall"],
     "local_step.py": [r"ratio round/raw: \d", r"ratio step/raw: \d"],

@@ -192,3 +192,38 @@ def test_every_clients_layout_is_one_allocation() -> None:
     assert len(bases) == 1
     for client, (order, xs, _) in fed._layouts.items():
         assert torch.equal(xs, x[torch.from_numpy(order)])
+
+
+@pytest.mark.parametrize("name", ["2nn", "softmax"])
+def test_the_chain_moments_are_the_per_sample_gradients_sums_and_squares(name: str) -> None:
+    """FedGSNR's planning statistics through the fused chain: sum_i g_i and sum_i g_i^2 of the per-sample
+    gradients, against each sample's own autograd gradient (float64, so equal to rounding)."""
+    module = build_model(name, (1, 6, 6), 10, seed=4, **({"hidden": 7} if name == "2nn" else {})).double()
+    flat = FlatModel(module)
+    chain = chain_gradient(module)
+    x, y = data(25)
+    x = x.double()
+    per_sample = torch.stack([autograd_gradient(flat, x[i : i + 1], y[i : i + 1]) for i in range(25)])
+    sums, squares = chain.moments(flat.theta, x, y)
+    torch.testing.assert_close(sums, per_sample.sum(0), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(squares, per_sample.square().sum(0), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name,shape", [("cnn", (3, 8, 8)), ("lenet5", (3, 16, 16)), ("cnn", (1, 8, 8))])
+def test_channels_last_batches_give_the_numbers_of_pytorchs_layout(name: str, shape: tuple[int, ...],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model whose class asks for channels-last batches (``CHANNELS_LAST_FROM``) trains on NHWC memory in the
+    per-client engine, to the same parameters as in NCHW (to float rounding)."""
+    x, y = data(60, shape=shape)
+    batches = [np.arange(k, k + 12) for k in range(0, 60, 12)]
+    finals, layouts = [], []
+    for least in (0, 1):
+        module = build_model(name, shape, 10, seed=5)
+        monkeypatch.setattr(type(module), "CHANNELS_LAST_FROM", least)
+        module.features[0].register_forward_pre_hook(
+            lambda _, args: layouts.append(args[0].is_contiguous(memory_format=torch.channels_last)
+                                           and not args[0].is_contiguous()))
+        flat = FlatModel(module)
+        finals.append(train_local(flat, x, y, batches, flat.theta.clone(), module.loss, 0.05, LocalOptions()))
+    torch.testing.assert_close(finals[1], finals[0], atol=1e-6, rtol=1e-5)
+    assert layouts == [False] * 5 + [shape[0] > 1] * 5  # one channel: both layouts are the same memory

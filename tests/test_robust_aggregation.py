@@ -1,5 +1,5 @@
 """Robust aggregation (median, trimmed mean, Krum, Multi-Krum, Bulyan): hand cases, reductions, the defining
-property of each rule, the recipes that refuse a rule, and Flower 1.41's strategies on the same updates."""
+property of each rule, the recipes that refuse a rule, and Flower 1.42's strategies on the same updates."""
 
 from __future__ import annotations
 
@@ -237,7 +237,7 @@ def test_a_rule_from_the_command_line() -> None:
         load_config(None, ["algorithm.name=scaffold", "algorithm.aggregate=median"])
 
 
-# --- Flower 1.41's strategies, run in process on the same updates ---------------------------------------
+# --- Flower 1.42's strategies, run in process on the same updates ---------------------------------------
 
 
 RULES = [

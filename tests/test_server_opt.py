@@ -1,5 +1,5 @@
 """Server optimisers (FedAvgM, FedAdagrad, FedAdam, FedYogi): hand-computed steps, reductions to the methods
-they wrap, their defining properties, the checkpointed state, and Flower 1.41's strategies run on the same
+they wrap, their defining properties, the checkpointed state, and Flower 1.42's strategies run on the same
 client updates (the harness here is shared with tests/test_robust_aggregation.py)."""
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def test_hostile_specs_are_config_errors(spec: Any) -> None:
             assert "\n" not in str(exc)
 
 
-# --- Flower 1.41's strategies, run in process on the same updates ------------------------------------
+# --- Flower 1.42's strategies, run in process on the same updates ------------------------------------
 
 SHAPES = {"a": (5,), "b": (2, 3)}  # Flower's arrays: a model of 11 parameters in two layers
 DIM = 11

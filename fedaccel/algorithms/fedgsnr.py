@@ -110,16 +110,16 @@ def global_statistics(means: Tensor, variances: Tensor, p: np.ndarray) -> tuple[
     """
     weights = torch.as_tensor(p, dtype=means.dtype, device=means.device)
     g = weights @ means
-    v = weights @ variances + weights @ (means - g).square()
-    return g, v
+    spread = (means - g).square_()  # one (K, d) temporary, squared in place
+    return g, torch.addmv(weights @ variances, spread.t(), weights)
 
 
 def gsnr_scores(
     means: Tensor, variances: Tensor, g: Tensor, v: Tensor, batch: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n_k, r_k) for each row k: Theorem 3.7's optimal step ratio and Definition 4.1's GSNR."""
-    m = means @ g + (variances * v).sqrt().sum(dim=1) / batch  # (K,)
-    q = means.square().sum(dim=1) + variances.sum(dim=1) / batch  # (K,)
+    m = means @ g + variances.sqrt() @ v.sqrt() / batch  # (K,): sum_j sqrt(v_kj v_j) as a matrix-vector product
+    q = torch.linalg.vector_norm(means, dim=1).square() + variances.sum(dim=1) / batch  # (K,)
     big_l = g.square().sum() + v.sum() / batch
     m_np, q_np, l_val = m.double().cpu().numpy(), q.double().cpu().numpy(), float(big_l)
     n = np.zeros_like(m_np)
@@ -130,6 +130,14 @@ def gsnr_scores(
     ok = positive & (m_np > 0) & (l_val > 0)
     r[ok] = np.minimum(m_np[ok] / np.sqrt(gap[ok]), GSNR_CAP)
     return n, r
+
+
+def _rows(vectors: list[Tensor]) -> Tensor:
+    """The vectors as the rows of one float64 (K, d) matrix, each converted as it is copied in (no float32 stack)."""
+    rows = vectors[0].new_empty((len(vectors), vectors[0].numel()), dtype=torch.float64)
+    for row, vector in zip(rows, vectors):
+        row.copy_(vector.reshape(-1))
+    return rows
 
 
 def allocate_steps(n: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -229,8 +237,7 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
         p = np.asarray([info.weights[k] for k in clients], dtype=np.float64)
         diag: dict[str, Any] = {}
         if statistics:
-            means = torch.stack([messages[k]["mean"] for k in clients]).double()
-            variances = torch.stack([messages[k]["var"] for k in clients]).double()
+            means, variances = (_rows([messages[k][key] for k in clients]) for key in ("mean", "var"))
             g, v = global_statistics(means, variances, p / p.sum())
             n, r = gsnr_scores(means, variances, g, v, samples)
             steps, q, fallback = allocate_steps(n, total)

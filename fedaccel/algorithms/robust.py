@@ -19,7 +19,7 @@ Each rule is an ``aggregate`` part: w_{t+1} = w_t - server_lr * A(delta_1, ..., 
   (Flower's choice; warned once).
 
 Where n - f - 2 < 1 (outside Krum's assumption n > 2f + 2) a score sums max(0, n - f - 2) distances.
-``variant="flower"`` is Flower 1.41's arithmetic (``flwr/serverapp/strategy``): at least one neighbour
+``variant="flower"`` is Flower's arithmetic (``flwr/serverapp/strategy``, the same in 1.41 and 1.42): at least one neighbour
 (``multikrum.py:232``), Multi-Krum's mean weighted by the reported sample counts (``multikrum.py:149``), and
 Bulyan's theta updates chosen at once by Multi-Krum scores over all n (``bulyan.py:158``) instead of Krum
 applied again after each choice. docs/algorithms.md "Robust aggregation" has the table and which recipes

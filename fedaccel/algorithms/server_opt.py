@@ -18,7 +18,7 @@ moments m and v (d-vectors) and the number of steps taken, all plain tensors and
 holds them and ``torch.load(weights_only=True)`` reads them back. A round that aggregates nothing takes no
 step (the state stays).
 
-``variant="flower"`` is Flower 1.41's arithmetic (``flwr/serverapp/strategy``): v_{-1} = 0
+``variant="flower"`` is Flower's arithmetic (``flwr/serverapp/strategy``, the same in 1.41 and 1.42): v_{-1} = 0
 (``fedadam.py:153``, ``fedyogi.py:153``, ``fedadagrad.py:147``) and, for Adam only, the step eta_s
 sqrt(1 - beta2^(k+1)) / (1 - beta1^(k+1)) at its k-th step, k = 1, 2, ... (``fedadam.py:163``: Flower's
 ``server_round + 1`` with rounds counted from 1). Flower's FedAdagrad fixes beta1 = 0 (``fedadagrad.py:115``):

@@ -238,10 +238,15 @@ class ClientData:
 
     def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
         """(sum, sum of squares) of the per-sample gradients at ``theta`` in closed form, when the
-        model allows it (see :mod:`fedaccel.engine.linear_moments`); None otherwise."""
+        model allows it: the 2NN and softmax by their fused chain (:meth:`fedaccel.models.chain.ChainGradient.moments`),
+        other stacks of linear layers through hooks (:mod:`fedaccel.engine.linear_moments`); None otherwise."""
         from fedaccel.engine.linear_moments import linear_gradient_moments
+        from fedaccel.models import chain_gradient
 
         model = self.federation.model
+        chain = chain_gradient(model.module)
+        if chain is not None:
+            return chain.moments(theta, x, y)
         model.load(theta)
         model.module.eval()
         return linear_gradient_moments(model.module, x, y)

@@ -199,6 +199,7 @@ class BatchGradient:
 
         self.model, self.x, self.loss_fn = model, x, loss_fn
         self.kernel = closed_form_gradient(model.module) if closed_form else None
+        self.image_shape = channels_last_shape(model.module)
         self.labels = self.kernel.prepare(y) if self.kernel is not None else y  # once per training set
 
     def gather(self, idx: Tensor) -> tuple[Tensor, Tensor]:
@@ -209,8 +210,20 @@ class BatchGradient:
         if self.kernel is not None:
             self.kernel(model.theta, xb, lb, model.grad)
             return model.grad
+        if self.image_shape is not None:  # same values, NHWC memory: the convolutions' and pools' faster layout
+            xb = xb.reshape(xb.shape[0], *self.image_shape).contiguous(memory_format=torch.channels_last)
         with torch.enable_grad():  # the step itself runs under no_grad
             return model.gradient(self.loss_fn(model.module(xb), lb))
+
+
+def channels_last_shape(module: torch.nn.Module) -> tuple[int, int, int] | None:
+    """The (C, H, W) a model's image batches are laid out channels-last in (its class's ``CHANNELS_LAST_FROM``
+    channels or more), or None: keep PyTorch's layout."""
+    shape = getattr(module, "input_shape", None)
+    least = getattr(type(module), "CHANNELS_LAST_FROM", 0)
+    if least and isinstance(shape, tuple) and len(shape) == 3 and shape[0] >= least:
+        return shape
+    return None
 
 
 def clip_rows(grad: Tensor, clip: float) -> None:

@@ -1,12 +1,12 @@
 """Flower's simulation engine, handed a round's messages the moment the server pushes them.
 
-Flower 1.41's simulation engine moves the server's messages from its LinkState to the
+Flower 1.42's simulation engine moves the server's messages from its LinkState to the
 ClientApp workers in a loop that sleeps 0.1 s between scans (``add_messages_to_queue`` in
 ``flwr.server.superlink.fleet.vce.vce_api``, waiting on its stop event): on average 50 ms of
 every round, most of the runtime's cost on a small model. :func:`wake_simulation_on_push` gives
 that loop a stop event whose waits also end when :data:`PUSHED` is set, which
 :func:`fedaccel.flower.server.exchange` does after every push; the loop, its 0.1 s timeout and
-its stopping are Flower's, unchanged. Pinned to flwr 1.41 (``vce_api`` is not public API): if
+its stopping are Flower's, unchanged. Pinned to flwr 1.42 (``vce_api`` is not public API): if
 the function is gone, nothing is patched and rounds are only slower.
 """
 

@@ -1,6 +1,6 @@
 """fedaccel's ClientApp executor: one warm process serves every message of a run.
 
-Flower 1.41's SuperNode hands each message to a fresh ``flwr-clientapp`` process (with
+Flower 1.42's SuperNode hands each message to a fresh ``flwr-clientapp`` process (with
 ``--isolation subprocess``, and with ``--isolation process`` behind ``flower-superexec``): for
 fedaccel that means importing torch and loading the run's data for every round. With the
 SuperNode started as ``--isolation process``, this executor takes the place of
@@ -14,7 +14,7 @@ node's state through :class:`LocalRuntime`, and is woken when a message is store
 no polling between the node and its ClientApp.
 
 It uses Flower's Runtime API (``flwr.supercore``, ``flwr.supernode``), which is not part of
-Flower's public API: pinned to flwr 1.41.0 (the ``flower`` extra). The ClientApp is fedaccel's
+Flower's public API: pinned to flwr 1.42.0 (the ``flower`` extra). The ClientApp is fedaccel's
 own (no FAB is installed or imported per message).
 """
 

@@ -1,6 +1,6 @@
 """``python -m fedaccel.flower.link --secrets DIR [flower-superlink arguments]``: Flower's SuperLink, guarded.
 
-Flower 1.41's SuperLink serves its Fleet API (SuperNodes), its Control API (``flwr run``, ``flwr
+Flower 1.42's SuperLink serves its Fleet API (SuperNodes), its Control API (``flwr run``, ``flwr
 supernode register``) and its Runtime API (the SuperExec and the ServerApps) on one HTTP port,
 and its Control API asks nothing of a caller in this distribution (account authentication is
 OIDC, which it lacks): whoever reaches the port starts runs, and a run's ServerApp is the

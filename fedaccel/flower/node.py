@@ -1,6 +1,6 @@
 """``python -m fedaccel.flower.node [flower-supernode arguments]``: Flower's SuperNode, kept warm.
 
-Flower 1.41's SuperNode sleeps 3 s after every poll of the SuperLink that brings no message,
+Flower 1.42's SuperNode sleeps 3 s after every poll of the SuperLink that brings no message,
 0.5 s between checks for its ClientApp's reply, and starts the ClientApp in a fresh process per
 message (``flower-superexec``). For FL rounds of a second or less those waits and start-ups
 are most of a round. This launcher runs the unchanged ``flower-supernode`` command with:

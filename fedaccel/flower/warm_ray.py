@@ -1,6 +1,6 @@
 """One local Ray for every Flower simulation a process runs.
 
-Flower 1.41's Ray backend starts Ray when none is running and shuts Ray down when a simulation
+Flower 1.42's Ray backend starts Ray when none is running and shuts Ray down when a simulation
 ends (``RayBackend.terminate``): each simulation of a grid pays Ray's start and stop (3-5 s on
 2 cores), and a Ray that someone else started in the process (a notebook, a Ray grid) is shut
 down under them. :func:`keep_ray_up` makes ``terminate`` stop only that simulation's ClientApp
@@ -8,7 +8,7 @@ actors; Ray then lives until the process ends (Ray's own exit handler stops it).
 
 The local Ray fedaccel starts gets all of the machine's cores, and a simulation's ClientApp
 workers are sized by their share of it (:func:`backend_config`), so a first simulation of one
-client does not leave a one-CPU Ray to the next. Pinned to flwr 1.41 (``RayBackend`` is not
+client does not leave a one-CPU Ray to the next. Pinned to flwr 1.42 (``RayBackend`` is not
 public API): if it is gone, nothing is patched and Ray restarts per simulation, as in Flower.
 """
 

@@ -29,6 +29,9 @@ class Classifier(nn.Module):
     """
 
     NAME: ClassVar[str] = "classifier"
+    # image batches in channels-last (NHWC) memory for the per-client engine's autograd step, on input shapes
+    # with at least this many channels (0: never); set per model from benchmarks/channels_last.py
+    CHANNELS_LAST_FROM: ClassVar[int] = 0
 
     def loss(self, output: Tensor, y: Tensor) -> Tensor:
         """Mean cross-entropy over the batch (``output`` are logits, shape ``(B, C)``)."""

@@ -1,0 +1,84 @@
+"""Channels-last activations for the CNNs, measured per model: one SGD step's forward and backward with the
+image batch as PyTorch lays it out (NCHW) against channels-last (NHWC) input, interleaved, one thread.
+
+For each built-in CNN and input shape it prints the median ratio channels-last / NCHW of the step time over
+``--repeats`` alternated blocks, and the largest gap between the two gradients (the same numbers to float
+rounding). A ratio below 1 means channels-last is faster; fedaccel's models use the layout where it is
+(a model class's ``CHANNELS_LAST``, read by the per-client engine). One input channel (Fashion-MNIST) is the same memory in both
+layouts, so only the first convolution's output could change layout there; ``--after-conv1`` times that too.
+
+    python benchmarks/channels_last.py [--repeats 7] [--batch 50] [--threads 1] [--after-conv1] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from fedaccel.engine.flat import FlatModel
+from fedaccel.models import build_model
+
+CASES = [("cnn", (1, 28, 28)), ("cnn", (3, 32, 32)), ("lenet5", (1, 28, 28)), ("lenet5", (3, 32, 32)),
+         ("feddc-cnn", (3, 32, 32))]
+LAYOUTS = ("nchw", "channels_last", "after_conv1")
+
+
+def step_fn(name: str, shape: tuple[int, ...], batch: int, layout: str):  # noqa: ANN201
+    model = build_model(name, shape, 10, seed=0)
+    flat = FlatModel(model)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(batch, *shape, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+    def forward() -> torch.Tensor:
+        h = x if layout == "nchw" else x.contiguous(memory_format=torch.channels_last)
+        for k, layer in enumerate(model.features):
+            h = layer(h)
+            if k == 0 and layout == "after_conv1":
+                h = h.contiguous(memory_format=torch.channels_last)
+        return model.classifier(h)
+
+    def step() -> torch.Tensor:
+        return flat.gradient(model.loss(forward(), y))
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--after-conv1", action="store_true", help="also time channels-last from conv1's output on")
+    parser.add_argument("--smoke", action="store_true", help="one small case, 2 repeats (a test, not a measurement)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cases, block = CASES, 5
+    if args.smoke:
+        cases, args.repeats, args.batch, block = CASES[:1], 2, 4, 1
+    layouts = LAYOUTS if args.after_conv1 else LAYOUTS[:2]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch}, "
+          f"load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print("| model | input | NCHW ms/step | " + " | ".join(f"{k} / NCHW" for k in layouts[1:]) + " | gradient gap |")
+    print("|---|---|---:|" + "---:|" * len(layouts[1:]) + "---:|")
+    for name, shape in cases:
+        steps = {layout: step_fn(name, shape, args.batch, layout) for layout in layouts}
+        grads = {layout: step().clone() for layout, step in steps.items()}  # warm-up and the equality check
+        gap = max(float((grads[k] - grads["nchw"]).abs().max()) for k in layouts[1:])
+        times: dict[str, list[float]] = {k: [] for k in layouts}
+        for _ in range(args.repeats):
+            for layout, step in steps.items():
+                started = time.perf_counter()
+                for _ in range(block):
+                    step()
+                times[layout].append((time.perf_counter() - started) / block)
+        ratios = [statistics.median(a / b for a, b in zip(times[k], times["nchw"])) for k in layouts[1:]]
+        print(f"| {name} | {'x'.join(map(str, shape))} | {1e3 * statistics.median(times['nchw']):.1f} | "
+              + " | ".join(f"{r:.3f}" for r in ratios) + f" | {gap:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
