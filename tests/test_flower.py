@@ -47,7 +47,9 @@ CASES = {
     # FedUMF with FedDC's states, partial uploads, and the client-mean and all-client-mean models scored
     "fedumf-feddc": ["algorithm=fedumf-feddc", "train.client_fraction=0.5", "data.clients=4",
                      "eval.models=[broadcast, client_mean, all_mean]"],
-    "fedgsnr-scaffold": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4"],
+    # ... with a server optimiser on top (its moments stay on the server: Algorithm.client_view)
+    "fedgsnr-scaffold-adam": ["algorithm=fedgsnr-scaffold", "algorithm.samples=8", "algorithm.e_const=4",
+                              "algorithm.server_opt={name: adam, lr: 0.05}"],
     # GraB-reorder (its client state sets the order of the next round): tests/test_ray_grid.py's simulation
     # systems heterogeneity: drawn local epochs, Bernoulli participation, stragglers dropped
     "fednova-uniform-work": ["algorithm=fednova", "train.local_work={name: uniform, min_epochs: 1, max_epochs: 3}",
@@ -233,8 +235,8 @@ def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_p
 
 # SCAFFOLD deployed (its client controls on the nodes) gives the in-process numbers in the kill -9
 # and Ctrl-C test below, every round, through a --resume too; BHerd in the TLS test (a deployment less)
-DEPLOYED = {
-    "fedumf": ["algorithm=fedumf", "train.client_fraction=0.5"],
+DEPLOYED = {  # with a server optimiser: its state on the server, its numbers the in-process ones
+    "fedumf-yogi": ["algorithm=fedumf", "train.client_fraction=0.5", "algorithm.server_opt={name: yogi, lr: 0.05}"],
 }
 
 

@@ -378,3 +378,22 @@ def test_the_moments_travel_in_flowers_records_and_come_back_as_they_were() -> N
     back = unpack(shared_content(torch.ones(5), (None, state)), prefix=SHARED)["server"][1]
     assert isinstance(back, ServerMoments) and back.steps == 1
     assert torch.equal(back.m, state.m) and torch.equal(back.v, state.v)
+
+
+def test_the_server_optimiser_state_stays_on_the_server() -> None:
+    """On Flower the server states went down to every client each round, a server optimiser's two (d,)
+    moments included, though no client stage reads them: the clients' view leaves them out."""
+    from fedaccel.flower.client import shared_content
+
+    algorithm = build_algorithm("scaffold", server_opt={"name": "adam", "lr": 0.01})
+    w = torch.zeros(50)
+    server = algorithm.init_server(w)
+    names = [part.name for part in algorithm.parts]
+    view = algorithm.client_view(server)
+    assert view[names.index("server_opt")] is None and server[names.index("server_opt")] is not None
+    assert view[names.index("scaffold")] is server[names.index("scaffold")]  # its control c is read by clients
+    def tensor_bytes(records: Any) -> int:  # small tensors travel inline in a ConfigRecord, large ones as Arrays
+        inline = sum(len(v) for r in records.config_records.values() for v in r.values() if isinstance(v, bytes))
+        return inline + sum(a.numpy().nbytes for r in records.array_records.values() for a in r.values())
+
+    assert tensor_bytes(shared_content(w, server)) - tensor_bytes(shared_content(w, view)) == 2 * 50 * 4  # 2 moments

@@ -232,6 +232,10 @@ class Part:
     server_end_fold: Callable[[RoundInfo, State], ServerEndFold] | None = None
 
 
+# the stages that run on a client and are given the part's server state ``ss``
+CLIENT_STAGES = ("plan_client", "start", "local_term", "batched_local_term", "client_end")
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """A composed algorithm: its parts in order, plus the recipe name."""
@@ -244,6 +248,12 @@ class Algorithm:
 
     def init_client(self, w0: Tensor) -> tuple[State, ...]:
         return tuple(p.init_client(w0) if p.init_client else None for p in self.parts)
+
+    def client_view(self, server: tuple[State, ...]) -> tuple[State, ...]:
+        """The server states as clients need them: None for a part no client stage reads (a server
+        optimiser's moments, say), so a runtime that sends states down sends only what is read."""
+        return tuple(ss if any(getattr(p, stage) is not None for stage in CLIENT_STAGES) else None
+                     for p, ss in zip(self.parts, server, strict=True))
 
     def with_stage(self, stage: str) -> list[tuple[int, Part]]:
         """(index, part) for the parts that implement ``stage``, in composition order."""

@@ -70,7 +70,8 @@ class FlowerClients:
     ) -> tuple[dict[int, Message], dict[str, Any]]:
         """Send to every context's client, wait up to the timeout; (answers by client, diag)."""
         clients = {ctx.client for ctx in contexts}
-        shared = shared_content(w, server) if clients - self.plain else RecordDict()  # each built once
+        shared = (shared_content(w, self.setup.algorithm.client_view(server)) if clients - self.plain
+                  else RecordDict())  # each built once; server state no client stage reads stays here
         model = plain_content(w) if clients & self.plain else RecordDict()
         messages = [
             Message(train_content(model if ctx.client in self.plain else shared, ctx),
