@@ -100,10 +100,10 @@ class ChainGradient:
         flat and float64: a sample's weight gradient is the outer product delta_i a_i^T, so the sums are
         delta^T a and (delta^2)^T (a^2), its bias gradient delta_i (FedGSNR's planning statistics,
         :mod:`fedaccel.engine.linear_moments`)."""
-        views = self._layer_views(theta, theta)
+        views = self._layer_views(theta, theta)  # (no gradient is written: its slices go unused)
         sums, squares = theta.new_empty(self.size, dtype=torch.float64), theta.new_empty(self.size, dtype=torch.float64)
-        for L, a, delta in self._deltas(views, x.reshape(x.shape[0], -1), y.reshape(-1, 1).long(), 1.0):
-            a, delta = a.double(), delta.double()
+        for k, a, delta in self._deltas(views, x.reshape(x.shape[0], -1), y.reshape(-1, 1).long(), mean=False):
+            L, a, delta = self.layers[k], a.double(), delta.double()
             torch.mm(delta.t(), a, out=sums[L.at : L.bias_at].view(L.out, L.inp))
             torch.mm(delta.square().t(), a.square(), out=squares[L.at : L.bias_at].view(L.out, L.inp))
             torch.sum(delta, dim=0, out=sums[L.bias_at : L.end])
@@ -114,16 +114,17 @@ class ChainGradient:
         """Inputs (B, D) or (m, B, D), labels (B, 1) or (m, B, 1), :meth:`_layer_views` of one or m vectors:
         the gradients of the mean loss into their slices."""
         mm = torch.bmm if x.dim() == 3 else torch.mm
-        for k, (L, a_in, g) in enumerate(self._deltas(views, x, t, 1.0 / x.shape[-2])):
-            _, _, _, grad_w, grad_b = views[len(views) - 1 - k]
+        for k, a_in, g in self._deltas(views, x, t, mean=True):
+            _, _, _, grad_w, grad_b = views[k]
             mm(g.transpose(-1, -2), a_in, out=grad_w)
             torch.sum(g, dim=-2, out=grad_b)
 
-    def _deltas(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor, scale: float
-                ) -> Iterator[tuple[Layer, Tensor, Tensor]]:
-        """The forward, then per layer from the last: (layer, its input a, the loss's gradient at its output)
-        for the loss ``scale * sum_i CE_i``. One vector takes the 2-D products (``mm``: no batch dimension
-        to dispatch), m vectors the batched ones; the same arithmetic."""
+    def _deltas(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor, *, mean: bool
+                ) -> Iterator[tuple[int, Tensor, Tensor]]:
+        """The forward, then per layer from the last: (its index, its input a, the loss's gradient at its
+        output), for the mean of the per-sample cross-entropies over the batch (``mean``) or their sum. One
+        vector takes the 2-D products (``mm``: no batch dimension to dispatch), m vectors the batched ones;
+        the same arithmetic."""
         mm, addmm = (torch.bmm, torch.baddbmm) if x.dim() == 3 else (torch.mm, torch.addmm)
         inputs, a = [], x
         for k, (_, w_t, bias, _, _) in enumerate(views):
@@ -133,9 +134,9 @@ class ChainGradient:
                 a.clamp_(min=0)
         g = a.softmax(dim=-1)
         g.scatter_add_(-1, t, g.new_full(t.shape, -1.0))
-        if scale != 1.0:
-            g.div_(1.0 / scale)
+        if mean:
+            g.div_(x.shape[-2])
         for k in range(len(views) - 1, -1, -1):
-            yield self.layers[k], inputs[k], g
+            yield k, inputs[k], g
             if k:  # relu's backward, as autograd takes it: g where the layer's output was > 0, else 0
                 g = torch.ops.aten.threshold_backward(mm(g, views[k][0]), inputs[k], 0.0)
