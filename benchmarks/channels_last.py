@@ -3,7 +3,7 @@ image batch as PyTorch lays it out (NCHW) against channels-last (NHWC) input, in
 
 For each built-in CNN and input shape it prints the median ratio channels-last / NCHW of the step time over
 ``--repeats`` alternated blocks, and the largest gap between the two gradients (the same numbers to float
-rounding). A ratio below 1 means channels-last is faster; fedaccel's models use the layout where it is
+rounding: the largest gap over the largest gradient entry). A ratio below 1 means channels-last is faster; fedaccel's models use the layout where it is
 (a model class's ``CHANNELS_LAST``, read by the per-client engine). One input channel (Fashion-MNIST) is the same memory in both
 layouts, so only the first convolution's output could change layout there; ``--after-conv1`` times that too.
 
@@ -62,12 +62,13 @@ def main() -> None:
     layouts = LAYOUTS if args.after_conv1 else LAYOUTS[:2]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch}, "
           f"load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print("| model | input | NCHW ms/step | " + " | ".join(f"{k} / NCHW" for k in layouts[1:]) + " | gradient gap |")
+    print("| model | input | NCHW ms/step | " + " | ".join(f"{k} / NCHW" for k in layouts[1:]) + " | gradient gap / max gradient |")
     print("|---|---|---:|" + "---:|" * len(layouts[1:]) + "---:|")
     for name, shape in cases:
         steps = {layout: step_fn(name, shape, args.batch, layout) for layout in layouts}
         grads = {layout: step().clone() for layout, step in steps.items()}  # warm-up and the equality check
-        gap = max(float((grads[k] - grads["nchw"]).abs().max()) for k in layouts[1:])
+        scale = float(grads["nchw"].abs().max())
+        gap = max(float((grads[k] - grads["nchw"]).abs().max()) for k in layouts[1:]) / scale
         times: dict[str, list[float]] = {k: [] for k in layouts}
         for _ in range(args.repeats):
             for layout, step in steps.items():

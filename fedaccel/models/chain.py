@@ -135,7 +135,7 @@ class ChainGradient:
         g = a.softmax(dim=-1)
         g.scatter_add_(-1, t, g.new_full(t.shape, -1.0))
         if mean:
-            g.div_(x.shape[-2])
+            g.div_(float(x.shape[-2]))  # a Python float: no integer scalar converted every step
         for k in range(len(views) - 1, -1, -1):
             yield k, inputs[k], g
             if k:  # relu's backward, as autograd takes it: g where the layer's output was > 0, else 0

@@ -21,6 +21,7 @@ class BHerdCNN(Classifier):
     """
 
     NAME = "cnn"
+    CHANNELS_LAST_FROM = 3  # colour images: 0.93-0.97 of NCHW's step time (benchmarks/channels_last.py, docs/benchmarks.md)
 
     def __init__(self, input_shape: Shape, num_classes: int, *, lrn: bool = False) -> None:
         super().__init__()
@@ -63,7 +64,7 @@ class LeNet5(Classifier):
     becomes LeNet's original 32×32 field; both 1×28×28 and 3×32×32 end in a 16×5×5 map.
     """
 
-    NAME = "lenet5"
+    NAME = "lenet5"  # channels-last measured no faster (0.99-1.06): PyTorch's layout
 
     def __init__(self, input_shape: Shape, num_classes: int) -> None:
         super().__init__()
@@ -103,6 +104,7 @@ class FedDCCNN(Classifier):
     """
 
     NAME = "feddc-cnn"
+    CHANNELS_LAST_FROM = 3  # 0.78-0.89 of NCHW's step time (benchmarks/channels_last.py, docs/benchmarks.md)
 
     def __init__(self, input_shape: Shape, num_classes: int) -> None:
         super().__init__()
