@@ -189,8 +189,8 @@ def test_a_run_on_the_stacked_runtime_says_so_and_matches_in_process(
     ("svm", 9, 10, "in-process"), ("svm", 10, 10, "stacked"),  # the SVM: from 10 clients a round ...
     ("svm", 10, 50, "stacked"), ("svm", 10, 51, "in-process"),  # ... at batches up to 50
     ("svm", 10_000, 100, "in-process"), ("svm", 10, 1, "stacked"),
-    ("2nn", 99, 50, "in-process"), ("2nn", 100, 50, "stacked"),  # Linear/ReLU chains: from 100 clients ...
-    ("2nn", 100, 49, "in-process"), ("2nn", 10_000, 10_000, "stacked"),  # ... at batches of 50 and more
+    ("2nn", 100, 50, "in-process"), ("2nn", 10_000, 10, "in-process"),  # Linear/ReLU chains: their fused
+    ("2nn", 10_000, 10_000, "in-process"),  # per-client step beat the batched one everywhere measured
     ("cnn", 10_000, 50, "in-process"), ("cnn", 10_000, 1, "in-process"),  # torch.func models: never on a CPU
 ])
 def test_auto_runtime_on_a_cpu_at_the_rules_boundaries(model: str, clients: int, batch: int, want: str) -> None:
