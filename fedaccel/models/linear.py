@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from fedaccel.errors import ConfigError, shown
 from fedaccel.models.base import Classifier, Shape, check_choice, flatten_batch
 from fedaccel.models.chain import ChainGradient, chain_layers
+from fedaccel.models.mlp import mlp_chain_gradient
 
 
 class SquaredSVM(Classifier):
@@ -139,16 +140,12 @@ def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGra
         if (same and type(fc) is nn.Linear and fc.bias is not None
                 and trainable == [id(fc.weight), id(fc.bias)] and len(list(module.parameters())) == 2):
             return _SoftmaxGradient(module)
-    from fedaccel.models.mlp import mlp_chain_gradient  # mlp imports nothing of this module; lazily all the same
-
     return mlp_chain_gradient(module)
 
 
 def chain_gradient(module: nn.Module) -> ChainGradient | None:
     """The fused Linear/ReLU-chain gradient (:mod:`fedaccel.models.chain`) of the built-in ``softmax`` or
     ``2nn`` as built (every parameter trainable), for m parameter vectors at once (``.stacked``); else None."""
-    from fedaccel.models.mlp import mlp_chain_gradient
-
     if isinstance(module, SoftmaxRegression):
         cls = type(module)
         if cls.forward is SoftmaxRegression.forward and cls.loss is Classifier.loss:

@@ -67,7 +67,7 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
 #: 2-core CPU (docs/architecture.md "Choosing the runtime"): the closed-form SVM step is dominated by per-client
 #: overhead until its batch grows; since the 2NN and softmax step through the fused chain in process too
 #: (fedaccel.models.chain), their per-client matmuls beat the batched ones at every K and batch measured
-#: (10 and 100 clients, batch 10 and 50: in process 0.57-0.86 of stacked); torch.func models (the CNN) never gained.
+#: (5 to 100 clients, batch 10 to 100: in process 0.74-0.91 of stacked's time); torch.func models (the CNN) never gained.
 CPU_STACKED: dict[str, tuple[int, range]] = {"svm": (10, range(1, 51))}
 
 
