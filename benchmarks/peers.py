@@ -1,6 +1,6 @@
 """Measured against the peers: the same FedAvg work done six ways, interleaved, with their accuracies.
 
-The ways (``--ways``, default all):
+The ways (``--ways``, default all but the last):
 
 - ``plain``: a plain PyTorch loop, the floor (copy the global model into each client's model,
   train it with ``torch.optim.SGD`` on shuffled batches, average the state dicts by data size);
@@ -30,8 +30,10 @@ steps against one: not the same work).
 
 Each way runs once untimed first (one round: imports, caches), then ``--repeats`` times,
 interleaved (A B C ... A B C ...) so that the machine's load falls on all alike; the table gives
-each way's median seconds (start-up included), its fastest, and the median of its per-repeat
-ratios to the plain loop. Every way's accuracy (the mean test accuracy of the last 5 rounds, the
+each way's median seconds (start-up included), its fastest, the median of its per-repeat
+ratios to the plain loop, and its median seconds through the rounds (from the first round's
+start to the last round's evaluation: the run's ``wall_s``; for the bare app, between its
+round-0 and last evaluations) with the ratio to fedaccel in process. Every way's accuracy (the mean test accuracy of the last 5 rounds, the
 median of the repeats) must be within ``--tolerance`` (0.02; 0.05 for ``cnn``, whose 5 rounds
 are still climbing fast) of the plain loop's (the ways draw
 batches differently, the bare Flower app's shuffles unseeded; the fedaccel ways agree with each
@@ -73,12 +75,13 @@ from fedaccel.models import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "benchmarks" / "peers_flower_app"
-WAYS = ["plain", "in-process", "stacked", "simulation", "deployment", "flower-app"]
+WAYS = ["plain", "in-process", "stacked", "simulation", "deployment", "flower-app", "flower-app-deployed"]
+DEFAULT_WAYS = WAYS[:-1]  # the deployed bare app: a fresh ClientApp process per message, ~5 s a round
 LAST = 5  # rounds averaged into the final accuracy
-FLOWER_WAYS = {"simulation", "deployment", "flower-app"}
+FLOWER_WAYS = {"simulation", "deployment", "flower-app", "flower-app-deployed"}
 LABEL = {"plain": "plain PyTorch loop", "in-process": "fedaccel run, in process", "stacked": "fedaccel run, stacked",
          "simulation": "fedaccel run, flower-simulation", "deployment": "fedaccel deploy",
-         "flower-app": "bare Flower app (flwr run)"}
+         "flower-app": "bare Flower app (flwr run)", "flower-app-deployed": "bare Flower app, deployed"}
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,11 @@ def final_accuracy(per_round: list[float]) -> float:
     return float(sum(last) / len(last))
 
 
-def run_plain(w: Workload, out: Path) -> float:  # noqa: ARG001  (writes nothing)
-    """FedAvg written without a framework; returns the test accuracy of each round."""
+Outcome = tuple[float, float]  # (final accuracy, seconds through the rounds)
+
+
+def run_plain(w: Workload, out: Path) -> Outcome:  # noqa: ARG001  (writes nothing)
+    """FedAvg written without a framework."""
     data = load_dataset("fashion-mnist", seed=w.seed, subset=w.clients * w.per_client, test_subset=w.test_samples)
     parts = split("iid", data.y_train.numpy(), w.clients, make_rng(w.seed, "split"))
     x, y = data.x_train, data.y_train
@@ -130,6 +136,7 @@ def run_plain(w: Workload, out: Path) -> float:  # noqa: ARG001  (writes nothing
     global_state = {k: v.clone() for k, v in net.state_dict().items()}
     generator = torch.Generator().manual_seed(w.seed)
     accuracy = []
+    started = time.perf_counter()
     for _ in range(w.rounds):
         average = {k: torch.zeros_like(v) for k, v in global_state.items()}
         for i, part in enumerate(parts):
@@ -148,7 +155,7 @@ def run_plain(w: Workload, out: Path) -> float:  # noqa: ARG001  (writes nothing
         with torch.no_grad():
             accuracy.append(float((net(data.x_test).argmax(1) == data.y_test).float().mean()))
             F.cross_entropy(net(x[:w.loss_samples]), y[:w.loss_samples])
-    return final_accuracy(accuracy)
+    return final_accuracy(accuracy), time.perf_counter() - started
 
 
 # ---- fedaccel ----------------------------------------------------------------------------------
@@ -165,21 +172,33 @@ def fedaccel_config(w: Workload, runtime: str):  # noqa: ANN201
     return load_config(None, overrides)
 
 
-def run_fedaccel(w: Workload, out: Path, runtime: str) -> float:
+def outcome(run_dir: Path) -> Outcome:
+    """A fedaccel run folder's final accuracy and its seconds through the rounds (``wall_s``)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return final_accuracy([row["test_acc"] for row in rows]), float(rows[-1]["wall_s"])
+
+
+def run_fedaccel(w: Workload, out: Path, runtime: str) -> Outcome:
     from fedaccel.launch import run
 
-    path = run(fedaccel_config(w, runtime), out)
-    return final_accuracy([json.loads(line)["test_acc"] for line in (path / "metrics.jsonl").read_text().splitlines()])
+    return outcome(run(fedaccel_config(w, runtime), out))
 
 
-def run_deployed(w: Workload, out: Path) -> float:
+def run_deployed(w: Workload, out: Path) -> Outcome:
     from fedaccel.flower.deploy import deploy
 
-    path = deploy(fedaccel_config(w, "flower-deployment"), out)
-    return final_accuracy([json.loads(line)["test_acc"] for line in (path / "metrics.jsonl").read_text().splitlines()])
+    return outcome(deploy(fedaccel_config(w, "flower-deployment"), out))
 
 
 # ---- the bare Flower app -------------------------------------------------------------------------
+
+def app_env(home: Path) -> dict[str, str]:
+    """The environment of a bare-app process: FLWR_HOME ``home``, this repository importable, this
+    Python's commands first, no Ray cluster."""
+    return {**os.environ, "FLWR_HOME": str(home), "RAY_ADDRESS": "",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+
 
 class LocalSuperLink:
     """The simulation SuperLink ``flwr run APP local`` starts for a ``:local:`` connection (same
@@ -191,10 +210,7 @@ class LocalSuperLink:
         self.home, self.cpus = home, cpus_per_client
         taken: set[int] = set()
         ports = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": free_port(taken), "FLWR_LOCAL_CONTROL_API_PORT": free_port(taken)}
-        self.env = {**os.environ, "FLWR_HOME": str(home), **{k: str(v) for k, v in ports.items()},
-                    "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-                    "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
-                    "RAY_ADDRESS": ""}
+        self.env = {**app_env(home), **{k: str(v) for k, v in ports.items()}}
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
         log = home / "superlink.log"
@@ -221,79 +237,161 @@ class LocalSuperLink:
                 time.sleep(0.2)
         raise SystemExit(f"flower-superlink not ready after 60 s:\n{log.read_text()[-2000:]}")
 
-    def run(self, w: Workload, out: Path) -> float:
-        result = out / "rounds.json"
-        out.mkdir(parents=True, exist_ok=True)
-        settings = {"model": w.model, "hidden": w.options.get("hidden", 0), "num-server-rounds": w.rounds,
-                    "clients": w.clients, "samples": w.clients * w.per_client, "test-samples": w.test_samples,
-                    "loss-samples": w.loss_samples, "batch-size": w.batch, "lr": w.lr, "seed": w.seed}
-        run_config = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items()) + f" out='{result}'"
-        federation = f"num-supernodes={w.clients} client-resources-num-cpus={self.cpus:g}"
-        command = ["flwr", "run", str(APP), "local", "--stream", "--run-config", run_config,
-                   "--federation-config", federation]
-        done = subprocess.run(command, env=self.env, cwd=out, capture_output=True, text=True, timeout=3600, check=False)
-        (out / "flwr-run.log").write_text(done.stdout + done.stderr)
-        if done.returncode != 0 or not result.exists():
-            raise SystemExit(f"the bare Flower app failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
-        rows = json.loads(result.read_text())
-        return final_accuracy([rows[str(r)]["test_acc"] for r in range(1, w.rounds + 1)])
+    def run(self, w: Workload, out: Path) -> Outcome:
+        federation = ["--federation-config", f"num-supernodes={w.clients} client-resources-num-cpus={self.cpus:g}"]
+        return run_bare_app(w, out, self.env, "local", federation)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)  # the SuperLink and the simulation processes it started
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to ``process``'s group (it and what it started), SIGKILL after 20 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def run_bare_app(w: Workload, out: Path, env: dict[str, str], connection: str, extra: list[str]) -> Outcome:
+    """``flwr run APP CONNECTION --stream`` of the bare app on workload ``w``; its final accuracy and
+    seconds from its round-0 evaluation to its last."""
+    result = out / "rounds.json"
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"model": w.model, "hidden": w.options.get("hidden", 0), "num-server-rounds": w.rounds,
+                "clients": w.clients, "samples": w.clients * w.per_client, "test-samples": w.test_samples,
+                "loss-samples": w.loss_samples, "batch-size": w.batch, "lr": w.lr, "seed": w.seed}
+    run_config = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items()) + f" out='{result}'"
+    command = ["flwr", "run", str(APP), connection, "--stream", "--run-config", run_config, *extra]
+    done = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=3600, check=False)
+    (out / "flwr-run.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0 or not result.exists():
+        raise SystemExit(f"the bare Flower app failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    rows = json.loads(result.read_text())
+    accuracy = final_accuracy([rows[str(r)]["test_acc"] for r in range(1, w.rounds + 1)])
+    return accuracy, rows[str(w.rounds)]["time"] - rows["0"]["time"]
+
+
+#: ``python -c STOCK_SUPERLINK ARGS``: Flower's ``flower-superlink``, unchanged, with fedaccel's
+#: request log in front when FEDACCEL_REQUEST_LOG is set (fedaccel.flower.link.RequestLog).
+STOCK_SUPERLINK = ("import sys; from fedaccel.flower.link import with_outer_middleware; with_outer_middleware(); "
+                   "from flwr.superlink.cli.flower_superlink import flower_superlink; "
+                   "sys.argv[0] = 'flower-superlink'; sys.exit(flower_superlink() or 0)")
+
+
+class BareDeployment:
+    """The bare app deployed as ``fedaccel deploy`` deploys: Flower's own SuperLink and one Flower
+    SuperNode process per client on loopback, both with Flower's default ``--isolation subprocess``
+    (the SuperLink starts the ServerApp's process, each SuperNode a fresh ClientApp process per
+    message), and ``flwr run APP deployed`` against it. Started for each run, stopped after it."""
+
+    def __init__(self, request_log: Path | None = None) -> None:
+        self.request_log = request_log  # the SuperLink's requests, one line each (fedaccel.flower.link.RequestLog)
+
+    def run(self, w: Workload, out: Path) -> Outcome:
+        from fedaccel.flower.deploy import free_port, wait_for_port
+
+        home = out / "flwr-home"
+        home.mkdir(parents=True, exist_ok=True)
+        taken: set[int] = set()
+        link_port = free_port(taken)
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "deployed"\n\n[superlink.deployed]\n'
+                                          f'address = "127.0.0.1:{link_port}"\ninsecure = true\n')
+        env = app_env(home)
+        if self.request_log is not None:
+            env["FEDACCEL_REQUEST_LOG"] = str(self.request_log)
+        started: list[subprocess.Popen] = []
+
+        def start(name: str, command: list[str], environment: dict[str, str]) -> subprocess.Popen:
+            log = (out / f"{name}.log").open("w")
+            started.append(subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True))
+            return started[-1]
+
+        try:
+            link = start("superlink", [sys.executable, "-c", STOCK_SUPERLINK, "--insecure", "--isolation", "subprocess",
+                                       "--host", "127.0.0.1", "--port", str(link_port),
+                                       "--database", str(out / "state.db")], env)
+            wait_for_port(link_port, link, "flower-superlink")
+            node_env = {key: value for key, value in env.items() if key != "FEDACCEL_REQUEST_LOG"}
+            for i in range(w.clients):
+                start(f"supernode{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link_port}",
+                                        "--host", "127.0.0.1", "--port", str(free_port(taken)), "--isolation",
+                                        "subprocess", "--node-config", f"partition-id={i} num-partitions={w.clients}"],
+                      {**node_env, "FLWR_HOME": str(home / f"node{i}")})
+            return run_bare_app(w, out, env, "deployed", [])
+        finally:
+            for process in reversed(started):
+                stop_group(process)
 
 
 # ---- the comparison ------------------------------------------------------------------------------
 
+@dataclass
+class Result:
+    seconds: list[float]  # each repeat's, start-up included
+    in_rounds: list[float]  # each repeat's seconds through the rounds
+    accuracy: float  # median of the repeats' final accuracies
+
+
 def measure(ways: list[str], w: Workload, repeats: int, tmp: Path,
-            superlink: LocalSuperLink | None) -> dict[str, tuple[list[float], float]]:
+            superlink: LocalSuperLink | None) -> dict[str, Result]:
     runners = {"plain": run_plain, "in-process": lambda w, o: run_fedaccel(w, o, "in-process"),
                "stacked": lambda w, o: run_fedaccel(w, o, "stacked"),
                "simulation": lambda w, o: run_fedaccel(w, o, "flower-simulation"),
-               "deployment": run_deployed, "flower-app": lambda w, o: superlink.run(w, o)}  # type: ignore[union-attr]
+               "deployment": run_deployed, "flower-app": lambda w, o: superlink.run(w, o),  # type: ignore[union-attr]
+               "flower-app-deployed": BareDeployment().run}
     counter = iter(range(10**6))
 
-    def once(way: str, workload: Workload) -> tuple[float, float]:
+    def once(way: str, workload: Workload) -> tuple[float, Outcome]:
         out = tmp / f"{workload.name}-{way}-{next(counter)}"
         started = time.perf_counter()
-        accuracy = runners[way](workload, out)
+        result = runners[way](workload, out)
         elapsed = time.perf_counter() - started
         shutil.rmtree(out, ignore_errors=True)
-        return elapsed, accuracy
+        return elapsed, result
 
     for way in ways:  # warm-up, untimed: one round
         once(way, replace(w, rounds=1))
-    times: dict[str, list[float]] = {way: [] for way in ways}
-    accuracy: dict[str, list[float]] = {way: [] for way in ways}
+    runs: dict[str, list[tuple[float, Outcome]]] = {way: [] for way in ways}
     for r in range(repeats):
         for way in ways:
-            elapsed, acc = once(way, w)
-            times[way].append(elapsed)
-            accuracy[way].append(acc)
-            print(f"  repeat {r + 1}/{repeats} {way:10s} {elapsed:8.2f} s  test accuracy {acc:.4f}", flush=True)
-    return {way: (times[way], statistics.median(accuracy[way])) for way in ways}
+            elapsed, (acc, in_rounds) = once(way, w)
+            runs[way].append((elapsed, (acc, in_rounds)))
+            print(f"  repeat {r + 1}/{repeats} {way:10s} {elapsed:8.2f} s  ({in_rounds:.2f} s through the rounds)  "
+                  f"test accuracy {acc:.4f}", flush=True)
+    return {way: Result([e for e, _ in done], [o[1] for _, o in done], statistics.median(o[0] for _, o in done))
+            for way, done in runs.items()}
 
 
-def report(w: Workload, results: dict[str, tuple[list[float], float]], tolerance: float) -> list[str]:
+def paired_ratio(a: list[float], b: list[float] | None) -> float:
+    """The median of the per-repeat ratios a/b (NaN without b)."""
+    return statistics.median(x / y for x, y in zip(a, b)) if b else float("nan")
+
+
+def report(w: Workload, results: dict[str, Result], tolerance: float) -> list[str]:
     """Print the workload's table; return the ways whose accuracy is off."""
-    base_times, base_acc = results.get("plain", (None, None))
-    print(f"\n{w.name}: the table ({len(next(iter(results.values()))[0])} repeats)\n")
-    print(f"| how | median s | fastest s | / plain | test accuracy (last {LAST} rounds, median of repeats) |")
-    print("|---|---|---|---|---|")
-    for way, (times, acc) in results.items():
-        ratio = statistics.median(t / b for t, b in zip(times, base_times)) if base_times else float("nan")
-        print(f"| {LABEL[way]} | {statistics.median(times):.2f} | {min(times):.2f} | {ratio:.2f} | {acc:.4f} |")
-    for way, (times, _) in results.items():
-        if base_times and way != "plain":
-            ratio = statistics.median(t / b for t, b in zip(times, base_times))
-            print(f"ratio {way}/plain ({w.name}): {ratio:.2f}")
-    reference = base_acc if base_acc is not None else next(iter(results.values()))[1]
-    off = [f"{way} ({acc:.4f})" for way, (_, acc) in results.items() if abs(acc - reference) > tolerance]
+    plain, in_process = results.get("plain"), results.get("in-process")
+    print(f"\n{w.name}: the table ({len(next(iter(results.values())).seconds)} repeats)\n")
+    print(f"| how | median s | fastest s | / plain | through the rounds s | / in process | "
+          f"test accuracy (last {LAST} rounds, median of repeats) |")
+    print("|---|---|---|---|---|---|---|")
+    for way, r in results.items():
+        print(f"| {LABEL[way]} | {statistics.median(r.seconds):.2f} | {min(r.seconds):.2f} | "
+              f"{paired_ratio(r.seconds, plain and plain.seconds):.2f} | {statistics.median(r.in_rounds):.2f} | "
+              f"{paired_ratio(r.in_rounds, in_process and in_process.in_rounds):.2f} | {r.accuracy:.4f} |")
+    for way, r in results.items():
+        if plain and way != "plain":
+            print(f"ratio {way}/plain ({w.name}): {paired_ratio(r.seconds, plain.seconds):.2f}")
+    if in_process and "simulation" in results:
+        ratio = paired_ratio(results["simulation"].in_rounds, in_process.in_rounds)
+        print(f"simulation/in-process through the rounds ({w.name}): {ratio:.2f} (goal <= 1.5: "
+              f"{'met' if ratio <= 1.5 else 'not met'})")
+    reference = plain.accuracy if plain else next(iter(results.values())).accuracy
+    off = [f"{way} ({r.accuracy:.4f})" for way, r in results.items() if abs(r.accuracy - reference) > tolerance]
     print(f"accuracies within {tolerance:g} of the plain loop's {reference:.4f}: {'no: ' + ', '.join(off) if off else 'yes'}")
     return off
 
@@ -301,7 +399,8 @@ def report(w: Workload, results: dict[str, tuple[list[float], float]], tolerance
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="2nn,cnn,2nn-100", help=f"comma-separated, of {', '.join(WORKLOADS)}")
-    parser.add_argument("--ways", default=",".join(WAYS), help=f"comma-separated, of {', '.join(WAYS)}")
+    parser.add_argument("--ways", default=",".join(DEFAULT_WAYS), help=f"comma-separated, of {', '.join(WAYS)} "
+                        "(default: all but flower-app-deployed)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cnn-rounds", type=int, default=5)
     parser.add_argument("--flower-cpus", type=float, default=1.0, help="CPUs per client of the bare Flower app")

@@ -18,13 +18,22 @@ launcher runs the unchanged ``flower-superlink`` command with:
 
 The secrets are :func:`fedaccel.flower.security.write_secrets`'s; docs/threat-model.md says what
 this covers and what it does not.
+
+With ``FEDACCEL_REQUEST_LOG=FILE`` in its environment the SuperLink also appends one line per
+request to FILE (:class:`RequestLog`: time, path, response bytes), for counting what a round costs
+it (``benchmarks/runtime_overhead.py``).
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import ipaddress
+import json
+import os
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +41,7 @@ from typing import Any
 from fedaccel.flower.security import same_secret
 
 FLEET, HEALTH, RUNTIME = "/v1/fleet/", "/health", "/v1/runtime/"
+REQUEST_LOG = "FEDACCEL_REQUEST_LOG"  # environment: a file to append every request's line to
 Scope = MutableMapping[str, Any]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -85,6 +95,58 @@ class Guard:
         await send({"type": "http.response.body", "body": body})
 
 
+class RequestLog:
+    """ASGI middleware: every HTTP request as a JSON line ``[unix time, path, response body bytes]``
+    appended to ``file`` (buffered; written every 0.1 s and when the process exits). A diagnostic:
+    it costs a list append a request."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], file: str) -> None:
+        self.app, self.lines, self.lock = app, [], threading.Lock()
+        self.out = open(file, "a", encoding="utf-8")  # noqa: SIM115  (open for the process's life)
+        threading.Thread(target=self._flush_every, args=(0.1,), daemon=True, name="request-log").start()
+        atexit.register(self.flush)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        sent = 0
+
+        async def counting(event: MutableMapping[str, Any]) -> None:
+            nonlocal sent
+            if event["type"] == "http.response.body":
+                sent += len(event.get("body", b""))
+            await send(event)
+
+        try:
+            await self.app(scope, receive, counting)
+        finally:
+            with self.lock:
+                self.lines.append(json.dumps([round(time.time(), 4), scope.get("path", ""), sent]))
+
+    def flush(self) -> None:
+        with self.lock:
+            lines, self.lines = self.lines, []
+        if lines:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+
+    def _flush_every(self, seconds: float) -> None:
+        while True:
+            time.sleep(seconds)
+            self.flush()
+
+
+def with_outer_middleware(*first: Any) -> None:
+    """Put ``first`` (Starlette ``Middleware``) in front of every middleware of the SuperLink's app,
+    and :class:`RequestLog` first of all where ``FEDACCEL_REQUEST_LOG`` names a file."""
+    from starlette.middleware import Middleware
+
+    app = importlib.import_module("flwr.superlink.main")
+    middleware = app._get_middleware
+    log = [Middleware(RequestLog, file=os.environ[REQUEST_LOG])] if os.environ.get(REQUEST_LOG) else []
+    app._get_middleware = lambda: [*log, *first, *middleware()]  # outermost: first to see a request
+
+
 def take_option(argv: list[str], name: str) -> str | None:
     """Remove ``name VALUE`` (or ``name=VALUE``) from ``argv``; its value, None if absent."""
     for i, arg in enumerate(argv):
@@ -116,9 +178,7 @@ def main() -> int:
     from starlette.middleware import Middleware
 
     cli = importlib.import_module("flwr.superlink.cli.flower_superlink")
-    app = importlib.import_module("flwr.superlink.main")
-    middleware = app._get_middleware
-    app._get_middleware = lambda: [Middleware(Guard, token=token), *middleware()]  # outermost: first to see a request
+    with_outer_middleware(Middleware(Guard, token=token))
     superexec_command = cli._get_superexec_command
     cli._get_superexec_command = lambda *args, **kwargs: [
         *superexec_command(*args, **kwargs), "--superexec-auth-secret-file", str(secret_file)]

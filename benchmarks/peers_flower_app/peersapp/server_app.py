@@ -1,11 +1,13 @@
 """The ServerApp: Flower's FedAvg strategy, every node every round, a server-side evaluate_fn.
 
-The rounds' metrics go to the run config's ``out`` (JSON), for benchmarks/peers.py to compare.
+The rounds' metrics go to the run config's ``out`` (JSON), for benchmarks/peers.py to compare, with
+the time each round's evaluation ended (round 0: the initial model's, before any training).
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
@@ -25,7 +27,7 @@ def main(grid: Grid, context: Context) -> None:
     def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         net.load_state_dict(arrays.to_torch_state_dict())
         accuracy, loss = evaluate(net, cfg)
-        return MetricRecord({"test_acc": accuracy, "train_loss": loss})
+        return MetricRecord({"test_acc": accuracy, "train_loss": loss, "time": time.time()})
 
     strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(net.state_dict()),
