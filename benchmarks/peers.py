@@ -286,7 +286,9 @@ class BareDeployment:
     """The bare app deployed as ``fedaccel deploy`` deploys: Flower's own SuperLink and one Flower
     SuperNode process per client on loopback, both with Flower's default ``--isolation subprocess``
     (the SuperLink starts the ServerApp's process, each SuperNode a fresh ClientApp process per
-    message), and ``flwr run APP deployed`` against it. Started for each run, stopped after it."""
+    message), and ``flwr run APP deployed`` against it; the SuperLink's state in memory, as
+    ``fedaccel deploy``'s (a state file was locked by concurrent requests under load and lost
+    replies). Started for each run, stopped after it."""
 
     def __init__(self, request_log: Path | None = None) -> None:
         self.request_log = request_log  # the SuperLink's requests, one line each (fedaccel.flower.link.RequestLog)
@@ -313,8 +315,7 @@ class BareDeployment:
 
         try:
             link = start("superlink", [sys.executable, "-c", STOCK_SUPERLINK, "--insecure", "--isolation", "subprocess",
-                                       "--host", "127.0.0.1", "--port", str(link_port),
-                                       "--database", str(out / "state.db")], env)
+                                       "--host", "127.0.0.1", "--port", str(link_port)], env)
             wait_for_port(link_port, link, "flower-superlink")
             node_env = {key: value for key, value in env.items() if key != "FEDACCEL_REQUEST_LOG"}
             for i in range(w.clients):

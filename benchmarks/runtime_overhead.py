@@ -5,7 +5,7 @@ The workloads (``--workload``):
 
 - ``2nn`` (default): the 2NN peer workload of ``benchmarks/peers.py`` (FedAvg, 2NN 784-100-100-10,
   Fashion-MNIST, 10 IID clients x 600 samples, B = 50, eta = 0.05, evaluated every round), 10
-  rounds (``--rounds``);
+  rounds (``--rounds``); the bare app deployed runs ``--bare-rounds`` (3: ~1 min a round here);
 - ``demo``: ``configs/demo.yaml`` (FedAvg, squared-SVM, Case 2, 5 clients), its 60 rounds.
 
 The ways: fedaccel ``in-process``, ``stacked``, ``simulation`` (``run.runtime: flower-simulation``)
@@ -30,7 +30,7 @@ two rounds' messages, counted from its second push to its last, in three kinds:
   Flower's defaults;
 - *other*: heartbeats, logs, the run's set-up.
 
-    python benchmarks/runtime_overhead.py [--workload 2nn|demo] [--rounds N] [--repeats 3] [--smoke]
+    python benchmarks/runtime_overhead.py [--workload 2nn|demo] [--rounds N] [--bare-rounds 3] [--repeats 3] [--smoke]
 
 ``--smoke``: 2 clients, 2 rounds, 1,000 samples, one repetition, without the bare app, to check
 that the script runs (its figures then mean nothing).
@@ -109,6 +109,9 @@ class Ways:
     def names(self) -> list[str]:
         return [*RUNTIMES, *(["flower-app"] if self.bare is not None else [])]
 
+    def rounds(self, name: str) -> int:
+        return self.bare.rounds if name == "flower-app" else self.configure("in-process").train.rounds  # type: ignore[union-attr]
+
     def __call__(self, name: str, folder: Path) -> Outcome:
         if name == "flower-app":
             return BareDeployment(folder / "requests.jsonl").run(self.bare, folder)  # type: ignore[arg-type]
@@ -135,13 +138,14 @@ def workload(args: argparse.Namespace) -> Ways:
     peer = replace(WORKLOADS["2nn"], rounds=args.rounds or 10)
     if args.smoke:
         peer = replace(peer, clients=2, per_client=500, test_samples=200, loss_samples=200)
-    return Ways(lambda runtime: fedaccel_config(peer, runtime), None if args.smoke else peer)
+    return Ways(lambda runtime: fedaccel_config(peer, runtime), None if args.smoke else replace(peer, rounds=args.bare_rounds))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=("2nn", "demo"), default="2nn")
     parser.add_argument("--rounds", type=int, help="default: 10 for 2nn, the demo's 60")
+    parser.add_argument("--bare-rounds", type=int, default=3, help="rounds of the bare Flower app deployed (>= 3)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (median reported)")
     parser.add_argument("--smoke", action="store_true", help="smallest size: 2 clients, 2 rounds, 1 repetition, "
                         "no bare app (a test, not a measurement)")
@@ -151,10 +155,11 @@ def main() -> None:
         args.rounds, args.repeats = 2, 1
     ways = workload(args)
     config = ways.configure("in-process")
-    rounds, names = config.train.rounds, ways.names()
+    names = ways.names()
     print(f"load average (1, 5, 15 min) before: {load()}; {os.cpu_count()} cores; torch threads 1; "
           f"workload {args.workload}: {config.label}, {config.model['name']}, {config.data.clients} clients, "
-          f"{rounds} rounds; {args.repeats} interleaved repetition(s)", flush=True)
+          f"{config.train.rounds} rounds (the bare app {args.bare_rounds}); {args.repeats} interleaved repetition(s)",
+          flush=True)
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     requests: dict[str, list[dict[str, float]]] = {name: [] for name in DEPLOYED}
     with tempfile.TemporaryDirectory() as tmp:
@@ -165,7 +170,8 @@ def main() -> None:
                 started = time.perf_counter()
                 acc, in_rounds = ways(name, folder)
                 total = time.perf_counter() - started
-                results[name].append((total, in_rounds, acc))
+                rounds = ways.rounds(name)
+                results[name].append((total / rounds, in_rounds / rounds, acc))
                 if name in DEPLOYED:
                     counted, whole = requests_a_round(folder / "requests.jsonl")
                     requests[name].append(counted)
@@ -176,12 +182,13 @@ def main() -> None:
                 print(f"  repetition {rep + 1} {name:10s}: {total / rounds:.4f} s/round with start-up, "
                       f"{in_rounds / rounds:.4f} s/round in rounds, test accuracy {acc:.4f}{said}  (load {load()})",
                       flush=True)
-    report(results, requests, rounds, args.repeats)
+    report(results, requests, args.repeats)
 
 
 def report(results: dict[str, list[tuple[float, float, float]]], requests: dict[str, list[dict[str, float]]],
-           rounds: int, repeats: int) -> None:
-    median = {name: (statistics.median(r[0] for r in runs) / rounds, statistics.median(r[1] for r in runs) / rounds)
+           repeats: int) -> None:
+    """``results``: each way's (seconds a round with start-up, through the rounds, accuracy) per repetition."""
+    median = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
               for name, runs in results.items()}
     base_total, base_rounds = median["in-process"]
     base_acc = results["in-process"][0][2]

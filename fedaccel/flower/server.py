@@ -42,7 +42,7 @@ from fedaccel.flower.client import (
     shared_content,
     train_content,
 )
-from fedaccel.flower.dispatch import PUSHED
+from fedaccel.flower.dispatch import PUSHED, REPLIED
 from fedaccel.flower.gate import ReplyShape, check_plan, check_upload, expected_reply, read_reply
 from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
@@ -214,7 +214,7 @@ class RoundLines:
 
 
 LINK_POLL = 0.05  # seconds between pulls of replies from a SuperLink (each is an HTTP request it serves)
-MEMORY_POLL = 0.002  # the same on Flower's simulation engine (a look-up in this process's memory)
+MEMORY_POLL = 0.05  # the same on Flower's simulation engine, where a stored reply also wakes the pull (REPLIED)
 
 
 @dataclass
@@ -239,23 +239,27 @@ def collect(
     """The replies to ``sent`` until all answered or ``timeout`` s after the push: for each
     message, in order, its reply (None: none in time) and the seconds from the push until it came
     (or until the wait ended). ``poll``: seconds between pulls (default :data:`MEMORY_POLL` on
-    the simulation engine's in-memory grid, :data:`LINK_POLL` on a SuperLink); ``first_pull``:
-    seconds after the push before the first pull."""
+    the simulation engine's in-memory grid, where the engine's :data:`REPLIED` also ends the wait,
+    :data:`LINK_POLL` on a SuperLink); ``first_pull``: seconds after the push before the first pull."""
     grid, started = sent.grid, sent.started
+    in_memory = isinstance(grid, InMemoryGrid)
     if poll is None:
-        poll = MEMORY_POLL if isinstance(grid, InMemoryGrid) else LINK_POLL
+        poll = MEMORY_POLL if in_memory else LINK_POLL
     index = {message_id: k for k, message_id in enumerate(sent.ids) if message_id}
     waiting = set(index)
     deadline = started + timeout
     replies: list[tuple[Message | None, float]] = [(None, 0.0)] * len(sent.ids)
     time.sleep(max(0.0, started + min(first_pull, timeout) - time.monotonic()))
     while waiting and time.monotonic() < deadline:
+        REPLIED.clear()  # before the pull: a reply stored after it sets the event again
         with objects_pulled_within(deadline - time.monotonic()):
             got = [m for m in grid.pull_messages(waiting) if m.metadata.reply_to_message_id in waiting]
         for reply in got:
             waiting.discard(reply.metadata.reply_to_message_id)
             replies[index[reply.metadata.reply_to_message_id]] = (reply, time.monotonic() - started)
-        if waiting and not got:
+        if waiting and not got and in_memory:
+            REPLIED.wait(poll)
+        elif waiting and not got:
             time.sleep(poll)
     waited = time.monotonic() - started
     return [(reply, seconds if reply is not None else waited) for reply, seconds in replies]
