@@ -4,7 +4,7 @@ the bare Flower app deployed the same way; with the SuperLink's requests a round
 The workloads (``--workload``):
 
 - ``2nn`` (default): the 2NN peer workload of ``benchmarks/peers.py`` (FedAvg, 2NN 784-100-100-10,
-  Fashion-MNIST, 10 IID clients x 600 samples, B = 50, eta = 0.05, evaluated every round), 10
+  Fashion-MNIST, 10 IID clients x 600 samples, B = 50, eta = 0.05, evaluated every round), its 30
   rounds (``--rounds``); the bare app deployed runs ``--bare-rounds`` (3: ~1 min a round here);
 - ``demo``: ``configs/demo.yaml`` (FedAvg, squared-SVM, Case 2, 5 clients), its 60 rounds.
 
@@ -68,7 +68,7 @@ from fedaccel.runs.config import Config, load_config  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = {"in-process": "in-process", "stacked": "stacked", "simulation": "flower-simulation",
             "deployment": "flower-deployment"}
-DEPLOYED = ("deployment", "flower-app")
+DEPLOYED = {"deployment": "fedaccel deploy", "flower-app": "bare Flower app"}  # way: its name in the requests table
 SIMULATION_GOAL = 1.5  # x in process, through the rounds
 POLLS = ("/v1/fleet/pull-messages", "/v1/runtime/pull-messages", "/v1/runtime/acquire-task")
 PROTOCOL = ("-messages", "-object", "/confirm-message-received", "/pull-task-input", "/push-task-output",
@@ -135,7 +135,7 @@ def workload(args: argparse.Namespace) -> Ways:
             overrides.append(f"train.rounds={args.rounds}")
         return Ways(lambda runtime: load_config(ROOT / "configs" / "demo.yaml", [*overrides, f"run.runtime={runtime}"]),
                     None)
-    peer = replace(WORKLOADS["2nn"], rounds=args.rounds or 10)
+    peer = replace(WORKLOADS["2nn"], rounds=args.rounds or WORKLOADS["2nn"].rounds)
     if args.smoke:
         peer = replace(peer, clients=2, per_client=500, test_samples=200, loss_samples=200)
     return Ways(lambda runtime: fedaccel_config(peer, runtime), None if args.smoke else replace(peer, rounds=args.bare_rounds))
@@ -144,7 +144,7 @@ def workload(args: argparse.Namespace) -> Ways:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=("2nn", "demo"), default="2nn")
-    parser.add_argument("--rounds", type=int, help="default: 10 for 2nn, the demo's 60")
+    parser.add_argument("--rounds", type=int, help="default: 30 for 2nn (the peer workload's), the demo's 60")
     parser.add_argument("--bare-rounds", type=int, default=3, help="rounds of the bare Flower app deployed (>= 3)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (median reported)")
     parser.add_argument("--smoke", action="store_true", help="smallest size: 2 clients, 2 rounds, 1 repetition, "
@@ -209,10 +209,10 @@ def report(results: dict[str, list[tuple[float, float, float]]], requests: dict[
           f"{'OK' if ratio <= SIMULATION_GOAL else 'ABOVE GOAL'}")
     print("\nthe SuperLink's requests a round, median of the repetitions")
     print(f"| deployment | {' | '.join(KINDS)} | all |\n|---|---:|---:|---:|---:|")
-    for name in DEPLOYED:
+    for name, label in DEPLOYED.items():
         if requests[name]:
             kinds = [statistics.median(r[k] for r in requests[name]) for k in KINDS]
-            print(f"| {name} | {' | '.join(f'{v:.1f}' for v in kinds)} | {sum(kinds):.1f} |")
+            print(f"| {label} | {' | '.join(f'{v:.1f}' for v in kinds)} | {sum(kinds):.1f} |")
     if "flower-app" in median:
         ours, theirs = median["deployment"][1], median["flower-app"][1]
         print(f"fedaccel deploy / bare Flower app deployed (rounds): {ours / theirs:.2f}  "

@@ -21,6 +21,8 @@ SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 FIGURES = {
     "batched_estimators.py": [r"bherd .*batched/per-client \d", r"grab .*batched/per-client \d"],
     "bherd_overhead.py": [r"time ratio bherd/fedavg: \d", r"BHerd extra memory: .* x tau\*d\*4"],
+    "chunk_size.py": [r"\| svm \| 10 \| 8 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ \| [\d.]+ \|",
+                      r"the default chunk against the best size: worst [\d.]+x"],
     "channels_last.py": [r"\| cnn \| 1x28x28 \| [\d.]+ \| [\d.]+ \| [\d.e+-]+ \|"],
     "engine_overhead.py": [r"ratio engine/plain: \d"],
     "fedgsnr_overhead.py": [r"planning share of a round over 1 rounds: [\d.]+% wall"],
@@ -31,7 +33,8 @@ FIGURES = {
     "gpu_recipes.py": [r"scaffold +in-process +largest \|cpu - \w+\| over 1 rounds", r"0 recipe\(s\) differ between cpu and \w+"],
     "ray_grid.py": [r"ratio ray / -j \d+: +\d", r"ray start-up \(ray.init\): +\d"],
     "runtime_overhead.py": [r"load average \(1, 5, 15 min\) before: \d", r"ratio simulation/in-process: \d",
-                            r"ratio deployment/in-process: \d",
+                            r"ratio deployment/in-process: \d", r"simulation/in-process \(rounds\): \d",
+                            r"\| fedaccel deploy \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|",
                             *(rf"\| {name} \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|"
                               for name in ("in-process", "stacked", "simulation", "deployment"))],
     "scale.py": [r"load average \(1, 5, 15 min\) before: \d", r"load average \(1, 5, 15 min\) after: \d",

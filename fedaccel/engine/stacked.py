@@ -54,9 +54,10 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import clip_rows
 
 MEMORY_CAP = 1 << 30  # bytes one chunk of stacked clients may hold (parameters, batches, estimator store)
-CPU_BATCH_BYTES = 8 << 20  # on a CPU, by default what a chunk's step reads (batches, parameters, gradients)
-# stays near cache size (measured: SVM, 100 clients of batch 100, chunks of 10-20 rows were 1.2-1.6x faster
-# per client-step than one of 100)
+CPU_BATCH_BYTES = 4 << 20  # on a CPU, by default what a chunk's step reads (batches, parameters, gradients)
+# stays near cache size: benchmarks/chunk_size.py (SVM, K = 100 and 300, 5 repeats) found the fastest
+# chunks at 100, 20 and 10-20 rows for batches of 10, 50 and 100, which 4 MB gives (100, 25, 12 rows);
+# 8 MB gave 200, 50 and 25 rows, 1.03-1.50x the fastest
 Kernel = Callable[[Tensor, Tensor, Tensor], Tensor]  # (theta (m, d), x (m, b, ...), y (m, b)) -> grad (m, d)
 
 _SAID: set[str] = set()

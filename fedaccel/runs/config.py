@@ -105,7 +105,7 @@ class RunConfig:
     out_dir: str = "runs"  # run folders are created under this
     checkpoint_every: int = 5  # rounds between checkpoints
     runtime: str = "in-process"  # or stacked, auto (docs: Runtimes), flower-simulation, flower-deployment
-    stack_size: int | None = None  # stacked runtime: clients per batched step; null = what fits 1 GiB (on a CPU: ~8 MB of batches a step)
+    stack_size: int | None = None  # stacked runtime: clients per batched step; null = what fits 1 GiB (on a CPU: ~4 MB of batches a step)
     timeout: float = 300.0  # Flower runtimes: seconds a round waits for clients' answers
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False  # TensorBoard event files in the run folder, written as the run goes
