@@ -57,7 +57,7 @@ MEMORY_CAP = 1 << 30  # bytes one chunk of stacked clients may hold (parameters,
 CPU_BATCH_BYTES = 4 << 20  # on a CPU, by default what a chunk's step reads (batches, parameters, gradients)
 # stays near cache size: benchmarks/chunk_size.py (SVM, K = 100 and 300, 5 repeats) found the fastest
 # chunks at 100, 20 and 10-20 rows for batches of 10, 50 and 100, which 4 MB gives (100, 25, 12 rows);
-# 8 MB gave 200, 50 and 25 rows, 1.03-1.50x the fastest
+# 8 MB gave 200, 50 and 25 rows, 0.97-1.50x the fastest (4 MB: 0.81-1.13x)
 Kernel = Callable[[Tensor, Tensor, Tensor], Tensor]  # (theta (m, d), x (m, b, ...), y (m, b)) -> grad (m, d)
 
 _SAID: set[str] = set()
