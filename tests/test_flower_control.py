@@ -8,7 +8,9 @@ tests/test_flower.py's TLS test.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 pytest.importorskip("flwr")
 
 from fedaccel.errors import UserError  # noqa: E402
-from fedaccel.flower.link import Guard, is_loopback, refusal, take_option  # noqa: E402
+from fedaccel.flower.link import Guard, RequestLog, is_loopback, refusal, take_option  # noqa: E402
 from fedaccel.flower.security import (  # noqa: E402
     CONTROL_TOKEN,
     RUN_CONFIG,
@@ -112,6 +114,41 @@ def test_the_guard_answers_refused_requests_itself_and_passes_the_rest_to_flower
     assert call({"type": "websocket", "path": "/v1/control/x", "client": ("10.0.0.1", 1), "headers": []}) == [
         {"type": "websocket.close", "code": 1008}]
     assert reached == ["/v1/control/start-run", "/v1/fleet/pull-messages", "lifespan"]
+
+
+def test_the_request_log_writes_each_request_s_path_and_response_bytes_and_passes_it_on(tmp_path: Path) -> None:
+    """Every HTTP request, answered or failed, becomes one line ``[time, path, bytes sent]``; the
+    app's answer reaches the client unchanged; lifespan events are not requests."""
+    answers = {"/v1/fleet/pull-messages": b"", "/v1/runtime/pull-object": b"x" * 300}
+
+    async def app(scope, receive, send) -> None:  # noqa: ANN001
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/boom":
+            raise RuntimeError("the app failed")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": answers[scope["path"]]})
+
+    log = tmp_path / "requests.jsonl"
+    middleware = RequestLog(app, file=str(log))
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    before = time.time()
+    for path in ["/v1/fleet/pull-messages", "/v1/runtime/pull-object", "/boom"]:
+        try:
+            asyncio.run(middleware({"type": "http", "path": path}, None, send))
+        except RuntimeError:
+            assert path == "/boom"
+    asyncio.run(middleware({"type": "lifespan"}, None, send))
+    middleware.flush()
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(path, size) for _, path, size in rows] == [
+        ("/v1/fleet/pull-messages", 0), ("/v1/runtime/pull-object", 300), ("/boom", 0)]
+    assert all(before <= t <= time.time() + 1 for t, _, _ in rows)
+    assert [m.get("body") for m in sent if m["type"] == "http.response.body"] == [b"", b"x" * 300]
 
 
 def test_take_option_removes_the_option_and_leaves_flowers_arguments() -> None:
