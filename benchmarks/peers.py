@@ -30,15 +30,16 @@ steps against one: not the same work).
 
 Each way runs once untimed first (one round: imports, caches), then ``--repeats`` times,
 interleaved (A B C ... A B C ...) so that the machine's load falls on all alike; the table gives
-each way's median seconds (start-up included), its fastest, the median of its per-repeat
-ratios to the plain loop, and its median seconds through the rounds (from the first round's
-start to the last round's evaluation: the run's ``wall_s``; for the bare app, between its
-round-0 and last evaluations) with the ratio to fedaccel in process. Every way's accuracy (the mean test accuracy of the last 5 rounds, the
-median of the repeats) must be within ``--tolerance`` (0.02; 0.05 for ``cnn``, whose 5 rounds
-are still climbing fast) of the plain loop's (the ways draw
-batches differently, the bare Flower app's shuffles unseeded; the fedaccel ways agree with each
-other to 1e-5), else the script exits non-zero. Torch threads are pinned to 1 everywhere (OMP_NUM_THREADS=1 in
-every process started); the 1-minute load average is printed at the start and the end.
+each way's median seconds (start-up included), its fastest, the median of its per-repeat ratios
+to the plain loop, and its median seconds through the rounds (from the first round's start to
+the last round's evaluation: the run's ``wall_s``; for the bare app, between its round-0 and last
+evaluations) with the ratio to fedaccel in process. Every way's accuracy (the mean test accuracy
+of the last 5 rounds, the median of the repeats) must be within ``--tolerance`` (0.02; 0.05 for
+``cnn``, whose 5 rounds are still climbing fast) of the plain loop's (the ways draw batches
+differently, the bare Flower app's shuffles unseeded; the fedaccel ways agree with each other to
+1e-5), else the script exits non-zero. Torch threads are pinned to 1 everywhere
+(OMP_NUM_THREADS=1 in every process started); the 1-minute load average is printed at the start
+and the end.
 
     python benchmarks/peers.py [--workload 2nn,cnn,2nn-100] [--ways plain,in-process,...] [--repeats 3]
     python benchmarks/peers.py --smoke     # 2 clients x 300 samples, 2 rounds, 1 repeat: a test
@@ -76,7 +77,7 @@ from fedaccel.models import build_model  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "benchmarks" / "peers_flower_app"
 WAYS = ["plain", "in-process", "stacked", "simulation", "deployment", "flower-app", "flower-app-deployed"]
-DEFAULT_WAYS = WAYS[:-1]  # the deployed bare app: a fresh ClientApp process per message, ~5 s a round
+DEFAULT_WAYS = WAYS[:-1]  # the deployed bare app: a fresh ClientApp process per message, ~1 min a round here
 LAST = 5  # rounds averaged into the final accuracy
 FLOWER_WAYS = {"simulation", "deployment", "flower-app", "flower-app-deployed"}
 LABEL = {"plain": "plain PyTorch loop", "in-process": "fedaccel run, in process", "stacked": "fedaccel run, stacked",

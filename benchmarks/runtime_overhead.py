@@ -150,6 +150,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="smallest size: 2 clients, 2 rounds, 1 repetition, "
                         "no bare app (a test, not a measurement)")
     args = parser.parse_args()
+    if args.bare_rounds < 3:
+        parser.error("--bare-rounds must be at least 3 (a round's requests are counted between the 2nd and last pushes)")
     torch.set_num_threads(1)
     if args.smoke:
         args.rounds, args.repeats = 2, 1

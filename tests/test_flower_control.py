@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("flwr")
 
+from fedaccel.disk import LinkRefused  # noqa: E402
 from fedaccel.errors import UserError  # noqa: E402
 from fedaccel.flower.link import Guard, RequestLog, is_loopback, refusal, take_option  # noqa: E402
 from fedaccel.flower.security import (  # noqa: E402
@@ -149,6 +150,10 @@ def test_the_request_log_writes_each_request_s_path_and_response_bytes_and_passe
         ("/v1/fleet/pull-messages", 0), ("/v1/runtime/pull-object", 300), ("/boom", 0)]
     assert all(before <= t <= time.time() + 1 for t, _, _ in rows)
     assert [m.get("body") for m in sent if m["type"] == "http.response.body"] == [b"", b"x" * 300]
+    (tmp_path / "elsewhere").write_text("")
+    (tmp_path / "planted").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LinkRefused):
+        RequestLog(app, file=str(tmp_path / "planted"))
 
 
 def test_take_option_removes_the_option_and_leaves_flowers_arguments() -> None:

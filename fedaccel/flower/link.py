@@ -101,8 +101,10 @@ class RequestLog:
     it costs a list append a request."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], file: str) -> None:
+        from fedaccel.disk import open_no_link
+
         self.app, self.lines, self.lock = app, [], threading.Lock()
-        self.out = open(file, "a", encoding="utf-8")  # noqa: SIM115  (open for the process's life)
+        self.out = open_no_link(Path(file), "a", encoding="utf-8")  # a link planted there is refused
         threading.Thread(target=self._flush_every, args=(0.1,), daemon=True, name="request-log").start()
         atexit.register(self.flush)
 
