@@ -412,6 +412,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="smallest size: 2 clients x 300 samples, 2 rounds, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill or a timeout still stops the processes started
     names = [n for n in args.workload.split(",") if n]
     ways = [n for n in args.ways.split(",") if n]
     unknown = [n for n in names if n not in WORKLOADS] + [n for n in ways if n not in WAYS]

@@ -48,7 +48,9 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "FEDACCEL_TORCH_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -150,6 +152,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="smallest size: 2 clients, 2 rounds, 1 repetition, "
                         "no bare app (a test, not a measurement)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill or a timeout still stops the processes started
     if args.bare_rounds < 3:
         parser.error("--bare-rounds must be at least 3 (a round's requests are counted between the 2nd and last pushes)")
     torch.set_num_threads(1)
