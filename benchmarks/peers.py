@@ -62,6 +62,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO
 
 os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", FLWR_TELEMETRY_ENABLED="0",
                   FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
@@ -72,6 +73,7 @@ import torch.nn.functional as F  # noqa: E402
 from fedaccel.algorithms.base import make_rng  # noqa: E402
 from fedaccel.data import load_dataset  # noqa: E402
 from fedaccel.data.splits import split  # noqa: E402
+from fedaccel.disk import open_no_link, write_atomic  # noqa: E402
 from fedaccel.models import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,12 +215,12 @@ class LocalSuperLink:
         ports = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": free_port(taken), "FLWR_LOCAL_CONTROL_API_PORT": free_port(taken)}
         self.env = {**app_env(home), **{k: str(v) for k, v in ports.items()}}
         home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
+        write_atomic(home / "config.toml", '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
         log = home / "superlink.log"
         command = ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
                    "--control-api-address", f"127.0.0.1:{ports['FLWR_LOCAL_CONTROL_API_PORT']}", "--host", "127.0.0.1",
                    "--port", str(ports["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"]), "--database", str(home / "state.db")]
-        self.process = subprocess.Popen(command, env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        self.process = subprocess.Popen(command, env=self.env, stdout=open_no_link(log, "w"), stderr=subprocess.STDOUT,
                                         start_new_session=True)
         self.url = f"http://127.0.0.1:{ports['FLWR_LOCAL_SUPERLINK_HTTP_API_PORT']}/health"
         self._wait_ready(log)
@@ -268,7 +270,7 @@ def run_bare_app(w: Workload, out: Path, env: dict[str, str], connection: str, e
     run_config = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items()) + f" out='{result}'"
     command = ["flwr", "run", str(APP), connection, "--stream", "--run-config", run_config, *extra]
     done = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=3600, check=False)
-    (out / "flwr-run.log").write_text(done.stdout + done.stderr)
+    write_atomic(out / "flwr-run.log", done.stdout + done.stderr)
     if done.returncode != 0 or not result.exists():
         raise SystemExit(f"the bare Flower app failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     rows = json.loads(result.read_text())
@@ -301,18 +303,18 @@ class BareDeployment:
         home.mkdir(parents=True, exist_ok=True)
         taken: set[int] = set()
         link_port = free_port(taken)
-        (home / "config.toml").write_text(f'[superlink]\ndefault = "deployed"\n\n[superlink.deployed]\n'
-                                          f'address = "127.0.0.1:{link_port}"\ninsecure = true\n')
+        write_atomic(home / "config.toml", f'[superlink]\ndefault = "deployed"\n\n[superlink.deployed]\n'
+                                           f'address = "127.0.0.1:{link_port}"\ninsecure = true\n')
         env = app_env(home)
         if self.request_log is not None:
             env["FEDACCEL_REQUEST_LOG"] = str(self.request_log)
-        started: list[subprocess.Popen] = []
+        started: list[tuple[subprocess.Popen, IO[str]]] = []
 
         def start(name: str, command: list[str], environment: dict[str, str]) -> subprocess.Popen:
-            log = (out / f"{name}.log").open("w")
-            started.append(subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True))
-            return started[-1]
+            log = open_no_link(out / f"{name}.log", "w")
+            started.append((subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True), log))
+            return started[-1][0]
 
         try:
             link = start("superlink", [sys.executable, "-c", STOCK_SUPERLINK, "--insecure", "--isolation", "subprocess",
@@ -326,8 +328,9 @@ class BareDeployment:
                       {**node_env, "FLWR_HOME": str(home / f"node{i}")})
             return run_bare_app(w, out, env, "deployed", [])
         finally:
-            for process in reversed(started):
+            for process, log in reversed(started):
                 stop_group(process)
+                log.close()
 
 
 # ---- the comparison ------------------------------------------------------------------------------
@@ -336,7 +339,12 @@ class BareDeployment:
 class Result:
     seconds: list[float]  # each repeat's, start-up included
     in_rounds: list[float]  # each repeat's seconds through the rounds
-    accuracy: float  # median of the repeats' final accuracies
+    accuracies: list[float]  # each repeat's final accuracy
+
+    @property
+    def accuracy(self) -> float:
+        """The median of the repeats' final accuracies."""
+        return statistics.median(self.accuracies)
 
 
 def measure(ways: list[str], w: Workload, repeats: int, tmp: Path,
@@ -358,15 +366,16 @@ def measure(ways: list[str], w: Workload, repeats: int, tmp: Path,
 
     for way in ways:  # warm-up, untimed: one round
         once(way, replace(w, rounds=1))
-    runs: dict[str, list[tuple[float, Outcome]]] = {way: [] for way in ways}
+    results = {way: Result([], [], []) for way in ways}
     for r in range(repeats):
         for way in ways:
             elapsed, (acc, in_rounds) = once(way, w)
-            runs[way].append((elapsed, (acc, in_rounds)))
+            results[way].seconds.append(elapsed)
+            results[way].in_rounds.append(in_rounds)
+            results[way].accuracies.append(acc)
             print(f"  repeat {r + 1}/{repeats} {way:10s} {elapsed:8.2f} s  ({in_rounds:.2f} s through the rounds)  "
                   f"test accuracy {acc:.4f}", flush=True)
-    return {way: Result([e for e, _ in done], [o[1] for _, o in done], statistics.median(o[0] for _, o in done))
-            for way, done in runs.items()}
+    return results
 
 
 def paired_ratio(a: list[float], b: list[float] | None) -> float:

@@ -107,12 +107,13 @@ class Ways:
 
     def __init__(self, configure: Callable[[str], Config], bare: Workload | None) -> None:
         self.configure, self.bare = configure, bare
+        self.fedaccel_rounds = configure("in-process").train.rounds
 
     def names(self) -> list[str]:
         return [*RUNTIMES, *(["flower-app"] if self.bare is not None else [])]
 
     def rounds(self, name: str) -> int:
-        return self.bare.rounds if name == "flower-app" else self.configure("in-process").train.rounds  # type: ignore[union-attr]
+        return self.bare.rounds if name == "flower-app" and self.bare else self.fedaccel_rounds
 
     def __call__(self, name: str, folder: Path) -> Outcome:
         if name == "flower-app":
