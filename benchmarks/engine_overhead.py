@@ -112,32 +112,39 @@ def main() -> None:
 
     data = load_dataset("fashion-mnist", subset=args.samples, test_subset=500)
     parts = split("iid", data.y_train.numpy(), CLIENTS, make_rng(0, "split"))
-    federation = Federation(
-        build_model(args.model, data.input_shape, 10, **({"hidden": args.hidden} if args.model == "2nn" else {})),
-        data.x_train, data.y_train, parts,
-        data.x_test, data.y_test, LocalOptions(lr=LR, batch_size=BATCH, local_epochs=1.0),
-        device=resolve_device(args.device),
-    )
+    options = {"hidden": args.hidden} if args.model == "2nn" else {}
+
+    def federation_in(dtype: torch.dtype) -> Federation:
+        return Federation(
+            build_model(args.model, data.input_shape, 10, **options).to(dtype),
+            data.x_train.to(dtype), data.y_train, parts,
+            data.x_test.to(dtype), data.y_test, LocalOptions(lr=LR, batch_size=BATCH, local_epochs=1.0),
+            device=resolve_device(args.device),
+        )
+
+    federation = federation_in(torch.float32)
     w0 = federation.model.theta.clone()
     steps = int(federation.steps.sum()) * ROUNDS
     print(f"FedAvg, {args.model} ({federation.model.size} parameters), {CLIENTS} clients, {ROUNDS} rounds, "
           f"batch {BATCH}, {steps} SGD steps, device {federation.device}, torch threads {torch.get_num_threads()}")
-    # Warm-ups, untimed, and the equality check. The two do the same steps, but sum in float32 in
-    # another order (the engine averages deltas w - theta_i, the loop the models theta_i; more
-    # threads split reductions differently): after one round they differ by rounding, ~2e-6 of
-    # what training moved. The second round of this early, unstable training amplifies that
-    # ~1e4-fold (to ~5e-3; the same with the engine before the lean step), so round 1 is compared.
-    _, w_engine = engine_run(federation, w0, rounds=1)
-    _, w_plain = plain_run(federation, w0, data.input_shape, rounds=1)
-    gap, moved = float((w_engine - w_plain).norm()), float((w_plain - w0).norm())
-    assert gap <= 1e-4 * moved, f"engine and plain loop disagree after a round: |diff| = {gap:.3g}, |w - w0| = {moved:.3g}"
+    # Warm-ups, untimed, then the equality check, in float64: the two do the same steps but not the same
+    # float operations (the engine's hand-written gradients, its averaging of deltas w - theta_i, more
+    # threads' split reductions), and this early training amplifies float32's rounding ~1e3-fold a round.
+    engine_run(federation, w0, rounds=1)
+    plain_run(federation, w0, data.input_shape, rounds=1)
+    exact = federation_in(torch.float64)
+    w0_exact = exact.model.theta.clone()
+    _, w_engine = engine_run(exact, w0_exact, rounds=1)
+    _, w_plain = plain_run(exact, w0_exact, data.input_shape, rounds=1)
+    gap, moved = float((w_engine - w_plain).norm()), float((w_plain - w0_exact).norm())
+    assert gap <= 1e-9 * moved, f"engine and plain loop disagree after a round: |diff| = {gap:.3g}, |w - w0| = {moved:.3g}"
     engine_times, plain_times = [], []
     for _ in range(args.repeats):
         engine_times.append(engine_run(federation, w0)[0])
         plain_times.append(plain_run(federation, w0, data.input_shape)[0])
     engine, plain = statistics.median(engine_times), statistics.median(plain_times)
     ratio = statistics.median(e / p for e, p in zip(engine_times, plain_times))
-    print(f"same model after round 1: |engine - plain| = {gap:.2e} = {gap / moved:.1e} |w - w0|")
+    print(f"same model after round 1 in float64: |engine - plain| = {gap:.2e} = {gap / moved:.1e} |w - w0|")
     print(f"engine {engine:.3f} s, plain {plain:.3f} s (medians of {args.repeats} alternated repeats)")
     goal = {"cnn": 0.9, "2nn": 0.7}.get(args.model, 1.1)
     print(f"ratio engine/plain: {ratio:.3f}  (goal <= {goal:.2f})")

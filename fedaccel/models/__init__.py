@@ -1,7 +1,8 @@
 """Models: the classifiers the papers train, behind one registry (one file per family).
 
 ``linear`` (squared-SVM, softmax regression, their closed-form gradients), ``mlp`` (2NN), ``cnn``
-(BHerd CNN, LeNet-5, FedDC CNN), ``deep`` (VGG-16, ResNet-18); ``base`` holds the :class:`Classifier`
+(BHerd CNN, LeNet-5, FedDC CNN), ``deep`` (VGG-16, ResNet-18); ``chain`` and ``conv_gradient`` the 2NN's
+and the BHerd CNN's gradients by hand; ``base`` holds the :class:`Classifier`
 base class and its seeded initialisation.
 
 Every model is a :class:`Classifier`: an ``nn.Module`` with ``forward(x)`` plus ``loss(output, y)``

@@ -41,15 +41,16 @@ class Layer:
         return self.bias_at + self.out
 
 
-def chain_layers(linears: list[nn.Linear], module: nn.Module) -> list[Layer] | None:
+def chain_layers(linears: list[nn.Linear], module: nn.Module, *, after: int = 0) -> list[Layer] | None:
     """``linears``'s places in ``module``'s flat vector, or None unless those layers (each with a bias,
-    all trainable) are exactly the module's parameters, in order."""
-    params = list(module.parameters())
+    all trainable) are exactly the module's parameters, in order, after its first ``after`` ones."""
+    every = list(module.parameters())
+    before, params = every[:after], every[after:]
     expected = [p for layer in linears for p in (layer.weight, layer.bias)]
     if (any(layer.bias is None or type(layer) is not nn.Linear for layer in linears)
             or [id(p) for p in params] != [id(p) for p in expected] or not all(p.requires_grad for p in params)):
         return None
-    layers, at = [], 0
+    layers, at = [], sum(p.numel() for p in before)
     for layer in linears:
         layers.append(Layer(at, layer.out_features, layer.in_features))
         at = layers[-1].end
@@ -110,14 +111,21 @@ class ChainGradient:
             torch.sum(delta.square(), dim=0, out=squares[L.bias_at : L.end])
         return sums, squares
 
-    def _fill(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor) -> None:
+    def input_gradient(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> Tensor:
+        """As a call on one vector ((B, D) inputs), and returns the mean loss's gradient at the chain's input
+        (B, D): the chain as the head of a deeper network (:mod:`fedaccel.models.conv_gradient`)."""
+        views = self._layer_views(theta, grad)
+        return torch.mm(self._fill(views, x, t), views[0][0])
+
+    def _fill(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor) -> Tensor:
         """Inputs (B, D) or (m, B, D), labels (B, 1) or (m, B, 1), :meth:`_layer_views` of one or m vectors:
-        the gradients of the mean loss into their slices."""
+        the gradients of the mean loss into their slices; returns the gradient at the first layer's output."""
         mm = torch.bmm if x.dim() == 3 else torch.mm
         for k, a_in, g in self._deltas(views, x, t, mean=True):
             _, _, _, grad_w, grad_b = views[k]
             mm(g.transpose(-1, -2), a_in, out=grad_w)
             torch.sum(g, dim=-2, out=grad_b)
+        return g
 
     def _deltas(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor, *, mean: bool
                 ) -> Iterator[tuple[int, Tensor, Tensor]]:

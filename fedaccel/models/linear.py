@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from fedaccel.errors import ConfigError, shown
 from fedaccel.models.base import Classifier, Shape, check_choice, flatten_batch
 from fedaccel.models.chain import ChainGradient, chain_layers
+from fedaccel.models.conv_gradient import BHerdCNNGradient, bherd_cnn_gradient
 from fedaccel.models.mlp import mlp_chain_gradient
 
 
@@ -121,10 +122,13 @@ class _SoftmaxGradient:
         torch.sum(p, dim=0, out=grad[n:])
 
 
-def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGradient | ChainGradient | None:
+def closed_form_gradient(
+    module: nn.Module,
+) -> _SquaredSVMGradient | _SoftmaxGradient | ChainGradient | BHerdCNNGradient | None:
     """The exact batch gradient of ``module.loss(module(x), y)`` without autograd, for the built-in
-    ``svm``, ``softmax`` and ``2nn`` as they are (the 2nn's: :mod:`fedaccel.models.chain`; None for anything else, a subclass that overrides
-    ``forward``/``loss``/``targets`` included). It is called as ``kernel(theta, x, kernel.prepare(y)[idx],
+    ``svm``, ``softmax`` and ``2nn`` as they are (the 2nn's: :mod:`fedaccel.models.chain`) and the ``cnn``
+    on a CPU (:mod:`fedaccel.models.conv_gradient`); None for anything else, a subclass that overrides
+    ``forward``/``loss``/``targets`` included. It is called as ``kernel(theta, x, kernel.prepare(y)[idx],
     grad)`` with ``theta``/``grad`` the flat parameter/gradient vectors (:class:`fedaccel.engine.flat.FlatModel`
     order) and writes ∂loss/∂theta into ``grad``; equal to autograd's to float rounding.
     """
@@ -140,7 +144,7 @@ def closed_form_gradient(module: nn.Module) -> _SquaredSVMGradient | _SoftmaxGra
         if (same and type(fc) is nn.Linear and fc.bias is not None
                 and trainable == [id(fc.weight), id(fc.bias)] and len(list(module.parameters())) == 2):
             return _SoftmaxGradient(module)
-    return mlp_chain_gradient(module)
+    return mlp_chain_gradient(module) or bherd_cnn_gradient(module)
 
 
 def chain_gradient(module: nn.Module) -> ChainGradient | None:
