@@ -32,8 +32,8 @@ from fedaccel.models.cnn import BHerdCNN
 KERNEL, PAD = 5, 2  # the BHerd CNN's 5 x 5 'same' convolutions
 POOL = ([2, 2], [2, 2], [0, 0], [1, 1], True)  # kernel, stride, padding, dilation, ceil_mode (TF's 'SAME')
 CHANNELS_LAST = torch.channels_last
-# Used for one-channel images only: there a step took 0.79x autograd's; on 3 x 32 x 32 images, whose first
-# convolution the library runs well channels-last, 1.13x (one thread, batch 50; docs/benchmarks.md).
+# Used for one-channel images only: there a step took 0.73-0.92x autograd's; on 3 x 32 x 32 images, whose first
+# convolution the library runs well channels-last, 1.02-1.16x (one thread, batch 50; benchmarks/channels_last.py).
 MAX_CHANNELS = 1
 
 
