@@ -13,7 +13,9 @@ GFLOP/s, and max-pooling in PyTorch's NCHW layout, ~10x slower than in channels-
   the fully connected head to the fused Linear/ReLU chain (:mod:`fedaccel.models.chain`).
 
 Every gradient is written into its slice of the flat gradient (:class:`~fedaccel.engine.flat.FlatModel`
-order). Equal to autograd's through the module to float rounding (tests/test_lean_step.py);
+order). Equal to autograd's through the module to float rounding (tests/test_lean_step.py, float64); in float32
+a pool window whose two largest values lie within rounding of each other may send its gradient to the other
+one than autograd's float32 step does (either is as near the exact gradient: ``benchmarks/channels_last.py``).
 ``benchmarks/engine_overhead.py --model cnn`` measures it against a plain loop.
 """
 

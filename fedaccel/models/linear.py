@@ -127,7 +127,7 @@ def closed_form_gradient(
 ) -> _SquaredSVMGradient | _SoftmaxGradient | ChainGradient | BHerdCNNGradient | None:
     """The exact batch gradient of ``module.loss(module(x), y)`` without autograd, for the built-in
     ``svm``, ``softmax`` and ``2nn`` as they are (the 2nn's: :mod:`fedaccel.models.chain`) and the ``cnn``
-    on a CPU (:mod:`fedaccel.models.conv_gradient`); None for anything else, a subclass that overrides
+    on one-channel images on a CPU (:mod:`fedaccel.models.conv_gradient`); None for anything else, a subclass that overrides
     ``forward``/``loss``/``targets`` included. It is called as ``kernel(theta, x, kernel.prepare(y)[idx],
     grad)`` with ``theta``/``grad`` the flat parameter/gradient vectors (:class:`fedaccel.engine.flat.FlatModel`
     order) and writes ∂loss/∂theta into ``grad``; equal to autograd's to float rounding.
