@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
 
@@ -92,6 +93,10 @@ def plain_run(
     return elapsed, torch.cat([p.reshape(-1) for p in global_params])
 
 
+def load() -> str:
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def unflatten(vector: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
     return [chunk.view_as(p) for chunk, p in zip(vector.split([p.numel() for p in like]), like)]
 
@@ -126,6 +131,7 @@ def main() -> None:
     federation = federation_in(torch.float32)
     w0 = federation.model.theta.clone()
     steps = int(federation.steps.sum()) * ROUNDS
+    print(f"load average (1, 5, 15 min) before: {load()}")
     print(f"FedAvg, {args.model} ({federation.model.size} parameters), {CLIENTS} clients, {ROUNDS} rounds, "
           f"batch {BATCH}, {steps} SGD steps, device {federation.device}, torch threads {torch.get_num_threads()}")
     # Warm-ups, untimed, then the equality check, in float64: the two do the same steps but not the same
@@ -148,7 +154,7 @@ def main() -> None:
     print(f"same model after round 1 in float64: |engine - plain| = {gap:.2e} = {gap / moved:.1e} |w - w0|")
     print(f"engine {engine:.3f} s, plain {plain:.3f} s (medians of {args.repeats} alternated repeats)")
     goal = {"cnn": 0.9, "2nn": 0.7}.get(args.model, 1.1)
-    print(f"ratio engine/plain: {ratio:.3f}  (goal <= {goal:.2f})")
+    print(f"ratio engine/plain: {ratio:.3f}  (goal <= {goal:.2f}); load average (1, 5, 15 min) after: {load()}")
     flops = step_flops(federation.model.module, BATCH)
     if flops:
         peak = mm_rate(federation.device)
