@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
 import time
 
@@ -40,6 +39,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.models import build_model
+from stacked import load  # benchmarks/: the load average, as the other scripts print it
 
 CLIENTS, ROUNDS, BATCH, LR = 5, 2, 50, 0.05
 
@@ -91,10 +91,6 @@ def plain_run(
     sync(device)
     elapsed = time.perf_counter() - started
     return elapsed, torch.cat([p.reshape(-1) for p in global_params])
-
-
-def load() -> str:
-    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def unflatten(vector: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
