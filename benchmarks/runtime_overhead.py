@@ -8,7 +8,9 @@ The workloads (``--workload``):
   rounds (``--rounds``); the bare app deployed runs ``--bare-rounds`` (3: ~1 min a round here);
 - ``demo``: ``configs/demo.yaml`` (FedAvg, squared-SVM, Case 2, 5 clients), its 60 rounds.
 
-The ways: fedaccel ``in-process``, ``stacked``, ``simulation`` (``run.runtime: flower-simulation``)
+The ways: fedaccel ``in-process``, ``stacked``, ``simulation`` (``run.runtime: flower-simulation``;
+``simulation-one``: the same with one message at a time per ClientApp worker, as Flower sends them,
+instead of two, :mod:`fedaccel.flower.in_flight`)
 and ``deployment`` (``fedaccel deploy``: a SuperLink and one SuperNode process per client on
 loopback); for ``2nn`` also ``flower-app``: the bare Flower app of ``benchmarks/peers_flower_app``
 (Message API, Flower's FedAvg strategy) deployed the same way, on Flower's own ``flower-superlink``
@@ -30,7 +32,11 @@ two rounds' messages, counted from its second push to its last, in three kinds:
   Flower's defaults;
 - *other*: heartbeats, logs, the run's set-up.
 
-    python benchmarks/runtime_overhead.py [--workload 2nn|demo] [--rounds N] [--bare-rounds 3] [--repeats 3] [--smoke]
+    python benchmarks/runtime_overhead.py [--workload 2nn|demo] [--ways in-process,simulation] [--rounds N]
+                                          [--bare-rounds 3] [--repeats 3] [--smoke]
+
+``--ways``: only these (in process is always run: the ratios' base), e.g. ``in-process,simulation``
+for the simulation's goal alone (~15 s a repetition instead of ~6 min).
 
 ``--smoke``: 2 clients, 2 rounds, 1,000 samples, one repetition, without the bare app, to check
 that the script runs (its figures then mean nothing).
@@ -62,6 +68,7 @@ import torch  # noqa: E402
 
 from peers import WORKLOADS, BareDeployment, Outcome, Workload, fedaccel_config, outcome  # noqa: E402  (benchmarks/)
 
+from fedaccel.flower import in_flight  # noqa: E402
 from fedaccel.flower.deploy import deploy  # noqa: E402
 from fedaccel.flower.link import REQUEST_LOG  # noqa: E402
 from fedaccel.launch import run  # noqa: E402
@@ -69,6 +76,7 @@ from fedaccel.runs.config import Config, load_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = {"in-process": "in-process", "stacked": "stacked", "simulation": "flower-simulation",
+            "simulation-one": "flower-simulation",
             "deployment": "flower-deployment"}
 DEPLOYED = {"deployment": "fedaccel deploy", "flower-app": "bare Flower app"}  # way: its name in the requests table
 SIMULATION_GOAL = 1.5  # x in process, through the rounds
@@ -105,12 +113,13 @@ class Ways:
     """Each way as a function of a fresh folder: (test accuracy, seconds through the rounds).
     ``configure(runtime)``: the workload's fedaccel config; ``bare``: the bare app's workload."""
 
-    def __init__(self, configure: Callable[[str], Config], bare: Workload | None) -> None:
-        self.configure, self.bare = configure, bare
+    def __init__(self, configure: Callable[[str], Config], bare: Workload | None, only: list[str] | None = None) -> None:
+        self.configure, self.bare, self.only = configure, bare, only
         self.fedaccel_rounds = configure("in-process").train.rounds
 
     def names(self) -> list[str]:
-        return [*RUNTIMES, *(["flower-app"] if self.bare is not None else [])]
+        every = [*RUNTIMES, *(["flower-app"] if self.bare is not None else [])]
+        return [name for name in every if self.only is None or name in self.only or name == "in-process"]
 
     def rounds(self, name: str) -> int:
         return self.bare.rounds if name == "flower-app" and self.bare else self.fedaccel_rounds
@@ -119,6 +128,12 @@ class Ways:
         if name == "flower-app":
             return BareDeployment(folder / "requests.jsonl").run(self.bare, folder)  # type: ignore[arg-type]
         config = self.configure(RUNTIMES[name])
+        if name == "simulation-one":  # Flower's own pace: one message at a time per ClientApp worker
+            usual, in_flight.IN_FLIGHT = in_flight.IN_FLIGHT, 1
+            try:
+                return outcome(run(config, folder / "run"))
+            finally:
+                in_flight.IN_FLIGHT = usual
         if name == "deployment":
             os.environ[REQUEST_LOG] = str(folder / "requests.jsonl")
             try:
@@ -137,22 +152,28 @@ def workload(args: argparse.Namespace) -> Ways:
         if args.rounds:
             overrides.append(f"train.rounds={args.rounds}")
         return Ways(lambda runtime: load_config(ROOT / "configs" / "demo.yaml", [*overrides, f"run.runtime={runtime}"]),
-                    None)
+                    None, args.ways)
     peer = replace(WORKLOADS["2nn"], rounds=args.rounds or WORKLOADS["2nn"].rounds)
     if args.smoke:
         peer = replace(peer, clients=2, per_client=500, test_samples=200, loss_samples=200)
-    return Ways(lambda runtime: fedaccel_config(peer, runtime), None if args.smoke else replace(peer, rounds=args.bare_rounds))
+    return Ways(lambda runtime: fedaccel_config(peer, runtime), None if args.smoke else replace(peer, rounds=args.bare_rounds),
+                args.ways)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=("2nn", "demo"), default="2nn")
+    parser.add_argument("--ways", type=lambda text: text.split(","), help="comma-separated, of "
+                        f"{', '.join([*RUNTIMES, 'flower-app'])} (default: all; in-process always runs)")
     parser.add_argument("--rounds", type=int, help="default: 30 for 2nn (the peer workload's), the demo's 60")
     parser.add_argument("--bare-rounds", type=int, default=3, help="rounds of the bare Flower app deployed (>= 3)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (median reported)")
     parser.add_argument("--smoke", action="store_true", help="smallest size: 2 clients, 2 rounds, 1 repetition, "
                         "no bare app (a test, not a measurement)")
     args = parser.parse_args()
+    unknown = set(args.ways or ()) - {*RUNTIMES, "flower-app"}
+    if unknown:
+        parser.error(f"--ways: unknown {', '.join(sorted(unknown))}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill or a timeout still stops the processes started
     if args.bare_rounds < 3:
         parser.error("--bare-rounds must be at least 3 (a round's requests are counted between the 2nd and last pushes)")
@@ -203,23 +224,26 @@ def report(results: dict[str, list[tuple[float, float, float]]], requests: dict[
     for name, (total, in_rounds) in median.items():
         print(f"| {name} | {in_rounds:.4f} | {in_rounds / base_rounds:.2f} | {total:.4f} | {total / base_total:.2f} |")
     for name in RUNTIMES:
-        if name == "in-process":
+        if name == "in-process" or name not in results:
             continue
         for _, _, acc in results[name]:
             assert abs(acc - base_acc) < (1e-3 if name == "stacked" else 1e-5), \
                 f"{name} ended at {acc}, in process at {base_acc}"
         total, in_rounds = median[name]
         print(f"ratio {name}/in-process: {total / base_total:.2f} with start-up, {in_rounds / base_rounds:.2f} in rounds")
-    ratio = median["simulation"][1] / base_rounds
-    print(f"simulation/in-process (rounds): {ratio:.2f}  (goal <= {SIMULATION_GOAL:g}) "
-          f"{'OK' if ratio <= SIMULATION_GOAL else 'ABOVE GOAL'}")
+    if "simulation" in median:
+        ratio = median["simulation"][1] / base_rounds
+        print(f"simulation/in-process (rounds): {ratio:.2f}  (goal <= {SIMULATION_GOAL:g}) "
+              f"{'OK' if ratio <= SIMULATION_GOAL else 'ABOVE GOAL'}")
+    if not any(requests.values()):
+        return
     print("\nthe SuperLink's requests a round, median of the repetitions")
     print(f"| deployment | {' | '.join(KINDS)} | all |\n|---|---:|---:|---:|---:|")
     for name, label in DEPLOYED.items():
         if requests[name]:
             kinds = [statistics.median(r[k] for r in requests[name]) for k in KINDS]
             print(f"| {label} | {' | '.join(f'{v:.1f}' for v in kinds)} | {sum(kinds):.1f} |")
-    if "flower-app" in median:
+    if "flower-app" in median and "deployment" in median:
         ours, theirs = median["deployment"][1], median["flower-app"][1]
         print(f"fedaccel deploy / bare Flower app deployed (rounds): {ours / theirs:.2f}  "
               f"({ours:.4f} against {theirs:.4f} s a round; goal <= 1) {'OK' if ours <= theirs else 'ABOVE GOAL'}")

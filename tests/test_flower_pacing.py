@@ -140,3 +140,40 @@ def test_a_collect_on_the_in_memory_grid_is_woken_by_a_stored_reply(monkeypatch:
     replies = exchange(grid, [object(), object()], timeout=10.0, poll=5.0)  # type: ignore[arg-type]
     assert all(reply is not None for reply, _ in replies)
     assert time.monotonic() - started < 2.0 and grid.pulls <= 3  # woken, not 5 s of polling
+
+
+class _Actor:
+    """A stand-in for a Ray actor handle: records its terminations."""
+
+    def __init__(self, name: str, stopped: list[str]) -> None:
+        self.name = name
+        self.terminate = type("Method", (), {"remote": lambda _: stopped.append(name)})()
+
+
+def test_each_simulation_actor_is_listed_twice_and_terminated_once() -> None:
+    """Flower's own pool methods on a pool listing each actor twice: the first two messages go to
+    distinct actors, each actor then holds two, a reply frees its entry, and the end stops each once."""
+    from flwr.simulation.ray_transport.ray_actor import BasicActorPool
+
+    from fedaccel.flower.in_flight import IN_FLIGHT, keep_two_in_flight, list_each_actor
+
+    stopped: list[str] = []
+    pool = object.__new__(BasicActorPool)  # its state without Ray: Flower's methods on stand-in actors
+    a, b = _Actor("a", stopped), _Actor("b", stopped)
+    pool.pool, pool.num_actors, pool._future_to_actor = [a, b], 2, {}
+    list_each_actor(pool, IN_FLIGHT)
+    assert IN_FLIGHT == 2 and pool.num_actors == 4  # the engine starts one thread per entry
+
+    def submit(job: int) -> str:
+        return pool.submit(lambda actor, *_: f"{actor.name}{job}", (None, None, "", None))
+
+    futures = [submit(job) for job in range(4)]
+    assert [f[0] for f in futures[:2]] in (["a", "b"], ["b", "a"]) and sorted(f[0] for f in futures) == list("aabb")
+    assert not pool.is_actor_available()
+    pool.add_actor_back_to_pool(futures[0])  # its reply came: that actor takes the next message
+    assert submit(4)[0] == futures[0][0]
+    for future in [*futures[1:], f"{futures[0][0]}4"]:
+        pool.add_actor_back_to_pool(future)
+    pool.terminate_all_actors()
+    assert sorted(stopped) == ["a", "b"]
+    assert keep_two_in_flight() and keep_two_in_flight()  # patched once, then left as it is

@@ -1,7 +1,8 @@
 """``run.runtime: flower-simulation``: the run on Flower's simulation engine (Ray underneath).
 
 One virtual SuperNode per client; Ray runs their ClientApps in a pool of worker processes that
-stay alive for the whole run (one per core by default), so each builds the run's setup once.
+stay alive for the whole run (one per core by default), so each builds the run's setup once; each
+worker holds two messages at a time (:mod:`fedaccel.flower.in_flight`).
 Ray itself stays up for the process's next simulation (:mod:`fedaccel.flower.warm_ray`).
 The ServerApp runs in this process and writes the usual run folder. On a Ray cluster: start it
 with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and the data on every
@@ -36,10 +37,12 @@ def simulate(
 
     from fedaccel.flower.client import app as fedaccel_client_app
     from fedaccel.flower.dispatch import wake_simulation_on_push
+    from fedaccel.flower.in_flight import keep_two_in_flight
     from fedaccel.flower.server import serve
     from fedaccel.flower.warm_ray import backend_config, keep_ray_up, remember_started
 
     wake_simulation_on_push()  # the engine's dispatch wakes when the server pushes, not every 0.1 s
+    keep_two_in_flight()  # an actor's next message travels while it trains
 
     failures: list[BaseException] = []
     server_app = ServerApp()
