@@ -15,6 +15,9 @@ transfer and each batch is gathered with ``index_select`` (bit-identical to ``x[
 times faster); the whole loop runs under one ``no_grad``; and
 a model with an exact closed-form gradient (:func:`fedaccel.models.closed_form_gradient`: the
 SVM, softmax regression and the 2NN's fused Linear/ReLU chain, :mod:`fedaccel.models.chain`) skips autograd, with its labels prepared once per training set.
+Where nothing but the update reads z (plain SGD: no clip, term, decay, momentum, estimator or
+augmentation), a chain takes the whole step in place (:meth:`~fedaccel.models.chain.ChainGradient.step`:
+each layer's weights move inside their gradient's product, and no gradient vector is written).
 """
 
 from __future__ import annotations
@@ -205,6 +208,15 @@ class BatchGradient:
     def gather(self, idx: Tensor) -> tuple[Tensor, Tensor]:
         return self.x.index_select(0, idx), self.labels.index_select(0, idx)
 
+    def sgd_step(self) -> Callable[[Tensor, Tensor, float], None] | None:
+        """``step(xb, lb, lr)``: one plain SGD step on the model's parameters in place, with no gradient
+        vector written, where the closed form has one (the Linear/ReLU chains); else None."""
+        step = getattr(self.kernel, "step", None)
+        if step is None:
+            return None
+        theta = self.model.theta
+        return lambda xb, lb, lr: step(theta, xb, lb, lr)
+
     def __call__(self, xb: Tensor, lb: Tensor) -> Tensor:
         model = self.model
         if self.kernel is not None:
@@ -276,9 +288,14 @@ def train_local(
     buffer: Tensor | None = None
     laid_out = len(batches) > 0 and isinstance(batches[0], tuple)
     rows = batches if laid_out else _index_rows(batches, x.device)  # type: ignore[arg-type]
+    plain = not (terms or clip is not None or weight_decay or momentum or estimator is not None or augment is not None)
+    sgd_step = getattr(gradient, "sgd_step", lambda: None)() if plain else None  # nothing reads the gradient
     with torch.no_grad():
         for step, batch in enumerate(rows):
             xb, lb = batch if laid_out else gradient.gather(batch)
+            if sgd_step is not None:
+                sgd_step(xb, lb, lr)
+                continue
             grad = gradient(xb if augment is None else augment(step, xb), lb)
             if clip_gradient:
                 clip_rows(grad, clip)  # type: ignore[arg-type]

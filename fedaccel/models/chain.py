@@ -73,12 +73,25 @@ class ChainGradient:
         return y.reshape(-1, 1).long()  # (N, 1): scatter positions, once per training set
 
     def __call__(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> None:
+        self._fill(self._cached_views(theta, grad), x.reshape(x.shape[0], -1), t)
+
+    def step(self, theta: Tensor, x: Tensor, t: Tensor, lr: float) -> None:
+        """One SGD step in place, ``theta -= lr * gradient``, with no gradient vector: each layer's
+        weight moves by one ``addmm_`` (the step size inside the product) and its bias by its sum, once
+        the backward has taken the gradient below it through the layer's old weight."""
+        views = self._cached_views(theta, theta)  # (the gradient slices, aliases of theta here, go unused)
+        for k, a_in, g in self._deltas(views, x.reshape(x.shape[0], -1), t, mean=True):
+            w, _, bias, _, _ = views[k]
+            w.addmm_(g.t(), a_in, alpha=-lr)
+            bias.sub_(g.sum(dim=0), alpha=lr)
+
+    def _cached_views(self, theta: Tensor, grad: Tensor) -> list[tuple[Tensor, ...]]:
         # a client's steps update theta in place, so its views stay valid; the cached views keep their storage
         # alive, so an equal address is the same storage. Read once: another thread's entry is never used.
         key, cached = (theta.data_ptr(), grad.data_ptr()), self._views
         if cached is None or cached[0] != key:
             cached = self._views = key, self._layer_views(theta, grad)
-        self._fill(cached[1], x.reshape(x.shape[0], -1), t)
+        return cached[1]
 
     def stacked(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
         m, b = y.shape
@@ -130,7 +143,8 @@ class ChainGradient:
     def _deltas(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor, *, mean: bool
                 ) -> Iterator[tuple[int, Tensor, Tensor]]:
         """The forward, then per layer from the last: (its index, its input a, the loss's gradient at its
-        output), for the mean of the per-sample cross-entropies over the batch (``mean``) or their sum. One
+        output), for the mean of the per-sample cross-entropies over the batch (``mean``) or their sum. The
+        gradient below a layer is taken before the layer is yielded (:meth:`step` then moves its weights). One
         vector takes the 2-D products (``mm``: no batch dimension to dispatch), m vectors the batched ones;
         the same arithmetic."""
         mm, addmm = (torch.bmm, torch.baddbmm) if x.dim() == 3 else (torch.mm, torch.addmm)
@@ -145,6 +159,7 @@ class ChainGradient:
         if mean:
             g.div_(float(x.shape[-2]))  # a Python float: no integer scalar converted every step
         for k in range(len(views) - 1, -1, -1):
+            # relu's backward, as autograd takes it: g where the layer's output was > 0, else 0
+            below = torch.ops.aten.threshold_backward(mm(g, views[k][0]), inputs[k], 0.0) if k else g
             yield k, inputs[k], g
-            if k:  # relu's backward, as autograd takes it: g where the layer's output was > 0, else 0
-                g = torch.ops.aten.threshold_backward(mm(g, views[k][0]), inputs[k], 0.0)
+            g = below

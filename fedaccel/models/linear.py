@@ -102,32 +102,13 @@ class _SquaredSVMGradient:
         torch.addmv(theta, xb.t(), r, beta=self.l2, out=grad)
 
 
-class _SoftmaxGradient:
-    """``(softmax(Wx + b) − onehot(y)) [xᵀ 1] / B``: :class:`SoftmaxRegression`'s cross-entropy gradient."""
-
-    def __init__(self, model: SoftmaxRegression) -> None:
-        self.classes, self.features = model.fc.weight.shape
-        self.n_weight = self.classes * self.features
-
-    def prepare(self, y: Tensor) -> Tensor:
-        return y.reshape(-1, 1).long()  # (N, 1): scatter positions
-
-    def __call__(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> None:
-        b, n = x.shape[0], self.n_weight
-        xb = x.reshape(b, -1)
-        weight, bias = theta[:n].view(self.classes, self.features), theta[n:]
-        p = torch.addmm(bias, xb, weight.t()).softmax(dim=1)
-        p.scatter_add_(1, t, p.new_full((b, 1), -1.0)).div_(b)
-        torch.mm(p.t(), xb, out=grad[:n].view(self.classes, self.features))
-        torch.sum(p, dim=0, out=grad[n:])
-
-
 def closed_form_gradient(
     module: nn.Module,
-) -> _SquaredSVMGradient | _SoftmaxGradient | ChainGradient | BHerdCNNGradient | None:
+) -> _SquaredSVMGradient | ChainGradient | BHerdCNNGradient | None:
     """The exact batch gradient of ``module.loss(module(x), y)`` without autograd, for the built-in
-    ``svm``, ``softmax`` and ``2nn`` as they are (the 2nn's: :mod:`fedaccel.models.chain`) and the ``cnn``
-    on one-channel images on a CPU (:mod:`fedaccel.models.conv_gradient`); None for anything else, a subclass that overrides
+    ``svm``, ``softmax`` and ``2nn`` as they are (the last two Linear/ReLU chains of one and three layers,
+    :mod:`fedaccel.models.chain`) and the ``cnn`` on one-channel images on a CPU
+    (:mod:`fedaccel.models.conv_gradient`); None for anything else, a subclass that overrides
     ``forward``/``loss``/``targets`` included. It is called as ``kernel(theta, x, kernel.prepare(y)[idx],
     grad)`` with ``theta``/``grad`` the flat parameter/gradient vectors (:class:`fedaccel.engine.flat.FlatModel`
     order) and writes ∂loss/∂theta into ``grad``; equal to autograd's to float rounding.
@@ -139,11 +120,7 @@ def closed_form_gradient(
         if same and trainable == [id(module.weight)] and len(list(module.parameters())) == 1:
             return _SquaredSVMGradient(module)
     if isinstance(module, SoftmaxRegression):
-        fc = module.fc
-        same = cls.forward is SoftmaxRegression.forward and cls.loss is Classifier.loss
-        if (same and type(fc) is nn.Linear and fc.bias is not None
-                and trainable == [id(fc.weight), id(fc.bias)] and len(list(module.parameters())) == 2):
-            return _SoftmaxGradient(module)
+        return chain_gradient(module)
     return mlp_chain_gradient(module) or bherd_cnn_gradient(module)
 
 
