@@ -10,7 +10,9 @@ messages the actor idles while its reply travels back and the next message trave
 so the engine starts that many threads per actor: when an actor finishes a message, the next one is
 already with it (Ray runs an actor's tasks one at a time, in the order submitted), and the transfers
 overlap the training. Each message still runs alone, in its own node's context: what the ClientApps
-compute and what the server gets are unchanged. Pinned to flwr 1.42 (``RayBackend`` is not public
+compute and what the server gets are unchanged. Flower starts those threads in a ``ThreadPoolExecutor``
+of its default size (cores + 4, at most 32): beyond 4 actors on as many cores only that many messages
+are in flight, so some actors hold one, as before. Pinned to flwr 1.42 (``RayBackend`` is not public
 API): if it is gone, nothing is patched and messages go one at a time, as in Flower.
 """
 
