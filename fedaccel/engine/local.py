@@ -289,7 +289,7 @@ def train_local(
     laid_out = len(batches) > 0 and isinstance(batches[0], tuple)
     rows = batches if laid_out else _index_rows(batches, x.device)  # type: ignore[arg-type]
     plain = not (terms or clip is not None or weight_decay or momentum or estimator is not None or augment is not None)
-    sgd_step = getattr(gradient, "sgd_step", lambda: None)() if plain else None  # nothing reads the gradient
+    sgd_step = gradient.sgd_step() if plain else None  # nothing reads the gradient
     with torch.no_grad():
         for step, batch in enumerate(rows):
             xb, lb = batch if laid_out else gradient.gather(batch)
