@@ -268,26 +268,28 @@ def test_the_cnn_gradient_is_autograds_on_any_image_size_and_ties(channels: int,
 
 
 @settings(max_examples=40, deadline=None)
-@given(hidden=st.lists(st.integers(1, 12), min_size=0, max_size=3), batch=st.integers(1, 9),
+@given(hidden=st.lists(st.integers(1, 12), min_size=0, max_size=3), batches=st.lists(st.integers(1, 9), min_size=1, max_size=3),
        lr=st.floats(1e-3, 2.0), seed=st.integers(0, 2**16))
-def test_a_chains_sgd_step_is_theta_minus_lr_times_its_gradient(hidden: list[int], batch: int, lr: float,
+def test_a_chains_sgd_step_is_theta_minus_lr_times_its_gradient(hidden: list[int], batches: list[int], lr: float,
                                                                  seed: int) -> None:
-    """In float64 on chains of 1-4 layers (softmax regression to deeper than the 2NN), any batch: the step
-    in place equals the gradient written out and subtracted, though no gradient vector is written."""
+    """In float64 on chains of 1-4 layers (softmax regression to deeper than the 2NN), any batches one after
+    another (the step's constants are kept per batch size): each step in place equals the gradient written out
+    and subtracted, though no gradient vector is written."""
     g = torch.Generator().manual_seed(seed)
     sizes = [5, *hidden, 4]
     layers = [torch.nn.Linear(a, b, dtype=torch.float64) for a, b in zip(sizes, sizes[1:])]
     net = torch.nn.Sequential(*[m for layer in layers for m in (layer, torch.nn.ReLU())][:-1])
     kernel = ChainGradient(chain_layers(layers, net))
     flat = FlatModel(net)
-    theta0 = torch.randn(flat.size, generator=g, dtype=torch.float64)
-    x = torch.randn(batch, 5, generator=g, dtype=torch.float64)
-    t = kernel.prepare(torch.randint(0, 4, (batch,), generator=g))
-    grad = torch.full_like(theta0, float("nan"))
-    kernel(theta0.clone(), x, t, grad)
-    theta = theta0.clone()
-    kernel.step(theta, x, t, lr)
-    torch.testing.assert_close(theta, theta0 - lr * grad, atol=1e-12, rtol=1e-12)
+    theta = torch.randn(flat.size, generator=g, dtype=torch.float64)
+    for batch in batches:
+        x = torch.randn(batch, 5, generator=g, dtype=torch.float64)
+        t = kernel.prepare(torch.randint(0, 4, (batch,), generator=g))
+        grad = torch.full_like(theta, float("nan"))
+        kernel(theta.clone(), x, t, grad)
+        want = theta - lr * grad
+        kernel.step(theta, x, t, lr)
+        torch.testing.assert_close(theta, want, atol=1e-12, rtol=1e-12)
 
 
 @pytest.mark.parametrize("model", ["2nn", "softmax"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -39,6 +40,17 @@ class Layer:
     @property
     def end(self) -> int:
         return self.bias_at + self.out
+
+
+class LayerViews(NamedTuple):
+    """One layer's views of a parameter vector (or of m of them) and of its gradient's."""
+
+    w: Tensor  # (out, inp)
+    w_t: Tensor  # its transpose
+    bias: Tensor  # (out,)
+    bias_row: Tensor  # (1, out)
+    grad_w: Tensor
+    grad_b: Tensor
 
 
 def chain_layers(linears: list[nn.Linear], module: nn.Module, *, after: int = 0) -> list[Layer] | None:
@@ -67,7 +79,8 @@ class ChainGradient:
     def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
         self.size = layers[-1].end
-        self._views: tuple[tuple[int, int], list[tuple[Tensor, ...]]] | None = None  # the last (theta, grad)'s
+        self._views: tuple[tuple[int, int], list[LayerViews]] | None = None  # the last (theta, grad)'s
+        self._constants: dict[tuple, Tensor] = {}  # _filled's
 
     def prepare(self, y: Tensor) -> Tensor:
         return y.reshape(-1, 1).long()  # (N, 1): scatter positions, once per training set
@@ -77,15 +90,26 @@ class ChainGradient:
 
     def step(self, theta: Tensor, x: Tensor, t: Tensor, lr: float) -> None:
         """One SGD step in place, ``theta -= lr * gradient``, with no gradient vector: each layer's
-        weight moves by one ``addmm_`` (the step size inside the product) and its bias by its sum, once
-        the backward has taken the gradient below it through the layer's old weight."""
+        weight moves by one ``addmm_`` and its bias by one ``addmv_`` with ones (its sum over the batch),
+        the step size and the mean's 1/B inside the product, once the backward has taken the gradient
+        below it through the layer's old weight."""
         views = self._cached_views(theta, theta)  # (the gradient slices, aliases of theta here, go unused)
-        for k, a_in, g in self._deltas(views, x.reshape(x.shape[0], -1), t, mean=True):
-            w, _, bias, _, _ = views[k]
-            w.addmm_(g.t(), a_in, alpha=-lr)
-            bias.sub_(g.sum(dim=0), alpha=lr)
+        x = x.reshape(x.shape[0], -1)
+        ones, alpha = self._filled(x.shape[:1], 1.0, x), -lr / x.shape[0]
+        for k, a_in, g in self._deltas(views, x, t, mean=False):  # the summed loss's: 1/B is in alpha
+            g_t, layer = g.t(), views[k]
+            layer.w.addmm_(g_t, a_in, alpha=alpha)
+            layer.bias.addmv_(g_t, ones, alpha=alpha)
 
-    def _cached_views(self, theta: Tensor, grad: Tensor) -> list[tuple[Tensor, ...]]:
+    def _filled(self, shape: torch.Size, value: float, like: Tensor) -> Tensor:
+        """A constant tensor of ``shape`` (read, never written), made once per shape, dtype and device."""
+        key = (tuple(shape), value, like.dtype, like.device)
+        found = self._constants.get(key)
+        if found is None:
+            found = self._constants[key] = like.new_full(shape, value)
+        return found
+
+    def _cached_views(self, theta: Tensor, grad: Tensor) -> list[LayerViews]:
         # a client's steps update theta in place, so its views stay valid; the cached views keep their storage
         # alive, so an equal address is the same storage. Read once: another thread's entry is never used.
         key, cached = (theta.data_ptr(), grad.data_ptr()), self._views
@@ -99,14 +123,14 @@ class ChainGradient:
         self._fill(self._layer_views(theta, grad), x.reshape(m, b, -1), y.reshape(m, b, 1).long())
         return grad
 
-    def _layer_views(self, theta: Tensor, grad: Tensor) -> list[tuple[Tensor, ...]]:
-        """Per layer: W, W^T, the bias as a row, and the slices of ``grad`` its dW and db go to (views, no copies)."""
+    def _layer_views(self, theta: Tensor, grad: Tensor) -> list[LayerViews]:
+        """Each layer's :class:`LayerViews` of ``theta`` and ``grad`` (views, no copies)."""
         lead = theta.shape[:-1]
         views = []
         for L in self.layers:
-            w = theta[..., L.at : L.bias_at].view(*lead, L.out, L.inp)
-            views.append((w, w.transpose(-1, -2), theta[..., L.bias_at : L.end].unsqueeze(-2),
-                          grad[..., L.at : L.bias_at].view(*lead, L.out, L.inp), grad[..., L.bias_at : L.end]))
+            w, bias = theta[..., L.at : L.bias_at].view(*lead, L.out, L.inp), theta[..., L.bias_at : L.end]
+            views.append(LayerViews(w, w.transpose(-1, -2), bias, bias.unsqueeze(-2),
+                                    grad[..., L.at : L.bias_at].view(*lead, L.out, L.inp), grad[..., L.bias_at : L.end]))
         return views
 
     def moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -128,19 +152,18 @@ class ChainGradient:
         """As a call on one vector ((B, D) inputs), and returns the mean loss's gradient at the chain's input
         (B, D): the chain as the head of a deeper network (:mod:`fedaccel.models.conv_gradient`)."""
         views = self._layer_views(theta, grad)
-        return torch.mm(self._fill(views, x, t), views[0][0])
+        return torch.mm(self._fill(views, x, t), views[0].w)
 
-    def _fill(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor) -> Tensor:
+    def _fill(self, views: list[LayerViews], x: Tensor, t: Tensor) -> Tensor:
         """Inputs (B, D) or (m, B, D), labels (B, 1) or (m, B, 1), :meth:`_layer_views` of one or m vectors:
         the gradients of the mean loss into their slices; returns the gradient at the first layer's output."""
         mm = torch.bmm if x.dim() == 3 else torch.mm
         for k, a_in, g in self._deltas(views, x, t, mean=True):
-            _, _, _, grad_w, grad_b = views[k]
-            mm(g.transpose(-1, -2), a_in, out=grad_w)
-            torch.sum(g, dim=-2, out=grad_b)
+            mm(g.transpose(-1, -2), a_in, out=views[k].grad_w)
+            torch.sum(g, dim=-2, out=views[k].grad_b)
         return g
 
-    def _deltas(self, views: list[tuple[Tensor, ...]], x: Tensor, t: Tensor, *, mean: bool
+    def _deltas(self, views: list[LayerViews], x: Tensor, t: Tensor, *, mean: bool
                 ) -> Iterator[tuple[int, Tensor, Tensor]]:
         """The forward, then per layer from the last: (its index, its input a, the loss's gradient at its
         output), for the mean of the per-sample cross-entropies over the batch (``mean``) or their sum. The
@@ -149,17 +172,17 @@ class ChainGradient:
         the same arithmetic."""
         mm, addmm = (torch.bmm, torch.baddbmm) if x.dim() == 3 else (torch.mm, torch.addmm)
         inputs, a = [], x
-        for k, (_, w_t, bias, _, _) in enumerate(views):
+        for k, layer in enumerate(views):
             inputs.append(a)
-            a = addmm(bias, a, w_t)
+            a = addmm(layer.bias_row, a, layer.w_t)
             if k < len(views) - 1:
                 a.clamp_(min=0)
         g = a.softmax(dim=-1)
-        g.scatter_add_(-1, t, g.new_full(t.shape, -1.0))
+        g.scatter_add_(-1, t, self._filled(t.shape, -1.0, g))
         if mean:
             g.div_(float(x.shape[-2]))  # a Python float: no integer scalar converted every step
         for k in range(len(views) - 1, -1, -1):
             # relu's backward, as autograd takes it: g where the layer's output was > 0, else 0
-            below = torch.ops.aten.threshold_backward(mm(g, views[k][0]), inputs[k], 0.0) if k else g
+            below = torch.ops.aten.threshold_backward(mm(g, views[k].w), inputs[k], 0.0) if k else g
             yield k, inputs[k], g
             g = below
