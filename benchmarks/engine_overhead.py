@@ -5,7 +5,8 @@ rounds, batch 50, the same batches in the same order) in one process; the script
 at the same model and prints the time ratio engine / plain. Goals: CNN at most 0.9, 2NN at most 0.7
 (issue 32). For the 2NN it also prints the arithmetic rate of each side's steps against
 one-thread ``torch.mm`` 1024 x 1024 x 1024 measured in the same run (goal: the engine's 2NN step at
->= 60% of it).
+>= 60% of it), and the rate of the chain's matrix products alone (same shapes, same batches): the floor
+the step's other operations stand on.
 
     python benchmarks/engine_overhead.py [--model cnn|2nn|svm] [--hidden 100] [--samples 5000] [--repeats 3]
                                          [--threads 1] [--device cpu] [--smoke]
@@ -95,6 +96,32 @@ def plain_run(
     return elapsed, torch.cat([p.reshape(-1) for p in global_params])
 
 
+def products_run(federation: Federation, rounds: int = ROUNDS) -> float:
+    """The floor under a Linear chain's steps: its matrix products alone (forward, input gradients, weight
+    updates by ``addmm_``), same shapes, on the same batches gathered in advance; no bias, activation, loss
+    or any other op. Its values mean nothing (the gradients are fixed random matrices); only its time counts."""
+    device = federation.device
+    weights = [m.weight.detach().clone().to(device)
+               for m in federation.model.module.modules() if isinstance(m, torch.nn.Linear)]
+    x = federation.x_train.reshape(len(federation.x_train), -1)
+    batches = [x[torch.from_numpy(b).to(device)] for t in range(rounds) for i in range(CLIENTS)
+               for b in federation.batches(i, t, int(federation.steps[i]))]
+    g = torch.Generator().manual_seed(0)
+    grads = [(torch.randn(BATCH, w.shape[0], generator=g) * 1e-3).to(device) for w in weights]
+    sync(device)
+    started = time.perf_counter()
+    for xb in batches:
+        inputs = [xb]
+        for w in weights:
+            inputs.append(torch.mm(inputs[-1], w.t()))
+        for k in range(len(weights) - 1, -1, -1):
+            if k:
+                torch.mm(grads[k], weights[k])
+            weights[k].addmm_(grads[k].t(), inputs[k], alpha=-LR)
+    sync(device)
+    return time.perf_counter() - started
+
+
 def unflatten(vector: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
     return [chunk.view_as(p) for chunk, p in zip(vector.split([p.numel() for p in like]), like)]
 
@@ -144,11 +171,14 @@ def main() -> None:
     gap, moved = float((w_engine - w_plain).norm()), float((w_plain - w0_exact).norm())
     assert gap <= 1e-9 * moved, f"engine and plain loop disagree after a round: |diff| = {gap:.3g}, |w - w0| = {moved:.3g}"
     flops = step_flops(federation.model.module, BATCH)
-    engine_times, plain_times, mm_rates = [], [], []
+    engine_times, plain_times, mm_rates, products_times = [], [], [], []
+    if flops:
+        products_run(federation, rounds=1)
     for _ in range(args.repeats):
         engine_times.append(engine_run(federation, w0)[0])
         plain_times.append(plain_run(federation, w0, data.input_shape)[0])
         if flops:  # the practical peak beside each repeat: the machine's speed drifts between repeats
+            products_times.append(products_run(federation))
             mm_rates.append(mm_rate(federation.device))
     engine, plain = statistics.median(engine_times), statistics.median(plain_times)
     ratio = statistics.median(e / p for e, p in zip(engine_times, plain_times))
@@ -166,6 +196,9 @@ def main() -> None:
               f"{rate['engine']:.1f} GFLOP/s ({share['engine']:.0%} of its repeat's rate, {rate['engine'] / best:.0%} "
               f"of the best), plain {rate['plain']:.1f} GFLOP/s ({share['plain']:.0%}, {rate['plain'] / best:.0%})  "
               "(goal for the 2NN: engine >= 60%)")
+        products = statistics.median(flops * steps / t / 1e9 / r for t, r in zip(products_times, mm_rates))
+        print(f"the chain's matrix products alone (same shapes and batches, nothing else): {products:.0%} of the "
+              f"repeat's rate; engine time / their time {statistics.median(e / p for e, p in zip(engine_times, products_times)):.2f}")
 
 
 def step_flops(module: torch.nn.Module, batch: int) -> float:

@@ -63,14 +63,26 @@ def test_benchmark_runs_at_its_smallest_size_and_prints_its_figures(script: Path
         pytest.skip(f"{module} is not installed")
     assert "--smoke" in script.read_text(), f"{script.name} has no --smoke mode (its smallest size, for this test)"
     assert script.name in FIGURES, f"say in FIGURES which lines {script.name} prints its figures in"
+    _assert_smoke_prints(script, FIGURES[script.name])
+
+
+def _assert_smoke_prints(script: Path, patterns: list[str], *args: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
            "RAY_ADDRESS": "", "MPLBACKEND": "Agg"}
-    done = subprocess.run([sys.executable, str(script), "--smoke"], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, str(script), "--smoke", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0, f"{script.name} --smoke exited {done.returncode}:\n{done.stderr[-3000:]}"
-    missing = [p for p in FIGURES[script.name] if not re.search(p, done.stdout)]
+    missing = [p for p in patterns if not re.search(p, done.stdout)]
     assert not missing, f"{script.name} --smoke printed none of {missing}:\n{done.stdout[-3000:]}"
+
+
+@pytest.mark.slow
+def test_engine_overhead_on_the_2nn_prints_its_rates_and_its_products_floor() -> None:
+    _assert_smoke_prints(ROOT / "benchmarks" / "engine_overhead.py",
+                         [r"engine [\d.]+ GFLOP/s \(\d+% of its repeat's rate, \d+% of the best\)",
+                          r"matrix products alone .*: \d+% of the repeat's rate; engine time / their time [\d.]+"],
+                         "--model", "2nn")
 
 
 def _fedgsnr_overhead() -> object:
