@@ -13,11 +13,14 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_models import Scalar
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import ClientContext
 from fedaccel.algorithms.fedgsnr import (
+    client_scores,
     allocate_steps,
     entropy,
     fedgsnr_planning,
@@ -112,6 +115,24 @@ def test_plan_server_by_hand() -> None:
     # E_k = (8, 6): mean 7, population std 1
     assert diag["steps_cv"] == pytest.approx(1 / 7) and diag["steps_zero"] == 0 and diag["steps_max"] == 8
     json.dumps(diag)  # everything serialisable, keys are strings
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(1, 6), d=st.integers(1, 40), block_floats=st.integers(1, 90), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_the_servers_scores_by_blocks_of_coordinates_are_the_whole_vectors(k: int, d: int, block_floats: int,
+                                                                           seed: int, dtype: torch.dtype) -> None:
+    """plan_server's blocked pass (any block size, one that does not divide d, smaller than K) gives the n_k and
+    r_k of Eq. 8-9 and Theorem 3.7 on the whole float64 vectors, to rounding."""
+    g = torch.Generator().manual_seed(seed)
+    means = [torch.randn(d, generator=g, dtype=torch.float64).to(dtype) for _ in range(k)]
+    variances = [torch.rand(d, generator=g, dtype=torch.float64).to(dtype) for _ in range(k)]
+    p = np.random.default_rng(seed).dirichlet(np.ones(k))
+    rows = torch.stack(means).double(), torch.stack(variances).double()
+    want = gsnr_scores(*rows, *global_statistics(*rows, p), 64)
+    got = client_scores(means, variances, p, 64, block_floats=block_floats)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
 def test_global_statistics_are_eq_8_and_9_on_the_diagonal() -> None:

@@ -105,7 +105,8 @@ class ClientAccess(Protocol):
     def per_sample_grads(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor: ...
 
     def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
-        """Sum and sum of squares of the per-sample gradients, where a closed form exists."""
+        """Sum and sum of squares of the per-sample gradients, where a closed form exists (new tensors, float64:
+        the caller may overwrite them)."""
         ...
 
 

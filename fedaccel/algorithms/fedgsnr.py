@@ -67,6 +67,7 @@ from fedaccel.errors import ConfigError, shown
 
 GSNR_CAP = 1e6  # r_k when Q_k L - M_k^2 vanishes numerically (1 / sqrt(1e-12))
 _CHUNK_FLOATS = 1 << 24  # per-sample gradients held at once: at most ~64 MB of float32
+_BLOCK_FLOATS = 1 << 17  # float64 entries of the server's (K, block) rows: 1 MB, cache-sized
 
 
 def gradient_statistics(
@@ -80,8 +81,8 @@ def gradient_statistics(
     """
     if len(y) and (moments := access.gradient_moments(w, x, y)) is not None:
         total, squares = moments  # float64: the variance below is a difference of moments
-        mean64 = total / len(y)
-        return mean64.to(w.dtype), (squares / len(y) - mean64.square()).clamp_(min=0).to(w.dtype)
+        mean64 = total.div_(len(y))
+        return mean64.to(w.dtype), squares.div_(len(y)).addcmul_(mean64, mean64, value=-1).clamp_(min=0).to(w.dtype)
     d = w.numel()
     per_chunk = max(1, chunk_floats // max(d, 1))
     count = 0
@@ -118,9 +119,19 @@ def gsnr_scores(
     means: Tensor, variances: Tensor, g: Tensor, v: Tensor, batch: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n_k, r_k) for each row k: Theorem 3.7's optimal step ratio and Definition 4.1's GSNR."""
+    return scores_from_sums(*score_sums(means, variances, g, v, batch))
+
+
+def score_sums(means: Tensor, variances: Tensor, g: Tensor, v: Tensor, batch: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(M_k (K,), Q_k (K,), L) of the module docstring for the rows of (K, d) statistics. Each is a sum over
+    the coordinates, so the sums over blocks of coordinates add up to the whole's."""
     m = means @ g + variances.sqrt() @ v.sqrt() / batch  # (K,): sum_j sqrt(v_kj v_j) as a matrix-vector product
-    q = torch.linalg.vector_norm(means, dim=1).square() + variances.sum(dim=1) / batch  # (K,)
-    big_l = g.square().sum() + v.sum() / batch
+    q = means.square().sum(dim=1) + variances.sum(dim=1) / batch  # (K,)
+    return m, q, g.square().sum() + v.sum() / batch
+
+
+def scores_from_sums(m: Tensor, q: Tensor, big_l: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(n_k, r_k) from :func:`score_sums`'s M_k, Q_k and L."""
     m_np, q_np, l_val = m.double().cpu().numpy(), q.double().cpu().numpy(), float(big_l)
     n = np.zeros_like(m_np)
     positive = q_np > 0
@@ -130,6 +141,21 @@ def gsnr_scores(
     ok = positive & (m_np > 0) & (l_val > 0)
     r[ok] = np.minimum(m_np[ok] / np.sqrt(gap[ok]), GSNR_CAP)
     return n, r
+
+
+def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, batch: int,
+                  *, block_floats: int = _BLOCK_FLOATS) -> tuple[np.ndarray, np.ndarray]:
+    """(n_k, r_k) of the clients' statistics (their g_k, v_k as sent): :func:`global_statistics` and
+    :func:`gsnr_scores` over blocks of coordinates (Eq. 8-9 and M_k, Q_k, L are coordinate by coordinate),
+    in float64, with the blocks' (K, block) rows of at most ``block_floats`` entries (1 MB: cache-sized)."""
+    means, variances = [x.reshape(-1) for x in means], [x.reshape(-1) for x in variances]
+    d, block = means[0].numel(), max(1, block_floats // len(means))
+    total: tuple[Tensor, ...] = ()
+    for lo in range(0, d, block):
+        rows = _rows([x[lo : lo + block] for x in means]), _rows([x[lo : lo + block] for x in variances])
+        sums = score_sums(*rows, *global_statistics(*rows, p), batch)
+        total = tuple(a + b for a, b in zip(total, sums)) if total else sums
+    return scores_from_sums(*total)
 
 
 def _rows(vectors: list[Tensor]) -> Tensor:
@@ -237,9 +263,8 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
         p = np.asarray([info.weights[k] for k in clients], dtype=np.float64)
         diag: dict[str, Any] = {}
         if statistics:
-            means, variances = (_rows([messages[k][key] for k in clients]) for key in ("mean", "var"))
-            g, v = global_statistics(means, variances, p / p.sum())
-            n, r = gsnr_scores(means, variances, g, v, samples)
+            n, r = client_scores([messages[k]["mean"] for k in clients], [messages[k]["var"] for k in clients],
+                                 p / p.sum(), samples)
             steps, q, fallback = allocate_steps(n, total)
             diag["n"] = {str(k): float(x) for k, x in zip(clients, n, strict=True)}
             diag["gsnr"] = {str(k): float(x) for k, x in zip(clients, r, strict=True)}

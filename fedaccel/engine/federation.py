@@ -11,6 +11,7 @@ there once, here, and every state a round creates follows them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ from fedaccel.data.augment import augment_batch, check_images
 from fedaccel.engine.flat import FlatModel
 from fedaccel.engine.local import REORDERED, BatchGradient, LocalOptions, batch_positions
 from fedaccel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedaccel.models.chain import ChainGradient
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 LAYOUT_BYTES = 2 * 2**30  # training data up to this size is also kept laid out in client order (a second copy)
@@ -68,6 +72,7 @@ class Federation:
         self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
         self.closed_form = closed_form  # use the model's exact closed-form gradient where it has one
         self._gradient: BatchGradient | None = None
+        self._chain: tuple[ChainGradient | None] | None = None  # chain()'s, once built
         self._layouts: dict[int, tuple[np.ndarray, Tensor, Tensor]] = {}  # client -> (order, x rows, labels)
         self._orders: dict[int, np.ndarray] = {}  # client -> its fixed order, drawn once (train.order: fixed)
         self.layout_bytes = LAYOUT_BYTES
@@ -141,6 +146,15 @@ class Federation:
                 self.model, self.x_train, self.y_train, self.loss_fn, closed_form=self.closed_form
             )
         return self._gradient
+
+    def chain(self) -> ChainGradient | None:
+        """The model's fused Linear/ReLU chain (:func:`fedaccel.models.chain_gradient`), built once (its views of
+        the parameters stay cached between the clients of a round); None for other models."""
+        if self._chain is None:
+            from fedaccel.models import chain_gradient
+
+            self._chain = (chain_gradient(self.model.module),)
+        return self._chain[0]
 
     def client_batches(
         self, client: int, round_: int, steps: int
@@ -241,10 +255,9 @@ class ClientData:
         model allows it: the 2NN and softmax by their fused chain (:meth:`fedaccel.models.chain.ChainGradient.moments`),
         other stacks of linear layers through hooks (:mod:`fedaccel.engine.linear_moments`); None otherwise."""
         from fedaccel.engine.linear_moments import linear_gradient_moments
-        from fedaccel.models import chain_gradient
 
         model = self.federation.model
-        chain = chain_gradient(model.module)
+        chain = self.federation.chain()
         if chain is not None:
             return chain.moments(theta, x, y)
         model.load(theta)

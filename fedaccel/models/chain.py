@@ -138,14 +138,15 @@ class ChainGradient:
         flat and float64: a sample's weight gradient is the outer product delta_i a_i^T, so the sums are
         delta^T a and (delta^2)^T (a^2), its bias gradient delta_i (FedGSNR's planning statistics,
         :mod:`fedaccel.engine.linear_moments`)."""
-        views = self._layer_views(theta, theta)  # (no gradient is written: its slices go unused)
+        views = self._cached_views(theta, theta)  # (no gradient is written: its slices go unused)
         sums, squares = theta.new_empty(self.size, dtype=torch.float64), theta.new_empty(self.size, dtype=torch.float64)
         for k, a, delta in self._deltas(views, x.reshape(x.shape[0], -1), y.reshape(-1, 1).long(), mean=False):
-            L, a, delta = self.layers[k], a.double(), delta.double()
+            L, a, delta = self.layers[k], a.double(), delta.double()  # copies: squared in place below
             torch.mm(delta.t(), a, out=sums[L.at : L.bias_at].view(L.out, L.inp))
-            torch.mm(delta.square().t(), a.square(), out=squares[L.at : L.bias_at].view(L.out, L.inp))
             torch.sum(delta, dim=0, out=sums[L.bias_at : L.end])
-            torch.sum(delta.square(), dim=0, out=squares[L.bias_at : L.end])
+            delta.square_()
+            torch.mm(delta.t(), a.square_(), out=squares[L.at : L.bias_at].view(L.out, L.inp))
+            torch.sum(delta, dim=0, out=squares[L.bias_at : L.end])
         return sums, squares
 
     def input_gradient(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> Tensor:
