@@ -219,9 +219,12 @@ def test_the_chain_moments_are_the_per_sample_gradients_sums_and_squares(name: s
     x, y = data(25)
     x = x.double()
     per_sample = torch.stack([autograd_gradient(flat, x[i : i + 1], y[i : i + 1]) for i in range(25)])
-    sums, squares = chain.moments(flat.theta, x, y)
-    torch.testing.assert_close(sums, per_sample.sum(0), atol=1e-12, rtol=1e-10)
-    torch.testing.assert_close(squares, per_sample.square().sum(0), atol=1e-12, rtol=1e-10)
+    x_before, theta_before = x.clone(), flat.theta.clone()
+    for _ in range(2):  # the second time with the views cached
+        sums, squares = chain.moments(flat.theta, x, y)
+        torch.testing.assert_close(sums, per_sample.sum(0), atol=1e-12, rtol=1e-10)
+        torch.testing.assert_close(squares, per_sample.square().sum(0), atol=1e-12, rtol=1e-10)
+    assert torch.equal(x, x_before) and torch.equal(flat.theta, theta_before)  # squares taken on copies
 
 
 @pytest.mark.parametrize("name,shape", [("cnn", (3, 8, 8)), ("lenet5", (3, 16, 16)), ("cnn", (1, 8, 8))])

@@ -141,7 +141,8 @@ class ChainGradient:
         views = self._cached_views(theta, theta)  # (no gradient is written: its slices go unused)
         sums, squares = theta.new_empty(self.size, dtype=torch.float64), theta.new_empty(self.size, dtype=torch.float64)
         for k, a, delta in self._deltas(views, x.reshape(x.shape[0], -1), y.reshape(-1, 1).long(), mean=False):
-            L, a, delta = self.layers[k], a.double(), delta.double()  # copies: squared in place below
+            # copies, also when already float64 (a is x itself at the first layer): squared in place below
+            L, a, delta = self.layers[k], a.to(torch.float64, copy=True), delta.to(torch.float64, copy=True)
             torch.mm(delta.t(), a, out=sums[L.at : L.bias_at].view(L.out, L.inp))
             torch.sum(delta, dim=0, out=sums[L.bias_at : L.end])
             delta.square_()
