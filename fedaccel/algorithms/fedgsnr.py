@@ -147,23 +147,16 @@ def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, b
                   *, block_floats: int = _BLOCK_FLOATS) -> tuple[np.ndarray, np.ndarray]:
     """(n_k, r_k) of the clients' statistics (their g_k, v_k as sent): :func:`global_statistics` and
     :func:`gsnr_scores` over blocks of coordinates (Eq. 8-9 and M_k, Q_k, L are coordinate by coordinate),
-    in float64, with the blocks' (K, block) rows of at most ``block_floats`` entries (1 MB: cache-sized)."""
-    means, variances = [x.reshape(-1) for x in means], [x.reshape(-1) for x in variances]
-    d, block = means[0].numel(), max(1, block_floats // len(means))
+    in float64, each block's (K, block) rows at most ``block_floats`` entries (1 MB: cache-sized) instead of
+    K x d float64 matrices."""
+    block = max(1, block_floats // len(means))
+    means_in, variances_in = ([x.reshape(-1).split(block) for x in vectors] for vectors in (means, variances))
     total: tuple[Tensor, ...] = ()
-    for lo in range(0, d, block):
-        rows = _rows([x[lo : lo + block] for x in means]), _rows([x[lo : lo + block] for x in variances])
+    for b in range(len(means_in[0])):
+        rows = (torch.stack([x[b] for x in means_in]).double(), torch.stack([x[b] for x in variances_in]).double())
         sums = score_sums(*rows, *global_statistics(*rows, p), batch)
-        total = tuple(a + b for a, b in zip(total, sums)) if total else sums
+        total = tuple(a + c for a, c in zip(total, sums)) if total else sums
     return scores_from_sums(*total)
-
-
-def _rows(vectors: list[Tensor]) -> Tensor:
-    """The vectors as the rows of one float64 (K, d) matrix, each converted as it is copied in (no float32 stack)."""
-    rows = vectors[0].new_empty((len(vectors), vectors[0].numel()), dtype=torch.float64)
-    for row, vector in zip(rows, vectors):
-        row.copy_(vector.reshape(-1))
-    return rows
 
 
 def allocate_steps(n: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, bool]:
