@@ -16,11 +16,16 @@ values (a cell's folder name changes whenever the grid gains a key). ``--smoke``
 
 Both wall-clock and process CPU time are reported: the machine may be shared, and CPU time is
 then the better estimate of what the phases cost on an idle machine.
+
+Then the server's scores alone for ``--server-clients`` K synthetic float32 messages of the model's size:
+``client_scores`` (1 MB blocks of coordinates) against the same formulas on whole K x d float64 matrices
+(``global_statistics`` and ``gsnr_scores``, four such matrices), alternated, the median time ratio printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,7 +34,10 @@ from typing import Any
 
 import torch
 
+import numpy as np
+
 from fedaccel.algorithms.base import Algorithm
+from fedaccel.algorithms.fedgsnr import client_scores, global_statistics, gsnr_scores
 from fedaccel.engine.round import init_state, run_round
 from fedaccel.errors import UserError
 from fedaccel.grids.experiment import Experiment, load_experiment
@@ -103,11 +111,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--server-clients", type=int, default=300, help="K for the server's scores alone")
     parser.add_argument("--smoke", action="store_true",
                         help="smallest size: 1 round, 1,000 samples, 2 local steps, 1 thread (a test, not a measurement)")
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.warmup, args.threads, args.set = 1, 0, 1, [*SMOKE, *args.set]
+        args.server_clients = 4
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -152,6 +162,32 @@ def main() -> None:
           f"(plan_server alone {totals['server_wall'] / totals['round_wall']:.2%}); "
           f"mean round {totals['round_wall'] / args.rounds:.3f} s")
     print(f"goal: planning <= {GOAL:.0%} of a round -> {'met' if share <= GOAL else 'NOT met'}")
+    server_scores(args.server_clients, federation.model.size, repeats=1 if args.smoke else 5)
+
+
+def server_scores(k: int, d: int, repeats: int) -> None:
+    """The server's scores for k random float32 messages of d entries: blocked against whole matrices."""
+    g = torch.Generator().manual_seed(0)
+    means = [torch.randn(d, generator=g) for _ in range(k)]
+    variances = [torch.rand(d, generator=g) for _ in range(k)]
+    p = np.full(k, 1.0 / k)
+
+    def whole() -> tuple[np.ndarray, np.ndarray]:
+        rows = torch.stack(means).double(), torch.stack(variances).double()
+        return gsnr_scores(*rows, *global_statistics(*rows, p), 64)
+
+    times: dict[str, list[float]] = {"blocked": [], "whole": []}
+    results = {}
+    for _ in range(repeats + 1):  # the first of each untimed
+        for name, scores in (("blocked", lambda: client_scores(means, variances, p, 64)), ("whole", whole)):
+            started = time.perf_counter()
+            results[name] = scores()
+            times[name].append(time.perf_counter() - started)
+    blocked, whole_s = (statistics.median(times[name][1:]) for name in ("blocked", "whole"))
+    gap = float(np.max(np.abs(results["blocked"][0] - results["whole"][0]) / np.maximum(np.abs(results["whole"][0]), 1e-300)))
+    print(f"server scores, {k} clients x {d} parameters: blocked {blocked * 1e3:.1f} ms, whole {whole_s * 1e3:.1f} ms "
+          f"(medians of {repeats}); ratio blocked/whole: {blocked / whole_s:.2f}; whole holds four {k} x {d} float64 "
+          f"matrices ({4 * k * d * 8 / 2**20:.0f} MB), blocked 1 MB blocks; largest relative gap in n_k {gap:.1e}")
 
 
 if __name__ == "__main__":
