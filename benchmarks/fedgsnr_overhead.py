@@ -32,9 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import numpy as np
+import torch
 
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.fedgsnr import client_scores, global_statistics, gsnr_scores
@@ -184,7 +183,8 @@ def server_scores(k: int, d: int, repeats: int) -> None:
             results[name] = scores()
             times[name].append(time.perf_counter() - started)
     blocked, whole_s = (statistics.median(times[name][1:]) for name in ("blocked", "whole"))
-    gap = float(np.max(np.abs(results["blocked"][0] - results["whole"][0]) / np.maximum(np.abs(results["whole"][0]), 1e-300)))
+    n_blocked, n_whole = results["blocked"][0], results["whole"][0]
+    gap = float(np.max(np.abs(n_blocked - n_whole) / np.maximum(np.abs(n_whole), 1e-300)))
     print(f"server scores, {k} clients x {d} parameters: blocked {blocked * 1e3:.1f} ms, whole {whole_s * 1e3:.1f} ms "
           f"(medians of {repeats}); ratio blocked/whole: {blocked / whole_s:.2f}; whole holds four {k} x {d} float64 "
           f"matrices ({4 * k * d * 8 / 2**20:.0f} MB), blocked 1 MB blocks; largest relative gap in n_k {gap:.1e}")
