@@ -135,6 +135,26 @@ def test_the_servers_scores_by_blocks_of_coordinates_are_the_whole_vectors(k: in
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
+finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.integers(1, 5).flatmap(lambda k: st.integers(1, 12).flatmap(
+           lambda d: st.lists(st.lists(finite32, min_size=d, max_size=d), min_size=2 * k, max_size=2 * k))),
+       block_floats=st.integers(1, 30))
+def test_hostile_finite_statistics_score_alike_by_blocks_and_whole(values: list[list[float]], block_floats: int) -> None:
+    """Any finite float32 answers a client may send (negative variances, values near float32's limits): the blocked
+    pass gives what the whole matrices give, NaN where they give NaN, and raises nothing."""
+    k = len(values) // 2
+    means, variances = ([torch.tensor(row, dtype=torch.float32) for row in rows] for rows in (values[:k], values[k:]))
+    p = np.full(k, 1.0 / k)
+    rows = torch.stack(means).double(), torch.stack(variances).double()
+    want = gsnr_scores(*rows, *global_statistics(*rows, p), 64)
+    got = client_scores(means, variances, p, 64, block_floats=block_floats)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
 def test_global_statistics_are_eq_8_and_9_on_the_diagonal() -> None:
     """v equals the diagonal of sum p_k Sigma_k + sum p_k (g_k - g)(g_k - g)^T built with full matrices."""
     rng = np.random.default_rng(3)

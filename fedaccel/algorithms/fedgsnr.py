@@ -146,8 +146,8 @@ def scores_from_sums(m: Tensor, q: Tensor, big_l: Tensor) -> tuple[np.ndarray, n
 def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, batch: int,
                   *, block_floats: int = _BLOCK_FLOATS) -> tuple[np.ndarray, np.ndarray]:
     """(n_k, r_k) of the clients' statistics (their g_k, v_k as sent): :func:`global_statistics` and
-    :func:`gsnr_scores` over blocks of coordinates (Eq. 8-9 and M_k, Q_k, L are coordinate by coordinate),
-    in float64, each block's (K, block) rows at most ``block_floats`` entries (1 MB: cache-sized) instead of
+    :func:`gsnr_scores` over blocks of coordinates (g and v are taken coordinate by coordinate, M_k, Q_k and L
+    are sums over the coordinates), in float64, each block's (K, block) rows at most ``block_floats`` entries (1 MB: cache-sized) instead of
     K x d float64 matrices."""
     block = max(1, block_floats // len(means))
     means_in, variances_in = ([x.reshape(-1).split(block) for x in vectors] for vectors in (means, variances))
