@@ -35,7 +35,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
 from fedaccel.engine.round import init_state, round_info, run_round
 from fedaccel.errors import ConfigError
-from fedaccel.models import build_model
+from fedaccel.models import Classifier, build_model
 
 # ---------------------------------------------------------------------------------------------
 # Theorem 3.7 and Definition 4.1
@@ -215,14 +215,28 @@ def small_conv() -> nn.Module:
     )
 
 
-@pytest.mark.parametrize("model", ["svm", "conv", "lenet5", "2nn", "softmax"])
+class TanhMLP(Classifier):
+    """Linear layers that are no Linear/ReLU chain: the closed-form moments through forward hooks."""
+
+    def __init__(self, inputs: int, classes: int) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(inputs, 6), nn.Tanh(), nn.Linear(6, classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+@pytest.mark.parametrize("model", ["svm", "conv", "lenet5", "2nn", "softmax", "tanh"])
 def test_statistics_equal_a_per_sample_loop(model: str) -> None:
     """The SVM (its L2 term lives in ``loss``), a plain nn.Sequential conv net, a Classifier CNN
-    (all through vmap), and the 2NN and softmax regression (closed-form moments)."""
+    (all through vmap), the 2NN and softmax regression (closed-form moments by their fused chain) and a tanh MLP
+    (closed form through hooks)."""
     g = torch.Generator().manual_seed(2)
     side = 12 if model == "lenet5" else 8
     x, y = torch.randn(60, 1, side, side, generator=g), torch.randint(0, 4, (60,), generator=g)
-    module = small_conv() if model == "conv" else build_model(model, (1, side, side), 4, seed=0)
+    module = (small_conv() if model == "conv" else TanhMLP(side * side, 4) if model == "tanh"
+              else build_model(model, (1, side, side), 4, seed=0))
     fed = Federation(module, x, y, [np.arange(30), np.arange(30, 60)], x, y, LocalOptions(batch_size=5))
     w = fed.model.theta + 0.1 * torch.randn(fed.model.size, generator=g)  # the SVM starts at 0
     part = fedgsnr_planning(samples=16)
@@ -230,7 +244,8 @@ def test_statistics_equal_a_per_sample_loop(model: str) -> None:
     ctx = ClientContext(info, 1, 0, True)
     message = part.plan_client(ctx, w, None, None, fed.access(1))
     closed_form = fed.access(1).gradient_moments(w, x[:4], y[:4]) is not None
-    assert closed_form == (model in ("2nn", "softmax"))
+    assert closed_form == (model in ("2nn", "softmax", "tanh"))
+    assert (fed.chain() is not None) == (model in ("2nn", "softmax"))
 
     xs, ys = fed.access(1).sample(16, info.rng("gsnr", 1))  # the same draw as plan_client's
     assert len(ys) == 16 and set(ys.tolist()) <= set(y[30:].tolist())
@@ -242,6 +257,45 @@ def test_statistics_equal_a_per_sample_loop(model: str) -> None:
     chunked = gradient_statistics(fed.access(1), w, xs, ys, chunk_floats=3 * fed.model.size)
     torch.testing.assert_close(chunked[0], mean, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(chunked[1], var, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["2nn", "softmax", "tanh", "conv"])
+@pytest.mark.parametrize("group_floats", [1, 1 << 22])
+def test_the_clients_planned_together_send_what_each_would_alone(model: str, group_floats: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """batched_plan_client (the in-process runtimes') gives every client plan_client's message: the chain's
+    moments for all the draws in one pass (groups of one client, or all), the per-client statistics where there
+    is no closed form (tanh through hooks, the conv net through vmap) or the draws differ in size (client 3 holds
+    5 samples, fewer than B_s), weight decay included."""
+    import fedaccel.algorithms.fedgsnr as module_under_test
+
+    monkeypatch.setattr(module_under_test, "_GROUP_FLOATS", group_floats)
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(65, 1, 8, 8, generator=g), torch.randint(0, 4, (65,), generator=g)
+    module = (small_conv() if model == "conv" else TanhMLP(64, 4) if model == "tanh"
+              else build_model(model, (1, 8, 8), 4, seed=0))
+    parts = [np.arange(0, 20), np.arange(20, 40), np.arange(40, 60), np.arange(60, 65)]
+    fed = Federation(module, x, y, parts, x, y, LocalOptions(batch_size=5, weight_decay=0.01))
+    w = fed.model.theta + 0.1 * torch.randn(fed.model.size, generator=g)
+    part = fedgsnr_planning(samples=12)
+    info = round_info(fed, 2)
+    contexts = [ClientContext(info, k, 0, True) for k in range(4)]
+    accesses = [fed.access(k) for k in range(4)]
+    asked: list[int] = []  # the groups of each closed-form pass
+    moments = type(accesses[0]).gradient_moments
+    monkeypatch.setattr(type(accesses[0]), "gradient_moments",
+                        lambda self, *args, groups=1: asked.append(groups) or moments(self, *args, groups=groups))
+    together = part.batched_plan_client(contexts, w, None, [None] * 4, accesses)
+    assert list(together) == [0, 1, 2, 3]
+    if model in ("2nn", "softmax"):  # clients 0-2 (12 samples each) together, client 3 (5 samples) alone
+        assert asked == ([3, 1] if group_floats > 1 else [1, 1, 1, 1])
+    for ctx, access in zip(contexts, accesses):
+        alone = part.plan_client(ctx, w, None, None, access)
+        for key in ("mean", "var"):
+            torch.testing.assert_close(together[ctx.client][key], alone[key], atol=1e-7, rtol=1e-6)
+        assert alone["var"].abs().sum() > 0
+    uniform = fedgsnr_planning(samples=12, plan="uniform")
+    assert uniform.batched_plan_client(contexts, w, None, [None] * 4, accesses) == {k: {} for k in range(4)}
 
 
 # ---------------------------------------------------------------------------------------------

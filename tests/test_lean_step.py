@@ -210,20 +210,24 @@ def test_every_clients_layout_is_one_allocation() -> None:
 
 
 @pytest.mark.parametrize("name", ["2nn", "softmax"])
-def test_the_chain_moments_are_the_per_sample_gradients_sums_and_squares(name: str) -> None:
-    """FedGSNR's planning statistics through the fused chain: sum_i g_i and sum_i g_i^2 of the per-sample
-    gradients, against each sample's own autograd gradient (float64, so equal to rounding)."""
+@pytest.mark.parametrize("groups", [1, 3])
+def test_the_chain_moments_are_the_per_sample_gradients_means_and_squares(name: str, groups: int) -> None:
+    """FedGSNR's planning statistics through the fused chain: mean_i g_i and mean_i g_i^2 of the per-sample
+    gradients over each group of samples (clients' draws, concatenated), against each sample's own autograd
+    gradient (float64, so equal to rounding)."""
     module = build_model(name, (1, 6, 6), 10, seed=4, **({"hidden": 7} if name == "2nn" else {})).double()
     flat = FlatModel(module)
     chain = chain_gradient(module)
-    x, y = data(25)
+    x, y = data(24)
     x = x.double()
-    per_sample = torch.stack([autograd_gradient(flat, x[i : i + 1], y[i : i + 1]) for i in range(25)])
+    per_sample = torch.stack([autograd_gradient(flat, x[i : i + 1], y[i : i + 1]) for i in range(24)])
+    per_group = per_sample.view(groups, 24 // groups, -1)
     x_before, theta_before = x.clone(), flat.theta.clone()
     for _ in range(2):  # the second time with the views cached
-        sums, squares = chain.moments(flat.theta, x, y)
-        torch.testing.assert_close(sums, per_sample.sum(0), atol=1e-12, rtol=1e-10)
-        torch.testing.assert_close(squares, per_sample.square().sum(0), atol=1e-12, rtol=1e-10)
+        first, second = chain.moments(flat.theta, x, y, groups)
+        assert first.shape == second.shape == (groups, flat.size)
+        torch.testing.assert_close(first, per_group.mean(1), atol=1e-12, rtol=1e-10)
+        torch.testing.assert_close(second, per_group.square().mean(1), atol=1e-12, rtol=1e-10)
     assert torch.equal(x, x_before) and torch.equal(flat.theta, theta_before)  # squares taken on copies
 
 

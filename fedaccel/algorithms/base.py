@@ -104,9 +104,9 @@ class ClientAccess(Protocol):
 
     def per_sample_grads(self, theta: Tensor, x: Tensor, y: Tensor) -> Tensor: ...
 
-    def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
-        """Sum and sum of squares of the per-sample gradients, where a closed form exists (new tensors, float64:
-        the caller may overwrite them)."""
+    def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor, groups: int = 1) -> tuple[Tensor, Tensor] | None:
+        """Mean of the per-sample gradients and mean of their squares over each of ``groups`` equal runs of the
+        samples, (groups, d), where a closed form exists (new tensors, float64: the caller may overwrite them)."""
         ...
 
 
@@ -192,6 +192,8 @@ class Part:
     - ``init_server(w0) -> ss``; ``init_client(w0) -> cs``
     - ``participation(info) -> Participation``
     - ``plan_client(ctx, w, ss, cs, access) -> dict[str, Tensor]`` (the message sent up)
+    - ``batched_plan_client(contexts, w, ss, css, accesses) -> dict[int, dict[str, Tensor]]``: ``plan_client``'s
+      messages for K clients at once (runtimes that hold the clients in this process), by client
     - ``plan_server(info, messages: dict[int, dict], ss) -> (dict[int, dict], diag)``
     - ``start(ctx, w, theta0, ss, cs) -> theta0``
     - ``local_term(ctx, w, ss, cs) -> LocalTerm | None``
@@ -217,6 +219,7 @@ class Part:
     init_client: Callable[[Tensor], State] | None = None
     participation: Callable[[RoundInfo], Participation] | None = None
     plan_client: Callable[..., dict[str, Tensor]] | None = None
+    batched_plan_client: Callable[..., dict[int, dict[str, Tensor]]] | None = None
     plan_server: Callable[..., tuple[dict[int, dict[str, Any]], dict[str, Any]]] | None = None
     start: Callable[..., Tensor] | None = None
     local_term: Callable[..., LocalTerm | None] | None = None
@@ -234,7 +237,7 @@ class Part:
 
 
 # the stages that run on a client and are given the part's server state ``ss``
-CLIENT_STAGES = ("plan_client", "start", "local_term", "batched_local_term", "client_end")
+CLIENT_STAGES = ("plan_client", "batched_plan_client", "start", "local_term", "batched_local_term", "client_end")
 
 
 @dataclass(frozen=True)

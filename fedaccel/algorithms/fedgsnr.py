@@ -55,7 +55,7 @@ E_k permuted over the participants), ``dirichlet`` (q ~ Dirichlet(1, ..., 1)) an
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,7 @@ from fedaccel.errors import ConfigError, shown
 GSNR_CAP = 1e6  # r_k when Q_k L - M_k^2 vanishes numerically (1 / sqrt(1e-12))
 _CHUNK_FLOATS = 1 << 24  # per-sample gradients held at once: at most ~64 MB of float32
 _BLOCK_FLOATS = 1 << 17  # float64 entries of the server's (K, block) rows: 1 MB, cache-sized
+_GROUP_FLOATS = 1 << 22  # float64 entries of one moment of the clients planned together: 32 MB
 
 
 def gradient_statistics(
@@ -80,9 +81,8 @@ def gradient_statistics(
     entries are held, merged with Chan et al.'s pairwise update (no sum-of-squares cancellation).
     """
     if len(y) and (moments := access.gradient_moments(w, x, y)) is not None:
-        total, squares = moments  # float64: the variance below is a difference of moments
-        mean64 = total.div_(len(y))
-        return mean64.to(w.dtype), squares.div_(len(y)).addcmul_(mean64, mean64, value=-1).clamp_(min=0).to(w.dtype)
+        mean, var = _mean_and_variance(*moments, w.dtype)
+        return mean[0], var[0]
     d = w.numel()
     per_chunk = max(1, chunk_floats // max(d, 1))
     count = 0
@@ -104,6 +104,32 @@ def gradient_statistics(
     return mean, m2 / count
 
 
+def grouped_statistics(access: ClientAccess, w: Tensor, draws: Sequence[tuple[Tensor, Tensor]]
+                       ) -> list[tuple[Tensor, Tensor]] | None:
+    """Each draw's (mean, variance) of the per-sample gradients at ``w`` (:func:`gradient_statistics` of it), the
+    draws of one size in one pass over all their samples, where the model has a closed form; None otherwise."""
+    by_size: dict[int, list[int]] = {}
+    for k, (_, y) in enumerate(draws):
+        by_size.setdefault(len(y), []).append(k)
+    found: list[tuple[Tensor, Tensor]] = [None] * len(draws)  # type: ignore[list-item]
+    for size, members in by_size.items():
+        xs, ys = torch.cat([draws[k][0] for k in members]), torch.cat([draws[k][1] for k in members])
+        moments = access.gradient_moments(w, xs, ys, groups=len(members)) if size else None
+        if moments is None:
+            return None
+        means, variances = _mean_and_variance(*moments, w.dtype)
+        for j, k in enumerate(members):
+            found[k] = means[j], variances[j]
+    return found
+
+
+def _mean_and_variance(first: Tensor, second: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Mean and population variance in ``dtype`` from the float64 means of g and of g^2: the variance, a difference
+    of moments, is taken in float64 and rounded once (written straight into ``dtype``), then clamped at 0."""
+    var = torch.addcmul(second, first, first, value=-1, out=first.new_empty(first.shape, dtype=dtype))
+    return first.to(dtype), var.clamp_(min=0)
+
+
 def global_statistics(means: Tensor, variances: Tensor, p: np.ndarray) -> tuple[Tensor, Tensor]:
     """Eq. 8-9 with diagonal covariances: g = sum p_k g_k, v = sum p_k v_k + sum p_k (g_k - g)^2.
 
@@ -118,20 +144,15 @@ def global_statistics(means: Tensor, variances: Tensor, p: np.ndarray) -> tuple[
 def gsnr_scores(
     means: Tensor, variances: Tensor, g: Tensor, v: Tensor, batch: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(n_k, r_k) for each row k: Theorem 3.7's optimal step ratio and Definition 4.1's GSNR."""
-    return scores_from_sums(*score_sums(means, variances, g, v, batch))
-
-
-def score_sums(means: Tensor, variances: Tensor, g: Tensor, v: Tensor, batch: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(M_k (K,), Q_k (K,), L) of the module docstring for the rows of (K, d) statistics. Each is a sum over
-    the coordinates, so the sums over blocks of coordinates add up to the whole's."""
+    """(n_k, r_k) for each row k: Theorem 3.7's optimal step ratio and Definition 4.1's GSNR (on whole (K, d)
+    matrices: the reference that :func:`client_scores` computes by blocks)."""
     m = means @ g + variances.sqrt() @ v.sqrt() / batch  # (K,): sum_j sqrt(v_kj v_j) as a matrix-vector product
     q = means.square().sum(dim=1) + variances.sum(dim=1) / batch  # (K,)
-    return m, q, g.square().sum() + v.sum() / batch
+    return scores_from_sums(m, q, g.square().sum() + v.sum() / batch)
 
 
 def scores_from_sums(m: Tensor, q: Tensor, big_l: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """(n_k, r_k) from :func:`score_sums`'s M_k, Q_k and L."""
+    """(n_k, r_k) from M_k, Q_k (K,) and L of the module docstring."""
     m_np, q_np, l_val = m.double().cpu().numpy(), q.double().cpu().numpy(), float(big_l)
     n = np.zeros_like(m_np)
     positive = q_np > 0
@@ -146,17 +167,39 @@ def scores_from_sums(m: Tensor, q: Tensor, big_l: Tensor) -> tuple[np.ndarray, n
 def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, batch: int,
                   *, block_floats: int = _BLOCK_FLOATS) -> tuple[np.ndarray, np.ndarray]:
     """(n_k, r_k) of the clients' statistics (their g_k, v_k as sent): :func:`global_statistics` and
-    :func:`gsnr_scores` over blocks of coordinates (g and v are taken coordinate by coordinate, M_k, Q_k and L
-    are sums over the coordinates), in float64, each block's (K, block) rows at most ``block_floats`` entries (1 MB: cache-sized) instead of
-    K x d float64 matrices."""
+    :func:`gsnr_scores` by blocks of coordinates (g and v are taken coordinate by coordinate, M_k, Q_k and L are
+    sums over the coordinates), in float64, each block's (K, block) rows at most ``block_floats`` entries (1 MB:
+    cache-sized) instead of K x d float64 matrices."""
     block = max(1, block_floats // len(means))
+    weights = torch.as_tensor(p, dtype=torch.float64, device=means[0].device)
     means_in, variances_in = ([x.reshape(-1).split(block) for x in vectors] for vectors in (means, variances))
     total: tuple[Tensor, ...] = ()
     for b in range(len(means_in[0])):
         rows = (torch.stack([x[b] for x in means_in]).double(), torch.stack([x[b] for x in variances_in]).double())
-        sums = score_sums(*rows, *global_statistics(*rows, p), batch)
+        sums = _block_score_sums(*rows, weights, batch)
         total = tuple(a + c for a, c in zip(total, sums)) if total else sums
     return scores_from_sums(*total)
+
+
+def _block_score_sums(means: Tensor, variances: Tensor, weights: Tensor, batch: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A block's share of M_k, Q_k (K,) and L from its (K, block) float64 rows, which it overwrites: no
+    temporary of their size (it would push the rows out of the cache)."""
+    g = weights @ means  # Eq. 8
+    m = means @ g
+    q = torch.linalg.vecdot(means, means).add_(variances.sum(dim=1), alpha=1 / batch)
+    v = torch.addmv(weights @ variances, means.sub_(g).square_().t(), weights)  # Eq. 9
+    m.addmv_(_sqrt_(variances), _sqrt_(v.clone()), alpha=1 / batch)
+    return m, q, g.dot(g) + v.sum() / batch
+
+
+def _sqrt_(x: Tensor) -> Tensor:
+    """``x.sqrt_()``, correctly rounded and twice as fast on the CPU through numpy (torch's float64 sqrt is
+    neither there); NaN for negative entries, as torch's."""
+    if x.device.type != "cpu":
+        return x.sqrt_()
+    with np.errstate(invalid="ignore"):
+        np.sqrt(x.numpy(), out=x.numpy())
+    return x
 
 
 def allocate_steps(n: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -235,16 +278,36 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
         raise ConfigError(f"fedgsnr plan must be one of {', '.join(PLANS)}; got {shown(plan)}")
     statistics = plan in _NEEDS_STATISTICS
 
+    def draw(ctx: ClientContext, access: ClientAccess) -> tuple[Tensor, Tensor]:
+        return access.sample(samples, ctx.info.rng("gsnr", ctx.client))
+
+    def message(ctx: ClientContext, w: Tensor, mean: Tensor, var: Tensor) -> dict[str, Tensor]:
+        if ctx.info.weight_decay:
+            mean = mean + ctx.info.weight_decay * w
+        return {"mean": mean, "var": var}
+
     def plan_client(
         ctx: ClientContext, w: Tensor, ss: State, cs: State, access: ClientAccess
     ) -> dict[str, Tensor]:
         if not statistics:
             return {}
-        x, y = access.sample(samples, ctx.info.rng("gsnr", ctx.client))
-        mean, var = gradient_statistics(access, w, x, y)
-        if ctx.info.weight_decay:
-            mean = mean + ctx.info.weight_decay * w
-        return {"mean": mean, "var": var}
+        return message(ctx, w, *gradient_statistics(access, w, *draw(ctx, access)))
+
+    def batched_plan_client(
+        contexts: Sequence[ClientContext], w: Tensor, ss: State, css: Sequence[State], accesses: Sequence[ClientAccess]
+    ) -> dict[int, dict[str, Tensor]]:
+        if not statistics:
+            return {ctx.client: {} for ctx in contexts}
+        messages = {}
+        per_group = max(1, _GROUP_FLOATS // max(w.numel(), 1))
+        for lo in range(0, len(contexts), per_group):
+            group = list(zip(contexts[lo : lo + per_group], accesses[lo : lo + per_group]))
+            draws = [draw(ctx, access) for ctx, access in group]
+            found = grouped_statistics(accesses[lo], w, draws)
+            for j, ((ctx, access), (x, y)) in enumerate(zip(group, draws)):
+                mean, var = found[j] if found else gradient_statistics(access, w, x, y)
+                messages[ctx.client] = message(ctx, w, mean, var)
+        return messages
 
     def plan_server(
         info: RoundInfo, messages: Mapping[int, Mapping[str, Tensor]], ss: State
@@ -278,4 +341,5 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
         })
         return instructions, diag
 
-    return Part(name="fedgsnr", plan_client=plan_client, plan_server=plan_server)
+    return Part(name="fedgsnr", plan_client=plan_client, batched_plan_client=batched_plan_client,
+                plan_server=plan_server)

@@ -250,16 +250,19 @@ class ClientData:
         chosen_t = torch.from_numpy(chosen).to(self.federation.device)
         return self.federation.x_train.index_select(0, chosen_t), self.federation.y_train.index_select(0, chosen_t)
 
-    def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
-        """(sum, sum of squares) of the per-sample gradients at ``theta`` in closed form, when the
-        model allows it: the 2NN and softmax by their fused chain (:meth:`fedaccel.models.chain.ChainGradient.moments`),
-        other stacks of linear layers through hooks (:mod:`fedaccel.engine.linear_moments`); None otherwise."""
+    def gradient_moments(self, theta: Tensor, x: Tensor, y: Tensor, groups: int = 1) -> tuple[Tensor, Tensor] | None:
+        """(mean, mean of squares) of the per-sample gradients at ``theta`` over each of ``groups`` equal runs of the
+        samples, (groups, d), in closed form, when the model allows it: the 2NN and softmax by their fused chain
+        (:meth:`fedaccel.models.chain.ChainGradient.moments`), other stacks of linear layers through hooks
+        (:mod:`fedaccel.engine.linear_moments`, one group); None otherwise."""
         from fedaccel.engine.linear_moments import linear_gradient_moments
 
         model = self.federation.model
         chain = self.federation.chain()
         if chain is not None:
-            return chain.moments(theta, x, y)
+            return chain.moments(theta, x, y, groups)
+        if groups != 1:
+            return None
         model.load(theta)
         model.module.eval()
         return linear_gradient_moments(model.module, x, y)

@@ -1,4 +1,4 @@
-"""Sums of per-sample gradients and of their squares, in closed form for stacks of linear layers.
+"""Means of per-sample gradients and of their squares, in closed form for stacks of linear layers.
 
 For a linear layer with inputs a_i and output gradients delta_i, sample i's weight gradient is
 the outer product delta_i a_i^T, so over a batch
@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 
 def linear_gradient_moments(module: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor] | None:
-    """(sum_i g_i, sum_i g_i^2) over the samples, flat in parameter order (float64), or None."""
+    """(mean_i g_i, mean_i g_i^2) over the samples, flat in parameter order (float64), each (1, d) (the samples as
+    one group, as :meth:`fedaccel.models.chain.ChainGradient.moments`), or None."""
     from fedaccel.models import Classifier
 
     if not isinstance(module, Classifier) or type(module).loss is not Classifier.loss:
@@ -59,5 +60,5 @@ def linear_gradient_moments(module: nn.Module, x: Tensor, y: Tensor) -> tuple[Te
             squares[id(layer.bias)] = delta.square().sum(dim=0)
     if set(sums) != {id(p) for p in params}:
         return None
-    return (torch.cat([sums[id(p)].reshape(-1) for p in params]),
-            torch.cat([squares[id(p)].reshape(-1) for p in params]))
+    return (torch.cat([sums[id(p)].reshape(-1) for p in params]).div_(len(y))[None],
+            torch.cat([squares[id(p)].reshape(-1) for p in params]).div_(len(y))[None])

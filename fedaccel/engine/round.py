@@ -154,12 +154,12 @@ class InProcessClients:
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[dict[int, dict[str, Tensor]], dict[str, Any]]:
         k, part = self.algorithm.single("plan_server")  # type: ignore[misc]
-        return {
-            ctx.client: part.plan_client(  # type: ignore[misc]
-                ctx, w, server[k], self.client_states[ctx.client][k], self.federation.access(ctx.client)
-            )
-            for ctx in contexts
-        }, {}
+        states = [self.client_states[ctx.client][k] for ctx in contexts]
+        accesses = [self.federation.access(ctx.client) for ctx in contexts]
+        if part.batched_plan_client is not None:  # all at once: the same messages, less overhead per client
+            return part.batched_plan_client(contexts, w, server[k], states, accesses), {}
+        return {ctx.client: part.plan_client(ctx, w, server[k], cs, access)  # type: ignore[misc]
+                for ctx, cs, access in zip(contexts, states, accesses, strict=True)}, {}
 
     def train(
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...], sink: Sink | None = None

@@ -133,22 +133,26 @@ class ChainGradient:
                                     grad[..., L.at : L.bias_at].view(*lead, L.out, L.inp), grad[..., L.bias_at : L.end]))
         return views
 
-    def moments(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """(sum_i g_i, sum_i g_i^2) of the per-sample gradients g_i of the summed cross-entropy at ``theta`` (d,),
-        flat and float64: a sample's weight gradient is the outer product delta_i a_i^T, so the sums are
-        delta^T a and (delta^2)^T (a^2), its bias gradient delta_i (FedGSNR's planning statistics,
-        :mod:`fedaccel.engine.linear_moments`)."""
+    def moments(self, theta: Tensor, x: Tensor, y: Tensor, groups: int = 1) -> tuple[Tensor, Tensor]:
+        """(mean_i g_i, mean_i g_i^2) of the per-sample gradients g_i of the cross-entropy at ``theta`` (d,) over each
+        of ``groups`` equal runs of the samples (clients' draws, concatenated), (groups, d) and float64: a sample's
+        weight gradient is the outer product delta_i a_i^T, so the sums are delta^T a and (delta^2)^T (a^2), its bias
+        gradient delta_i (FedGSNR's planning statistics, :mod:`fedaccel.engine.linear_moments`). One forward and
+        backward for all the groups; the 1/n of the means is the products' scale (no pass of its own)."""
         views = self._cached_views(theta, theta)  # (no gradient is written: its slices go unused)
-        sums, squares = theta.new_empty(self.size, dtype=torch.float64), theta.new_empty(self.size, dtype=torch.float64)
+        n = x.shape[0] // groups
+        first, second = (theta.new_empty(groups, self.size, dtype=torch.float64) for _ in range(2))
         for k, a, delta in self._deltas(views, x.reshape(x.shape[0], -1), y.reshape(-1, 1).long(), mean=False):
             # copies, also when already float64 (a is x itself at the first layer): squared in place below
-            L, a, delta = self.layers[k], a.to(torch.float64, copy=True), delta.to(torch.float64, copy=True)
-            torch.mm(delta.t(), a, out=sums[L.at : L.bias_at].view(L.out, L.inp))
-            torch.sum(delta, dim=0, out=sums[L.bias_at : L.end])
+            L = self.layers[k]
+            a, delta = (t.to(torch.float64, copy=True).view(groups, n, -1) for t in (a, delta))
+            first_w, second_w = (moment[:, L.at : L.bias_at].view(groups, L.out, L.inp) for moment in (first, second))
+            first_w.baddbmm_(delta.transpose(1, 2), a, beta=0, alpha=1.0 / n)  # beta=0: the empty block is not read
+            torch.mean(delta, dim=1, out=first[:, L.bias_at : L.end])
             delta.square_()
-            torch.mm(delta.t(), a.square_(), out=squares[L.at : L.bias_at].view(L.out, L.inp))
-            torch.sum(delta, dim=0, out=squares[L.bias_at : L.end])
-        return sums, squares
+            second_w.baddbmm_(delta.transpose(1, 2), a.square_(), beta=0, alpha=1.0 / n)
+            torch.mean(delta, dim=1, out=second[:, L.bias_at : L.end])
+        return first, second
 
     def input_gradient(self, theta: Tensor, x: Tensor, t: Tensor, grad: Tensor) -> Tensor:
         """As a call on one vector ((B, D) inputs), and returns the mean loss's gradient at the chain's input
