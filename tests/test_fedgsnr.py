@@ -135,6 +135,33 @@ def test_the_servers_scores_by_blocks_of_coordinates_are_the_whole_vectors(k: in
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
+def test_the_servers_scores_run_numpys_blas_on_torchs_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """client_scores' matrix products (numpy's BLAS) run on as many threads as torch's, inside the call only: no
+    oversubscription when runs share the cores."""
+    import threadpoolctl
+
+    def blas() -> list[int]:
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+
+    seen: list[int] = []
+    einsum = np.einsum
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # called once a block, next to the products
+        seen.extend(blas())
+        return einsum(*args, **kwargs)
+
+    before = blas()
+    monkeypatch.setattr(np, "einsum", spy)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        client_scores([torch.ones(5), torch.zeros(5)], [torch.ones(5), torch.ones(5)], np.array([0.5, 0.5]), 4)
+    finally:
+        torch.set_num_threads(threads)
+    assert seen and set(seen) == {1}
+    assert blas() == before
+
+
 finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
 
 
