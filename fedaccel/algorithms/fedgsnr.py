@@ -174,7 +174,9 @@ def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, b
     sums over the coordinates), in float64, instead of K x d float64 matrices: each block's (K, block) rows, at
     most ``block_floats`` entries (1 MB: cache-sized), are copied from the messages into one buffer, reused for
     every block and overwritten in place. In numpy, on the CPU: its float64 sqrt is correctly rounded (torch's is
-    not) and the same steps ran faster than in torch; its BLAS runs on torch's number of threads."""
+    not) and the same steps ran faster than in torch. Its BLAS runs on one thread here: the products are
+    matrix-vector, bound by memory, and OpenBLAS's threads spin for a while after a call, taking cores from torch's
+    training that follows (rounds ran 1.5x longer with two threads, ``benchmarks/fedgsnr_overhead.py``)."""
     k = len(means)
     block = max(1, block_floats // k)
     vectors = [[x.detach().reshape(-1).cpu().numpy() for x in xs] for xs in (means, variances)]
@@ -182,7 +184,7 @@ def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, b
     rows = np.empty((2, k, min(block, d)))
     weights = np.asarray(p, dtype=np.float64)
     m, q, big_l = np.zeros(k), np.zeros(k), 0.0
-    with _blas_threads(torch.get_num_threads()), np.errstate(invalid="ignore", over="ignore"):  # NaN, inf as torch
+    with _blas_threads(1), np.errstate(invalid="ignore", over="ignore"):  # NaN, inf as torch
         for lo in range(0, d, block):
             means_b, variances_b = rows[:, :, : min(block, d - lo)]
             for i in range(k):
@@ -205,8 +207,7 @@ def _blas_controller() -> Any:
 
 
 def _blas_threads(threads: int) -> Any:
-    """numpy's BLAS on at most ``threads`` threads inside the ``with`` block (as torch, say: no oversubscription
-    when runs share the cores)."""
+    """numpy's BLAS on at most ``threads`` threads inside the ``with`` block."""
     return _blas_controller().limit(limits=threads, user_api="blas")
 
 
