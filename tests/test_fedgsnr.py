@@ -182,6 +182,31 @@ def test_hostile_finite_statistics_score_alike_by_blocks_and_whole(values: list[
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
 
 
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(1, 5), d=st.integers(1, 8), seed=st.integers(0, 2**16),
+       hostile=st.sets(st.integers(0, 4), min_size=1), depth=st.floats(1e-30, 1e30).map(lambda v: float(np.float32(v))).filter(lambda v: v > 0))
+def test_a_client_with_a_negative_variance_is_left_out_of_the_plan(k: int, d: int, seed: int, hostile: set[int],
+                                                                   depth: float) -> None:
+    """Clients sending a variance with an entry below 0 (of any size) get 0 steps and are listed; the others get
+    the plan they would get without them, whatever those sent."""
+    part = fedgsnr_planning(samples=4, e_const=5)
+    fed = scalar_federation([[1.0]] * 5)  # only for a RoundInfo
+    info = round_info(fed, 1)
+    g = torch.Generator().manual_seed(seed)
+    messages = {c: {"mean": torch.randn(d, generator=g), "var": torch.rand(d, generator=g)} for c in range(k)}
+    bad = sorted(hostile & set(messages))
+    for c in bad:
+        messages[c]["var"][int(torch.randint(d, (1,), generator=g))] = -depth
+    instructions, diag = part.plan_server(info, messages, None)
+    honest = {c: m for c, m in messages.items() if c not in bad}
+    alone, alone_diag = part.plan_server(info, honest, None)
+    assert instructions == {**alone, **{c: {"steps": 0} for c in bad}}
+    assert diag == ({**alone_diag, "invalid_statistics": bad} if bad else alone_diag)
+    if honest:
+        assert not alone_diag["fallback"] or all(x == 0 for x in alone_diag["n"].values())
+        assert sum(i["steps"] for i in instructions.values()) == 5 * len(honest)
+
+
 def test_global_statistics_are_eq_8_and_9_on_the_diagonal() -> None:
     """v equals the diagonal of sum p_k Sigma_k + sum p_k (g_k - g)(g_k - g)^T built with full matrices."""
     rng = np.random.default_rng(3)

@@ -44,6 +44,9 @@ Choices where the paper is silent or loose (also in ``docs/algorithms.md``):
   proportional to the global ones, e.g. a single participant).
 - The entropy H = -sum q_k log q_k (natural log) is over the q_k = n_k / sum n_j of the
   participants (uniform in the fallback); ``"entropy_max"`` = log |S| is its uniform upper bound.
+- A client whose variance has an entry below 0 (no honest client's has) is left out of the plan, as if it had
+  not answered, and gets 0 steps; the diag lists it under ``"invalid_statistics"``. Kept in, it would make v
+  and so every client's n_k NaN, and the round would fall back to equal steps.
 
 Controls (``plan``, not in the paper): the same total |S| E_const split otherwise, to tell the
 GSNR weighting from mere redistribution: ``uniform`` (E_const each), ``random`` (the GSNR plan's
@@ -70,7 +73,7 @@ from fedaccel.errors import ConfigError, shown
 GSNR_CAP = 1e6  # r_k when Q_k L - M_k^2 vanishes numerically (1 / sqrt(1e-12))
 _CHUNK_FLOATS = 1 << 24  # per-sample gradients held at once: at most ~64 MB of float32
 _BLOCK_FLOATS = 1 << 17  # float64 entries of the server's (K, block) rows: 1 MB, cache-sized
-_GROUP_FLOATS = 1 << 22  # float64 entries of one moment of the clients planned together: 32 MB
+_GROUP_FLOATS = 1 << 22  # entries of the moments and samples of the clients planned together (float64: 32 MB)
 
 
 def gradient_statistics(
@@ -307,21 +310,40 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
     ) -> dict[int, dict[str, Tensor]]:
         if not statistics:
             return {ctx.client: {} for ctx in contexts}
-        messages = {}
-        per_group = max(1, _GROUP_FLOATS // max(w.numel(), 1))
-        for lo in range(0, len(contexts), per_group):
-            group = list(zip(contexts[lo : lo + per_group], accesses[lo : lo + per_group]))
-            draws = [draw(ctx, access) for ctx, access in group]
-            found = grouped_statistics(accesses[lo], w, draws)
-            for j, ((ctx, access), (x, y)) in enumerate(zip(group, draws)):
-                mean, var = found[j] if found else gradient_statistics(access, w, x, y)
+        messages: dict[int, dict[str, Tensor]] = {}
+
+        def plan(group: list[tuple[ClientContext, ClientAccess, tuple[Tensor, Tensor]]]) -> None:
+            found = grouped_statistics(group[0][1], w, [drawn for *_, drawn in group])
+            for j, (ctx, access, drawn) in enumerate(group):
+                mean, var = found[j] if found else gradient_statistics(access, w, *drawn)
                 messages[ctx.client] = message(ctx, w, mean, var)
+
+        group: list[tuple[ClientContext, ClientAccess, tuple[Tensor, Tensor]]] = []
+        held = 0  # the group's moments and samples, in entries
+        for ctx, access in zip(contexts, accesses, strict=True):
+            drawn = draw(ctx, access)
+            size = w.numel() + drawn[0].numel()
+            if group and held + size > _GROUP_FLOATS:
+                plan(group)
+                group, held = [], 0
+            group.append((ctx, access, drawn))
+            held += size
+        if group:
+            plan(group)
         return messages
 
     def plan_server(
         info: RoundInfo, messages: Mapping[int, Mapping[str, Tensor]], ss: State
     ) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
         clients = sorted(messages)
+        # a variance below 0 no honest client sends (its statistics' are clamped at 0): that client is not planned
+        # (it would make v, and every client's n_k, NaN) and does not train this round
+        invalid = [k for k in clients if statistics and bool((messages[k]["var"] < 0).any())]
+        if invalid:
+            clients = [k for k in clients if k not in invalid]
+            instructions, diag = plan_server(info, {k: messages[k] for k in clients}, ss)
+            instructions.update({k: {"steps": 0} for k in invalid})
+            return instructions, {**diag, "invalid_statistics": invalid}
         if not clients:
             return {}, {}
         total = len(clients) * e_const

@@ -141,6 +141,8 @@ class ChainGradient:
         backward for all the groups; the 1/n of the means is the products' scale (no pass of its own)."""
         views = self._cached_views(theta, theta)  # (no gradient is written: its slices go unused)
         n = x.shape[0] // groups
+        if n * groups != x.shape[0]:
+            raise ValueError(f"{x.shape[0]} samples do not split into {groups} equal groups")
         first, second = (theta.new_empty(groups, self.size, dtype=torch.float64) for _ in range(2))
         for k, a, delta in self._deltas(views, x.reshape(x.shape[0], -1), y.reshape(-1, 1).long(), mean=False):
             # copies, also when already float64 (a is x itself at the first layer): squared in place below
