@@ -338,7 +338,8 @@ def fedgsnr_planning(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr"
         clients = sorted(messages)
         # a variance below 0 no honest client sends (its statistics' are clamped at 0): that client is not planned
         # (it would make v, and every client's n_k, NaN) and does not train this round
-        invalid = [k for k in clients if statistics and bool((messages[k]["var"] < 0).any())]
+        invalid = [k for k in clients
+                   if statistics and messages[k]["var"].numel() and bool(messages[k]["var"].amin() < 0)]
         if invalid:
             clients = [k for k in clients if k not in invalid]
             instructions, diag = plan_server(info, {k: messages[k] for k in clients}, ss)
