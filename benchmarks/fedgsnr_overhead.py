@@ -3,9 +3,10 @@
 On the quick Table-1 setup (``experiments/fedgsnr/quick/table1.yaml``: Fashion-MNIST, 2NN with
 100 hidden units, 30 clients, B = 64, E_const = 20, B_s = 64) one FedGSNR cell is run for a few
 rounds through the engine's ``run_round``. The planning part's ``plan_client`` and
-``batched_plan_client`` (per-sample gradients, their mean and variance, for every participant: the in-process
-runtime plans them all at once) and ``plan_server`` (n_k, E_k, r_k) are wrapped with timers (``dataclasses.replace`` on the algorithm's parts; the engine is not
-touched), and their time is compared with the whole round's. Goal: at most 20%.
+``batched_plan_client`` (per-sample gradients, their mean and variance, for every participant: the
+in-process runtime plans them all at once) and ``plan_server`` (n_k, E_k, r_k) are wrapped with timers
+(``dataclasses.replace`` on the algorithm's parts; the engine is not touched), and their time is compared
+with the whole round's. Goal: at most 20%.
 
     python benchmarks/fedgsnr_overhead.py [--rounds 3] [--warmup 1] [--cell NAME] [--set key=value ...]
         [--threads N] [--smoke]

@@ -184,7 +184,8 @@ def test_hostile_finite_statistics_score_alike_by_blocks_and_whole(values: list[
 
 @settings(max_examples=30, deadline=None)
 @given(k=st.integers(1, 5), d=st.integers(1, 8), seed=st.integers(0, 2**16),
-       hostile=st.sets(st.integers(0, 4), min_size=1), depth=st.floats(1e-30, 1e30).map(lambda v: float(np.float32(v))).filter(lambda v: v > 0))
+       hostile=st.sets(st.integers(0, 4), min_size=1),
+       depth=st.floats(1e-30, 1e30).map(lambda v: float(np.float32(v))).filter(lambda v: v > 0))
 def test_a_client_with_a_negative_variance_is_left_out_of_the_plan(k: int, d: int, seed: int, hostile: set[int],
                                                                    depth: float) -> None:
     """Clients sending a variance with an entry below 0 (of any size) get 0 steps and are listed; the others get
