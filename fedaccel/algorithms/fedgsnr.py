@@ -187,7 +187,7 @@ def client_scores(means: list[Tensor], variances: list[Tensor], p: np.ndarray, b
     rows = np.empty((2, k, min(block, d)))
     weights = np.asarray(p, dtype=np.float64)
     m, q, big_l = np.zeros(k), np.zeros(k), 0.0
-    with _blas_threads(1), np.errstate(invalid="ignore", over="ignore"):  # NaN, inf as torch
+    with _one_blas_thread(), np.errstate(invalid="ignore", over="ignore"):  # NaN, inf as torch
         for lo in range(0, d, block):
             means_b, variances_b = rows[:, :, : min(block, d - lo)]
             for i in range(k):
@@ -209,9 +209,9 @@ def _blas_controller() -> Any:
     return ThreadpoolController()
 
 
-def _blas_threads(threads: int) -> Any:
-    """numpy's BLAS on at most ``threads`` threads inside the ``with`` block."""
-    return _blas_controller().limit(limits=threads, user_api="blas")
+def _one_blas_thread() -> Any:
+    """numpy's BLAS on one thread inside the ``with`` block."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def allocate_steps(n: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, bool]:
