@@ -33,7 +33,7 @@ from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.data.attacks import apply_attack, attack_clients
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import LocalOptions
-from fedaccel.engine.round import init_state, round_info, run_round
+from fedaccel.engine.round import InProcessClients, init_state, round_info, run_round
 from fedaccel.errors import ConfigError
 from fedaccel.models import Classifier, build_model
 
@@ -404,6 +404,43 @@ def test_partial_participation_plans_only_the_sampled_clients() -> None:
     assert len(seen) > 3  # different clients in different rounds
 
 
+class LosingPlans(InProcessClients):
+    """In-process clients whose planning answers from ``lost`` never reach the server (rejected by a gate, or
+    silent): the runtime reports them as the Flower runtimes do."""
+
+    def __init__(self, *args: Any, lost: set[int]) -> None:
+        super().__init__(*args)
+        self.lost = lost
+
+    def plan(self, contexts: Any, w: Tensor, server: Any) -> tuple[dict[int, dict[str, Tensor]], dict[str, Any]]:
+        messages, diag = super().plan(contexts, w, server)
+        gone = sorted(self.lost & set(messages))
+        return ({k: m for k, m in messages.items() if k not in gone},
+                {**diag, "rejected": {str(k): "planted" for k in gone}} if gone else diag)
+
+
+@settings(max_examples=12, deadline=None)
+@given(lost=st.sets(st.integers(0, 4)), plan=st.sampled_from(["gsnr", "uniform"]), round_=st.integers(0, 3))
+def test_a_client_whose_planning_answer_never_came_does_not_train(lost: set[int], plan: str, round_: int) -> None:
+    """Whichever answers are lost: their clients train no step and upload nothing, and the round is the one in which
+    only the others were selected (the same plan of |S~| E_const steps, the same model); all lost: nothing moves."""
+    fed = distinct_federation(local_steps=None, clients=5)
+    algorithm = build_algorithm("fedgsnr", samples=8, e_const=3, plan=plan)
+    state = replace(init_state(algorithm, fed.model.theta.clone(), 5), round=round_)
+    after, report = run_round(algorithm, state, fed, runtime=LosingPlans(algorithm, fed, state.clients, lost=lost))
+    answered = [c for c in range(5) if c not in lost]
+    assert report.diag.get("unplanned", []) == sorted(lost)
+    assert sorted(int(k) for k in report.diag.get("steps", {})) == answered
+    assert report.local_steps == 3 * len(answered) and report.uploaded == sum(
+        1 for e in report.diag.get("steps", {}).values() if e)
+    if not answered:
+        assert torch.equal(after.w, state.w)
+        return
+    alone, alone_report = run_round(algorithm, state, fed, schedule=[answered])
+    assert report.diag["steps"] == alone_report.diag["steps"]
+    torch.testing.assert_close(after.w, alone.w, atol=1e-7, rtol=0)
+
+
 def duplicated_federation(local_epochs: float, copies: int = 3) -> Federation:
     """``copies`` clients holding identical data (20 samples each), a small non-linear model."""
     g = torch.Generator().manual_seed(5)
@@ -519,13 +556,14 @@ def test_steps_summary_by_hand() -> None:
     assert steps_summary(np.array([5, 5])) == {"steps_cv": 0.0, "steps_zero": 0, "steps_max": 5}
 
 
-def distinct_federation(local_steps: int | None, local_epochs: float = 1.0) -> Federation:
-    """Three clients of 20 samples with different data and labels, a small non-linear model."""
+def distinct_federation(local_steps: int | None, local_epochs: float = 1.0, clients: int = 3) -> Federation:
+    """``clients`` clients of 20 samples with different data and labels (random, then all 0, then all 2, and so on),
+    a small non-linear model."""
     g = torch.Generator().manual_seed(7)
-    x = torch.randn(60, 6, generator=g)
-    y = torch.cat([torch.randint(0, 3, (20,), generator=g), torch.zeros(20, dtype=torch.long),
-                   torch.full((20,), 2, dtype=torch.long)])
-    parts = [np.arange(20 * i, 20 * (i + 1)) for i in range(3)]
+    x = torch.randn(20 * clients, 6, generator=g)
+    y = torch.cat([torch.randint(0, 3, (20,), generator=g),
+                   *(torch.full((20,), 2 * (i % 2), dtype=torch.long) for i in range(clients - 1))])
+    parts = [np.arange(20 * i, 20 * (i + 1)) for i in range(clients)]
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
     options = LocalOptions(lr=0.1, batch_size=5, local_epochs=local_epochs, local_steps=local_steps)

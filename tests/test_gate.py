@@ -506,7 +506,9 @@ def test_a_round_with_one_hostile_client_completes_with_the_others(
     reference = WithoutClient(alg, federation, start.clients)
     reference.phase = phase
     expected_state, expected_report = run_round(alg, start, federation, fraction=1.0, runtime=reference)
-    assert report.uploaded == expected_report.uploaded == federation.n_clients - (phase == "train")
+    # a rejected update is not aggregated; a client whose plan was rejected is not planned and does not train
+    assert report.uploaded == expected_report.uploaded == federation.n_clients - 1
+    assert report.diag.get("unplanned") == ([1] if phase == "train.plan" else None)
     torch.testing.assert_close(state.w, expected_state.w, atol=1e-6, rtol=0)
     for got, want in zip(tensors_in(state.server), tensors_in(expected_state.server), strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)

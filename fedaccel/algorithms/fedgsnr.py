@@ -24,7 +24,9 @@ Every round starts with a message round of its own, before any local training:
    E_k = |S| E_const n_k / sum_j n_j local *steps*, rounded by largest remainder so that
    sum_k E_k = |S| E_const exactly. Each client is told ``{"steps": E_k}``.
 3. Clients with E_k = 0 (in particular n_k = 0) do not train this round; the engine skips them and
-   the aggregator renormalises the weights over the clients that uploaded (Algorithm 1's S~).
+   the aggregator renormalises the weights over the clients that uploaded (Algorithm 1's S~). So does a
+   client whose planning answer never reached the server (lost, or rejected by a gate): it is not planned
+   (:func:`fedaccel.engine.round.run_round`, ``diag.unplanned``).
 
 ``E_const`` counts local SGD steps (iterations), not epochs: the paper's Table 3 says "local steps
 E_const = 20" and Section 5 calls E_k "a redistribution of local steps". So FedGSNR ignores the

@@ -195,7 +195,9 @@ def run_round(
     FedUMF, who uploads. ``runtime`` runs the client side (default: in this process, with ``state.clients``).
     Each client's local work is drawn by ``federation.options.work`` (:mod:`fedaccel.engine.work`); a round
     whose selection uploads nobody (Bernoulli sampling may select no one) leaves the model and server
-    states as they were. ``stream``: fold the uploads as they arrive (O(model) memory) where the algorithm
+    states as they were. With a planning phase (FedGSNR), a participant whose planning answer never came (lost,
+    or rejected by the runtime's gate) is left out of the plan and does not train that round (``diag.unplanned``).
+    ``stream``: fold the uploads as they arrive (O(model) memory) where the algorithm
     (:meth:`~fedaccel.algorithms.base.Algorithm.streams`), the runtime (:func:`takes_sink`) and ``eval.models``
     (only the broadcast model) allow it; False keeps every update until aggregation.
     """
@@ -226,6 +228,11 @@ def run_round(
         bytes_down += sum(8 * len(v) for v in instructions.values())
         diag.update(plan_diag)
         _merge(diag, plan_runtime_diag)
+        # an answer that never came (lost, or rejected by the gate) leaves its client out of the plan: no steps
+        unplanned = [i for i in who.train if i not in instructions]
+        if unplanned:
+            instructions = {**instructions, **{i: {"steps": 0} for i in unplanned}}
+            diag["unplanned"] = unplanned
 
     contexts = [_context(info, federation, i, who, instructions.get(i, {}), draws.get(i)) for i in who.train]
     contexts = [ctx for ctx in contexts if ctx.steps > 0]
