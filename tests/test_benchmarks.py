@@ -48,6 +48,8 @@ FIGURES = {
     "stacked.py": [r"\| svm \| 100 \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 50 \| 2 seeds x 2 \|",
                    r"auto against the faster runtime: worst [\d.]+x", r"load average \(1, 5, 15 min\) after: \d",
                    r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
+    "row_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"[\d,]+ rows of docs/reproductions/bherd/data",
+                       r"ratio quick/plain: [\d.]+; load average"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],
 }
 

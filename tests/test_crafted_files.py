@@ -22,6 +22,7 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -37,7 +38,7 @@ from fedaccel.launch import run
 from fedaccel.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedaccel.runs.config import load_config
 from fedaccel.runs.folder import CHECKPOINT, PREVIOUS_CHECKPOINT
-from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS
+from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, parse_json
 
 ROUNDS = 6
 PEAK_BYTES = 64 * 2**20  # Python memory a refusal may take (a set of 10^8 rounds took 6 GB)
@@ -265,6 +266,48 @@ def refused(argv: list[str], root: Path, capsys: pytest.CaptureFixture) -> str:
 # ---------------------------------------------------------------------------------------------
 # The properties
 # ---------------------------------------------------------------------------------------------
+
+
+def bounded_the_slow_way(text: str) -> Any:
+    """What :func:`parse_json` promises, by the plain definition: every integer checked as it is parsed, every
+    container's depth counted."""
+    def checked(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise ValueError("integer")
+        return int(digits)
+
+    value = json.loads(text, parse_int=checked)
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ValueError("deep")
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return value
+
+
+JSON_LEAVES = (st.none() | st.booleans() | st.floats(allow_nan=False) | st.text("[]{}\"0123456789a\u00e9", max_size=40)
+               | st.integers(1, 45).map(lambda n: "7" * n).map(lambda d: int(d)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+           st.text("[{0123456789", max_size=35), inner, max_size=3), max_leaves=12),
+       wrap=st.integers(0, MAX_DEPTH + 2), outer=st.sampled_from(["[", '{"k": ']))
+def test_parse_json_accepts_and_refuses_what_the_slow_definition_does(value: Any, wrap: int, outer: str) -> None:
+    """Any value (long integers, digits and brackets in strings and keys, long float mantissas), wrapped in up to
+    MAX_DEPTH + 2 more levels: the quick checks give the value, or refuse, exactly as the plain definition."""
+    text = outer * wrap + json.dumps(value) + ("]" if outer == "[" else "}") * wrap
+    try:
+        want: Any = bounded_the_slow_way(text)
+    except ValueError:
+        want = ValueError
+    try:
+        got: Any = parse_json(text)
+    except ValueError:
+        got = ValueError
+    assert got == want or (got is not ValueError and json.dumps(got) == json.dumps(want))
 
 
 @CRAFTED

@@ -27,14 +27,24 @@ NUMBER_COLUMNS = ("test_acc", "test_loss", "train_acc", "train_loss", "wall_s", 
 
 def parse_json(text: str) -> Any:
     """``json.loads`` of ``text`` within the bounds above; raises ``ValueError`` with a short
-    reason (:class:`json.JSONDecodeError` when the text is not JSON, e.g. cut short)."""
+    reason (:class:`json.JSONDecodeError` when the text is not JSON, e.g. cut short).
+
+    The bounds cost little where a text cannot break them: an integer is one run of ASCII digits, so a text
+    without a longer run than :data:`MAX_INT_DIGITS` (found in one C pass) is parsed without a check per integer;
+    and a text with at most :data:`MAX_DEPTH` opening brackets (strings' included) cannot nest deeper, so only
+    the others are walked (the reports read tens of thousands of rows)."""
     try:
-        value = json.loads(text, parse_int=_bounded_int)
+        long_digits = text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO).find(_TOO_MANY_DIGITS) >= 0
+        value = json.loads(text, parse_int=_bounded_int) if long_digits else json.loads(text)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    if _too_deep(value):
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+_DIGITS_AS_ZERO = bytes(ord("0") if chr(i).isdigit() and i < 128 else ord(" ") for i in range(256))
+_TOO_MANY_DIGITS = b"0" * (MAX_INT_DIGITS + 1)
 
 
 def _bounded_int(digits: str) -> int:
@@ -44,15 +54,16 @@ def _bounded_int(digits: str) -> int:
 
 
 def _too_deep(value: Any) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if children is None:
-            continue
+    """Whether an array or object in ``value`` lies more than :data:`MAX_DEPTH` levels deep (level by level,
+    no recursion; only containers are carried to the next level)."""
+    level, depth = ([value] if isinstance(value, (dict, list)) else []), 1
+    while level:
         if depth > MAX_DEPTH:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        below: list[Any] = []
+        for node in level:
+            below.extend(c for c in (node.values() if isinstance(node, dict) else node) if isinstance(c, (dict, list)))
+        level, depth = below, depth + 1
     return False
 
 

@@ -1,0 +1,91 @@
+"""Row reading: the bounded JSON reader of run files (``fedaccel.runs.rows.parse_json``) against the plain
+definition of its bounds (every integer checked by a hook as it is parsed, every value's depth walked).
+
+The reports (``fedaccel reproduce --render-only``, ``judge``, ``compare``) read every row of every run:
+BHerd's committed grids alone hold 60,000 rows, 107 MB of JSON. The rows here are those of the committed
+reproduction data (``docs/reproductions/<paper>/data``, unpacked into a temporary folder), each parsed by
+both, alternated over ``--repeats``; the script checks that both give the same values and prints the time
+ratio quick / plain (the median of the per-repeat ratios) with the load average.
+
+    python benchmarks/row_reading.py [--paper bherd] [--repeats 5] [--smoke]
+
+``--smoke``: the first packed grid only, one repeat, to check that the script runs (its figures then mean
+nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fedaccel.reproductions.snapshot import unpack
+from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, parse_json
+from stacked import load  # benchmarks/: the load average, as the other scripts print it
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def plain(text: str) -> Any:
+    """The bounds by their definition (fedaccel's reader before 2026-11-28's quick checks)."""
+
+    def checked(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise ValueError("an integer too long")
+        return int(digits)
+
+    value = json.loads(text, parse_int=checked)
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > MAX_DEPTH:
+            raise ValueError("nested too deep")
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+def rows_of(paper: str, smoke: bool) -> list[str]:
+    packed = sorted((ROOT / "docs" / "reproductions" / paper / "data").glob("*.jsonl.xz"))[: 1 if smoke else None]
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for file in packed:
+            for run_dir in unpack(file, Path(tmp) / file.name):
+                for rows in sorted(run_dir.glob("*.jsonl")):
+                    lines += [line for line in rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paper", default="bherd", help="docs/reproductions/<paper>/data")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="one packed grid, one repeat (a test, not a measurement)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.repeats = 1
+    lines = rows_of(args.paper, args.smoke)
+    print(f"load average (1, 5, 15 min) before: {load()}")
+    print(f"{len(lines):,} rows of docs/reproductions/{args.paper}/data, {sum(map(len, lines)) / 2**20:.1f} MB of JSON")
+    assert all(parse_json(line) == plain(line) for line in lines[:: max(1, len(lines) // 2000)]), "they disagree"
+    times: dict[str, list[float]] = {"quick": [], "plain": []}
+    for _ in range(args.repeats):
+        for name, reader in (("quick", parse_json), ("plain", plain)):
+            started = time.perf_counter()
+            for line in lines:
+                reader(line)
+            times[name].append(time.perf_counter() - started)
+    quick, slow = (statistics.median(times[name]) for name in ("quick", "plain"))
+    ratio = statistics.median(q / p for q, p in zip(times["quick"], times["plain"]))
+    print(f"quick {quick:.2f} s, plain {slow:.2f} s (medians of {args.repeats} alternated repeats)")
+    print(f"ratio quick/plain: {ratio:.3f}; load average (1, 5, 15 min) after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
