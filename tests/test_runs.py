@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.cli import main
 from fedaccel.errors import ConfigError, UserError
@@ -71,6 +73,46 @@ def test_config_file_overrides_defaults_and_set_overrides_file(tmp_path: Path) -
     config = load_config(path, ["train.lr=0.25", "data.split.min_size=2"])
     assert config.train.lr == 0.25 and config.train.rounds == 3 and config.train.batch_size == 50
     assert config.data.split == {"name": "dirichlet", "alpha": 0.1, "min_size": 2}
+
+
+SET_ITEMS = ["algorithm=bherd", "algorithm.alpha=0.3", "algorithm={name: bherd, alpha: 0.7}", "data.split=dirichlet",
+             "data.split.alpha=0.2", "data.split={name: dirichlet, alpha: 0.4}", "train.lr=0.5", "train.lr=0.25"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=st.lists(st.sampled_from(SET_ITEMS), max_size=5))
+def test_a_set_that_would_drop_an_earlier_one_is_refused_and_every_other_one_holds(items: list[str]) -> None:
+    """Any --set sequence: a section replaced whole after an earlier --set wrote into it is refused in one line
+    naming both; otherwise every --set holds in the config (the last one of a key)."""
+    keys = [item.partition("=")[0] for item in items]
+    dropping = any(k.startswith(key + ".") for i, key in enumerate(keys) for k in keys[:i])
+    try:
+        config = load_config(None, items)
+    except ConfigError as error:
+        assert ("replaces the whole" in str(error)) == dropping and "\n" not in str(error), (items, str(error))
+        return
+    assert not dropping
+    leaves: dict[str, object] = {}  # what each --set leaves, in order: a section's whole value replaces its leaves
+    for key, _, text in (item.partition("=") for item in items):
+        value = yaml.safe_load(text)
+        if key in ("algorithm", "data.split"):
+            leaves = {k: v for k, v in leaves.items() if not k.startswith(key + ".")}
+            leaves.update({f"{key}.{k}": v for k, v in (value if isinstance(value, dict) else {"name": value}).items()})
+        else:
+            leaves[key] = value
+    sections = {"algorithm": config.algorithm, "data.split": config.data.split}
+    for key, value in leaves.items():
+        section, _, option = key.rpartition(".")
+        assert (sections[section][option] if section in sections else config.train.lr) == value, (items, key)
+
+
+def test_an_experiments_set_that_would_drop_a_grid_key_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "e.yaml").write_text("base: {algorithm: {name: bherd}}\ngrid: {algorithm.alpha: [0.3, 0.7]}\n")
+    with pytest.raises(ConfigError, match="replaces the whole algorithm section, which would drop the grid's "
+                                          "algorithm.alpha"):
+        load_experiment(tmp_path / "e.yaml", ["algorithm=bherd"])
+    assert [c.algorithm["alpha"] for _, c in load_experiment(tmp_path / "e.yaml", ["algorithm.selection=random"]).cells] \
+        == [0.3, 0.7]
 
 
 def test_cli_prints_one_line_for_user_errors_and_debug_shows_traceback(capsys: pytest.CaptureFixture) -> None:

@@ -41,7 +41,7 @@ from fedaccel.disk import refuse_planted_links, temp_name
 from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown, spelled
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
-from fedaccel.runs.config import Config, check_name, from_dict, parse_value, read_yaml, set_path
+from fedaccel.runs.config import Config, check_name, from_dict, parse_overrides, read_yaml, set_path
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.folder import METRICS
 from fedaccel.runs.lock import LOCK_FILE
@@ -117,7 +117,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     name = str(raw.get("name") or path.stem)
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
     check_cell_count(path, grid)
-    overridden = [(key.strip(), parse_value(key, value)) for key, _, value in (o.partition("=") for o in overrides or [])]
+    overridden = parse_overrides(overrides or [], written=_grid_keys(path, grid))
     specs = grid_cells(path, grid, base, overridden)
     cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
     targets = [float(t) for t in _listed(path, raw, "targets", (int, float), "accuracies such as [0.8, 0.85]")]
@@ -150,6 +150,12 @@ def _base(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(base, str):
         base = read_yaml((path.parent / base) if not Path(base).is_absolute() else base)
     return base
+
+
+def _grid_keys(path: Path, grid: dict[str, list[Any]]) -> tuple[str, ...]:
+    """The config keys the grid sets: its own, and those its variants set."""
+    keys = {dotted for value in grid.get(VARIANT, []) for dotted in _variant(path, value)}
+    return (*(k for k in grid if k != VARIANT), *sorted(keys))
 
 
 def _grid(path: Path, raw: dict[str, Any]) -> dict[str, list[Any]]:

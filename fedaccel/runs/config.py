@@ -145,12 +145,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml(path)
-    for item in overrides or []:
+    for key, value in parse_overrides(overrides or []):
+        set_path(raw, key, value)
+    return from_dict(raw)
+
+
+def parse_overrides(overrides: list[str], written: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    """``key=value`` items as (dotted key, value read as YAML), in order. An item that replaces a whole section
+    (``algorithm=bherd``) after an item, or a key of ``written`` (an experiment's grid keys), wrote into that
+    section (``algorithm.alpha=0.3``) is refused: set in that order, the earlier value would vanish unseen."""
+    parsed: list[tuple[str, Any]] = []
+    for item in overrides:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set expects key=value, got {shown(item)}")
-        set_path(raw, key.strip(), parse_value(key, value))
-    return from_dict(raw)
+        lost = next((k for k in (*written, *(k for k, _ in parsed)) if k.startswith(key + ".")), None)
+        if lost is not None:
+            name, dropped = shown(key, 60)[1:-1], shown(lost, 60)[1:-1]
+            before = "the grid's" if lost in written else "the earlier --set"
+            raise ConfigError(f"--set {name}=... replaces the whole {name} section, which would drop {before} "
+                              f"{dropped}" + ("" if lost in written else f": give --set {name}=... first"))
+        parsed.append((key, parse_value(key, value)))
+    return parsed
 
 
 MAX_YAML_BYTES = 4 * 2**20  # a config or experiment file is a few kB: a larger one is refused unread

@@ -94,8 +94,9 @@ def _sections(cls: type, prefix: str, comments: dict[tuple[str, str], str]) -> I
         yield from _sections(child, f"{prefix}{name}.", comments)
 
 
-def _options(function: Callable[..., Any]) -> str:
-    params = [p for p in inspect.signature(function).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+def _options(function: Callable[..., Any], leave_out: tuple[str, ...] = ()) -> str:
+    params = [p for p in inspect.signature(function).parameters.values()
+              if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in leave_out]
     return ", ".join(f"`{p.name}: {shown_value(p.default)}`" for p in params) or "—"
 
 
@@ -111,6 +112,8 @@ def render() -> str:
     """The reference page's text."""
     from fedaccel.algorithms.presets import PRESETS, presets_for
     from fedaccel.algorithms.registry import RECIPES
+    from fedaccel.algorithms.robust import RULES
+    from fedaccel.algorithms.server_opt import SERVER_OPTIMISERS
     from fedaccel.data.splits import SPLITS
     from fedaccel.models import MODELS
 
@@ -124,7 +127,9 @@ def render() -> str:
         "(the value read as YAML). Unknown keys and invalid values are refused at load with one line. "
         "`algorithm`, `model` and `data.split` are *named* sections: a name, or a mapping of the name and "
         "that thing's options, e.g. `data: {split: {name: dirichlet, alpha: 0.1}}` or "
-        "`--set data.split=dirichlet --set data.split.alpha=0.1`.",
+        "`--set data.split=dirichlet --set data.split.alpha=0.1`. Overrides apply in order, and a name given "
+        "for a section replaces the whole section, so the name comes first: `--set data.split.alpha=0.1 "
+        "--set data.split=dirichlet` is refused, as it would drop the alpha.",
         "",
         "This page is generated from the schema in `fedaccel/runs/config.py` (each key's comment there) and "
         "from the registries of algorithms, splits and models.",
@@ -144,6 +149,14 @@ def render() -> str:
     ])
     lines += ["", "Presets (`algorithm.preset`) set a reference code's choices at once; keys the config sets "
               "itself win: " + ", ".join(f"`{p}`" for p in PRESETS) + "."]
+    lines += ["", "Two more keys go with every recipe ([Algorithms](../algorithms.md)):", "",
+              "- `server_opt`: a server optimiser after the method's own step, a name or `{name: NAME, OPTION: "
+              "value}`: " + "; ".join(f"`{name}` ({_options(factory)})" for name, factory in SERVER_OPTIMISERS.items())
+              + ";",
+              "- `aggregate`: a robust rule in place of the weighted mean, a name or `{name: NAME, OPTION: value}`: "
+              + "; ".join(f"`{name}` ({_options(factory, ('server_lr',))})" for name, factory in RULES.items())
+              + " (the recipe's own `server_lr` scales the rule's step, except where it is a server optimiser's).", "",
+              "For example `algorithm: {name: bherd, server_opt: {name: adam, lr: 0.01}, aggregate: median}`."]
 
     lines += ["", "## Splits (`data.split`)", ""]
     lines += _table(["name", "what it does", "options (default)"],
