@@ -21,6 +21,7 @@ the traceback. A full disk prints one line too (which file, how to continue) and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import os
 import shlex
@@ -189,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
     p.add_argument("file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override in every cell")
+    p.add_argument("--out", help="the experiment's folder, its cells' run folders inside (default: the file's "
+                                 "out_dir, else runs/<name>)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--stack-seeds", action="store_true",
                    help="train the seeds of each cell as one stacked computation (same per-seed results)")
@@ -432,6 +435,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         from fedaccel.grids.experiment import load_experiment, run_experiment
 
         experiment = load_experiment(args.file, args.set)
+    if args.out:
+        experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
     result = run_experiment(experiment, progress=False if args.no_progress else None,
                             workers=args.workers, stack_seeds=args.stack_seeds, ray=ray_options(args))
     print()

@@ -198,6 +198,29 @@ def test_experiment_runs_every_cell_then_skips_finished_ones(tmp_path: Path) -> 
     assert (result.run_dirs[0] / "metrics.jsonl").stat().st_mtime_ns == before
 
 
+def test_experiment_out_puts_the_grid_elsewhere_and_set_run_out_dir_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The same grid with another override goes to --out, not into the first folder's cells; --set run.out_dir
+    (which moves no experiment) is one line naming --out."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+            "train": {"rounds": 1, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+    path.write_text(yaml.safe_dump({"name": "tiny", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"algorithm": ["fedavg"]}}))
+    assert main(["experiment", str(path), "--no-progress"]) == 0
+    assert main(["experiment", str(path), "--no-progress", "--set", "train.rounds=2",
+                 "--out", str(tmp_path / "two")]) == 0
+    assert [len(lines_of(tmp_path / d / "algorithm=fedavg" / "metrics.jsonl")) for d in ("out", "two")] == [2, 3]
+    capsys.readouterr()
+    assert main(["experiment", str(path), "--set", f"run.out_dir={tmp_path / 'x'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out DIR" in err and not (tmp_path / "x").exists()
+
+
+def lines_of(file: Path) -> list[str]:
+    return file.read_text().splitlines()
+
+
 @pytest.mark.slow
 def test_parallel_cells_give_the_numbers_of_serial_cells(tmp_path: Path) -> None:
     base = {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",

@@ -118,6 +118,10 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
     check_cell_count(path, grid)
     overridden = parse_overrides(overrides or [], written=_grid_keys(path, grid))
+    if any(key == "run.out_dir" or key == "run" and isinstance(value, dict) and "out_dir" in value
+           for key, value in overridden):  # each cell's folder is the experiment's
+        raise ConfigError("--set run.out_dir does not move an experiment: its cells' run folders are inside the "
+                          "experiment's folder; give `fedaccel experiment FILE --out DIR` (or out_dir: in the file)")
     specs = grid_cells(path, grid, base, overridden)
     cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
     targets = [float(t) for t in _listed(path, raw, "targets", (int, float), "accuracies such as [0.8, 0.85]")]
