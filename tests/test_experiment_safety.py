@@ -99,6 +99,7 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
             f"interrupted by {signal.Signals(sig).name}; `fedaccel experiment {path} -j 2` continues every "
             "unfinished cell from its checkpoint")
         assert err.count("finishing the current round") == 1, err  # said by the experiment, not by each worker
+        assert "Warning" not in err, err  # e.g. multiprocessing's leaked semaphores of a pool kept alive at exit
         import torch
 
         stopped = [cell for cell in running if not (cell / "summary.json").is_file()]  # not finished meanwhile
@@ -220,3 +221,34 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_without_repeating_roun
     metrics.write_text(metrics.read_text().splitlines()[0] + "\n")  # killed after writing round 0
     resume(folder)
     assert rounds(folder) == [0, 1, 2]
+
+
+def test_a_worker_asked_to_stop_in_a_cells_last_round_starts_no_further_cell(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The experiment's SIGTERM reaches a worker while its cell finishes by itself (the last round: no checkpoint to
+    stop at, and the run clears the request as it ends): the worker still starts no further cell, such as the one
+    already waiting in the pool's queue (a new user saw that cell run to the end after Ctrl-C)."""
+    import fedaccel.launch
+    from fedaccel.grids import cell
+    from fedaccel.runs import stopping
+
+    started = []
+
+    def a_run_that_ends_as_the_signal_comes(config: object, run_dir: Path, progress: object = None) -> Path:
+        started.append(run_dir.name)
+        with stopping.stop_signals():
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at once: the request is counted, STOP is set
+            stopping.clear_stop()  # as run_loop does when the run ends
+        return run_dir
+
+    monkeypatch.setattr(fedaccel.launch, "run", a_run_that_ends_as_the_signal_comes)
+    monkeypatch.setattr(cell, "_worker_stopped", False)
+    config = load_config(None, [])
+    assert cell.run_cell(config, tmp_path / "a", False, 1) == tmp_path / "a"
+    with pytest.raises(stopping.Interrupted):
+        cell.run_cell(config, tmp_path / "b", False, 1)
+    assert started == ["a"]
+    monkeypatch.setattr(cell, "_worker_stopped", False)
+    cell.run_cell(config, tmp_path / "c", False, None)  # in the experiment's own process (no threads): not a worker
+    cell.run_cell(config, tmp_path / "d", False, None)
+    assert started == ["a", "c", "d"]

@@ -30,13 +30,14 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
     it, and the table and curves show it as diverged."""
     from fedaccel.launch import resume, run
     from fedaccel.runs.loop import Diverged
-    from fedaccel.runs.stopping import Interrupted
+    from fedaccel.runs.stopping import Interrupted, stop_requests
 
     global _worker_stopped
     if threads is not None:  # run_loop's thread rule reads this (fedaccel.runs.loop.choose_threads)
         os.environ["FEDACCEL_TORCH_THREADS"] = str(threads)
         if _worker_stopped:
             raise Interrupted(run_dir, None)
+    requests = stop_requests()
     try:
         if (run_dir / "config.yaml").is_file():
             return resume(run_dir, progress=progress)
@@ -49,6 +50,9 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
 
         tqdm.write(f"{run_dir.name}: {diverged}", file=sys.stderr)
         return run_dir
+    finally:  # asked to stop while the run ended by itself (its last round): still no further cell
+        if threads is not None and stop_requests() > requests:
+            _worker_stopped = True
 
 
 _worker_stopped = False  # a parallel worker was asked to stop (SIGTERM from the experiment)

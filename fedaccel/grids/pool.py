@@ -69,6 +69,7 @@ def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: in
                 raise Interrupted(todo[0][3].parent, None, reason)
     except BaseException:
         _kill_pool(pool)
+        del pool  # not kept alive by the traceback: its queues' semaphores are released now, not warned of at exit
         raise
     pool.shutdown()
 
@@ -95,3 +96,4 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
         process.kill()
     for process in processes:
         process.join()
+    pool.shutdown(wait=True)  # its manager thread closes the queues: no semaphores left for Python to warn of at exit

@@ -45,6 +45,7 @@ class Interrupted(UserError):
 
 
 _received: list[str] = []
+_requests = [0]  # stop requests this process has had, handled or not (never cleared): see stop_requests
 _announce = [True]  # say "finishing the current round" on a signal (a worker leaves it to its parent)
 
 
@@ -59,6 +60,7 @@ def _on_signal(signum: int, frame: Any) -> None:
     if STOP.is_set():  # the second signal: stop now
         raise KeyboardInterrupt
     _received.append(name)
+    _requests[0] += 1
     STOP.set()
     if _announce[0]:
         print(f"\n{name}: finishing the current round and checkpointing it (again to stop at once)",
@@ -69,6 +71,13 @@ def clear_stop() -> None:
     """Forget a handled stop request (the next run in this process starts afresh)."""
     STOP.clear()
     _received.clear()
+
+
+def stop_requests() -> int:
+    """How many stop requests this process has had, :func:`clear_stop` or not: a request that came while a run
+    ended by itself (in its last round) is cleared with the run, yet an ``experiment -j`` worker must still
+    start no further cell."""
+    return _requests[0]
 
 
 def signal_name() -> str:
