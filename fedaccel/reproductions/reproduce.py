@@ -155,7 +155,7 @@ def render(paper: str, scale: str = "quick", *, docs: Path = DOCS, say: Callable
 
     if say is None:
         return _render(paper, scale, docs, None)
-    with Heartbeat(say, lambda s: f"{paper} report: still working ({s:.0f} s)", every_s=SAY_EVERY_S) as beat:
+    with Heartbeat(say, lambda s: f"{paper} report: still working ({s:.0f} s in all)", every_s=SAY_EVERY_S) as beat:
         return _render(paper, scale, docs, beat.say)
 
 
