@@ -1,11 +1,13 @@
 """Row reading: the bounded JSON reader of run files (``fedaccel.runs.rows.parse_json``) against the plain
-definition of its bounds (every integer checked by a hook as it is parsed, every value's depth walked).
+definition of its bounds (every integer checked by a hook as it is parsed, every value's depth walked), and the
+check of BHerd's selected steps in diagnostics rows (``_counts``, a list at once) against one item at a time.
 
 The reports (``fedaccel reproduce --render-only``, ``judge``, ``compare``) read every row of every run:
 BHerd's committed grids alone hold 60,000 rows, 107 MB of JSON. The rows here are those of the committed
 reproduction data (``docs/reproductions/<paper>/data``, unpacked into a temporary folder), each parsed by
 both, alternated over ``--repeats``; the script checks that both give the same values and prints the time
-ratio quick / plain (the median of the per-repeat ratios) with the load average.
+ratio quick / plain (the median of the per-repeat ratios) with the load average; then the same for the check of
+every ``selected`` list of the diagnostics rows.
 
     python benchmarks/row_reading.py [--paper bherd] [--repeats 5] [--smoke]
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaccel.reproductions.snapshot import unpack
-from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, parse_json
+from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, MAX_STEPS, _count, _counts, parse_json
 from stacked import load  # benchmarks/: the load average, as the other scripts print it
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +87,23 @@ def main() -> None:
     ratio = statistics.median(q / p for q, p in zip(times["quick"], times["plain"]))
     print(f"quick {quick:.2f} s, plain {slow:.2f} s (medians of {args.repeats} alternated repeats)")
     print(f"ratio quick/plain: {ratio:.3f}; load average (1, 5, 15 min) after: {load()}")
+
+    clients = [row["clients"] for row in map(parse_json, lines) if isinstance(row.get("clients"), dict)]
+    selected = [value["selected"] for each in clients for value in each.values()
+                if isinstance(value, dict) and isinstance(value.get("selected"), list)]
+    checks = {"list": lambda v: _counts(v, MAX_STEPS - 1), "items": lambda v: all(_count(i, MAX_STEPS - 1) for i in v)}
+    assert all(checks["list"](v) == checks["items"](v) for v in selected), "they disagree"
+    spent: dict[str, list[float]] = {name: [] for name in checks}
+    for _ in range(args.repeats):
+        for name, check in checks.items():
+            started = time.perf_counter()
+            for value in selected:
+                check(value)
+            spent[name].append(time.perf_counter() - started)
+    ratio = statistics.median(a / b for a, b in zip(spent["list"], spent["items"]))
+    print(f"{len(selected):,} lists of selected steps ({sum(map(len, selected)):,} items): the list at once "
+          f"{statistics.median(spent['list']):.3f} s, item by item {statistics.median(spent['items']):.3f} s; "
+          f"ratio list/items: {ratio:.3f}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ FIGURES = {
                    r"auto against the faster runtime: worst [\d.]+x", r"load average \(1, 5, 15 min\) after: \d",
                    r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
     "row_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"[\d,]+ rows of docs/reproductions/bherd/data",
-                       r"ratio quick/plain: [\d.]+; load average"],
+                       r"ratio quick/plain: [\d.]+; load average", r"lists of selected steps .*ratio list/items: [\d.]+"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],
 }
 

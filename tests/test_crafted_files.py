@@ -38,7 +38,7 @@ from fedaccel.launch import run
 from fedaccel.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedaccel.runs.config import load_config
 from fedaccel.runs.folder import CHECKPOINT, PREVIOUS_CHECKPOINT
-from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, parse_json
+from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, _count, _counts, parse_json
 
 ROUNDS = 6
 PEAK_BYTES = 64 * 2**20  # Python memory a refusal may take (a set of 10^8 rounds took 6 GB)
@@ -308,6 +308,14 @@ def test_parse_json_accepts_and_refuses_what_the_slow_definition_does(value: Any
     except ValueError:
         got = ValueError
     assert got == want or (got is not ValueError and json.dumps(got) == json.dumps(want))
+
+
+@given(values=st.lists(st.integers(-3, 12) | st.booleans() | st.none() | st.floats(0, 12) | st.text(max_size=2),
+                       max_size=8).map(lambda v: json.loads(json.dumps(v))))
+def test_a_list_of_counts_is_checked_as_each_count_would_be(values: list[Any]) -> None:
+    """What JSON gives (ints, booleans, floats such as 3.0, null, text): the list's check in C agrees with the check
+    of each item."""
+    assert _counts(values, 10) == all(_count(v, 10) for v in values)
 
 
 @CRAFTED

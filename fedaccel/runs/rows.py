@@ -164,7 +164,7 @@ def check_diagnostics(file: Path, row: dict[str, Any]) -> None:
     found = [(c, k, v[k]) for c, v in clients.items() for k in (*CLIENT_SCORES, "selected", "tau") if k in v]
     found += [(c, key, v) for key in CLIENT_SCORES if isinstance(row.get(key), dict) for c, v in row[key].items()]
     for client, key, value in found:
-        fine = (isinstance(value, list) and all(_count(i, MAX_STEPS - 1) for i in value) if key == "selected" else
+        fine = (isinstance(value, list) and _counts(value, MAX_STEPS - 1) if key == "selected" else
                 _count(value, MAX_STEPS) if key == "tau" else
                 value is None or isinstance(value, (int, float)) and not isinstance(value, bool))
         if not fine:
@@ -174,6 +174,12 @@ def check_diagnostics(file: Path, row: dict[str, Any]) -> None:
 
 def _count(value: Any, most: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+
+def _counts(values: list[Any], most: int) -> bool:
+    """Every item a :func:`_count`: the types, the least and the largest in C (a BHerd run's selected steps are
+    millions of items), the same answer for what JSON gives (its integers are ``int``, its booleans ``bool``)."""
+    return not values or set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= most
 
 
 def _reason(exc: ValueError) -> str:
