@@ -76,16 +76,19 @@ def test_config_file_overrides_defaults_and_set_overrides_file(tmp_path: Path) -
 
 
 SET_ITEMS = ["algorithm=bherd", "algorithm.alpha=0.3", "algorithm={name: bherd, alpha: 0.7}", "data.split=dirichlet",
-             "data.split.alpha=0.2", "data.split={name: dirichlet, alpha: 0.4}", "train.lr=0.5", "train.lr=0.25"]
+             "data.split.alpha=0.2", "data.split={name: dirichlet, alpha: 0.4}", "train.lr=0.5", "train.lr=0.25",
+             "train.augment.flip=true", "train.augment=null", "data.dataset=digits"]
 
 
 @settings(max_examples=150, deadline=None)
 @given(items=st.lists(st.sampled_from(SET_ITEMS), max_size=5))
 def test_a_set_that_would_drop_an_earlier_one_is_refused_and_every_other_one_holds(items: list[str]) -> None:
-    """Any --set sequence: a section replaced whole after an earlier --set wrote into it is refused in one line
-    naming both; otherwise every --set holds in the config (the last one of a key)."""
+    """Any --set sequence: a section given a value (not null) after an earlier --set wrote an option into it, with no
+    value for the section before, is refused in one line naming both; otherwise every --set holds in the config
+    (the last one of a key; a section's value replaces the options set before it)."""
     keys = [item.partition("=")[0] for item in items]
-    dropping = any(k.startswith(key + ".") for i, key in enumerate(keys) for k in keys[:i])
+    dropping = any(k.startswith(key + ".") and not items[i].endswith("=null") and key not in keys[:i]
+                   for i, key in enumerate(keys) for k in keys[:i])
     try:
         config = load_config(None, items)
     except ConfigError as error:
@@ -95,15 +98,22 @@ def test_a_set_that_would_drop_an_earlier_one_is_refused_and_every_other_one_hol
     leaves: dict[str, object] = {}  # what each --set leaves, in order: a section's whole value replaces its leaves
     for key, _, text in (item.partition("=") for item in items):
         value = yaml.safe_load(text)
-        if key in ("algorithm", "data.split"):
+        if key in ("algorithm", "data.split", "train.augment"):
             leaves = {k: v for k, v in leaves.items() if not k.startswith(key + ".")}
-            leaves.update({f"{key}.{k}": v for k, v in (value if isinstance(value, dict) else {"name": value}).items()})
+            if value is None:
+                leaves[key] = None
+            else:
+                leaves.pop(key, None)
+                leaves.update({f"{key}.{k}": v for k, v in (value if isinstance(value, dict) else {"name": value}).items()})
         else:
+            leaves.pop(key.rpartition(".")[0], None)  # an option of a section turned off turns it on again
             leaves[key] = value
-    sections = {"algorithm": config.algorithm, "data.split": config.data.split}
+    held = {"algorithm": config.algorithm, "data.split": config.data.split, "train.lr": config.train.lr,
+            "train.augment": config.train.augment, "data.dataset": config.data.dataset}
     for key, value in leaves.items():
         section, _, option = key.rpartition(".")
-        assert (sections[section][option] if section in sections else config.train.lr) == value, (items, key)
+        got = held[key] if key in held else held[section][option]
+        assert got == value, (items, key, got)
 
 
 def test_an_experiments_set_that_would_drop_a_grid_key_is_refused(tmp_path: Path) -> None:

@@ -151,22 +151,28 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def parse_overrides(overrides: list[str], written: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
-    """``key=value`` items as (dotted key, value read as YAML), in order. An item that replaces a whole section
-    (``algorithm=bherd``) after an item, or a key of ``written`` (an experiment's grid keys), wrote into that
-    section (``algorithm.alpha=0.3``) is refused: set in that order, the earlier value would vanish unseen."""
+    """``key=value`` items as (dotted key, value read as YAML), in order.
+
+    A value for a whole section replaces it (``data.split=iid`` after ``data.split=dirichlet`` and
+    ``data.split.alpha=0.1`` switches the split, its alpha with it). But a section given a value after an item, or a
+    key of ``written`` (an experiment's grid keys), set an option in it with no value given for the section before
+    (``algorithm.alpha=0.3`` then ``algorithm=bherd``) is refused: the option would vanish unseen. A null (a section
+    turned off) is taken as it says."""
     parsed: list[tuple[str, Any]] = []
     for item in overrides:
-        key, sep, value = item.partition("=")
+        key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set expects key=value, got {shown(item)}")
+        value = parse_value(key, text)
+        given_before = any(k == key for k, _ in parsed)
         lost = next((k for k in (*written, *(k for k, _ in parsed)) if k.startswith(key + ".")), None)
-        if lost is not None:
+        if lost is not None and value is not None and not given_before:
             name, dropped = shown(key, 60)[1:-1], shown(lost, 60)[1:-1]
             before = "the grid's" if lost in written else "the earlier --set"
             raise ConfigError(f"--set {name}=... replaces the whole {name} section, which would drop {before} "
                               f"{dropped}" + ("" if lost in written else f": give --set {name}=... first"))
-        parsed.append((key, parse_value(key, value)))
+        parsed.append((key, value))
     return parsed
 
 
