@@ -151,7 +151,8 @@ def _env_name(name: str) -> str:
 
 def _need_root(name: str) -> DataError:
     return DataError(
-        f"{name}: no data folder given; run `fedaccel data get {name}`, or give --set data.root=<folder> (load_dataset(..., root=<folder>) in Python), "
+        f"{name}: no data folder given; run `fedaccel data get {name}`, or give --set data.root=<folder> "
+        "(load_dataset(..., root=<folder>) in Python), "
         f"or set {_env_name(name)}=<folder> or FEDACCEL_DATA=<folder containing {name}/>"
     )
 
