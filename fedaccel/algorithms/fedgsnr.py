@@ -131,9 +131,10 @@ def grouped_statistics(access: ClientAccess, w: Tensor, draws: Sequence[tuple[Te
 
 
 def _mean_and_variance(first: Tensor, second: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """Mean and population variance in ``dtype`` from the float64 means of g and of g^2: the variance, a difference
-    of moments, is taken in float64 and rounded once (written straight into ``dtype``), then clamped at 0."""
-    var = torch.addcmul(second, first, first, value=-1, out=first.new_empty(first.shape, dtype=dtype))
+    """Mean and population variance in ``dtype`` from the float64 means of g and of g^2 (fresh tensors: ``second``
+    is overwritten): the variance, a difference of moments, is taken in float64 in place, rounded once to ``dtype``,
+    then clamped at 0 (no new (K, d) float64 buffer; the same bits as computed into a new one)."""
+    var = second.addcmul_(first, first, value=-1).to(dtype)
     return first.to(dtype), var.clamp_(min=0)
 
 
