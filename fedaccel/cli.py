@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", nargs="+", help="default: a grid's metrics:, else test_acc test_loss train_loss")
     p.add_argument("--title", help="default: a grid's name")
     p.add_argument("--targets", nargs="*", type=float,
-                   help="dotted lines on the test accuracy panel (default: a grid's targets:; none: no lines)")
+                   help="dotted lines on the test accuracy panel (default: a grid's targets:; --targets alone: no lines)")
     p.set_defaults(handler=cmd_plot)
 
     p = sub.add_parser("compare", help="rounds to target accuracy and speed-ups (Markdown)")

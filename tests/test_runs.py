@@ -125,6 +125,80 @@ def test_an_experiments_set_that_would_drop_a_grid_key_is_refused(tmp_path: Path
         == [0.3, 0.7]
 
 
+GRID_VALUES = {"train.rounds": [2, 3], "train.lr": [0.1, 0.2],
+               "algorithm": ["fedavg", {"name": "fedprox", "mu": 0.1}, {"name": "bherd", "alpha": 0.5}],
+               "data.split": ["iid", {"name": "dirichlet", "alpha": 0.1}],
+               "variant": [{"train.batch_size": 10, "train.lr": 0.01}, {}]}
+GRID_OVERRIDES = ["train.rounds=4", "train.lr=0.3", "train.batch_size=20", "algorithm=fedavg", "algorithm.name=fedprox",
+                  "algorithm.alpha=0.3", "algorithm.mu=0.5", "data.split=iid", "data.split.alpha=0.5", "run.seed=1"]
+
+
+def _spelled_at(spec: dict, dotted: str) -> object:
+    node: object = spec
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.sampled_from(sorted(GRID_VALUES)), min_size=1, max_size=3, unique=True),
+       picks=st.data(), overrides=st.lists(st.sampled_from(GRID_OVERRIDES), max_size=3, unique=True))
+def test_an_experiments_set_never_runs_a_cell_under_a_name_that_says_otherwise(
+        tmp_path_factory: pytest.TempPathFactory, keys: list[str], picks: st.DataObject, overrides: list[str]) -> None:
+    """Any grid of these keys, any --set: either refused, or every cell's config holds the grid values its folder is
+    named by (an override of a key the grid sets used to win in every cell, under the grid value's name), a --set
+    of a key the grid gives one value replacing it. The refusal names a key that one of the grid's values sets."""
+    import itertools
+
+    grid = {key: picks.draw(st.lists(st.sampled_from(GRID_VALUES[key]), min_size=1, max_size=2, unique_by=repr))
+            for key in keys}
+    path = tmp_path_factory.mktemp("grid") / "e.yaml"
+    path.write_text(yaml.safe_dump({"base": {"data": {"dataset": "digits", "clients": 2}, "model": "softmax",
+                                             "train": {"rounds": 1, "batch_size": 50}}, "grid": grid}, sort_keys=False))
+    try:
+        experiment = load_experiment(path, overrides)
+    except ConfigError as error:
+        found = re.match(r"--set (\S+)=\.\.\. sets a key the grid of ", str(error))
+        if found:
+            key = found.group(1)
+            assert key in [o.partition("=")[0] for o in overrides]
+            inside = [(grid_key, rest) for grid_key in grid for rest in [key.removeprefix(grid_key + ".")]
+                      if key == grid_key or rest != key]
+            assert inside or any(key in variant for variant in grid.get("variant", [])), (key, grid)
+            assert all(key == grid_key or any(isinstance(v, dict) and rest in v or isinstance(v, str) and rest == "name"
+                                              for v in grid[grid_key]) for grid_key, rest in inside), (key, grid)
+        return
+    fixed = {key: yaml.safe_load(text) for key, _, text in (o.partition("=") for o in overrides)
+             if len(grid.get(key, ())) == 1 and key != "variant"}  # a fixed setting of the grid: replaced
+    grid = {key: [fixed[key]] if key in fixed else values for key, values in grid.items()}
+    for values, spec in zip(itertools.product(*grid.values()), experiment.specs, strict=True):
+        for key, value in zip(grid, values):
+            for dotted, v in (value.items() if key == "variant" else [(key, value)]):
+                held = _spelled_at(spec, dotted)
+                if isinstance(v, dict):
+                    assert all(_spelled_at(spec, f"{dotted}.{o}") == w for o, w in v.items()), (overrides, key, spec)
+                else:
+                    assert held == v or isinstance(held, dict) and held.get("name") == v, (overrides, key, spec)
+
+
+def test_an_experiments_set_of_a_grid_key_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A new user's cases: --set train.rounds=40 on a grid of train.rounds: [8] ran 40 rounds in folders named
+    train.rounds=8 (now the grid's one value is replaced, folder names too); --set algorithm=scaffold ran scaffold in
+    every algorithm's folder (now refused, as any --set of a key the grid varies)."""
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump({"base": {"data": {"dataset": "digits", "clients": 2}, "model": "softmax"},
+                                    "grid": {"train.rounds": [8], "algorithm": ["fedavg", {"name": "bherd", "alpha": 0.5}],
+                                             "train.lr": [0.1, 0.2]}}, sort_keys=False))
+    for item in ("train.lr=0.3", "algorithm=scaffold", "algorithm.alpha=0.3", "algorithm.name=fedprox"):
+        assert main(["experiment", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"sets a key the grid of {path} varies" in err, err
+    assert not (tmp_path / "out").exists()
+    cells = load_experiment(path, ["train.rounds=3", "train.batch_size=7"]).cells
+    assert [name.split(",")[0] for name, _ in cells] == ["train.rounds=3"] * 4
+    assert {(c.train.rounds, c.train.batch_size) for _, c in cells} == {(3, 7)}
+
+
 def test_cli_prints_one_line_for_user_errors_and_debug_shows_traceback(capsys: pytest.CaptureFixture) -> None:
     assert main(["run", "--set", "train.lr=-1"]) == 2
     err = capsys.readouterr().err

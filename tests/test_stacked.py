@@ -240,7 +240,7 @@ def test_stacked_on_a_gpu_equals_in_process_on_the_cpu() -> None:
     torch.testing.assert_close(b.w.cpu(), a.w, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("algorithm", ["scaffold", "fedgsnr"])
+@pytest.mark.parametrize("algorithm", ["scaffold", "fedgsnr", "bherd", "grab-fedavg"])
 @pytest.mark.slow
 def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
         tmp_path: Any, algorithm: str, monkeypatch: pytest.MonkeyPatch) -> None:

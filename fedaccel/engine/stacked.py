@@ -377,7 +377,8 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
                 direction = buffer
             for estimator, lo, hi, is_batched in estimators:
                 if is_batched:
-                    estimator.observe(step, direction[lo:hi], live[lo:hi])
+                    if step < max(counts[lo:hi]):  # a job's store ends at its own longest row, not the chunk's
+                        estimator.observe(step, direction[lo:hi], live[lo:hi])
                 elif counts[lo] > step:
                     estimator.observe(step, direction[lo])
             if all_live:

@@ -73,6 +73,13 @@ class Experiment:
     tuning_seeds: tuple[Any, ...] = ()  # seeds that only pick a claim's best value, never judged
     source: Path | None = None  # the experiment file
     specs: list[dict[str, Any]] = field(default_factory=list)  # per cell: base and grid values as the file spells them
+    copy: bytes | None = None  # what the grid folder's experiment.yaml holds, where not the file itself (a --set grid value)
+
+    def copy_bytes(self) -> bytes | None:
+        """The grid folder's ``experiment.yaml``: the file, or the file with the grid values a --set replaced."""
+        if self.copy is not None:
+            return self.copy
+        return self.source.read_bytes() if self.source is not None and self.source.is_file() else None
 
     def cell(self, name: str) -> Config:
         """The config of the cell (folder) ``name``; an unknown name is one line with the nearest cell names."""
@@ -118,6 +125,17 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
     check_cell_count(path, grid)
     overridden = parse_overrides(overrides or [], written=_grid_keys(path, grid))
+    # a --set of a key the grid gives one value replaces that value, folder names included (a grid's fixed setting)
+    fixed = {key: value for key, value in overridden if key != VARIANT and len(grid.get(key, ())) == 1}
+    grid = {key: [fixed[key]] if key in fixed else values for key, values in grid.items()}
+    overridden = [(key, value) for key, value in overridden if key not in fixed]
+    varied = _grid_value_keys(path, grid)
+    clash = next((key for key, _ in overridden if key in varied), None)
+    if clash is not None:  # the override would win in every cell, under folder names and claims that say otherwise
+        name = shown(clash, 60)[1:-1]
+        raise ConfigError(f"--set {name}=... sets a key the grid of {path} varies: each cell would run the --set "
+                          f"value in a folder named by its grid value; change {name} in the grid (in a copy of the "
+                          "file, for a variant)")
     if any(key == "run.out_dir" or key == "run" and isinstance(value, dict) and "out_dir" in value
            for key, value in overridden):  # each cell's folder is the experiment's
         raise ConfigError("--set run.out_dir does not move an experiment: its cells' run folders are inside the "
@@ -136,9 +154,13 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
 
     claims, tuning, _ = claims_from_file(path)
     check_claims(claims, [(cell, spec, config.to_dict()) for (cell, spec), (_, config) in zip(specs, cells)], str(path))
+    as_ran = None
+    if fixed:  # the copy beside the runs names the cells as they ran (the file's comments are not kept)
+        said = ", ".join(f"{key}={shown(value, 60)}" for key, value in fixed.items())
+        as_ran = (f"# {path.name} with --set {said}\n" + yaml.safe_dump({**raw, "grid": grid}, sort_keys=False)).encode()
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
                       str(figures_by) if figures_by else None, diagnostics, claims, tuning, path,
-                      [spec for _, spec in specs])
+                      [spec for _, spec in specs], as_ran)
 
 
 def experiment_cells(path: Path, with_base: bool = True) -> list[tuple[str, dict[str, Any]]]:
@@ -160,6 +182,38 @@ def _grid_keys(path: Path, grid: dict[str, list[Any]]) -> tuple[str, ...]:
     """The config keys the grid sets: its own, and those its variants set."""
     keys = {dotted for value in grid.get(VARIANT, []) for dotted in _variant(path, value)}
     return (*(k for k in grid if k != VARIANT), *sorted(keys))
+
+
+def _keys_set_by(path: Path, key: str, values: list[Any]) -> set[str]:
+    """Every config key the values of the grid's ``key`` set: the key (a variant's keys), the options of a mapping
+    value (``algorithm.alpha`` of ``{name: bherd, alpha: 0.5}``) and the name a string value gives
+    (``algorithm.name`` of ``bherd``)."""
+    keys: set[str] = set()
+
+    def add(dotted: str, value: Any) -> None:
+        keys.add(dotted)
+        if isinstance(value, dict):
+            for option, inner in value.items():
+                add(f"{dotted}.{option}", inner)
+        elif isinstance(value, str):
+            keys.add(f"{dotted}.name")
+
+    for value in values:
+        for dotted, v in _variant(path, value).items() if key == VARIANT else [(key, value)]:
+            add(str(dotted), v)
+    return keys
+
+
+def _grid_value_keys(path: Path, grid: dict[str, list[Any]]) -> set[str]:
+    """Every config key a value of the grid sets (:func:`_keys_set_by`); refuses a grid two of whose keys set one
+    config key, or one a section of the other's: a cell would run one value under a name that shows both."""
+    by_key = {key: _keys_set_by(path, key, values) for key, values in grid.items()}
+    for (key_a, set_a), (key_b, set_b) in itertools.combinations(by_key.items(), 2):
+        both = sorted(a for a in set_a for b in set_b if a == b or a.startswith(b + ".") or b.startswith(a + "."))
+        if both:
+            raise ConfigError(f"{path}: the grid's {shown(key_a, 60)} and {shown(key_b, 60)} both set {shown(both[0], 60)}: "
+                              "a cell would run one of the two values in a folder named by both; set it in one place")
+    return set().union(*by_key.values())
 
 
 def _grid(path: Path, raw: dict[str, Any]) -> dict[str, list[Any]]:
@@ -292,9 +346,9 @@ def check_grid_folder(experiment: Experiment) -> None:
     if not entries or any(is_run_folder(p) for p in entries):
         return
     copy = out / COPY
-    source = experiment.source
-    if {p.name for p in entries} <= {COPY, temp_name(copy).name} and source is not None and source.is_file() \
-            and copy.is_file() and not copy.is_symlink() and copy.read_bytes() == source.read_bytes():
+    written = experiment.copy_bytes()
+    if {p.name for p in entries} <= {COPY, temp_name(copy).name} and written is not None \
+            and copy.is_file() and not copy.is_symlink() and copy.read_bytes() == written:
         return  # a grid stopped before its first cell wrote its folder
     held = entries[0].name + (f" and {len(entries) - 1} more" if len(entries) > 1 else "")
     raise UserError(f"{out} holds {held} and no fedaccel grid; nothing in it was touched and no cell ran: "
@@ -330,8 +384,9 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     check_grid_folder(experiment)  # before anything is written, and before any cell runs
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
     copy = experiment.out_dir / COPY
-    if experiment.source is not None and experiment.source.is_file() and not (copy.exists() and copy.samefile(experiment.source)):
-        write_atomic(copy, experiment.source.read_bytes())
+    written = experiment.copy_bytes()
+    if written is not None and not (experiment.copy is None and copy.exists() and copy.samefile(experiment.source)):
+        write_atomic(copy, written)
     todo: list[tuple[int, str, Config, Path]] = []
     run_dirs, skipped = [], []
     for k, (name, config) in enumerate(experiment.cells, start=1):
