@@ -92,6 +92,24 @@ def test_the_plan_table_says_what_an_equal_claims_difference_is(tmp_path: Path, 
     assert "Room in the margin" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("mean", "outside"), [(0.002, False), (0.005, True), (-0.14, True)])
+def test_an_equal_claims_pilot_outside_its_margin_asks_for_no_seeds(mean: float, outside: bool) -> None:
+    """A pilot whose mean difference lies at or beyond an "equal" claim's margin leaves no room: no number of seeds
+    shows the claim (a new user read "room -0.1391 ... 6 seeds"); inside the margin, seeds are counted."""
+    from types import SimpleNamespace
+
+    from fedaccel.report.judge import plan_rows, plan_table
+
+    claim = SimpleNamespace(text="b ends where a ends", measure=SimpleNamespace(name="final test acc"), detect=None,
+                            expect="equal", margin=0.005)
+    pilot = SimpleNamespace(claim=claim, seeds=6, differences=[mean - 0.001, mean + 0.001, mean - 0.002, mean + 0.002])
+    [row] = plan_rows([pilot])
+    assert row["effect"] == pytest.approx(0.005 - abs(mean)) and row["outside"] is outside
+    assert (row["seeds_needed"] is None) is outside
+    line = plan_table([row]).splitlines()[2]
+    assert line.endswith("— (the pilot's difference is outside the margin) |") is outside, line
+
+
 YAML_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
                                                                                        max_size=2), max_leaves=6)

@@ -330,9 +330,11 @@ def plan_rows(judgements: Sequence[Judgement], power: float = 0.8) -> list[dict[
         if j.claim.expect == "equal":
             effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0
         sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
-        needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) else None
+        outside = j.claim.expect == "equal" and effect <= 0  # no number of seeds shows a difference inside the margin
+        needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) and not outside else None
         rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,
-                     "effect": effect, "sd": sd, "seeds_needed": needed, "equal": j.claim.expect == "equal"})
+                     "effect": effect, "sd": sd, "seeds_needed": needed, "equal": j.claim.expect == "equal",
+                     "outside": outside})
     return rows
 
 
@@ -340,7 +342,8 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
     lines = [f"| claim | measure | pilot seeds | difference to detect | sd of the differences | seeds for "
              f"{power:.0%} power |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
-        needed = r["seeds_needed"] if r["seeds_needed"] is not None else "— (no effect, or > 1000)"
+        needed = (r["seeds_needed"] if r["seeds_needed"] is not None else
+                  "— (the pilot's difference is outside the margin)" if r.get("outside") else "— (no effect, or > 1000)")
         effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else "")
         lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {effect} | {r['sd']:.4g} | {needed} |")
     if any(r.get("equal") for r in rows):
@@ -349,4 +352,6 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
 
 
 EQUAL_PLAN_NOTE = ("Room in the margin (a claim of no difference, `expect: equal`): the margin less the pilot's |mean "
-                   "difference|, the distance the equivalence test (TOST) must tell from the margin's edge.")
+                   "difference|, the distance the equivalence test (TOST) must tell from the margin's edge. Below 0 the "
+                   "pilot's difference lies outside the margin: no number of seeds would show the claim, if the pilot "
+                   "is right.")

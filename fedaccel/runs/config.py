@@ -548,14 +548,16 @@ def build_algorithm_from(config: Config) -> Any:
 
 
 def warn_if_fedavg_in_disguise(config: Config) -> None:
-    """FedUMF's C = 1 (the default fraction) authorises every client every round: plain FedAvg."""
+    """FedUMF's C = 1 (the default fraction) authorises every client every round: the method it is combined with
+    (FedAvg for plain FedUMF), with nothing left to fuse."""
     from fedaccel.algorithms.registry import hyperparameters
 
     name = config.algorithm["name"]
     if config.train.participation is not None:
         return  # the schedule selects the uploaders, not C
     if "fraction" in hyperparameters(name) and config.algorithm.get("fraction", config.train.client_fraction) == 1:
-        print(f"note: {name} with C = 1 authorises every client every round: it is FedAvg; "
+        plain = name.removeprefix("fedumf-") if name.startswith("fedumf-") else "FedAvg"
+        print(f"note: {name} with C = 1 authorises every client every round: it is {plain}; "
               "set train.client_fraction below 1 for partial participation", file=sys.stderr)
 
 

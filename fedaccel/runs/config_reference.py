@@ -94,10 +94,11 @@ def _sections(cls: type, prefix: str, comments: dict[tuple[str, str], str]) -> I
         yield from _sections(child, f"{prefix}{name}.", comments)
 
 
-def _options(function: Callable[..., Any], leave_out: tuple[str, ...] = ()) -> str:
+def _options(function: Callable[..., Any], leave_out: tuple[str, ...] = (), taken: dict[str, str] | None = None) -> str:
+    """``function``'s keyword options with their defaults; ``taken``: options whose default a config key gives."""
     params = [p for p in inspect.signature(function).parameters.values()
               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in leave_out]
-    return ", ".join(f"`{p.name}: {shown_value(p.default)}`" for p in params) or "—"
+    return ", ".join(f"`{p.name}: {(taken or {}).get(p.name) or shown_value(p.default)}`" for p in params) or "—"
 
 
 def _summary(thing: Any) -> str:
@@ -143,7 +144,7 @@ def render() -> str:
               "defaults below. A recipe with a `fraction` option takes `train.client_fraction` when the config "
               "leaves it unset. The methods are explained in [Algorithms](../algorithms.md).", ""]
     lines += _table(["name", "what it is", "options (default)", "presets"], [
-        [f"`{name}`", _cell(recipe.summary), _options(recipe.build),
+        [f"`{name}`", _cell(recipe.summary), _options(recipe.build, taken={"fraction": "train.client_fraction"}),
          ", ".join(f"`{p}`" for p in presets_for(name)) or "—"]
         for name, recipe in RECIPES.items()
     ])
