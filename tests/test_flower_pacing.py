@@ -177,3 +177,39 @@ def test_each_simulation_actor_is_listed_twice_and_terminated_once() -> None:
     pool.terminate_all_actors()
     assert sorted(stopped) == ["a", "b"]
     assert keep_two_in_flight() and keep_two_in_flight()  # patched once, then left as it is
+
+
+def test_flowers_notices_about_fedaccels_own_use_are_filtered_and_nothing_else() -> None:
+    """A new user saw Flower's deprecation of run_simulation (which fedaccel calls on purpose), each Ray actor's
+    "Manually terminating ClientAppActor" and Ray's accelerator tip around every simulation; other warnings stay."""
+    import logging
+    import warnings
+
+    from flwr.supercore import log
+    from flwr.supercore.logger import warn_deprecated_feature
+
+    from fedaccel.flower.notices import FlowerNotices, quiet_notices
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            quiet_notices()
+            quiet_notices()
+            warn_deprecated_feature("The `run_simulation` function is deprecated and will be removed")
+            log(logging.WARNING, "Manually terminating %s", "ClientAppActor")
+            warn_deprecated_feature("The `start_client` function is deprecated")
+            log(logging.WARNING, "node %s was lost", 3)
+            warnings.warn("Tip: In future versions of Ray, Ray will no longer override accelerator visible devices "
+                          "env var if num_gpus=0", FutureWarning, stacklevel=1)
+            warnings.warn("some other future", FutureWarning, stacklevel=1)
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage().split("\n")[0] for r in seen] == [
+        "DEPRECATED FEATURE: The `start_client` function is deprecated", "node 3 was lost"]
+    assert [str(w.message) for w in caught] == ["some other future"]
+    assert sum(isinstance(f, FlowerNotices) for f in logger.filters) == 1

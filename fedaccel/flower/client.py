@@ -36,6 +36,7 @@ from fedaccel.algorithms.base import ClientContext
 from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.round import round_info, train_client
 from fedaccel.errors import UserError
+from fedaccel.flower.notices import quiet_notices
 from fedaccel.flower.wire import pack, unpack
 from fedaccel.runs.config import from_dict, parse_yaml
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain
@@ -45,6 +46,8 @@ STATE = "fedaccel.client."  # prefix of the client's part states in context.stat
 SHARED = "fedaccel.shared."  # prefix of the round's model and the parts' server states in a train message
 UPDATE = "fedaccel.update."  # prefix of an upload
 PLAN = "fedaccel.plan."  # prefix of a planning answer
+
+quiet_notices()  # in a simulation's Ray actor: no "Manually terminating ClientAppActor" as the run ends
 
 _SETUPS: dict[str, Setup] = {}  # per process: a SuperNode's ClientApp process serves many rounds
 

@@ -38,9 +38,11 @@ def simulate(
     from fedaccel.flower.client import app as fedaccel_client_app
     from fedaccel.flower.dispatch import wake_simulation_on_push
     from fedaccel.flower.in_flight import keep_two_in_flight
+    from fedaccel.flower.notices import quiet_notices
     from fedaccel.flower.server import serve
     from fedaccel.flower.warm_ray import backend_config, keep_ray_up, remember_started
 
+    quiet_notices()  # Flower's deprecation of run_simulation, which fedaccel calls on purpose, and Ray's tip
     wake_simulation_on_push()  # the engine's dispatch wakes when the server pushes, not every 0.1 s
     keep_two_in_flight()  # an actor's next message travels while it trains
 

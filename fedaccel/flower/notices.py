@@ -1,0 +1,34 @@
+"""Flower's and Ray's notices that tell a fedaccel user nothing, filtered where they are raised.
+
+- Flower's "DEPRECATED FEATURE: The `run_simulation` function is deprecated": fedaccel drives the
+  simulation engine through it on purpose (``flwr run`` would re-install the app's dependencies);
+- "Manually terminating ClientAppActor", which each Ray actor logs as the simulation ends it;
+- Ray's FutureWarning "Tip: In future versions of Ray, Ray will no longer override accelerator visible
+  devices env var ...", printed as a local Ray starts.
+
+Everything else Flower and Ray say is shown as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+RAY_TIP = r"Tip: In future versions of Ray, Ray will no longer override accelerator visible devices"
+
+
+class FlowerNotices(logging.Filter):
+    """Drops the two Flower records above from the ``flwr`` logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Manually terminating %s":
+            return False
+        return not (str(record.msg).startswith("DEPRECATED FEATURE") and "`run_simulation`" in record.getMessage())
+
+
+def quiet_notices() -> None:
+    """Filter the notices above in this process (once; later calls add nothing)."""
+    logger = logging.getLogger("flwr")
+    if not any(isinstance(f, FlowerNotices) for f in logger.filters):
+        logger.addFilter(FlowerNotices())
+    warnings.filterwarnings("ignore", message=RAY_TIP, category=FutureWarning)
