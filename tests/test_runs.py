@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -261,6 +262,28 @@ def test_kill_9_then_resume_gives_the_same_final_numbers(tmp_path: Path) -> None
     resume(killed, progress=False)
     reference = run(load_config(None, overrides), tmp_path / "reference")
     assert metrics_of(killed) == metrics_of(reference)
+
+
+def test_a_resume_refuses_rows_lost_before_its_checkpoint_before_training_a_round(tmp_path: Path) -> None:
+    """A new user cut rows out of the middle of metrics.jsonl: --resume trained every round left, then the folder's
+    readers refused it for good. Now the gap is refused in one line first, and nothing in the folder changes; the
+    same folder without the gap continues (train.rounds raised: a run continued for more rounds)."""
+    run(load_config(None, [*SMALL, "train.rounds=6", "run.checkpoint_every=2"]), tmp_path / "whole")
+    shutil.copytree(tmp_path / "whole", tmp_path / "gap")
+    lines = (tmp_path / "gap" / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "gap" / "metrics.jsonl").write_text("".join(lines[:2] + lines[4:]))  # rounds 2 and 3 lost
+    for name in ("whole", "gap"):
+        (tmp_path / name / "summary.json").unlink()
+        config = yaml.safe_load((tmp_path / name / "config.yaml").read_text())
+        config["train"]["rounds"] = 8
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "gap").iterdir() if p.is_file()}
+    with pytest.raises(UserError, match=r"metrics.jsonl: round 2 is missing \(eval.every = 1\) and more; its rows were "
+                                        "lost"):
+        resume(tmp_path / "gap", progress=False)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "gap").iterdir() if p.is_file()} == before
+    resume(tmp_path / "whole", progress=False)
+    assert [r["round"] for r in metrics_of(tmp_path / "whole")] == list(range(9))
 
 
 def test_experiment_runs_every_cell_then_skips_finished_ones(tmp_path: Path) -> None:

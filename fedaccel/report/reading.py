@@ -25,7 +25,7 @@ import numpy as np
 
 from fedaccel.errors import UserError
 from fedaccel.runs.config import read_yaml
-from fedaccel.runs.rows import read_json, read_rows, rounds_of
+from fedaccel.runs.rows import check_no_gap, read_json, read_rows, rounds_of
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
 NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
@@ -125,7 +125,7 @@ def load_run(path: str | Path) -> Run:
     config = read_yaml(config_file)  # bounded: a run folder may come from someone else
 
     metrics, _ = read_rows(metrics_file, last_round=rounds_of(config))
-    _check_no_gap(metrics_file, metrics, config)
+    check_no_gap(metrics_file, metrics, value_at(config, "eval.every"))
 
     summary = None
     summary_file = path / "summary.json"
@@ -134,29 +134,6 @@ def load_run(path: str | Path) -> Run:
         if not isinstance(summary, dict):
             summary = None
     return Run(path=path, config=config, metrics=metrics, summary=summary)
-
-
-def _check_no_gap(file: Path, rows: list[dict], config: dict) -> None:
-    """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
-    ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
-    present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round.
-    Rows increase, so one pass over them finds the first missing round, whatever the round numbers."""
-    every = value_at(config, "eval.every")
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or not rows:
-        return  # not a fedaccel config (hand-made folders): nothing to check against
-    last = rows[-1]["round"]
-    due = every  # the next evaluation round that must have a row
-    for row in rows:
-        if row["round"] > due:
-            break
-        if row["round"] == due:
-            due += every
-    if due <= last:  # (train.rounds, the last row, bounds the rows: read_rows)
-        more = due + every <= last
-        raise UserError(
-            f"{file}: round {due} is missing (eval.every = {every}){' and more' if more else ''}; "
-            "its rows were lost: resume the run from an earlier checkpoint or run it again"
-        )
 
 
 def diverged_at(runs: Sequence[Run]) -> int | None:

@@ -32,7 +32,7 @@ from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError, listed, shown
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS, PREVIOUS_CHECKPOINT
-from fedaccel.runs.rows import read_diagnostics_rows, read_rows, read_text
+from fedaccel.runs.rows import check_no_gap, read_diagnostics_rows, read_rows, read_text
 from fedaccel.runs.setup import Setup
 
 
@@ -46,11 +46,14 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     if loaded is _LOAD:
         loaded = load_checkpoint(path)
     rounds = setup.config.train.rounds
-    read_rows(path / METRICS, last_round=rounds)  # damage is refused before anything is changed
+    rows, _ = read_rows(path / METRICS, last_round=rounds)  # damage is refused before anything is changed
     read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
     if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
         check_same_config(path, loaded.get("config"), setup.config.to_dict())
         check_same_shape(path, loaded["state"], setup)
+        # rows lost before the checkpoint's round: refused now, not after training every round left
+        check_no_gap(path / METRICS, [row for row in rows if row["round"] <= loaded["state"].round],
+                     setup.config.eval.every)
         state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
         kept = state.round

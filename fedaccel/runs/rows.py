@@ -185,3 +185,26 @@ def _counts(values: list[Any], most: int) -> bool:
 def _reason(exc: ValueError) -> str:
     text = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
     return text.splitlines()[0][:120] if text else type(exc).__name__
+
+
+def check_no_gap(file: Path, rows: list[dict], every: Any) -> None:
+    """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
+    ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
+    present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round.
+    Rows increase, so one pass over them finds the first missing round, whatever the round numbers. ``every``: the
+    config's ``eval.every`` (anything else: a hand-made folder, nothing to check against)."""
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or not rows:
+        return  # not a fedaccel config (hand-made folders): nothing to check against
+    last = rows[-1]["round"]
+    due = every  # the next evaluation round that must have a row
+    for row in rows:
+        if row["round"] > due:
+            break
+        if row["round"] == due:
+            due += every
+    if due <= last:  # (train.rounds, the last row, bounds the rows: read_rows)
+        more = due + every <= last
+        raise UserError(
+            f"{file}: round {due} is missing (eval.every = {every}){' and more' if more else ''}; "
+            "its rows were lost: resume the run from an earlier checkpoint or run it again"
+        )
