@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.sampling import check_schedule
 from fedaccel.engine.device import resolve_device
+from fedaccel.data.splits import checked_partition
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError, shown
@@ -112,6 +113,7 @@ def train(
     where the model, the data and every state live; they are moved there once.
     """
     where = next(module.parameters(), torch.empty(0)).device if device is None else resolve_device(device)
+    partition = checked_partition(partition, len(x_train), "partition")  # before a run folder is written
     config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options)
     config.run.device = str(where)
     if isinstance(algorithm, Algorithm):

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedaccel.errors import UserError, check_png_output
+from fedaccel.errors import UserError, check_png_output, shown
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,6 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (OSError, RuntimeError) as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG and not args.debug:
+            print(f"error: {shown(str(exc.filename or 'a path'), 120)}: a name in it is longer than this file system "
+                  "takes; give a shorter name (name:, --out)", file=sys.stderr)
+            return 2
         if args.debug or not (disk_full(exc) or too_large(exc)):
             raise
         message = too_large_message(exc) if too_large(exc) else disk_full_message(args, argv, exc)

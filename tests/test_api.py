@@ -137,6 +137,22 @@ def test_bad_arguments_are_one_line_config_errors(options: dict[str, Any], messa
     assert not (tmp_path / "x").exists()  # refused before any folder is made
 
 
+@pytest.mark.parametrize(("partition", "message"), [
+    ([np.array([0, 1, 2]), np.array([3, 4, 700])], r"partition has an index outside 0\.\.119"),
+    ([np.array([-1, 1]), np.array([2, 3])], r"partition has an index outside 0\.\.119"),
+    ([np.array([0, 1, 2]), np.array([2, 3])], "partition gives a sample to two clients"),
+    ([np.array([0.5, 1.0]), np.array([2, 3])], "partition must hold integer sample indices"),
+])
+def test_a_partition_out_of_range_overlapping_or_fractional_is_refused_before_a_folder(
+        partition: list[np.ndarray], message: str, tmp_path: Path) -> None:
+    """A new user's partitions: an index past the data was torch's IndexError after the folder held a round-0 row
+    (the same folder was then refused); overlapping clients and float indices were taken silently."""
+    with pytest.raises(ConfigError, match=message) as err:
+        train(model(), X, Y, partition, X, Y, run_dir=tmp_path / "x", rounds=1, progress=False)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "x").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # participation and order through the API; keep_models
 # ---------------------------------------------------------------------------------------------

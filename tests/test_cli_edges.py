@@ -132,3 +132,42 @@ def test_targets_and_metrics_of_any_shape_load_as_lists_or_are_one_line(tmp_path
         return
     got = experiment.targets if key == "targets" else list(experiment.metrics)
     assert all(math.isfinite(t) for t in got) if key == "targets" else all(isinstance(m, str) for m in got)
+
+
+@pytest.mark.parametrize("where", ["name", "out"])
+def test_a_name_longer_than_the_file_system_takes_is_one_line(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A 500-byte run name or a 300-byte --out folder ended in an OSError traceback (File name too long)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--set", "data.dataset=digits", "--set", "train.rounds=1", "--set", "run.progress=false"]
+    argv += ["--set", "name=" + "x" * 500] if where == "name" else ["--out", str(tmp_path / ("z" * 300))]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert ("is 500 bytes long; a folder name takes at most 200" in err if where == "name"
+            else "a name in it is longer than this file system takes" in err), err
+
+
+def test_a_damaged_or_planted_checkpoint_gets_fedaccels_words_not_torchs_advice(tmp_path: Path) -> None:
+    """Random bytes: torch's error advised weights_only=False (the unsafe load) in the damaged-checkpoint line; a
+    planted protocol-4 pickle: torch warned about its protocol before the one-line refusal."""
+    import os
+    import pickle
+    import warnings
+
+    from fedaccel.runs.files import UnsafeFile, load_plain
+
+    (tmp_path / "random.pt").write_bytes(os.urandom(6121))
+    with pytest.raises(pickle.UnpicklingError) as damaged:
+        load_plain(tmp_path / "random.pt")
+    assert str(damaged.value) == "not a tensor file torch can read: damaged, or not fedaccel's"
+
+    class Planted:
+        def __reduce__(self) -> tuple:
+            return (os.system, ("true",))
+
+    (tmp_path / "planted.pt").write_bytes(pickle.dumps(Planted(), protocol=4))
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(UnsafeFile, match="system"):
+        warnings.simplefilter("always")
+        load_plain(tmp_path / "planted.pt")
+    assert not caught, [str(w.message) for w in caught]

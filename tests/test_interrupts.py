@@ -236,3 +236,40 @@ def test_resume_evaluates_again_the_checkpoints_row_when_it_was_lost(
     assert summary["finished"] and summary["rounds"] == 5 and summary["final"]["round"] == 5
     assert main(["run", "--resume", str(path), "--no-progress"]) == 0  # nothing missing: nothing evaluated again
     assert "evaluated it again" not in capsys.readouterr().err and len(rows_of(path)) == 6
+
+
+def test_a_full_disk_under_the_rows_names_the_file_and_its_own_free_space(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A write's OSError names no file: the line said "writing a file failed" with the free space of the current
+    folder's disk (a new user's run folder was on a full tmpfs, the line said 75,676 MB free)."""
+    import errno
+    import shutil
+
+    import fedaccel.runs.loop as loop
+
+    asked: list[Path] = []
+    real_usage, real_open = shutil.disk_usage, loop.open_no_link
+
+    class Full:
+        def __init__(self, file) -> None:  # type: ignore[no-untyped-def]
+            self._file, self.name = file, file.name
+
+        def write(self, data: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")  # as os.write says it: no file name
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self._file, name)
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            return self._file.__exit__(*exc)
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: asked.append(Path(path)) or real_usage(path))
+    monkeypatch.setattr(loop, "open_no_link", lambda path, *a, **k: Full(real_open(path, *a, **k)))
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), *(w for item in [*SMALL, "train.rounds=2"] for w in ("--set", item))]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"writing {out / 'metrics.jsonl'} failed (" in line and "MB free there" in line, line
+    assert asked == [out]

@@ -416,19 +416,24 @@ def natural(
         raise ConfigError("split 'natural' needs a dataset that provides a natural partition")
     if len(partition) != n_clients:
         raise ConfigError(f"natural partition has {len(partition)} clients but n_clients={n_clients}")
-    n = len(labels)
+    return [np.sort(a) for a in checked_partition(partition, len(labels), "natural partition")]
+
+
+def checked_partition(partition: Sequence[Sequence[int]], n: int, what: str) -> list[np.ndarray]:
+    """``partition`` as int64 index arrays, in its own order, once checked: integer indices in ``0..n-1``, no index
+    on two clients (or twice on one); ``what`` names it in the one-line ConfigError."""
     parts = []
     for p in partition:
         a = np.asarray(p)
         if a.size and not np.issubdtype(a.dtype, np.integer):
-            raise ConfigError("natural partition must hold integer sample indices")
-        a = np.sort(a.astype(np.int64).reshape(-1))
-        if a.size and (a[0] < 0 or a[-1] >= n):
-            raise ConfigError(f"natural partition has an index outside 0..{n - 1}")
+            raise ConfigError(f"{what} must hold integer sample indices")
+        a = a.astype(np.int64).reshape(-1)
+        if a.size and (a.min() < 0 or a.max() >= n):
+            raise ConfigError(f"{what} has an index outside 0..{n - 1}")
         parts.append(a)
     allidx = np.concatenate(parts) if parts else np.empty(0, np.int64)
     if len(np.unique(allidx)) != len(allidx):
-        raise ConfigError("natural partition gives a sample to two clients (or twice to one)")
+        raise ConfigError(f"{what} gives a sample to two clients (or twice to one)")
     return parts
 
 

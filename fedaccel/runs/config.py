@@ -491,11 +491,17 @@ def check_mean_weighting(weighting: str) -> None:
         raise ConfigError(f"eval.mean_weighting must be one of {', '.join(MEAN_WEIGHTINGS)}, got {shown(weighting)}")
 
 
+MAX_NAME_BYTES = 200  # a run folder is NAME-sSEED-STAMP: under the 255 bytes of a file name
+
+
 def check_name(name: str, key: str) -> None:
     """A name that becomes part of a folder name must be one path component: ``name=../../x``
     would otherwise put the run outside ``run.out_dir``."""
     if any(c in name for c in "/\\\0") or name in (".", ".."):
         raise ConfigError(f"{key} {shown(name)} must be one folder name: no '/', '\\', NUL, '.' or '..'")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(f"{key} {shown(name)} is {len(name.encode())} bytes long; a folder name takes at most "
+                          f"{MAX_NAME_BYTES} here (file systems take 255, with the seed and the time after it)")
 
 
 def check_participation(config: Config, n_clients: int) -> list[list[int]] | None:

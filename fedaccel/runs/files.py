@@ -36,16 +36,20 @@ def load_plain(file: Path) -> Any:
     """``torch.load(file, weights_only=True)`` on the CPU. A whole pickle that asks for anything but
     tensors and plain data is refused with :class:`UnsafeFile` (one line naming it): nothing in it
     runs. A damaged file raises what ``torch.load`` raises."""
+    import warnings
+
     import torch
 
     try:
-        return torch.load(file, weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():  # torch's note on a plain pickle's protocol, before the refusal below
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(file, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         if "weights only load failed" not in str(exc).lower():
             raise
         wanted = pickle_globals(file)
-        if wanted is None:  # not a whole pickle: damaged, not hostile
-            raise
+        if wanted is None:  # not a whole pickle: damaged, not hostile (torch's advice, weights_only=False, is unsafe)
+            raise pickle.UnpicklingError("not a tensor file torch can read: damaged, or not fedaccel's") from None
         raise UnsafeFile(unsafe_reason(file, wanted)) from None
 
 

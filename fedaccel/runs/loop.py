@@ -339,9 +339,14 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
 
 
 def _write(file: Any, row: dict[str, Any]) -> None:
-    file.write(json.dumps(row, default=_jsonable) + "\n")
-    file.flush()
-    os.fsync(file.fileno())
+    try:
+        file.write(json.dumps(row, default=_jsonable) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+    except OSError as exc:  # a write's error names no file (a full disk): the message says which, and its space
+        if exc.filename is None:
+            exc.filename = getattr(file, "name", None)
+        raise
 
 
 def _jsonable(value: Any) -> Any:
