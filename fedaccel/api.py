@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.sampling import check_schedule
-from fedaccel.engine.device import resolve_device
 from fedaccel.data.splits import checked_partition
+from fedaccel.engine.device import resolve_device
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import FLState, init_state
 from fedaccel.errors import UserError, shown

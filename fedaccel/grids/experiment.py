@@ -73,7 +73,7 @@ class Experiment:
     tuning_seeds: tuple[Any, ...] = ()  # seeds that only pick a claim's best value, never judged
     source: Path | None = None  # the experiment file
     specs: list[dict[str, Any]] = field(default_factory=list)  # per cell: base and grid values as the file spells them
-    copy: bytes | None = None  # what the grid folder's experiment.yaml holds, where not the file itself (a --set grid value)
+    copy: bytes | None = None  # the grid folder's experiment.yaml where not the file itself (a --set grid value)
 
     def copy_bytes(self) -> bytes | None:
         """The grid folder's ``experiment.yaml``: the file, or the file with the grid values a --set replaced."""
@@ -133,9 +133,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     clash = next((key for key, _ in overridden if key in varied), None)
     if clash is not None:  # the override would win in every cell, under folder names and claims that say otherwise
         name = shown(clash, 60)[1:-1]
-        raise ConfigError(f"--set {name}=... sets a key the grid of {path} varies: each cell would run the --set "
-                          f"value in a folder named by its grid value; change {name} in the grid (in a copy of the "
-                          "file, for a variant)")
+        raise ConfigError(f"--set {name}=... sets a key the grid of {path} sets too: each cell would run the "
+                          f"--set value in a folder named by its grid value; change {name} in the grid (in a copy of "
+                          "the file, for a variant)")
     if any(key == "run.out_dir" or key == "run" and isinstance(value, dict) and "out_dir" in value
            for key, value in overridden):  # each cell's folder is the experiment's
         raise ConfigError("--set run.out_dir does not move an experiment: its cells' run folders are inside the "
@@ -211,8 +211,9 @@ def _grid_value_keys(path: Path, grid: dict[str, list[Any]]) -> set[str]:
     for (key_a, set_a), (key_b, set_b) in itertools.combinations(by_key.items(), 2):
         both = sorted(a for a in set_a for b in set_b if a == b or a.startswith(b + ".") or b.startswith(a + "."))
         if both:
-            raise ConfigError(f"{path}: the grid's {shown(key_a, 60)} and {shown(key_b, 60)} both set {shown(both[0], 60)}: "
-                              "a cell would run one of the two values in a folder named by both; set it in one place")
+            raise ConfigError(f"{path}: the grid's {shown(key_a, 60)} and {shown(key_b, 60)} both set "
+                              f"{shown(both[0], 60)}: a cell would run one of the two values in a folder named by "
+                              "both; set it in one place")
     return set().union(*by_key.values())
 
 

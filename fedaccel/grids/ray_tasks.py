@@ -56,10 +56,12 @@ def connect(address: str = "auto") -> str:
     """
     import ray
 
+    from fedaccel.flower.notices import quiet_notices
     from fedaccel.flower.warm_ray import release_local_ray
 
     global _joined_here
     release_local_ray()  # a local Ray a Flower simulation of this process kept up is not a cluster
+    quiet_notices()  # Ray's tip on accelerator variables, as it starts
     if not ray.is_initialized():
         _joined_here = True
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet; a 0-GPU cell sees no GPU anyway
