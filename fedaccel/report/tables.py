@@ -258,4 +258,4 @@ ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the tar
                "Speed-up: the baseline's mean rounds over the row's, on the seeds both have; ≥ (≤) where seeds of the baseline "
                "(the row) never got there, their last round a bound; ? where both sides have such seeds. Final: each seed's mean "
                "of its last 3 evaluations, mean ± std over seeds. "
-               "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05).")
+               "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05; always with fewer than two pairs).")
