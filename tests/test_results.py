@@ -594,3 +594,12 @@ def test_labels_name_the_composed_robust_rule_and_server_optimiser() -> None:
     assert [label for label, _ in group_runs(runs)] == [
         "fedavg", "fedavg + adam (algorithm.server_opt.lr=0.01)", "fedavg + adam (algorithm.server_opt.lr=0.03)",
         "fedavg + krum", "fedavg + median + avgm"]
+
+
+def test_rounds_under_one_keep_two_decimals_so_they_match_their_speed_up() -> None:
+    """make demo showed centralized SGD's 0.95 rounds as "1" beside a 2.63x speed-up over FedAvg's 2.5."""
+    from fedaccel.report.tables import SeedRounds
+
+    assert SeedRounds({0: 0.951}, 0).cell() == "0.95"
+    assert SeedRounds({0: 2.54}, 0).cell() == "2.5"
+    assert SeedRounds({0: 1.0}, 0).cell() == "1"
