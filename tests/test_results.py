@@ -222,7 +222,7 @@ def test_shared_labels_are_disambiguated_by_differing_values(tmp_path):
         "fedavg (data.split=case2)",
         "fedprox (algorithm.mu=0.01)",
         "fedprox (algorithm.mu=0.1)",
-        "fedprox (algorithm.mu=unset)",
+        "fedprox",  # mu unset: the default, not named
     ]
 
 

@@ -201,7 +201,8 @@ def group_runs(runs: Iterable[Run]) -> list[tuple[str, list[Run]]]:
     """Group runs that differ only in seed; returns ``(label, runs)`` in order of first appearance.
 
     Groups that would share a label get the config values that tell them apart appended,
-    e.g. ``fedavg (data.split=case1)``.
+    e.g. ``fedavg (data.split=case1)``; a key a group leaves unset is not named (``fedprox`` beside
+    ``fedprox (algorithm.mu=0.1)``), which keeps the labels apart: two groups differ in a key one of them sets.
     """
     groups: dict[str, list[Run]] = {}
     for run in runs:
@@ -224,9 +225,9 @@ def group_runs(runs: Iterable[Run]) -> list[tuple[str, list[Run]]]:
             for name in ordered
             if len({fmt_value(flats[k].get(name, MISSING)) for k in keys}) > 1
         ]
-        for k in keys:
-            parts = [f"{name}={fmt_value(flats[k].get(name, MISSING))}" for name in differing]
-            labels[k] = f"{label} ({', '.join(parts)})"
+        for k in keys:  # a key a group leaves unset (the method's default) is not named: the set values tell them apart
+            parts = [f"{name}={fmt_value(flats[k][name])}" for name in differing if name in flats[k]]
+            labels[k] = f"{label} ({', '.join(parts)})" if parts else label
     return [(labels[key], members) for key, members in groups.items()]
 
 
