@@ -250,21 +250,9 @@ def test_a_full_disk_under_the_rows_names_the_file_and_its_own_free_space(
     asked: list[Path] = []
     real_usage, real_open = shutil.disk_usage, loop.open_no_link
 
-    class Full:
-        def __init__(self, file) -> None:  # type: ignore[no-untyped-def]
-            self._file, self.name = file, file.name
-
+    class Full(_DiesHalfway):  # the file's other attributes (its name) as they are
         def write(self, data: str) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")  # as os.write says it: no file name
-
-        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-            return getattr(self._file, name)
-
-        def __enter__(self):  # type: ignore[no-untyped-def]
-            return self
-
-        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
-            return self._file.__exit__(*exc)
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: asked.append(Path(path)) or real_usage(path))
     monkeypatch.setattr(loop, "open_no_link", lambda path, *a, **k: Full(real_open(path, *a, **k)))
