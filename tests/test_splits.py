@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.data.splits import (
     SPLITS,
@@ -288,3 +290,21 @@ def test_import_is_light() -> None:
     code = "import sys, fedaccel.data.splits; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False"
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.lists(st.integers(-3, 22), max_size=6) | st.lists(st.floats(0, 5), min_size=1, max_size=3),
+                      min_size=1, max_size=4))
+def test_a_handed_in_partition_is_taken_as_it_is_or_refused_in_one_line(parts: list[list]) -> None:
+    """Any partition a caller hands in (fedaccel.train, the natural split): accepted exactly when its indices are
+    integers in 0..19 with none on two clients, then as given, in its own order; else one ConfigError line."""
+    from fedaccel.data.splits import checked_partition
+
+    flat = [i for p in parts for i in p]
+    valid = all(isinstance(i, int) for i in flat) and all(0 <= i < 20 for i in flat) and len(set(flat)) == len(flat)
+    try:
+        got = checked_partition([np.asarray(p) for p in parts], 20, "partition")
+    except ConfigError as error:
+        assert not valid and "\n" not in str(error) and str(error).startswith("partition ")
+        return
+    assert valid and [list(a) for a in got] == parts and all(a.dtype == np.int64 for a in got)
