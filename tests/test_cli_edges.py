@@ -157,10 +157,16 @@ def test_a_damaged_or_planted_checkpoint_gets_fedaccels_words_not_torchs_advice(
 
     from fedaccel.runs.files import UnsafeFile, load_plain
 
-    (tmp_path / "random.pt").write_bytes(os.urandom(6121))
-    with pytest.raises(pickle.UnpicklingError) as damaged:
-        load_plain(tmp_path / "random.pt")
-    assert str(damaged.value) == "not a tensor file torch can read: damaged, or not fedaccel's"
+    import random
+
+    said = set()
+    for seed in range(20):  # torch fails on random bytes in several ways; its weights_only advice is never passed on
+        (tmp_path / "random.pt").write_bytes(random.Random(seed).randbytes(6121))
+        with pytest.raises(Exception) as damaged:  # noqa: PT011 (which one depends on the bytes)
+            load_plain(tmp_path / "random.pt")
+        assert "weights_only" not in str(damaged.value), str(damaged.value)
+        said.add(str(damaged.value))
+    assert "not a tensor file torch can read: damaged, or not fedaccel's" in said
 
     class Planted:
         def __reduce__(self) -> tuple:
