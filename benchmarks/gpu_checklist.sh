@@ -22,10 +22,19 @@ step() {
 python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || echo "pip install -e . failed" | tee -a "$LOG"
 step gpu 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
   python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"'
-step gpu-tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_device.py tests/test_stacked.py \
-  tests/test_batched_estimators.py tests/test_batches.py tests/test_server_opt.py tests/test_robust_aggregation.py
-step recipes 200 python3 benchmarks/gpu_recipes.py --rounds 3 --cnn-rounds 5 --runtimes in-process,stacked --composed
-step stacked-cuda 120 python3 benchmarks/stacked.py --device cuda --ks 10,100 --seeds 0 --repeats 2
-step stacked-cpu 50 python3 benchmarks/stacked.py --device cpu --models svm,2nn --ks 10,100 --seeds 0 --repeats 1
-step suite "${SUITE_LIMIT:-$(( ${DEADLINE:-600} - SECONDS ))}" python3 -m pytest -q -p no:cacheprovider -n 14
-grep -E "^===|passed|failed|error|differ|DIFFERS|peak|s/round|speed-up|K=" "$LOG" | tail -80
+step gpu-tests 75 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_device.py tests/test_stacked.py \
+  tests/test_graphed.py tests/test_batched_estimators.py tests/test_batches.py tests/test_server_opt.py \
+  tests/test_robust_aggregation.py
+# issue 49: the stacked step beside the raw floor, 10,000 clients a round, the paper-scale grids' GPU time
+step floor-2nn 100 python3 benchmarks/gpu_floor.py --models 2nn --batches 10,50 --ks 100,1000
+step floor-svm 50 python3 benchmarks/gpu_floor.py --models svm --ks 100,1000
+step floor-cnn 60 python3 benchmarks/gpu_floor.py --models cnn --ks 100
+step scale 80 python3 benchmarks/scale.py --device cuda --runtimes stacked --models 2nn --clients 100,1000,10000 \
+  --stored-at ""
+step paper-estimate 130 python3 benchmarks/paper_estimate.py --device cuda --grids svm_case2,svm_cases,fig3_alpha,cnn_case2
+step recipes 110 python3 benchmarks/gpu_recipes.py --rounds 3 --cnn-rounds 4 --runtimes in-process,stacked --composed
+step stacked-cuda 60 python3 benchmarks/stacked.py --device cuda --ks 10,100 --seeds 0 --repeats 2
+if [ "${SUITE:-1}" = 1 ] && [ $(( ${DEADLINE:-600} - SECONDS )) -gt 60 ]; then
+  step suite "$(( ${DEADLINE:-600} - SECONDS ))" python3 -m pytest -q -p no:cacheprovider -n 14
+fi
+grep -E "^===|passed|failed|error|differ|DIFFERS|peak|s/round|speed-up|K=|^\||estimate" "$LOG" | tail -150

@@ -15,6 +15,7 @@ comparing as ratios within one run. The table and what it shows: docs/architectu
 
     python benchmarks/scale.py [--clients 10,100,1000,10000] [--models svm,2nn] [--stored-at 10,1000]
     python benchmarks/scale.py --mmap-threshold 131072   # glibc's heap retention left out of the memory
+    python benchmarks/scale.py --device cuda --runtimes stacked --clients 100,1000,10000 --stored-at ""
     python benchmarks/scale.py --smoke      # 2 and 4 clients, in this process: a test, not a measurement
 """
 
@@ -35,7 +36,7 @@ SAMPLES, BATCH, LR = 20, 10, {"svm": 0.01, "2nn": 0.05}
 RUNTIMES = ("in-process", "stacked")
 
 
-def federation(model: str, clients: int, data: Any) -> Any:
+def federation(model: str, clients: int, data: Any, device: str = "cpu") -> Any:
     import numpy as np
 
     from fedaccel.engine.federation import Federation
@@ -44,9 +45,10 @@ def federation(model: str, clients: int, data: Any) -> Any:
 
     n = len(data.y_train)
     parts = [(np.arange(SAMPLES) + SAMPLES * i) % n for i in range(clients)]
-    module = build_model(model, data.input_shape, 10, seed=0)
+    module = build_model(model, data.input_shape, 10, seed=0).to(device)
     options = LocalOptions(lr=LR[model], batch_size=BATCH, local_epochs=1.0)
-    return Federation(module, data.x_train, data.y_train, parts, data.x_test, data.y_test, options, seed=0)
+    x, y, xt, yt = (t.to(device) for t in (data.x_train, data.y_train, data.x_test, data.y_test))
+    return Federation(module, x, y, parts, xt, yt, options, seed=0)
 
 
 @functools.lru_cache(maxsize=2)
@@ -74,8 +76,10 @@ def reset_peak() -> None:
         pass
 
 
-def measure(model: str, clients: int, runtime: str, stream: bool, threads: int) -> dict[str, float]:
-    """One federation's warm-up round and timed round; seconds per client-round and MB the rounds added."""
+def measure(model: str, clients: int, runtime: str, stream: bool, threads: int, device: str = "cpu"
+            ) -> dict[str, float]:
+    """One federation's warm-up round and timed round; seconds per client-round and MB the rounds added
+    (on a GPU: of GPU memory, ``torch.cuda.max_memory_allocated``, and the peak is the GPU's)."""
     import torch
 
     from fedaccel.algorithms.registry import build_algorithm
@@ -84,28 +88,37 @@ def measure(model: str, clients: int, runtime: str, stream: bool, threads: int) 
 
     torch.set_num_threads(threads)
     data = dataset(min(60000, clients * SAMPLES))
-    fed = federation(model, clients, data)
+    fed = federation(model, clients, data, device)
     algorithm = build_algorithm("fedavg")
     state = init_state(algorithm, fed.model.theta.clone(), fed.n_clients)
     engine = StackedClients(algorithm, fed, state.clients) if runtime == "stacked" else None
+    gpu = device.startswith("cuda")
     reset_peak()
-    start = memory_mb("VmRSS")
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated() / 2**20 if gpu else memory_mb("VmRSS")
     state, _ = run_round(algorithm, state, fed, fraction=1.0, runtime=engine, stream=stream)  # warm-up
+    if gpu:
+        torch.cuda.synchronize()
     began = time.perf_counter()
     state, _ = run_round(algorithm, state, fed, fraction=1.0, runtime=engine, stream=stream)
+    if gpu:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - began
     assert bool(torch.isfinite(state.w).all())
-    return {"s_per_client": seconds / clients, "added_mb": memory_mb("VmHWM") - start, "peak_mb": memory_mb("VmHWM")}
+    peak = torch.cuda.max_memory_allocated() / 2**20 if gpu else memory_mb("VmHWM")
+    return {"s_per_client": seconds / clients, "added_mb": peak - start, "peak_mb": peak}
 
 
-def in_fresh_process(model: str, clients: int, runtime: str, stream: bool, threads: int,
+def in_fresh_process(model: str, clients: int, runtime: str, stream: bool, threads: int, device: str = "cpu",
                      mmap_threshold: int | None = None) -> dict[str, float]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     if mmap_threshold:  # glibc: a fixed threshold (no dynamic raise), so freed blocks above it go back to the system
         env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, __file__, "--one", json.dumps([model, clients, runtime, stream, threads])],
+    done = subprocess.run([sys.executable, __file__, "--one", json.dumps([model, clients, runtime, stream, threads, device])],
                           capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -120,6 +133,9 @@ def main() -> None:
     parser.add_argument("--models", default="svm,2nn")
     parser.add_argument("--stored-at", default="10,1000", help="client counts that also get a stored-updates row")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (then memory is the GPU's: "
+                        "torch.cuda.max_memory_allocated)")
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES), help="in-process,stacked (default: both)")
     parser.add_argument("--mmap-threshold", type=int, default=0,
                         help="glibc MALLOC_MMAP_THRESHOLD_ for the measured processes (0: the allocator as it is)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: measure one row, print it as JSON
@@ -132,18 +148,20 @@ def main() -> None:
     if args.smoke:
         args.clients, args.stored_at, run = "2,4", "4", measure
     counts = [int(k) for k in args.clients.split(",")]
+    runtimes = args.runtimes.split(",")
     stored_at = {int(k) for k in args.stored_at.split(",") if k}
     allocator = f"MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else "glibc malloc as it is"
-    print(f"FedAvg, {SAMPLES} samples a client, batch {BATCH}, 1 epoch; {args.threads} torch thread(s); {allocator}; "
+    where = f"device {args.device}" + (" (MB: GPU memory)" if args.device.startswith("cuda") else "")
+    print(f"FedAvg, {SAMPLES} samples a client, batch {BATCH}, 1 epoch; {where}; {args.threads} torch thread(s); {allocator}; "
           f"load average (1, 5, 15 min) before: {load()}")
     print("| model | clients | runtime | aggregation | ms per client-round | MB the rounds add | peak RSS MB |\n"
           "|---|---|---|---|---|---|---|")
     added: dict[tuple[str, str, int], float] = {}
     for model in args.models.split(","):
         for k in counts:
-            rows = [(runtime, True) for runtime in RUNTIMES] + ([("in-process", False)] if k in stored_at else [])
+            rows = [(runtime, True) for runtime in runtimes] + ([("in-process", False)] if k in stored_at else [])
             for runtime, stream in rows:
-                got = run(model, k, runtime, stream, args.threads)
+                got = run(model, k, runtime, stream, args.threads, args.device)
                 if stream:
                     added[(model, runtime, k)] = got["added_mb"]
                 print(f"| {model} | {k} | {runtime} | {'streamed' if stream else 'stored'} | "
@@ -151,7 +169,7 @@ def main() -> None:
     print(f"load average (1, 5, 15 min) after: {load()}")
     low, high = min(counts), max(k for k in counts if k <= 1000)
     for model in args.models.split(","):
-        for runtime in RUNTIMES:
+        for runtime in runtimes:
             extra = added[(model, runtime, high)] - added[(model, runtime, low)]
             print(f"{model} {runtime}: memory the rounds add at {high} clients minus at {low}: {extra:.1f} MB "
                   "(goal <= 100)")

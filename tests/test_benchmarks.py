@@ -48,6 +48,10 @@ FIGURES = {
     "stacked.py": [r"\| svm \| 100 \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 50 \| 2 seeds x 2 \|",
                    r"auto against the faster runtime: worst [\d.]+x", r"load average \(1, 5, 15 min\) after: \d",
                    r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
+    "gpu_floor.py": [rf"\| {m} \| 4 \| 3 \| [\d.]+ \| -?[\d.]+ \| — \| [\d.]+ \| — \| — \| [\d.e+-]+ \|"
+                     for m in ("svm", "2nn", "cnn")],
+    "paper_estimate.py": [r"fig3_alpha: svm/bherd: [\d.]+ s a round \(fixed [\d.]+ s\) x 5 group\(s\)",
+                          r"estimate: fig3_alpha: 8 groups of 2 stacked seeds, T = 500: [\d.]+ min on cpu"],
     "row_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"[\d,]+ rows of docs/reproductions/bherd/data",
                        r"ratio quick/plain: [\d.]+; load average", r"lists of selected steps .*ratio list/items: [\d.]+"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],

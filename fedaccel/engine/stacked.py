@@ -50,10 +50,13 @@ from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, State
 from fedaccel.data.augment import crop_flip
+from fedaccel.engine import graphed
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.local import clip_rows
 
 MEMORY_CAP = 1 << 30  # bytes one chunk of stacked clients may hold (parameters, batches, estimator store)
+GPU_MEMORY_SHARE = 8  # on a GPU, a chunk may hold 1/8 of the device's memory where that is more than MEMORY_CAP:
+# an H200's 139 GiB takes the 2NN's K = 1,000 at batch 50 in one chunk (benchmarks/gpu_floor.py)
 CPU_BATCH_BYTES = 4 << 20  # on a CPU, by default what a chunk's step reads (batches, parameters, gradients)
 # stays near cache size: benchmarks/chunk_size.py (SVM, K = 100 and 300, 5 repeats) found the fastest
 # chunks at 100, 20 and 10-20 rows for batches of 10, 50 and 100, which 4 MB gives (100, 25, 12 rows);
@@ -195,9 +198,10 @@ def _kernel_for(federation: Federation) -> Kernel | None:
     return cached
 
 
-def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap: int = MEMORY_CAP) -> None:
+def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap: int | None = None) -> None:
     """Train every job's clients, stacked in chunks of at most ``stack_size`` rows (and what fits
-    ``memory_cap``); jobs whose model has no stacked form run one client after another."""
+    ``memory_cap``, by default :func:`memory_cap_of` the device); jobs whose model has no stacked form run
+    one client after another."""
     from fedaccel.engine.round import train_client
 
     rows: list[_Row] = []
@@ -240,8 +244,17 @@ def _model_key(fed: Federation) -> tuple[Any, ...]:
     return (type(module), shapes, getattr(module, "l2", None), getattr(module, "labels", None))
 
 
-def _chunk_size(group: Sequence[_Row], stack_size: int | None, memory_cap: int) -> int:
+def memory_cap_of(device: torch.device) -> int:
+    """Bytes a chunk may hold on ``device``: ``MEMORY_CAP``, or on a GPU 1/``GPU_MEMORY_SHARE`` of its memory if more."""
+    if device.type != "cuda":
+        return MEMORY_CAP
+    return max(MEMORY_CAP, torch.cuda.get_device_properties(device).total_memory // GPU_MEMORY_SHARE)
+
+
+def _chunk_size(group: Sequence[_Row], stack_size: int | None, memory_cap: int | None) -> int:
     fed = group[0].job.federation
+    if memory_cap is None:
+        memory_cap = memory_cap_of(group[0].job.w.device)
     d, b = group[0].job.w.numel(), group[0].table.shape[1]
     features = math.prod(fed.x_train.shape[1:])
     tau = max(len(r.table) for r in group)
@@ -300,15 +313,17 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
     device, dtype = first.w.device, first.w.dtype
     K, d = len(rows), first.w.numel()
     theta0 = torch.stack([r.theta0 for r in rows])  # (K, d)
-    theta = theta0.clone()
     counts = [len(r.table) for r in rows]  # tau_k
     steps = torch.tensor(counts, device=device)
     tau_max, tau_min = max(counts), min(counts)
     b = rows[0].table.shape[1]
-    table = np.zeros((K, tau_max, b), dtype=np.int64)
+    # laid out once per round; on a GPU in page-locked memory, copied without waiting (the copy is ordered
+    # before the steps that read it on the stream, and the allocator keeps the buffer until it is done)
+    host = torch.zeros((K, tau_max, b), dtype=torch.int64, pin_memory=device.type == "cuda")
+    table = host.numpy()
     for k, r in enumerate(rows):
         table[k, : len(r.table)] = r.table
-    index = torch.from_numpy(table).to(device)  # laid out once per round
+    index = host.to(device, non_blocking=True)
     sizes = _batch_sizes(rows, tau_max, b)  # None: every batch full
 
     segments = _segments(rows)
@@ -340,52 +355,66 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
                 for n, ctx in enumerate(contexts):
                     estimators.append((part.estimator(ctx, d), lo + n, lo + n + 1, False))  # type: ignore[misc]
 
-    grad = torch.zeros_like(theta)
-    buffer: Tensor | None = None
-    for step in range(tau_max):
-        live = steps > step
-        all_live = step < tau_min
-        alive = None if all_live else [k for k in range(K) if counts[k] > step]
-        active = None if alive is None else torch.tensor(alive, device=device)
-        groups = [(alive, b)] if sizes is None else _size_groups(sizes[:, step], alive)
-        if all_live and len(groups) == 1 and groups[0][1] == b:
-            x, y = _gather(segments, index[:, step], None)
-            if options.augment is not None:
-                x = _augment(rows, range(K), step, x, options.augment)
-            grad = kernel(theta, x, y)
-        else:
-            grad.zero_()
-            for members, size in groups:  # one kernel call per batch size among the live rows
-                members = list(range(K)) if members is None else members
-                x, y = _gather(segments, index[:, step, :size], members)
+    def run_steps(theta: Tensor, index: Tensor) -> None:
+        """The chunk's local steps from ``theta`` (K, d), moved in place, on the index table (K, tau_max, b)."""
+        grad = torch.zeros_like(theta)
+        buffer: Tensor | None = None
+        for step in range(tau_max):
+            live = steps > step if estimators else None
+            all_live = step < tau_min
+            alive = None if all_live else [k for k in range(K) if counts[k] > step]
+            active = None if alive is None else torch.tensor(alive, device=device)
+            groups = [(alive, b)] if sizes is None else _size_groups(sizes[:, step], alive)
+            if all_live and len(groups) == 1 and groups[0][1] == b:
+                x, y = _gather(segments, index[:, step], None)
                 if options.augment is not None:
-                    x = _augment(rows, members, step, x, options.augment)
-                at = torch.tensor(members, device=device)
-                grad.index_copy_(0, at, kernel(theta.index_select(0, at), x, y))
-        with torch.no_grad():
-            if options.clip is not None and options.clip_scope == "gradient":
-                clip_rows(grad, options.clip)
-            for term, lo, hi in terms:
-                term(theta[lo:hi], grad[lo:hi])
-            if options.clip is not None and options.clip_scope == "objective":
-                clip_rows(grad, options.clip)
-            if options.weight_decay:
-                grad.add_(theta, alpha=options.weight_decay)
-            direction = grad
-            if options.momentum:
-                buffer = grad.clone() if buffer is None else buffer.mul_(options.momentum).add_(grad)
-                direction = buffer
-            for estimator, lo, hi, is_batched in estimators:
-                if is_batched:
-                    if step < max(counts[lo:hi]):  # a job's store ends at its own longest row, not the chunk's
-                        estimator.observe(step, direction[lo:hi], live[lo:hi])
-                elif counts[lo] > step:
-                    estimator.observe(step, direction[lo])
-            if all_live:
-                theta.sub_(direction, alpha=lr)
+                    x = _augment(rows, range(K), step, x, options.augment)
+                grad = kernel(theta, x, y)
             else:
-                theta.index_add_(0, active, direction.index_select(0, active), alpha=-lr)
-    _finish(rows, segments, theta0, theta, estimators)
+                grad.zero_()
+                for members, size in groups:  # one kernel call per batch size among the live rows
+                    members = list(range(K)) if members is None else members
+                    x, y = _gather(segments, index[:, step, :size], members)
+                    if options.augment is not None:
+                        x = _augment(rows, members, step, x, options.augment)
+                    at = torch.tensor(members, device=device)
+                    grad.index_copy_(0, at, kernel(theta.index_select(0, at), x, y))
+            with torch.no_grad():
+                if options.clip is not None and options.clip_scope == "gradient":
+                    clip_rows(grad, options.clip)
+                for term, lo, hi in terms:
+                    term(theta[lo:hi], grad[lo:hi])
+                if options.clip is not None and options.clip_scope == "objective":
+                    clip_rows(grad, options.clip)
+                if options.weight_decay:
+                    grad.add_(theta, alpha=options.weight_decay)
+                direction = grad
+                if options.momentum:
+                    buffer = grad.clone() if buffer is None else buffer.mul_(options.momentum).add_(grad)
+                    direction = buffer
+                for estimator, lo, hi, is_batched in estimators:
+                    if is_batched:
+                        if step < max(counts[lo:hi]):  # a job's store ends at its own longest row, not the chunk's
+                            estimator.observe(step, direction[lo:hi], live[lo:hi])  # type: ignore[index]
+                    elif counts[lo] > step:
+                        estimator.observe(step, direction[lo])
+                if all_live:
+                    theta.sub_(direction, alpha=lr)
+                else:
+                    theta.index_add_(0, active, direction.index_select(0, active), alpha=-lr)
+
+    theta_end = None
+    if (device.type == "cuda" and graphed.enabled() and tau_min == tau_max and sizes is None and options.augment is None
+            and not terms and not estimators and kernel_kind(fed.model.module) in graphed.KINDS):  # see graphed
+        key = (id(kernel), K, d, tau_max, b, lr, options, dtype, device,
+               tuple((job.federation.x_train.data_ptr(), job.federation.y_train.data_ptr(),
+                      tuple(job.federation.x_train.shape), lo, hi) for job, lo, hi in segments))
+        keep = (kernel, *((job.federation.x_train, job.federation.y_train) for job, _, _ in segments))
+        theta_end = graphed.GRAPHS.run(key, keep, run_steps, theta0, index, say=say_once)
+    if theta_end is None:
+        theta_end = theta0.clone()
+        run_steps(theta_end, index)
+    _finish(rows, segments, theta0, theta_end, estimators)
 
 
 def _batch_sizes(rows: Sequence[_Row], tau_max: int, b: int) -> np.ndarray | None:
@@ -461,7 +490,7 @@ class StackedClients:
     """The client side of a round trained as stacked chunks of clients; states held here."""
 
     def __init__(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]],
-                 *, stack_size: int | None = None, memory_cap: int = MEMORY_CAP) -> None:
+                 *, stack_size: int | None = None, memory_cap: int | None = None) -> None:
         self.algorithm, self.federation, self.client_states = algorithm, federation, list(states)
         self.stack_size, self.memory_cap = stack_size, memory_cap
 
