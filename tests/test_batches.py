@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fedaccel.algorithms.base import ClientContext, make_rng
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.engine.federation import Federation
-from fedaccel.engine.local import LocalOptions, batch_positions
+from fedaccel.engine.local import LocalOptions, batch_positions, batch_table, row_table
 from fedaccel.engine.round import InProcessClients, init_state, round_info, run_round
 from fedaccel.engine.stacked import StackedClients
 from fedaccel.errors import ConfigError
@@ -274,3 +274,19 @@ def test_resume_checks_the_new_keys_and_rounds_under_fractional_milestones(tmp_p
     with pytest.raises(UserError, match="train.rounds") as err:
         check_same_config(tmp_path, config(rounds=10, lr_schedule=fractions), config(rounds=20, lr_schedule=fractions))
     assert "\n" not in str(err.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 30), steps=st.integers(1, 25), batch=st.integers(1, 40),
+       last=st.sampled_from(["drop", "partial"]), per_epoch=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_batch_table_holds_exactly_the_batches(n: int, steps: int, batch: int, last: str, per_epoch: bool,
+                                                    seed: int) -> None:
+    """The stacked runtime's one-table layout (``drop`` reshapes the samples read) is the list of batches
+    stacked, short batches padded and their sizes kept, for any data size, step count, batch size and order."""
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(100)[:n] for _ in range(steps * batch // n + 2)]
+    order: Any = (lambda epoch: orders[epoch]) if per_epoch else orders[0]
+    table, sizes = batch_table(order, steps, batch, last)
+    expected, expected_sizes = row_table(batch_positions(order, steps, batch, last))
+    assert np.array_equal(table, expected)
+    assert (sizes is None and expected_sizes is None) or np.array_equal(sizes, expected_sizes)

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from fedaccel.algorithms.base import make_rng
 from fedaccel.data.augment import augment_batch, check_images
 from fedaccel.engine.flat import FlatModel
-from fedaccel.engine.local import REORDERED, BatchGradient, LocalOptions, batch_positions
+from fedaccel.engine.local import REORDERED, BatchGradient, LocalOptions, batch_positions, batch_table
 from fedaccel.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -126,6 +126,13 @@ class Federation:
         order = self.order(client, round_) if options.order != "reshuffle_epoch" else \
             (lambda epoch: self.order(client, round_, epoch))
         return batch_positions(order, steps, options.batch_size, options.last_batch)
+
+    def batch_table(self, client: int, round_: int, steps: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`batches` as one (steps, b) table and the batch sizes where some is short (:func:`batch_table`)."""
+        options = self.options
+        order = self.order(client, round_) if options.order != "reshuffle_epoch" else \
+            (lambda epoch: self.order(client, round_, epoch))
+        return batch_table(order, steps, options.batch_size, options.last_batch)
 
     def augment_rng(self, client: int, round_: int, step: int) -> np.random.Generator:
         """The generator of the augmentation of one batch: (seed, round, client, step), in every runtime."""

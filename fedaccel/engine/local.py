@@ -179,10 +179,43 @@ def batch_positions(
             batches.extend(epoch_order[lo : lo + batch_size] for lo in range(0, n, batch_size))
             epoch += 1
         return batches[:steps]
+    stream, size = _drop_stream(of_epoch, first, steps, batch_size)
+    return [stream[k * size : (k + 1) * size] for k in range(steps)]
+
+
+def _drop_stream(of_epoch: Callable[[int], np.ndarray], first: np.ndarray, steps: int, batch_size: int
+                 ) -> tuple[np.ndarray, int]:
+    """The samples ``steps`` full batches read (``drop``: epoch after epoch) and the batch size."""
+    n = len(first)
     size = min(batch_size, n)
     reps = math.ceil(steps * size / n)
-    stream = np.concatenate([first, *(of_epoch(e) for e in range(1, reps))]) if reps > 1 else first
-    return [stream[k * size : (k + 1) * size] for k in range(steps)]
+    return (np.concatenate([first, *(of_epoch(e) for e in range(1, reps))]) if reps > 1 else first), size
+
+
+def batch_table(
+    order: np.ndarray | Callable[[int], np.ndarray], steps: int, batch_size: int, last_batch: str = "drop"
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`batch_positions` as one (steps, b) table, b the longest batch, and every batch's size, or None
+    when all are full (a short batch padded; its padding never read). ``drop`` reshapes the samples read
+    (no list of batches: the stacked runtime's table for every client every round)."""
+    if last_batch == "partial":
+        return row_table(batch_positions(order, steps, batch_size, last_batch))
+    of_epoch = order if callable(order) else (lambda epoch: order)
+    stream, size = _drop_stream(of_epoch, of_epoch(0), steps, batch_size)
+    return stream[: steps * size].reshape(steps, size), None
+
+
+def row_table(batches: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The batches as one (tau, b) table, b the longest; a short batch padded (its padding never read)
+    and every batch's size, or None when all are full."""
+    sizes = np.array([len(batch) for batch in batches])
+    b = int(sizes.max())
+    if (sizes == b).all():
+        return np.stack(batches), None
+    table = np.zeros((len(batches), b), dtype=np.int64)
+    for j, batch in enumerate(batches):
+        table[j, : len(batch)] = batch
+    return table, sizes
 
 
 class BatchGradient:

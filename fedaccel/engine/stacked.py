@@ -177,19 +177,6 @@ class _Row:
     sizes: np.ndarray | None = None  # (tau_k,) batch sizes where some batch is short (train.last_batch: partial)
 
 
-def _row_table(batches: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
-    """The batches as one (tau, b) table, b the longest; a short batch padded (its padding never read)
-    and every batch's size, or None when all are full."""
-    sizes = np.array([len(batch) for batch in batches])
-    b = int(sizes.max())
-    if (sizes == b).all():
-        return np.stack(batches), None
-    table = np.zeros((len(batches), b), dtype=np.int64)
-    for j, batch in enumerate(batches):
-        table[j, : len(batch)] = batch
-    return table, sizes
-
-
 def _kernel_for(federation: Federation) -> Kernel | None:
     cached = getattr(federation, "_stacked_kernel", False)
     if cached is False:
@@ -220,8 +207,7 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
             theta0 = job.w
             for k, part in job.algorithm.with_stage("start"):
                 theta0 = part.start(ctx, job.w, theta0, job.server[k], job.states[ctx.client][k])  # type: ignore[misc]
-            batches = job.federation.batches(ctx.client, ctx.info.round, ctx.steps)
-            rows.append(_Row(job, ctx, theta0, *_row_table(batches)))
+            rows.append(_Row(job, ctx, theta0, *job.federation.batch_table(ctx.client, ctx.info.round, ctx.steps)))
     # Rows that can share a batched step: same model kind, batch size, step size and optimiser.
     groups: dict[tuple[Any, ...], list[_Row]] = {}
     for row in rows:
@@ -469,15 +455,16 @@ def _finish(rows: Sequence[_Row], segments: Sequence[tuple[Job, int, int]], thet
         else:
             estimates[lo] = estimator.finish(trajectory[lo])
     for job, lo, hi in segments:
+        ends = job.algorithm.with_stage("client_end")
         for n in range(lo, hi):
             row, ctx = rows[n], rows[n].ctx
             update, extras, diag = estimates.get(n, (trajectory[n], {}, {}))
             extras = dict(extras)
             delta = update if row.theta0 is job.w else update + (job.w - row.theta0)
-            end = theta_end[n].clone()
+            end = theta_end[n].clone() if ends else None  # a copy only where a stage reads it
             old = job.states[ctx.client]
             new = list(old)
-            for k, part in job.algorithm.with_stage("client_end"):
+            for k, part in ends:
                 new[k], more = part.client_end(ctx, job.w, row.theta0, end, job.server[k], old[k])  # type: ignore[misc]
                 extras.update(more)
             job.states[ctx.client] = tuple(new)
