@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything fedaccel needs into ./.venv, on a fresh Debian machine with Python, pip and apt:
 # the CPU build of torch (pinned: an unpinned torch pulls a multi-GB CUDA build), fedaccel with its
-# test, Flower (flwr 1.42 with Ray), TensorBoard and docs (MkDocs) extras, and the embedded dataset (Debian's dataset-fashion-mnist).
+# test, Flower (flwr 1.42 with Ray), TensorBoard, docs (MkDocs) and privacy (dp-accounting) extras, and the embedded dataset (Debian's dataset-fashion-mnist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -22,6 +22,6 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install "torch==2.13.0"
-"${PIP[@]}" install -e ".[test,flower,tensorboard,docs]"
+"${PIP[@]}" install -e ".[test,flower,tensorboard,docs,privacy]"
 "$VENV/bin/fedaccel" data --install >/dev/null
 echo "installed: $VENV/bin/fedaccel ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -16,6 +16,7 @@ from typing import Any
 
 from fedaccel.algorithms.base import Algorithm, Part, compose
 from fedaccel.algorithms.bherd import bherd_selection
+from fedaccel.algorithms.dp import dp_settings, with_dp
 from fedaccel.algorithms.fednova import fednova_aggregate
 from fedaccel.algorithms.grab import grab_selection
 from fedaccel.algorithms.grab_reorder import grab_reordering
@@ -289,7 +290,7 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-EVERY_RECIPE: dict[str, Any] = {"server_opt": None, "aggregate": None}  # keys every recipe takes (null: none)
+EVERY_RECIPE: dict[str, Any] = {"server_opt": None, "aggregate": None, "dp": None}  # keys every recipe takes (null: none)
 
 
 def keyword_defaults(function: Callable[..., Any]) -> dict[str, Any]:
@@ -346,21 +347,25 @@ def with_server_opt(algorithm: Algorithm, optimiser: Part) -> Algorithm:
 
 
 def build_algorithm(name: str, **params: Any) -> Algorithm:
-    """Build a named method; unknown or invalid hyperparameters raise ConfigError. ``server_opt`` and
-    ``aggregate`` (:data:`EVERY_RECIPE`) add a server optimiser and replace the mean by a robust rule."""
+    """Build a named method; unknown or invalid hyperparameters raise ConfigError. ``server_opt``,
+    ``aggregate`` and ``dp`` (:data:`EVERY_RECIPE`) add a server optimiser, replace the mean by a robust rule,
+    and replace it by DP-FedAvg's clipped and noised mean (:mod:`fedaccel.algorithms.dp`; its ``dp`` mapping
+    carries the run's population, which :func:`fedaccel.runs.config.build_algorithm_from` adds)."""
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ConfigError(f"algorithm {shown(name)} has no hyperparameter {shown(unknown[0])}; "
                           f"known: {listed(sorted(known), near=unknown[0])}")
-    server_opt, rule = params.pop("server_opt", None), params.pop("aggregate", None)
+    server_opt, rule, dp = params.pop("server_opt", None), params.pop("aggregate", None), params.pop("dp", None)
     algorithm = get_recipe(name).build(**params)
+    own_optimiser = any(p.name == SERVER_OPT for p in algorithm.parts)  # fedadam's server_lr is eta_s
+    server_lr = 1.0 if own_optimiser else params.get("server_lr", known.get("server_lr", 1.0))
     if rule is not None:
         rule_name, options = named_spec(rule, "aggregate", RULES)
-        own_optimiser = any(p.name == SERVER_OPT for p in algorithm.parts)  # fedadam's server_lr is eta_s
-        server_lr = 1.0 if own_optimiser else params.get("server_lr", known.get("server_lr", 1.0))
         algorithm = with_robust_aggregate(algorithm, rule_name, options, server_lr=server_lr)
     if server_opt is not None:
         opt_name, options = named_spec(server_opt, "server_opt", SERVER_OPTIMISERS)
         algorithm = with_server_opt(algorithm, SERVER_OPTIMISERS[opt_name](**options))
+    if dp is not None:  # after the rest: it checks every part against its guarantee
+        algorithm = with_dp(algorithm, dp_settings(dp), server_lr=server_lr)
     return algorithm

@@ -550,7 +550,30 @@ def build_algorithm_from(config: Config) -> Any:
     name = config.algorithm["name"]
     if "fraction" in hyperparameters(name) and "fraction" not in params:
         params["fraction"] = config.train.client_fraction
+    if params.get("dp") is not None:
+        params["dp"] = dp_with_population(config)
     return build_algorithm(name, **params)
+
+
+def dp_with_population(config: Config) -> dict[str, Any] | None:
+    """``algorithm.dp`` with the population its accountant needs, from the config (data.clients,
+    train.client_fraction, train.sampling, train.rounds); None without DP. Those four are the run's own:
+    setting them in ``algorithm.dp`` is one line."""
+    from fedaccel.algorithms.dp import POPULATION
+
+    spec = config.algorithm.get("dp")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"algorithm.dp must be a mapping such as {{clip: 1.0, noise_multiplier: 1.0}}, got {shown(spec)}")
+    own = sorted(set(spec) & set(POPULATION))
+    if own:
+        raise ConfigError(f"algorithm.dp.{own[0]} is the run's own (data.clients, train.client_fraction, "
+                          "train.sampling, train.rounds): leave it out")
+    if config.train.participation is not None:
+        raise ConfigError("algorithm.dp accounts for sampled clients: train.participation fixes them; leave it out")
+    return {**spec, "clients": config.data.clients, "fraction": config.train.client_fraction,
+            "sampling": config.train.sampling, "rounds": config.train.rounds}
 
 
 def warn_if_fedavg_in_disguise(config: Config) -> None:

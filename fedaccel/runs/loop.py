@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedaccel.algorithms.dp import epsilon_column
 from fedaccel.disk import open_no_link
 from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_models
 from fedaccel.engine.federation import Federation
@@ -327,6 +328,7 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
         row.update({column(model, k): v for k, v in setup.federation.evaluate(theta).items()})
     row["wall_s"] = round(wall, 4)
     row.update(state.totals)
+    row.update(epsilon_column(setup.privacy, state.round))  # client-level DP: epsilon(delta) so far
     if report is not None:
         row["clients"] = len(report.participation.train)
         row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped

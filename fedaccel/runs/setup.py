@@ -30,6 +30,15 @@ class Setup:
     active_attacks: int = 0  # how many of config.attacks are applied to the training data now
 
     @property
+    def privacy(self) -> Any:
+        """The run's client-level DP settings (:class:`fedaccel.algorithms.dp.DPSettings`), or None."""
+        from fedaccel.algorithms.dp import dp_settings
+        from fedaccel.runs.config import dp_with_population
+
+        spec = dp_with_population(self.config)
+        return None if spec is None else dp_settings(spec)
+
+    @property
     def schedule(self) -> list[list[int]] | None:
         """Who takes part in each round when ``train.participation`` fixes it (else sampled)."""
         return self.config.train.participation

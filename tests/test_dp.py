@@ -1,0 +1,161 @@
+"""Client-level DP (fedaccel.algorithms.dp): the clipped and noised mean by hand, its reduction to FedAvg, the
+bound on one client's influence, the noise's scale, the accountant against dp-accounting composed directly,
+calibration, and every composition outside the guarantee refused in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedaccel.algorithms.base import ClientUpdate, RoundInfo
+from fedaccel.algorithms.dp import DPSettings, calibrate, dp_mean, dp_settings, epsilon, with_dp
+from fedaccel.algorithms.registry import RECIPES, build_algorithm
+from fedaccel.cli import main
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.local import LocalOptions
+from fedaccel.engine.round import init_state, round_info, run_round
+from fedaccel.errors import ConfigError
+from fedaccel.runs.config import build_algorithm_from, load_config
+
+pytest.importorskip("dp_accounting")  # the privacy extra (make install has it; the GPU machine may not)
+
+POPULATION = {"clients": 10, "fraction": 0.5, "sampling": "bernoulli", "rounds": 20}
+
+
+def plain(clip: float, z: float = 0.0, clients: int = 2, fraction: float = 1.0, sampling: str = "fixed") -> DPSettings:
+    return DPSettings(clip, z, 1e-5, clients, fraction, sampling, 10)
+
+
+def info(round_: int = 0, seed: int = 0) -> RoundInfo:
+    return RoundInfo(round=round_, lr=0.1, prev_lr=0.1, weights=np.full(4, 0.25), seed=seed)
+
+
+def upload(client: int, delta: list[float]) -> ClientUpdate:
+    return ClientUpdate(client, 1.0, 1, torch.tensor(delta, dtype=torch.float64), {}, {})
+
+
+def test_the_clipped_mean_by_hand() -> None:
+    # [3, 4] has norm 5 -> clipped to [0.6, 0.8]; [0, 1] is within S = 1; m = 2: step [0.3, 0.9]
+    step = dp_mean(plain(clip=1.0)).aggregate(info(), torch.zeros(2, dtype=torch.float64),
+                                              [upload(0, [3.0, 4.0]), upload(1, [0.0, 1.0])])
+    assert torch.allclose(step, torch.tensor([-0.3, -0.9], dtype=torch.float64), atol=1e-15)
+
+
+def _federation(clients: int = 4) -> Federation:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(clients * 12, 5, generator=g), torch.randint(0, 2, (clients * 12,), generator=g)
+    parts = [np.arange(k, clients * 12, clients) for k in range(clients)]  # equal sizes: data weights are uniform
+    return Federation(torch.nn.Linear(5, 2), x, y, parts, x, y, LocalOptions(lr=0.1, batch_size=4), seed=0)
+
+
+def test_without_noise_and_with_a_clip_no_upload_reaches_it_is_fedavg() -> None:
+    fed = _federation()
+    fedavg = build_algorithm("fedavg")
+    private = with_dp(fedavg, plain(clip=1e9, clients=4))
+    a, b = init_state(fedavg, fed.model.theta.clone(), 4), init_state(private, fed.model.theta.clone(), 4)
+    for _ in range(3):
+        a, _ = run_round(fedavg, a, fed)
+        b, _ = run_round(private, b, fed)
+    assert float((a.w - b.w).abs().max()) <= 1e-6
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(-1e3, 1e3), min_size=3, max_size=3), min_size=1, max_size=6),
+       st.lists(st.floats(-1e3, 1e3), min_size=3, max_size=3), st.floats(0.01, 10.0), st.integers(0, 5))
+def test_replacing_one_client_moves_the_noiseless_step_by_at_most_2_s_over_m(
+        deltas: list[list[float]], other: list[float], clip: float, which: int) -> None:
+    """The defining property: one client's upload, whatever it is, moves the sum by at most 2S (replace-one)."""
+    dp = plain(clip=clip, clients=len(deltas))
+    w = torch.zeros(3, dtype=torch.float64)
+    ups = [upload(k, d) for k, d in enumerate(deltas)]
+    swapped = list(ups)
+    swapped[which % len(ups)] = upload(which % len(ups), other)
+    a, b = (dp_mean(dp).aggregate(info(), w, u) for u in (ups, swapped))
+    assert float(torch.linalg.vector_norm(a - b)) * dp.expected_uploads <= 2 * clip * (1 + 1e-9)
+
+
+def test_the_noise_has_the_stated_scale_and_is_the_same_on_every_runtime() -> None:
+    dp = plain(clip=2.0, z=1.0, clients=8, fraction=0.5)  # m = 4: std of the step zS/m = 0.5
+    zero = torch.zeros(40_000, dtype=torch.float64)
+    ups = [upload(k, [0.0] * 40_000) for k in range(4)]
+    step = dp_mean(dp).aggregate(info(3), zero, ups)
+    assert abs(float(step.std()) - 0.5) < 0.5 * 0.02 and abs(float(step.mean())) < 0.02
+    assert torch.equal(step, dp_mean(dp).aggregate(info(3), zero, ups))  # drawn from (seed, round)
+    assert not torch.equal(step, dp_mean(dp).aggregate(info(4), zero, ups))
+
+
+@pytest.mark.parametrize("sampling", ["bernoulli", "fixed"])
+def test_epsilon_is_dp_accountings_own_composition(sampling: str) -> None:
+    import dp_accounting
+
+    from fedaccel.algorithms.dp import _accountant, _event
+
+    dp = dp_settings({"clip": 1.0, "noise_multiplier": 1.5, **POPULATION, "sampling": sampling})
+    values = [epsilon(dp, t) for t in (0, 1, 5, 20)]
+    assert values[0] == 0 and values[1] < values[2] < values[3]
+    direct = _accountant(dp)
+    direct.compose(dp_accounting.SelfComposedDpEvent(_event(dp, 1.5, 1).event, 20))
+    assert math.isclose(values[3], direct.get_epsilon(dp.delta), rel_tol=1e-9)
+    assert epsilon(replace(dp, noise_multiplier=3.0), 20) < values[3]
+
+
+def test_target_epsilon_calibrates_the_smallest_noise_that_meets_it() -> None:
+    dp = dp_settings({"clip": 1.0, "target_epsilon": 3.0, **POPULATION})
+    assert epsilon(dp, POPULATION["rounds"]) <= 3.0 < epsilon(dp, POPULATION["rounds"], dp.noise_multiplier * 0.97)
+    assert calibrate(replace(dp, noise_multiplier=0.0), 3.0) == dp.noise_multiplier
+
+
+COVERED = {"fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "centralized", "fedprox", "bherd", "bherd-fedavg",
+           "grab-reorder"}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_dp_composes_with_the_mean_recipes_and_refuses_the_rest_in_one_line(name: str) -> None:
+    dp = {"clip": 1.0, "noise_multiplier": 1.0, **POPULATION}
+    if name in COVERED:
+        assert any(p.name == "dp" for p in build_algorithm(name, dp=dp).parts)
+    else:
+        with pytest.raises(ConfigError, match="algorithm.dp cannot cover") as err:
+            build_algorithm(name, dp=dp)
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"clip": 1.0}, "exactly one of noise_multiplier"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "target_epsilon": 2.0}, "exactly one of"),
+    ({"clip": 0, "noise_multiplier": 1.0}, "clip"),
+    ({"clip": 1.0, "noise_multiplier": 0.0}, "guarantees nothing"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "delta": 1.5}, "delta must be in"),
+    ({"clip": 1.0, "noise_multiplier": True}, "finite number"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "sigma": 2}, "no option 'sigma'"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "clients": 3}, "the run's own"),
+    ("strong", "must be a mapping"),
+])
+def test_a_bad_dp_setting_is_one_line_at_load(spec: object, says: str) -> None:
+    overrides = ["data.dataset=digits", "model=softmax", "data.clients=10", f"algorithm={json.dumps({'name': 'fedavg', 'dp': spec})}"]
+    with pytest.raises(ConfigError, match=says) as err:
+        build_algorithm_from(load_config(None, overrides))
+    assert "\n" not in str(err.value)
+
+
+def test_a_run_writes_epsilon_in_every_row_and_the_summary(tmp_path: Path) -> None:
+    config = tmp_path / "dp.yaml"
+    config.write_text("model: softmax\ndata: {dataset: digits, clients: 10, subset: 400}\n"
+                      "train: {rounds: 3, lr: 0.1, batch_size: 20, client_fraction: 0.5, sampling: bernoulli}\n"
+                      "algorithm: {name: fedavg, dp: {clip: 1.0, noise_multiplier: 1.2, delta: 0.001}}\n"
+                      "run: {progress: false}\n")
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    dp = dp_settings({"clip": 1.0, "noise_multiplier": 1.2, "delta": 0.001, "clients": 10, "fraction": 0.5,
+                      "sampling": "bernoulli", "rounds": 3})
+    assert [row["epsilon"] for row in rows] == [epsilon(dp, row["round"]) for row in rows]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["final"]["epsilon"] == rows[-1]["epsilon"] > 0
