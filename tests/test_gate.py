@@ -13,7 +13,9 @@ import dataclasses
 import functools
 import json
 import math
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -513,3 +515,38 @@ def test_a_round_with_one_hostile_client_completes_with_the_others(
     for got, want in zip(tensors_in(state.server), tensors_in(expected_state.server), strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     json.dumps(report.diag)  # what the run writes: plain JSON
+
+
+def _diag_value() -> st.SearchStrategy[Any]:
+    """What a client may put under a diagnostic name: plain values and lists of them, near the readers' limits."""
+    plain = st.one_of(st.none(), st.booleans(), st.integers(-MAX_INT, MAX_INT), st.integers(-3, 12),
+                      st.floats(allow_nan=True), st.text(max_size=MAX_TEXT + 1))
+    return st.one_of(plain, st.lists(plain, max_size=5), st.lists(st.integers(-2, 10_000_001), max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["tau", "selected", "distance", "gsnr", "n", "steps", "alpha", "x"]),
+                       _diag_value(), max_size=4))
+def test_what_the_gate_takes_every_reader_takes(diag: dict[str, Any]) -> None:
+    """Issue 47, item 1: diagnostics the gate takes are written as the run writes them and read back by the
+    readers' check without a refusal; diagnostics the readers refuse were rejected by the gate."""
+    from fedaccel.errors import UserError
+    from fedaccel.runs.loop import _write
+    from fedaccel.runs.rows import read_diagnostics_rows
+
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "diagnostics.jsonl"
+        with open(file, "w", encoding="utf-8") as out:
+            _write(out, {"round": 1, "clients": {"0": diag}})
+        try:
+            read_diagnostics_rows(file, last_round=2)
+            read = True
+        except UserError:
+            read = False
+    assert read or check_diag(diag) is not None  # the gate takes => the readers take; they refuse => it rejected
+
+
+@pytest.mark.parametrize("diag", [{"tau": "x"}, {"selected": [-1]}, {"distance": "far"}, {"tau": 2**63 - 1},
+                                  {"selected": [0, True]}, {"gsnr": [1.0]}])
+def test_the_issue_s_diagnostics_that_readers_refuse_are_rejected_by_the_gate(diag: dict[str, Any]) -> None:
+    assert "not what fedaccel records there" in check_diag(diag)

@@ -28,7 +28,9 @@ from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext
 from fedaccel.engine.round import round_info, train_client
+from fedaccel.errors import shown
 from fedaccel.flower.wire import ARRAYS, PACKED, BadMessage, packed_in, unpack
+from fedaccel.runs.rows import client_value_fits
 
 if TYPE_CHECKING:
     from fedaccel.runs.setup import Setup
@@ -171,7 +173,9 @@ def all_finite(value: Tensor) -> bool:
 def check_diag(diag: Any) -> str | None:
     """Why a client's diagnostics cannot be recorded, or None: they must be a dict of at most
     :data:`MAX_DIAG_KEYS` short string names, each a plain value (None, a bool, an int, a float,
-    finite or not, a short string) or a list of such."""
+    finite or not, a short string) or a list of such, and what the run folder's readers take under
+    that name (:func:`fedaccel.runs.rows.client_value_fits`: ``tau`` a step count, ``selected`` step
+    indices, scores numbers): a reply the gate takes never leaves a folder they refuse."""
     if type(diag) is not dict:
         return f"diagnostics are a {type(diag).__name__}, not a dict"
     if len(diag) > MAX_DIAG_KEYS:
@@ -184,6 +188,8 @@ def check_diag(diag: Any) -> str | None:
             return f"diagnostic {name!r} holds {len(values)} values, at most {MAX_DIAG_VALUES}"
         if not all(map(_plain, values)):
             return f"diagnostic {name!r} holds what is no plain number or short string"
+        if not client_value_fits(name, value):  # what fedaccel's readers refuse in a run folder
+            return f"diagnostic {name!r} is {shown(value, 60)}, not what fedaccel records there"
     return None
 
 

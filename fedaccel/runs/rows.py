@@ -156,20 +156,32 @@ MAX_STEPS = 10_000_000  # local steps of one client in one round (the width of a
 def check_diagnostics(file: Path, row: dict[str, Any]) -> None:
     """The values of a diagnostics row that readers use have their types: ``clients`` maps ids to
     mappings, per-client scores are numbers (or null), ``tau`` a count of steps, ``selected``
-    step indices."""
+    step indices (:func:`client_value_fits`, the check the server's gate applies to a client's reply)."""
     clients = row.get("clients") or {}
     if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
         raise UserError(f"{file}: round {row['round']}: 'clients' is {shown(clients, 60)}, not a mapping of client "
                         "ids to values: the file was damaged or not written by fedaccel")
-    found = [(c, k, v[k]) for c, v in clients.items() for k in (*CLIENT_SCORES, "selected", "tau") if k in v]
+    found = [(c, k, v) for c, values in clients.items() for k, v in values.items()]
     found += [(c, key, v) for key in CLIENT_SCORES if isinstance(row.get(key), dict) for c, v in row[key].items()]
     for client, key, value in found:
-        fine = (isinstance(value, list) and _counts(value, MAX_STEPS - 1) if key == "selected" else
-                _count(value, MAX_STEPS) if key == "tau" else
-                value is None or isinstance(value, (int, float)) and not isinstance(value, bool))
-        if not fine:
+        if not client_value_fits(key, value):
             raise UserError(f"{file}: round {row['round']}: {key} of client {shown(client, 40)} is {shown(value, 60)}, "
                             "not what fedaccel writes there: the file was damaged or not written by fedaccel")
+
+
+def client_value_fits(key: Any, value: Any) -> bool:
+    """Whether ``value``, recorded as a client's diagnostic ``key``, is what the readers take there: a number (or
+    null) for a score (:data:`CLIENT_SCORES`), a count of steps for ``tau``, step indices for ``selected``;
+    anything for other keys. One check for both ends: :func:`check_diagnostics` applies it to the rows read
+    back, and the server's gate (:func:`fedaccel.flower.gate.check_diag`) to a client's reply, so a reply the
+    gate takes never makes a run folder that its readers refuse."""
+    if key == "selected":
+        return isinstance(value, list) and _counts(value, MAX_STEPS - 1)
+    if key == "tau":
+        return _count(value, MAX_STEPS)
+    if key in CLIENT_SCORES:
+        return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
 
 
 def _count(value: Any, most: int) -> bool:
