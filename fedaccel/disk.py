@@ -29,6 +29,62 @@ class LinkRefused(UserError):
     """A symbolic link (or another non-file) where fedaccel was to write a file."""
 
 
+class NotAFile(UserError):
+    """A FIFO, a device, a socket, a folder (or a link, where links are not followed) where fedaccel reads a file."""
+
+
+def open_regular(path: Path, *, follow: bool = False) -> IO[bytes]:
+    """``path`` open for reading, as a plain file only: a FIFO, a device, a socket or a folder (and a symbolic
+    link, unless ``follow``: a user's own config may be one, a run folder's files never are) is refused in one
+    line (:class:`NotAFile`) without blocking: the open does not wait for a FIFO's writer (``O_NONBLOCK``), and
+    nothing is read before ``fstat`` says it is a plain file. An archive can carry a FIFO (``tar`` keeps them),
+    which would hang every reader that opens it plainly."""
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotAFile(f"{path} is a symbolic link; fedaccel reads the files of a folder it did not write only as "
+                           "plain files: nothing was read (replace the link by the file)") from None
+        try:  # a socket cannot be opened (ENXIO): say what it is
+            kind = _kind(os.stat(path, follow_symlinks=follow).st_mode)
+        except OSError:
+            raise exc from None
+        if kind:
+            raise _not_a_file(path, kind) from None
+        raise
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind:
+        os.close(fd)
+        raise _not_a_file(path, kind)
+    os.set_blocking(fd, True)  # O_NONBLOCK only kept a FIFO from hanging the open
+    return os.fdopen(fd, "rb")
+
+
+def _not_a_file(path: Path, kind: str) -> NotAFile:
+    return NotAFile(f"{path} is {kind}, not a plain file: nothing was read (give a file, or remove it)")
+
+
+def read_regular(path: Path, *, follow: bool = False, limit: int | None = None) -> bytes:
+    """The bytes of the plain file ``path`` (:func:`open_regular`); with ``limit``, a file longer than that is
+    one line, found before it is read."""
+    with open_regular(path, follow=follow) as file:
+        size = os.fstat(file.fileno()).st_size
+        if limit is not None and size > limit:
+            raise UserError(f"{path} is {size:,} bytes, more than the {limit:,} fedaccel reads from such a file")
+        return file.read() if limit is None else file.read(limit + 1)
+
+
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words, if it is not a plain file ('' if it is)."""
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "" if stat.S_ISREG(mode) else "not a plain file"
+
+
 def fsync_folder(folder: Path) -> None:
     """Make a rename in ``folder`` durable (where the system allows opening a folder)."""
     try:

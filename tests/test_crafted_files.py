@@ -615,3 +615,43 @@ def test_certs_without_the_cryptography_package_is_one_line(tmp_path: Path, caps
     monkeypatch.setitem(sys.modules, "cryptography", None)
     line = refused(["certs", str(tmp_path / "tls"), "--clients", "1"], tmp_path, capsys)
     assert "cryptography" in line and "fedaccel[flower]" in line, line
+
+
+class Hung(BaseException):
+    """A reader still waiting when the alarm rang (a BaseException: no ``except OSError`` turns it into a line)."""
+
+
+@contextmanager
+def alarm(seconds: float) -> Iterator[None]:
+    """Raise :class:`Hung` in this thread after ``seconds``: a reader blocked on a FIFO fails the test, never hangs it."""
+    import signal
+
+    def ring(*_: Any) -> None:
+        raise Hung(f"still reading after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+FIFO_CASES = [("summary.json", c) for c in ("compare", "plot", "judge")] + [
+    ("diagnostics.jsonl", c) for c in ("plot-diagnostics", "tensorboard", "resume")] + [
+    ("metrics.jsonl", c) for c in ("compare", "plot", "judge", "tensorboard", "resume")] + [("config.yaml", "compare")]
+
+
+@pytest.mark.parametrize(("name", "command"), FIFO_CASES)
+def test_a_fifo_in_a_run_folder_is_one_line_for_every_reader_never_a_hang(
+    finished: Path, grid: Path, name: str, command: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 47, item 2: ``tar`` keeps FIFOs, so a received folder may hold one where a file belongs; every reader
+    refuses it in one line without waiting for a writer that never comes (the readers hung before)."""
+    with workspace(grid if command == "judge" else finished) as (path, root), alarm(30):
+        target = (path / cell("fast", 0) if command == "judge" else path) / name
+        target.unlink(missing_ok=True)
+        os.mkfifo(target)
+        line = refused(reader(command, path), root, capsys)
+    assert name in line, line

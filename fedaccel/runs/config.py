@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from fedaccel.disk import open_regular
 from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.runs.files import write_atomic
 
@@ -292,13 +294,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give a YAML config file")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"config file {path} not found")
-    if path.stat().st_size > MAX_YAML_BYTES:
-        raise ConfigError(f"{path} is {path.stat().st_size / 2**20:.1f} MB: a config file is at most "
-                          f"{MAX_YAML_BYTES // 2**20} MB")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path, follow=True) as file:  # a FIFO or a device is one line, and never waited on
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_YAML_BYTES:
+                raise ConfigError(f"{path} is {size / 2**20:.1f} MB: a config file is at most "
+                                  f"{MAX_YAML_BYTES // 2**20} MB")
+            data = file.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a text file (not UTF-8)") from None
     raw = parse_yaml(text, str(path)) or {}

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fedaccel.disk import read_regular
 from fedaccel.errors import UserError, shown
 
 MAX_DEPTH = 32  # levels of nesting a value may have (a metrics row with its diagnostics has 4)
@@ -75,11 +76,10 @@ def rounds_of(config: Any) -> int | None:
 
 
 def read_text(file: Path) -> str:
-    """The UTF-8 text of ``file``; a folder, an unreadable file or other bytes are one line."""
-    if file.is_dir():
-        raise UserError(f"{file} is a folder, not a file: this is not a run folder fedaccel wrote")
+    """The UTF-8 text of ``file``, a plain file (:func:`fedaccel.disk.read_regular`: a folder, a FIFO, a device
+    or a link is one line, and nothing blocks); an unreadable file or other bytes are one line."""
     try:
-        return file.read_text(encoding="utf-8")
+        return read_regular(file).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{file}: not a UTF-8 text file (byte {exc.start}): it was damaged or not written "
                         "by fedaccel") from None
