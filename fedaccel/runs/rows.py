@@ -92,7 +92,7 @@ def read_json(file: Path) -> Any:
     try:
         return parse_json(read_text(file))
     except ValueError as exc:
-        raise UserError(f"{file}: not valid JSON ({_reason(exc)})") from None
+        raise UserError(f"{file}: not valid JSON ({json_reason(exc)})") from None
 
 
 def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -114,7 +114,7 @@ def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[s
                             "after it: the file was damaged, not cut short by a kill; nothing was changed: "
                             "restore the file, or run the run again") from None
         except ValueError as exc:
-            raise UserError(f"{file}:{number}: {_reason(exc)}; nothing was changed") from None
+            raise UserError(f"{file}:{number}: {json_reason(exc)}; nothing was changed") from None
         check_row(file, number, row, rows[-1]["round"] if rows else None, last_round)
         rows.append(row)
     return rows, False
@@ -194,7 +194,7 @@ def _counts(values: list[Any], most: int) -> bool:
     return not values or set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= most
 
 
-def _reason(exc: ValueError) -> str:
+def json_reason(exc: ValueError) -> str:
     text = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
     return text.splitlines()[0][:120] if text else type(exc).__name__
 
