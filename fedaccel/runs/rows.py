@@ -199,15 +199,17 @@ def json_reason(exc: ValueError) -> str:
     return text.splitlines()[0][:120] if text else type(exc).__name__
 
 
-def check_no_gap(file: Path, rows: list[dict], every: Any) -> None:
-    """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
-    ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
+def check_no_gap(file: Path, rows: list[dict], every: Any, *, through: int | None = None) -> None:
+    """Every evaluation round up to the last row (or up to ``through``) is there: rounds ``every``, ``2 every``,
+    ... and ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
     present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round.
     Rows increase, so one pass over them finds the first missing round, whatever the round numbers. ``every``: the
-    config's ``eval.every`` (anything else: a hand-made folder, nothing to check against)."""
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or not rows:
+    config's ``eval.every`` (anything else: a hand-made folder, nothing to check against). ``through``: the last
+    round whose row must be there even if no row follows it (a checkpoint's rounds before its own: a
+    ``metrics.jsonl`` emptied under a checkpoint of round 12 lost rounds 1 to 11)."""
+    last = through if through is not None else rows[-1]["round"] if rows else None
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or last is None:
         return  # not a fedaccel config (hand-made folders): nothing to check against
-    last = rows[-1]["round"]
     due = every  # the next evaluation round that must have a row
     for row in rows:
         if row["round"] > due:
