@@ -18,7 +18,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -154,8 +155,10 @@ def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *,
         if isinstance(exc.filename, str) and Path(exc.filename) in (tmp, path):
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from exc  # name the file, not the open object
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, RuntimeError) and getattr(exc, "filename", None) is None:
+            exc.filename = str(path)  # torch's writer names no file: the full-disk line names this one, and its disk
         raise
     fsync_folder(path.parent)
 
@@ -177,6 +180,27 @@ def save_png(figure: Any, path: Path, **savefig: Any) -> Path:
     writes in place: drawn to the temporary file, a planted link or a killed draw harms nothing)."""
     write_atomic(path, lambda file: figure.savefig(file, format="png", **savefig))
     return path
+
+
+@contextmanager
+def appending(path: Path, mode: str = "a", **kwargs: Any) -> Iterator[IO[Any]]:
+    """:func:`open_no_link` as a ``with`` block whose errors name ``path``: a full disk's write fails, then closing
+    the file fails again flushing what is left (an error that names no file, and would replace the first): that
+    second error is dropped, the first goes on; an error only at closing is given ``path`` as its file name (the
+    full-disk line names the file and the free space of its own disk, not the working folder's)."""
+    file = open_no_link(path, mode, **kwargs)
+    try:
+        yield file
+    except BaseException:
+        with suppress(OSError):
+            file.close()
+        raise
+    try:
+        file.close()
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 def open_no_link(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:

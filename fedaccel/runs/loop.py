@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedaccel.disk import open_no_link
+from fedaccel.disk import appending
 from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_models
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
@@ -147,7 +147,7 @@ def run_loop(
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
     try:
-        with stop_signals(), open_no_link(path / METRICS) as metrics_file, open_no_link(path / DIAGNOSTICS) as diag_file:
+        with stop_signals(), appending(path / METRICS) as metrics_file, appending(path / DIAGNOSTICS) as diag_file:
             last: dict[str, Any] = repair_checkpoint_row(setup, state, path, metrics_file, wall)
             if last:
                 events.metrics(last)
