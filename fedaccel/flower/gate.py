@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -158,6 +160,57 @@ def check_tensor(name: str, value: Any, spec: Spec) -> str | None:
     if not all_finite(value):
         return f"non-finite values in {name}"
     return None
+
+
+def upload_norm(upload: Mapping[str, Any]) -> float:
+    """The Euclidean norm of an upload's delta and extras together (floating ones), in float64: a delta of 3e38
+    per coordinate has a finite norm here, so it can be compared with a bound."""
+    tensors = [upload["delta"], *upload["extras"].values()]
+    return math.sqrt(sum(float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2
+                         for t in tensors if t.is_floating_point()))
+
+
+def norm_faults(norms: Mapping[int, float], ratio: float | None, ceiling: float | None) -> dict[int, str]:
+    """The clients whose upload norm is beyond the bound, with the reason: above ``ceiling``, or above ``ratio``
+    times the median of the *other* uploads' norms this round (where that median is above 0). A client is
+    measured against the others, not against a median that holds its own norm: with two clients, the median of
+    both would rise with the hostile one's. One client's upload so cannot stop the run (its 3e38 made the
+    aggregate overflow); poisoning within the bound is robust aggregation's job (``algorithm.aggregate``)."""
+    faults: dict[int, str] = {}
+    ordered = sorted(norms.values())
+    for client, norm in norms.items():
+        if ceiling is not None and norm > ceiling:
+            faults[client] = f"update norm {norm:.3g} above run.norm_ceiling = {ceiling:g}"
+        elif ratio is not None and len(ordered) > 1:
+            median = _median_without(ordered, norm)
+            if median > 0 and norm > ratio * median:
+                faults[client] = (f"update norm {norm:.3g}, more than run.norm_ratio = {ratio:g} times the median "
+                                  f"of the round's other uploads ({median:.3g})")
+    return faults
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of the sorted ``ordered`` with one occurrence of ``value`` left out (in O(log n))."""
+    k = bisect.bisect_left(ordered, value)
+
+    def at(i: int) -> float:  # the i-th of the list without position k
+        return ordered[i if i < k else i + 1]
+
+    m = len(ordered) - 1
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def overflowing(tensors: Mapping[int, list[Tensor]], norms: Mapping[int, float]) -> list[int]:
+    """The clients to leave out so that the sum of the other uploads' magnitudes is finite, tensor by tensor (so any
+    weighted mean of them is, which is what the aggregators take), largest ``norms`` first; [] when it is already.
+    The last guard, for bounds set off (null): no round's aggregate overflows because of one upload."""
+    dropped: list[int] = []
+    for client in sorted(tensors, key=lambda c: norms[c], reverse=True):
+        kept = [parts for c, parts in tensors.items() if c not in dropped]
+        if all(all_finite(sum(t.abs() for t in same)) for same in zip(*kept)):
+            break
+        dropped.append(client)
+    return dropped
 
 
 def all_finite(value: Tensor) -> bool:

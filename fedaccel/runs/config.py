@@ -114,6 +114,8 @@ class RunConfig:
     threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: docs, Runtimes)
     device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto (the first of cuda, mps, cpu here): model, data, states
     on_divergence: str = "stop"  # a NaN/inf model or loss: stop (exit non-zero, last finite checkpoint kept) or continue
+    norm_ratio: float | None = 100.0  # Flower runtimes: an upload whose norm is above this many times the median of the round's other uploads' is rejected; null: no such bound
+    norm_ceiling: float | None = 1.0e6  # Flower runtimes: an upload (delta and extras) whose norm is above this is rejected; null: no ceiling
 
 
 @dataclass
@@ -453,6 +455,8 @@ def validate(config: Config) -> None:
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
         (config.run.timeout > 0, "run.timeout must be > 0"),
+        (config.run.norm_ratio is None or config.run.norm_ratio >= 1, "run.norm_ratio must be >= 1 or null (no bound)"),
+        (config.run.norm_ceiling is None or config.run.norm_ceiling > 0, "run.norm_ceiling must be > 0 or null (none)"),
         (config.run.on_divergence in ON_DIVERGENCE, f"run.on_divergence must be one of {', '.join(ON_DIVERGENCE)}"),
         (config.run.stack_size is None or config.run.stack_size >= 1, "run.stack_size must be >= 1 or null (auto)"),
         (config.run.threads is None or config.run.threads >= 1, "run.threads must be >= 1 or null (auto)"),

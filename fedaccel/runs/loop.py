@@ -330,6 +330,8 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     if report is not None:
         row["clients"] = len(report.participation.train)
         row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped
+        if isinstance(rejected := report.diag.get("rejected"), dict):
+            row["rejected"] = len(rejected)  # replies not used (why, by client: diag.rejected)
         row["round_bytes_up"] = report.bytes_up  # this round's own (the others are running totals)
         row["round_bytes_down"] = report.bytes_down
         row["round_local_steps"] = report.local_steps
