@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -215,23 +216,16 @@ def test_every_file_system_error_is_one_line_naming_the_path_and_the_cause(
 
 
 def test_resume_of_a_run_folder_on_a_read_only_file_system_is_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        tmpfs: Callable[[str], Path], capsys: pytest.CaptureFixture) -> None:
     """The issue's case for real, where this machine lets the test mount a file system (root): a run folder on a
     tmpfs remounted read-only."""
-    disk = tmp_path / "ro"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a file system needs root")
-    try:
-        argv = ["run", "--set", "data.dataset=digits", "--set", "model=softmax", "--set", "data.clients=2",
-                "--set", "train.rounds=2", "--set", "run.progress=false", "--out", str(disk / "run")]
-        assert main(argv) == 0
-        (disk / "run" / "summary.json").unlink()
-        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-        capsys.readouterr()
-        assert main(["run", "--resume", str(disk / "run")]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "Read-only file system" in err and ".lock" in err, err
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
+    disk = tmpfs("20m")
+    argv = ["run", "--set", "data.dataset=digits", "--set", "model=softmax", "--set", "data.clients=2",
+            "--set", "train.rounds=2", "--set", "run.progress=false", "--out", str(disk / "run")]
+    assert main(argv) == 0
+    (disk / "run" / "summary.json").unlink()
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    capsys.readouterr()
+    assert main(["run", "--resume", str(disk / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Read-only file system" in err and ".lock" in err, err

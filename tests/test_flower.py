@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -80,9 +81,8 @@ def test_flower_simulation_gives_the_in_process_numbers(case: str, tmp_path: Pat
     assert ray.is_initialized() and warm_ray._ours(), "the local Ray should stay up for the next simulation"
 
 
-def broken_app() -> ClientApp:
-    """Client 1 uploads NaNs, client 2 an update of the wrong shape, client 3 JSON nested 100,000 deep,
-    client 4 a tensor in its diagnostics; client 0 is honest."""
+def rewriting_app(change: Callable[[int, Message], None]) -> ClientApp:
+    """The fedaccel ClientApp, with ``change(client, reply)`` applied to every training reply."""
     app = ClientApp()
 
     @app.query("hello")
@@ -92,7 +92,17 @@ def broken_app() -> ClientApp:
     @app.train()
     def train(message: Message, context: Context) -> Message:
         reply = fedaccel_client.train(message, context)
-        client = int(context.node_config["partition-id"])
+        change(int(context.node_config["partition-id"]), reply)
+        return reply
+
+    return app
+
+
+def broken_app() -> ClientApp:
+    """Client 1 uploads NaNs, client 2 an update of the wrong shape, client 3 JSON nested 100,000 deep,
+    client 4 a tensor in its diagnostics; client 0 is honest."""
+
+    def change(client: int, reply: Message) -> None:
         upload = unpack(reply.content, prefix=fedaccel_client.UPDATE)
         if client == 1:
             upload["delta"] = torch.full_like(upload["delta"], float("nan"))
@@ -103,9 +113,8 @@ def broken_app() -> ClientApp:
         pack(upload, into=reply.content, prefix=fedaccel_client.UPDATE)
         if client == 3:
             reply.content[fedaccel_client.UPDATE + "packed"]["json"] = "[" * 100_000 + "]" * 100_000
-        return reply
 
-    return app
+    return rewriting_app(change)
 
 
 @pytest.mark.slow
@@ -135,22 +144,14 @@ def test_broken_updates_are_rejected_with_a_reason_and_never_aggregated(tmp_path
 
 def huge_app() -> ClientApp:
     """Client 1 uploads a finite delta of 3e38 per coordinate, of the right shape and dtype; the others are honest."""
-    app = ClientApp()
 
-    @app.query("hello")
-    def hello(message: Message, context: Context) -> Message:
-        return fedaccel_client.hello(message, context)
-
-    @app.train()
-    def train(message: Message, context: Context) -> Message:
-        reply = fedaccel_client.train(message, context)
-        if int(context.node_config["partition-id"]) == 1:
+    def change(client: int, reply: Message) -> None:
+        if client == 1:
             upload = unpack(reply.content, prefix=fedaccel_client.UPDATE)
             upload["delta"] = torch.full_like(upload["delta"], 3e38)
             pack(upload, into=reply.content, prefix=fedaccel_client.UPDATE)
-        return reply
 
-    return app
+    return rewriting_app(change)
 
 
 @pytest.mark.slow
