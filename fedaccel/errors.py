@@ -78,9 +78,9 @@ def check_png_output(path: object, force: bool = False) -> None:
         return
     if path.is_dir():
         raise UserError(f"{path} is a folder; give a file name for the PNG")
-    from fedaccel.disk import open_regular
-
-    with open_regular(path) as f:  # a FIFO at -o is refused, not waited on
+    if not path.is_file():  # a FIFO or a device at -o: refused, never opened (a FIFO's open would wait)
+        raise UserError(f"{path} is not a plain file; give a file name for the PNG")
+    with open(path, "rb") as f:
         if f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE:
             return
     raise UserError(f"{path} exists and is not a PNG: it is left as it is; give another file name or add --force")

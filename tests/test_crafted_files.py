@@ -699,3 +699,11 @@ def test_a_refused_resume_changes_nothing_whatever_the_damage(
             lines = [line for line in err.splitlines() if line.startswith("error: ")]
             assert status == 2 and len(lines) == 1, err[-2000:]
             assert snapshot(root) == before, lines[0]
+
+
+def test_a_fifo_given_as_the_png_is_one_line_never_a_hang(finished: Path, capsys: pytest.CaptureFixture) -> None:
+    """`plot -o` reads the first bytes of a file it would replace (is it a PNG?): a FIFO there is refused unopened."""
+    with workspace(finished) as (path, root), alarm(30):
+        os.mkfifo(root / "cwd" / "curves.png")
+        line = refused(reader("plot", path), root, capsys)
+    assert "curves.png is not a plain file" in line, line
