@@ -15,7 +15,9 @@
     fedaccel data get mnist cifar10        # download, check, unpack into ~/.cache/fedaccel (resumable)
 
 A user's mistake prints one line (``error: ...``) and exits with status 2; ``--debug`` shows
-the traceback. A full disk prints one line too (which file, how to continue) and exits with 1.
+the traceback. So does any file-system error (the path and the cause: read-only, permission
+denied, a name too long, ...). A full disk prints one line too (which file, how to continue) and
+exits with 1.
 """
 
 from __future__ import annotations
@@ -58,15 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (OSError, RuntimeError) as exc:
-        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG and not args.debug:
-            print(f"error: {shown(str(exc.filename or 'a path'), 120)}: a name in it is longer than this file system "
-                  "takes; give a shorter name (name:, --out)", file=sys.stderr)
-            return 2
-        if args.debug or not (disk_full(exc) or too_large(exc)):
+        if args.debug:
             raise
-        message = too_large_message(exc) if too_large(exc) else disk_full_message(args, argv, exc)
-        print(f"error: {message}", file=sys.stderr)
-        return 1
+        if disk_full(exc) or too_large(exc):
+            message = too_large_message(exc) if too_large(exc) else disk_full_message(args, argv, exc)
+            print(f"error: {message}", file=sys.stderr)
+            return 1
+        if not isinstance(exc, OSError):
+            raise  # a RuntimeError that is no full disk: a bug, with its traceback
+        print(f"error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         if args.command in ("run", "deploy") and not args.resume:
             print("interrupted before the first round: nothing to continue", file=sys.stderr)
@@ -108,6 +111,25 @@ def disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in WRITE_FAILED)
+
+
+#: What to do about a file-system error, by errno (the cause itself is the system's words, ``strerror``).
+OS_ERROR_ADVICE = {
+    errno.EROFS: "the folder is on a read-only file system: copy it somewhere you can write, or give another --out",
+    errno.EACCES: "you may not do this there: give a folder you own, or change its permissions",
+    errno.EPERM: "you may not do this there: give a folder you own, or change its permissions",
+    errno.ENAMETOOLONG: "a name in it is longer than this file system takes; give a shorter name (name:, --out)",
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a file-system error the command cannot get past: the path, the cause and, where one helps,
+    what to do (a read-only folder, no permission, a name too long); ``--debug`` shows the traceback."""
+    path = exc.filename if exc.filename is not None else exc.filename2
+    where = shown(os.fsdecode(path), 120) if isinstance(path, (str, bytes)) else "a file"
+    cause = (exc.strerror or type(exc).__name__).rstrip(".")
+    advice = OS_ERROR_ADVICE.get(exc.errno) if exc.errno is not None else None
+    return f"{where}: {cause}" + (f"; {advice}" if advice else "") + " (--debug shows where)"
 
 
 def too_large(exc: BaseException) -> bool:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +28,62 @@ from fedaccel.errors import UserError
 
 class LinkRefused(UserError):
     """A symbolic link (or another non-file) where fedaccel was to write a file."""
+
+
+class NotAFile(UserError):
+    """A FIFO, a device, a socket, a folder (or a link, where links are not followed) where fedaccel reads a file."""
+
+
+def open_regular(path: Path, *, follow: bool = False) -> IO[bytes]:
+    """``path`` open for reading, as a plain file only: a FIFO, a device, a socket or a folder (and a symbolic
+    link, unless ``follow``: a user's own config may be one, a run folder's files never are) is refused in one
+    line (:class:`NotAFile`) without blocking: the open does not wait for a FIFO's writer (``O_NONBLOCK``), and
+    nothing is read before ``fstat`` says it is a plain file. An archive can carry a FIFO (``tar`` keeps them),
+    which would hang every reader that opens it plainly."""
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotAFile(f"{path} is a symbolic link; fedaccel reads the files of a folder it did not write only as "
+                           "plain files: nothing was read (replace the link by the file)") from None
+        try:  # a socket cannot be opened (ENXIO): say what it is
+            kind = _kind(os.stat(path, follow_symlinks=follow).st_mode)
+        except OSError:
+            raise exc from None
+        if kind:
+            raise _not_a_file(path, kind) from None
+        raise
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind:
+        os.close(fd)
+        raise _not_a_file(path, kind)
+    os.set_blocking(fd, True)  # O_NONBLOCK only kept a FIFO from hanging the open
+    return os.fdopen(fd, "rb")
+
+
+def _not_a_file(path: Path, kind: str) -> NotAFile:
+    return NotAFile(f"{path} is {kind}, not a plain file: nothing was read (give a file, or remove it)")
+
+
+def read_regular(path: Path, *, follow: bool = False, limit: int | None = None) -> bytes:
+    """The bytes of the plain file ``path`` (:func:`open_regular`); with ``limit``, a file longer than that is
+    one line, found before it is read."""
+    with open_regular(path, follow=follow) as file:
+        size = os.fstat(file.fileno()).st_size
+        if limit is not None and size > limit:
+            raise UserError(f"{path} is {size:,} bytes, more than the {limit:,} fedaccel reads from such a file")
+        return file.read() if limit is None else file.read(limit + 1)
+
+
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words, if it is not a plain file ('' if it is)."""
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "" if stat.S_ISREG(mode) else "not a plain file"
 
 
 def fsync_folder(folder: Path) -> None:
@@ -98,8 +155,10 @@ def write_atomic(path: Path, data: str | bytes | Callable[[IO[bytes]], None], *,
         if isinstance(exc.filename, str) and Path(exc.filename) in (tmp, path):
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from exc  # name the file, not the open object
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, RuntimeError) and getattr(exc, "filename", None) is None:
+            exc.filename = str(path)  # torch's writer names no file: the full-disk line names this one, and its disk
         raise
     fsync_folder(path.parent)
 
@@ -121,6 +180,27 @@ def save_png(figure: Any, path: Path, **savefig: Any) -> Path:
     writes in place: drawn to the temporary file, a planted link or a killed draw harms nothing)."""
     write_atomic(path, lambda file: figure.savefig(file, format="png", **savefig))
     return path
+
+
+@contextmanager
+def appending(path: Path, mode: str = "a", **kwargs: Any) -> Iterator[IO[Any]]:
+    """:func:`open_no_link` as a ``with`` block whose errors name ``path``: a full disk's write fails, then closing
+    the file fails again flushing what is left (an error that names no file, and would replace the first): that
+    second error is dropped, the first goes on; an error only at closing is given ``path`` as its file name (the
+    full-disk line names the file and the free space of its own disk, not the working folder's)."""
+    file = open_no_link(path, mode, **kwargs)
+    try:
+        yield file
+    except BaseException:
+        with suppress(OSError):
+            file.close()
+        raise
+    try:
+        file.close()
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 def open_no_link(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:

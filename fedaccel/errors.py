@@ -78,6 +78,8 @@ def check_png_output(path: object, force: bool = False) -> None:
         return
     if path.is_dir():
         raise UserError(f"{path} is a folder; give a file name for the PNG")
+    if not path.is_file():  # a FIFO or a device at -o: refused, never opened (a FIFO's open would wait)
+        raise UserError(f"{path} is not a plain file; give a file name for the PNG")
     with open(path, "rb") as f:
         if f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE:
             return

@@ -14,6 +14,7 @@ import sys
 import warnings
 
 import numpy as np
+import pytest
 
 
 def caused_by_fedaccel() -> bool:
@@ -38,3 +39,26 @@ def numpy_error(kind: str, flag: int) -> None:
 def pytest_configure(config) -> None:
     np.seterrcall(numpy_error)
     np.seterr(divide="call", over="call", invalid="call")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):  # type: ignore[no-untyped-def]
+    """``tmpfs(size)``: a fresh folder with a tmpfs of ``size`` mounted on it (root only: skipped elsewhere),
+    unmounted after the test. For what only a real small or read-only file system shows."""
+    import os
+    import subprocess
+
+    mounted = []
+
+    def mount(size: str):  # type: ignore[no-untyped-def]
+        folder = tmp_path / f"tmpfs{len(mounted)}"
+        folder.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                                               capture_output=True).returncode != 0:
+            pytest.skip("mounting a file system needs root")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=False)

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedaccel.cli import main
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, shown
 from fedaccel.runs.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,3 +181,51 @@ def test_a_damaged_or_planted_checkpoint_gets_fedaccels_words_not_torchs_advice(
         warnings.simplefilter("always")
         load_plain(tmp_path / "planted.pt")
     assert not caught, [str(w.message) for w in caught]
+
+
+ERRNOS = [errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EIO, errno.ENOTDIR, errno.EISDIR,
+          errno.ENOENT, errno.EEXIST, errno.EBUSY, errno.EMLINK, errno.ETXTBSY]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(code=st.sampled_from(ERRNOS), name=st.text(min_size=1, max_size=300).filter(lambda t: "\x00" not in t),
+       debug=st.booleans())
+def test_every_file_system_error_is_one_line_naming_the_path_and_the_cause(
+        code: int, name: str, debug: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """Issue 47, item 3: `run --resume` of a read-only run folder ended in a traceback (Read-only file system:
+    'ro/.lock'); any OSError the command cannot get past is one line with the path and the cause, status 2, and a
+    traceback only with --debug."""
+    import fedaccel.launch
+
+    def fails(path: Any) -> None:
+        raise OSError(code, os.strerror(code), name)
+
+    monkeypatch.setattr(fedaccel.launch, "lock_run_dir", fails)
+    argv = [*(["--debug"] if debug else []), "run", "--set", "data.dataset=digits", "--set", "train.rounds=1",
+            "--out", str(tmp_path / "run")]
+    if debug:
+        with pytest.raises(OSError):
+            main(argv)
+        return
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert shown(name, 120) in err and os.strerror(code) in err, err
+
+
+def test_resume_of_a_run_folder_on_a_read_only_file_system_is_one_line(
+        tmpfs: Callable[[str], Path], capsys: pytest.CaptureFixture) -> None:
+    """The issue's case for real, where this machine lets the test mount a file system (root): a run folder on a
+    tmpfs remounted read-only."""
+    disk = tmpfs("20m")
+    argv = ["run", "--set", "data.dataset=digits", "--set", "model=softmax", "--set", "data.clients=2",
+            "--set", "train.rounds=2", "--set", "run.progress=false", "--out", str(disk / "run")]
+    assert main(argv) == 0
+    (disk / "run" / "summary.json").unlink()
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    capsys.readouterr()
+    assert main(["run", "--resume", str(disk / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Read-only file system" in err and ".lock" in err, err

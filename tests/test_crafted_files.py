@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from test_hostile import SMALL
 from test_judge import CLAIMS, LR, write_grid
@@ -615,3 +615,95 @@ def test_certs_without_the_cryptography_package_is_one_line(tmp_path: Path, caps
     monkeypatch.setitem(sys.modules, "cryptography", None)
     line = refused(["certs", str(tmp_path / "tls"), "--clients", "1"], tmp_path, capsys)
     assert "cryptography" in line and "fedaccel[flower]" in line, line
+
+
+class Hung(BaseException):
+    """A reader still waiting when the alarm rang (a BaseException: no ``except OSError`` turns it into a line)."""
+
+
+@contextmanager
+def alarm(seconds: float) -> Iterator[None]:
+    """Raise :class:`Hung` in this thread after ``seconds``: a reader blocked on a FIFO fails the test, never hangs it."""
+    import signal
+
+    def ring(*_: Any) -> None:
+        raise Hung(f"still reading after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+FIFO_CASES = [("summary.json", c) for c in ("compare", "plot", "judge")] + [
+    ("diagnostics.jsonl", c) for c in ("plot-diagnostics", "tensorboard", "resume")] + [
+    ("metrics.jsonl", c) for c in ("compare", "plot", "judge", "tensorboard", "resume")] + [("config.yaml", "compare")]
+
+
+@pytest.mark.parametrize(("name", "command"), FIFO_CASES)
+def test_a_fifo_in_a_run_folder_is_one_line_for_every_reader_never_a_hang(
+    finished: Path, grid: Path, name: str, command: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 47, item 2: ``tar`` keeps FIFOs, so a received folder may hold one where a file belongs; every reader
+    refuses it in one line without waiting for a writer that never comes (the readers hung before)."""
+    with workspace(grid if command == "judge" else finished) as (path, root), alarm(30):
+        target = (path / cell("fast", 0) if command == "judge" else path) / name
+        target.unlink(missing_ok=True)
+        os.mkfifo(target)
+        line = refused(reader(command, path), root, capsys)
+    assert name in line, line
+
+
+RESUME_FILES = ("summary.json", "model.pt", CHECKPOINT, PREVIOUS_CHECKPOINT, "metrics.jsonl", "diagnostics.jsonl")
+
+
+@st.composite
+def damaged_run(draw: st.DrawFn) -> Callable[[Path], None]:
+    """A finished run damaged as a kill, a careless hand or a colleague's copy leaves it: some of its files removed,
+    its rows cut to their first few lines (none: empty)."""
+    removed = draw(st.sets(st.sampled_from(RESUME_FILES), max_size=4))
+    kept = {name: draw(st.none() | st.integers(0, ROUNDS + 1)) for name in ("metrics.jsonl", "diagnostics.jsonl")}
+
+    def damage(path: Path) -> None:
+        for name in removed:
+            (path / name).unlink(missing_ok=True)
+        for name, lines in kept.items():
+            if lines is not None and (path / name).exists():
+                (path / name).write_text("".join(line + "\n" for line in lines_of(path / name)[:lines]))
+
+    return named(damage, f"removed_{sorted(removed)}_kept_lines_{kept}")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(damage=damaged_run())
+@example(damage=named(lambda path: ([(path / n).unlink() for n in ("summary.json", "model.pt")],
+                                    (path / "metrics.jsonl").write_text("")), "the_issue_s_empty_metrics"))
+def test_a_refused_resume_changes_nothing_whatever_the_damage(
+    finished: Path, damage: Callable[[Path], None], capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 47, item 5: `run --resume` of a run whose metrics.jsonl was emptied (summary and model removed) wrote
+    row 6, model.pt and a finished summary, then refused ("round 1 is missing"). Whatever the damage, a resume either
+    finishes the run or refuses in one line with every byte of the folder as it was."""
+    with workspace(finished) as (path, root):
+        damage(path)
+        before = snapshot(root)
+        capsys.readouterr()
+        status = main(["run", "--resume", str(path), "--no-progress"])
+        err = capsys.readouterr().err
+        event(f"exit status {status}")
+        if status != 0:
+            lines = [line for line in err.splitlines() if line.startswith("error: ")]
+            assert status == 2 and len(lines) == 1, err[-2000:]
+            assert snapshot(root) == before, lines[0]
+
+
+def test_a_fifo_given_as_the_png_is_one_line_never_a_hang(finished: Path, capsys: pytest.CaptureFixture) -> None:
+    """`plot -o` reads the first bytes of a file it would replace (is it a PNG?): a FIFO there is refused unopened."""
+    with workspace(finished) as (path, root), alarm(30):
+        os.mkfifo(root / "cwd" / "curves.png")
+        line = refused(reader("plot", path), root, capsys)
+    assert "curves.png is not a plain file" in line, line

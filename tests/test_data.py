@@ -452,3 +452,35 @@ def test_dataset_validation() -> None:
         Dataset("own", x, torch.zeros(3, dtype=torch.int64), x, torch.zeros(4, dtype=torch.int64), 2, (3,))
     ds = Dataset("own", x, torch.zeros(4, dtype=torch.int64), x, torch.zeros(4, dtype=torch.int64), 2, (3,))
     assert ds.num_train == 4
+
+
+def test_a_gzip_bomb_as_an_idx_file_is_one_line_in_bounded_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47, item 4: an IDX file is gunzipped at most MAX_IDX_BYTES far (lowered to 1 MB here: 64 MB of
+    zeros, 64 kB gzipped, would otherwise all be taken)."""
+    import gzip
+    import tracemalloc
+
+    from fedaccel.data import idx
+
+    monkeypatch.setattr(idx, "MAX_IDX_BYTES", 1 << 20)
+    f = tmp_path / "train-images-idx3-ubyte.gz"
+    f.write_bytes(gzip.compress(b"\0" * (64 << 20), compresslevel=1))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="more than 1,048,576 bytes once gunzipped") as refused:
+            read_idx(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20 and "\n" not in str(refused.value)
+
+
+def test_a_cifar_archive_member_larger_than_any_batch_is_refused_before_it_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedaccel.data import cifar
+
+    monkeypatch.setattr(cifar, "MAX_MEMBER_BYTES", 1 << 20)
+    files = {**cifar_files(), "data_batch_1": b"\0" * (2 << 20)}
+    tgz = write_tarball(tmp_path / "cifar-10-python.tar.gz", "cifar-10-batches-py", files)
+    with pytest.raises(DataError, match="data_batch_1 is 2,097,152 bytes, more than any CIFAR batch"):
+        load_dataset("cifar10", tgz)

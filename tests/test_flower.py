@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from flwr.app import Array, ArrayRecord, Context, Message  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from fedaccel.algorithms.base import ClientContext  # noqa: E402
-from fedaccel.engine.round import init_state, round_info, train_client  # noqa: E402
+from fedaccel.engine.round import init_state, round_info, run_round, train_client  # noqa: E402
 from fedaccel.flower import client as fedaccel_client  # noqa: E402
 from fedaccel.flower.deploy import descendants  # noqa: E402
 from fedaccel.flower.simulation import simulate  # noqa: E402
@@ -80,9 +81,8 @@ def test_flower_simulation_gives_the_in_process_numbers(case: str, tmp_path: Pat
     assert ray.is_initialized() and warm_ray._ours(), "the local Ray should stay up for the next simulation"
 
 
-def broken_app() -> ClientApp:
-    """Client 1 uploads NaNs, client 2 an update of the wrong shape, client 3 JSON nested 100,000 deep,
-    client 4 a tensor in its diagnostics; client 0 is honest."""
+def rewriting_app(change: Callable[[int, Message], None]) -> ClientApp:
+    """The fedaccel ClientApp, with ``change(client, reply)`` applied to every training reply."""
     app = ClientApp()
 
     @app.query("hello")
@@ -92,7 +92,17 @@ def broken_app() -> ClientApp:
     @app.train()
     def train(message: Message, context: Context) -> Message:
         reply = fedaccel_client.train(message, context)
-        client = int(context.node_config["partition-id"])
+        change(int(context.node_config["partition-id"]), reply)
+        return reply
+
+    return app
+
+
+def broken_app() -> ClientApp:
+    """Client 1 uploads NaNs, client 2 an update of the wrong shape, client 3 JSON nested 100,000 deep,
+    client 4 a tensor in its diagnostics; client 0 is honest."""
+
+    def change(client: int, reply: Message) -> None:
         upload = unpack(reply.content, prefix=fedaccel_client.UPDATE)
         if client == 1:
             upload["delta"] = torch.full_like(upload["delta"], float("nan"))
@@ -103,9 +113,8 @@ def broken_app() -> ClientApp:
         pack(upload, into=reply.content, prefix=fedaccel_client.UPDATE)
         if client == 3:
             reply.content[fedaccel_client.UPDATE + "packed"]["json"] = "[" * 100_000 + "]" * 100_000
-        return reply
 
-    return app
+    return rewriting_app(change)
 
 
 @pytest.mark.slow
@@ -131,6 +140,42 @@ def test_broken_updates_are_rejected_with_a_reason_and_never_aggregated(tmp_path
     _, update = train_client(setup.algorithm, ctx, w0, state.server, state.clients[0], setup.federation)
     w1 = torch.load(path / "model.pt")["w"]
     torch.testing.assert_close(w1, w0 - update.delta, atol=1e-6, rtol=0)
+
+
+def huge_app() -> ClientApp:
+    """Client 1 uploads a finite delta of 3e38 per coordinate, of the right shape and dtype; the others are honest."""
+
+    def change(client: int, reply: Message) -> None:
+        if client == 1:
+            upload = unpack(reply.content, prefix=fedaccel_client.UPDATE)
+            upload["delta"] = torch.full_like(upload["delta"], 3e38)
+            pack(upload, into=reply.content, prefix=fedaccel_client.UPDATE)
+
+    return rewriting_app(change)
+
+
+@pytest.mark.slow
+def test_one_client_sending_3e38_cannot_stop_a_simulation(tmp_path: Path) -> None:
+    """Issue 47, item 7: the aggregate overflowed and the run ended at round 1 ("the run diverged"). Now the
+    upload is rejected by the norm bound every round, counted in the row, and the run finishes all rounds with
+    the model the others' updates make (the in-process rounds without client 1)."""
+    import cloudpickle
+    from test_gate import WithoutClient
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
+    config = load_config(None, [*TINY, "algorithm=fedavg", "run.runtime=flower-simulation"])
+    path = simulate(config, tmp_path / "huge", client_app=huge_app())
+    trained = rows(path)[1:]
+    assert [row["round"] for row in trained] == [1, 2, 3] and json.loads((path / "summary.json").read_text())["finished"]
+    for row in trained:
+        assert row["uploaded"] == 2 and row["rejected"] == 1 and np.isfinite(row["test_loss"]), row
+        assert set(row["diag"]["rejected"]) == {"1"} and "run.norm_ceiling" in row["diag"]["rejected"]["1"]
+    setup = build_setup(config)
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+    for _ in range(3):
+        state, _ = run_round(setup.algorithm, state, setup.federation, fraction=setup.fraction, schedule=setup.schedule,
+                             runtime=WithoutClient(setup.algorithm, setup.federation, state.clients))
+    torch.testing.assert_close(torch.load(path / "model.pt")["w"], state.w, atol=1e-5, rtol=0)
 
 
 def test_wire_round_trip_and_refusals() -> None:  # the gate: tests/test_gate.py

@@ -13,7 +13,9 @@ import dataclasses
 import functools
 import json
 import math
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,8 @@ from fedaccel.flower.gate import (  # noqa: E402
     check_plan,
     check_upload,
     expected_reply,
+    norm_faults,
+    overflowing,
     read_reply,
 )
 from fedaccel.flower.server import REASON_LIMIT, FlowerClients, one_line  # noqa: E402
@@ -446,7 +450,17 @@ HOSTILE: dict[str, tuple[str, str, Callable[[str, RecordDict], None], str]] = {
                         "update is float64, expected float32"),
     "a plan of the wrong shape": ("fedgsnr-scaffold", "train.plan", rewrite(lambda p: p.update(var=torch.zeros(3))),
                                   "plan 'var' of shape (3,)"),
+    # issue 47, item 7: finite, of the right shape and dtype, and beyond the norm bound (3e38 ended the run)
+    "a delta of 3e38 per coordinate": ("fedavg", "train", rewrite(lambda u: u["delta"].fill_(3e38)),
+                                       "above run.norm_ceiling = 1e+06"),
+    "a delta of 1e30 per coordinate": ("fednova", "train", rewrite(lambda u: u["delta"].fill_(1e30)),
+                                       "above run.norm_ceiling"),
+    "SCAFFOLD extras of 3e38": ("scaffold", "train", rewrite(lambda u: u["extras"]["dc"].fill_(3e38)),
+                                "above run.norm_ceiling"),
+    "a delta 1000 times the others' (no ceiling)": (
+        "fedavg", "train", rewrite(lambda u: u["delta"].mul_(1000)), "more than run.norm_ratio = 100 times the median"),
 }
+SETTINGS = {"a delta 1000 times the others' (no ceiling)": ["run.norm_ceiling=null"]}
 
 
 class WithoutClient(InProcessClients):
@@ -474,32 +488,59 @@ def tensors_in(value: Any) -> Iterator[torch.Tensor]:
             yield from tensors_in(getattr(value, f.name))
 
 
+def flower_round(setup: Setup, grid: LoopbackGrid, start: Any) -> Any:
+    """Round 1 of ``setup`` from ``start`` through the server's code path over ``grid``: (state, report)."""
+    import yaml
+
+    text = yaml.safe_dump(setup.config.to_dict(), sort_keys=True)
+    for node, context in enumerate(grid.contexts):  # the hello a deployment sends first
+        hello = Message(RecordDict({"config": ConfigRecord({"yaml": text, "round": 0})}), node, "query.hello")
+        grid.push_messages([hello])
+        fedaccel_client.hello(hello, context)
+    federation = setup.federation
+    runtime = FlowerClients(grid, setup, {k: k for k in range(federation.n_clients)}, timeout=60.0)  # type: ignore[arg-type]
+    return run_round(setup.algorithm, start, federation, fraction=1.0, runtime=runtime)
+
+
+class Repeating(LoopbackGrid):
+    """Client 1's reply delivered 8 times in one pull (a SuperLink or a client replaying it)."""
+
+    def pull_messages(self, ids: set[str]) -> list[Message]:
+        replies = super().pull_messages(ids)
+        return [copy for reply in replies for copy in ([reply] * 8 if reply.metadata.src_node_id == 1 else [reply])]
+
+
+def test_a_reply_delivered_eight_times_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    setup = build_setup(load_config(None, [*TINY, "algorithm=fedavg"]))
+    federation = setup.federation
+    start = init_state(setup.algorithm, federation.model.theta, federation.n_clients)
+    state, report = flower_round(setup, Repeating(federation.n_clients, lambda kind, content: None), start)
+    expected, _ = run_round(setup.algorithm, start, federation, fraction=1.0,
+                            runtime=InProcessClients(setup.algorithm, federation, start.clients))
+    assert report.uploaded == federation.n_clients and "rejected" not in report.diag
+    torch.testing.assert_close(state.w, expected.w, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_round_with_one_hostile_client_completes_with_the_others(
     case: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import yaml
     from flwr.supercore.task_identity import TaskIdentity
 
     for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process has
         monkeypatch.setattr(TaskIdentity, name, 1)
 
     algorithm, phase, hostile, says = HOSTILE[case]
-    config = load_config(None, [*TINY, f"algorithm={algorithm}"])
-    setup = build_setup(config)
+    setup = build_setup(load_config(None, [*TINY, f"algorithm={algorithm}", *SETTINGS.get(case, [])]))
     federation, alg = setup.federation, setup.algorithm
     prefix = PLAN if phase == "train.plan" else UPDATE
     grid = LoopbackGrid(federation.n_clients, lambda kind, content: hostile(prefix, content) if kind == phase else None)
-    text = yaml.safe_dump(config.to_dict(), sort_keys=True)
-    for node, context in enumerate(grid.contexts):  # the hello a deployment sends first
-        hello = Message(RecordDict({"config": ConfigRecord({"yaml": text, "round": 0})}), node, "query.hello")
-        grid.push_messages([hello])
-        fedaccel_client.hello(hello, context)
-    nodes = {k: k for k in range(federation.n_clients)}
-    runtime = FlowerClients(grid, setup, nodes, timeout=60.0)  # type: ignore[arg-type]
     start = init_state(alg, federation.model.theta, federation.n_clients)
-
-    state, report = run_round(alg, start, federation, fraction=1.0, runtime=runtime)
+    state, report = flower_round(setup, grid, start)
 
     assert report.diag["rejected"].keys() == {"1"} and says in report.diag["rejected"]["1"]
     assert f"rejected the answer of client 1: {report.diag['rejected']['1']}" in capsys.readouterr().err
@@ -513,3 +554,66 @@ def test_a_round_with_one_hostile_client_completes_with_the_others(
     for got, want in zip(tensors_in(state.server), tensors_in(expected_state.server), strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     json.dumps(report.diag)  # what the run writes: plain JSON
+
+
+def _diag_value() -> st.SearchStrategy[Any]:
+    """What a client may put under a diagnostic name: plain values and lists of them, near the readers' limits."""
+    plain = st.one_of(st.none(), st.booleans(), st.integers(-MAX_INT, MAX_INT), st.integers(-3, 12),
+                      st.floats(allow_nan=True), st.text(max_size=MAX_TEXT + 1))
+    return st.one_of(plain, st.lists(plain, max_size=5), st.lists(st.integers(-2, 10_000_001), max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["tau", "selected", "distance", "gsnr", "n", "steps", "alpha", "x"]),
+                       _diag_value(), max_size=4))
+def test_what_the_gate_takes_every_reader_takes(diag: dict[str, Any]) -> None:
+    """Issue 47, item 1: diagnostics the gate takes are written as the run writes them and read back by the
+    readers' check without a refusal; diagnostics the readers refuse were rejected by the gate."""
+    from fedaccel.errors import UserError
+    from fedaccel.runs.loop import _write
+    from fedaccel.runs.rows import read_diagnostics_rows
+
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "diagnostics.jsonl"
+        with open(file, "w", encoding="utf-8") as out:
+            _write(out, {"round": 1, "clients": {"0": diag}})
+        try:
+            read_diagnostics_rows(file, last_round=2)
+            read = True
+        except UserError:
+            read = False
+    assert read or check_diag(diag) is not None  # the gate takes => the readers take; they refuse => it rejected
+
+
+@pytest.mark.parametrize("diag", [{"tau": "x"}, {"selected": [-1]}, {"distance": "far"}, {"tau": 2**63 - 1},
+                                  {"selected": [0, True]}, {"gsnr": [1.0]}])
+def test_the_issue_s_diagnostics_that_readers_refuse_are_rejected_by_the_gate(diag: dict[str, Any]) -> None:
+    assert "not what fedaccel records there" in check_diag(diag)
+
+
+@settings(max_examples=200, deadline=None)
+@given(norms=st.dictionaries(st.integers(0, 20), st.floats(0, 1e40) | st.sampled_from([0.0, 1.0]), max_size=8),
+       ratio=st.none() | st.floats(1, 1000), ceiling=st.none() | st.floats(1e-3, 1e39))
+def test_a_norm_is_out_of_bounds_exactly_when_the_plain_definition_says(
+        norms: dict[int, float], ratio: float | None, ceiling: float | None) -> None:
+    """norm_faults against the definition computed the slow way: above the ceiling, or above ratio times the
+    median of the others' norms (statistics.median of the list without the client), where that median is > 0."""
+    import statistics
+
+    faults = norm_faults(norms, ratio, ceiling)
+    for client, norm in norms.items():
+        others = [n for c, n in norms.items() if c != client]
+        median = statistics.median(others) if others else 0.0
+        out = (ceiling is not None and norm > ceiling) or (ratio is not None and median > 0 and norm > ratio * median)
+        assert (client in faults) == out, (client, norm, median, faults.get(client))
+
+
+def test_an_aggregate_that_would_overflow_drops_the_largest_uploads_until_it_is_finite() -> None:
+    """Bounds set off (null): two uploads of 3e38 sum to infinity in float32; the largest is left out, and the rest
+    (whose magnitudes sum finitely, so any weighted mean of them is finite) is aggregated."""
+    honest = [torch.full((4,), 0.5)]
+    uploads = {0: honest, 1: [torch.full((4,), 3e38)], 2: [torch.full((4,), 3.1e38)]}
+    norms = {client: float(torch.linalg.vector_norm(parts[0], dtype=torch.float64)) for client, parts in uploads.items()}
+    assert overflowing(uploads, norms) == [2]
+    assert overflowing({0: honest, 1: [torch.full((4,), 3e38)]}, norms) == []
+    assert overflowing({}, {}) == []

@@ -414,3 +414,35 @@ def test_the_disk_full_line_names_the_data_folders_free_space(tmp_path: Path, mo
     line = one_line(capsys)
     assert f"writing {folder / 'train-images-idx3-ubyte.gz.part'} failed" in line and "MB free there" in line
     assert asked == [folder]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "socket", "device", "link", "link to a fifo"])
+def test_open_regular_refuses_anything_but_a_plain_file_in_one_line_without_blocking(tmp_path: Path, kind: str) -> None:
+    """Issue 47, item 2: the one opener of files fedaccel reads takes plain files only, and a FIFO never blocks it."""
+    import socket
+
+    from fedaccel.disk import NotAFile, open_regular, read_regular
+
+    path = tmp_path / "summary.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    elif kind == "device":
+        path = Path(os.devnull)
+    elif kind == "link":
+        (tmp_path / "notes.txt").write_text("{}")
+        path.symlink_to(tmp_path / "notes.txt")
+    else:
+        os.mkfifo(tmp_path / "pipe")
+        path.symlink_to(tmp_path / "pipe")
+    with pytest.raises(NotAFile) as refused:
+        open_regular(path, follow=kind == "link to a fifo")
+    assert str(path) in str(refused.value) and "\n" not in str(refused.value)
+    if kind == "link":
+        assert read_regular(path, follow=True) == b"{}"  # a user's own config may be a link: followed when asked
+    (tmp_path / "plain").write_bytes(b"data")
+    assert read_regular(tmp_path / "plain") == b"data"

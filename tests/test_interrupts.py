@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -245,19 +246,75 @@ def test_a_full_disk_under_the_rows_names_the_file_and_its_own_free_space(
     import errno
     import shutil
 
-    import fedaccel.runs.loop as loop
-
     asked: list[Path] = []
-    real_usage, real_open = shutil.disk_usage, loop.open_no_link
+    import fedaccel.disk as disk
+
+    real_usage, real_open = shutil.disk_usage, disk.open_no_link
 
     class Full(_DiesHalfway):  # the file's other attributes (its name) as they are
         def write(self, data: str) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")  # as os.write says it: no file name
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: asked.append(Path(path)) or real_usage(path))
-    monkeypatch.setattr(loop, "open_no_link", lambda path, *a, **k: Full(real_open(path, *a, **k)))
+    monkeypatch.setattr(disk, "open_no_link", lambda path, *a, **k: Full(real_open(path, *a, **k)))
     out = tmp_path / "run"
     assert main(["run", "--out", str(out), *(w for item in [*SMALL, "train.rounds=2"] for w in ("--set", item))]) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"writing {out / 'metrics.jsonl'} failed (" in line and "MB free there" in line, line
     assert asked == [out]
+
+
+@pytest.fixture
+def small_disk(tmpfs: Callable[[str], Path]) -> Path:
+    """A tmpfs of 8 kB (where this machine lets the test mount one: root)."""
+    return tmpfs("8k")
+
+
+@pytest.mark.parametrize("writer", ["run", "plot", "pack"])
+def test_the_disk_full_line_names_the_free_space_of_the_disk_that_filled(
+        writer: str, small_disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 47, item 6: a run on an 8 kB tmpfs said "74956 MB free there", the working folder's space (closing
+    metrics.jsonl failed again after the full write, with no file name, and that error replaced the first). Every
+    writer's line names a file on the small disk and its space (0 MB), for rows and checkpoints, figures and packs."""
+    argv = ["run", *(w for item in [*SMALL, "train.rounds=2", "run.checkpoint_every=1"] for w in ("--set", item))]
+    if writer == "run":
+        argv += ["--out", str(small_disk / "run")]
+    else:
+        assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+        with open(small_disk / "filler", "wb", buffering=0) as filler, pytest.raises(OSError):
+            while True:  # the disk full to its last byte
+                filler.write(b"\0" * 512)
+    if writer == "plot":
+        argv = ["plot", str(tmp_path / "run"), "-o", str(small_disk / "curves.png")]
+    elif writer == "pack":
+        from fedaccel.reproductions.snapshot import pack
+
+        with pytest.raises(OSError) as full:
+            pack([tmp_path / "run"], small_disk / "p.jsonl.xz")
+        assert full.value.filename == str(small_disk / "p.jsonl.xz")
+        return
+    capsys.readouterr()
+    assert main(argv) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"writing {small_disk}/" in line and "(0 MB free there)" in line, line
+
+
+def test_appending_keeps_the_first_error_and_names_its_file_on_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same without a small disk: a close that fails again after a failed write does not replace the write's
+    error, and a close that alone fails names the file."""
+    import errno
+
+    import fedaccel.disk as disk
+
+    class FailsToClose:
+        def close(self) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")  # a flush at close: no file name
+
+    monkeypatch.setattr(disk, "open_no_link", lambda path, *a, **k: FailsToClose())
+    with pytest.raises(OSError) as first, disk.appending(tmp_path / "metrics.jsonl"):
+        raise OSError(errno.ENOSPC, "No space left on device", "the write's own file")
+    assert first.value.filename == "the write's own file"
+    with pytest.raises(OSError) as closing, disk.appending(tmp_path / "metrics.jsonl"):
+        pass
+    assert closing.value.filename == str(tmp_path / "metrics.jsonl")

@@ -77,6 +77,88 @@ def test_a_packed_cell_name_that_leaves_the_folder_is_refused(cell: str, tmp_pat
     assert sorted(p.name for p in tmp.rglob("*")) == ["p.jsonl.xz"]
 
 
+GOOD = {"cell": "a", "config": {"algorithm": {"name": "fedavg"}}, "metrics": [{"round": 1, "test_acc": 0.5}],
+        "diagnostics": [{"round": 1, "clients": {"0": {"tau": 3}}}]}
+
+
+def _packed(tmp: Path, lines: list[str] | bytes) -> Path:
+    """``lines`` packed as :func:`pack` does, or ``bytes`` of an xz file as they are."""
+    (tmp / "p.jsonl.xz").write_bytes(lines if isinstance(lines, bytes) else lzma.compress("\n".join(lines).encode()))
+    return tmp / "p.jsonl.xz"
+
+
+@st.composite
+def hostile_pack(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A packed grid with one fault of the issue's kinds: nesting too deep, a field of the wrong type (a
+    non-list ``metrics``), a row readers refuse, too many cells; returned with words the refusal says."""
+    kind = draw(st.sampled_from(["deep", "type", "row", "cells"]))
+    if kind == "deep":
+        depth = draw(st.integers(40, 100_000))
+        where = draw(st.sampled_from(["config", "metrics", "top"]))
+        deep = "[" * depth + "]" * depth
+        line = deep if where == "top" else json.dumps({**GOOD, where: "@"}).replace('"@"', deep)
+        return "nested deeper", [line]
+    if kind == "type":
+        key = draw(st.sampled_from(["metrics", "config", "diagnostics", "cell", "summary"]))
+        allowed = {"metrics": list, "config": dict, "diagnostics": (list, type(None)), "cell": str, "summary": dict}[key]
+        value = draw(st.sampled_from([{"a": 1}, "", 3, None, [1], True]).filter(
+            lambda v: not isinstance(v, allowed) or v == ""))
+        return "not a packed grid", [json.dumps({**GOOD, key: value})]
+    if kind == "row":
+        words, rows = draw(st.sampled_from([("no integer 'round'", [{"round": "1"}]), ("expected a JSON object", [3]),
+                                            ("after round 2", [{"round": 2}, {"round": 1}]),
+                                            ("no integer 'round'", [{"test_acc": 1}])]))
+        if draw(st.booleans()):
+            return words, [json.dumps({**GOOD, draw(st.sampled_from(["metrics", "diagnostics"])): rows})]
+        return "not what fedaccel writes there", [json.dumps({**GOOD, "diagnostics": [
+            {"round": 1, "clients": {"0": {"tau": draw(st.sampled_from(["x", -1, 2**63 - 1]))}}}]})]
+    return "more than 5", [json.dumps({**GOOD, "cell": f"c{k}"}) for k in range(draw(st.integers(6, 40)))]
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=hostile_pack())
+def test_a_hostile_packed_grid_is_one_line_and_unpacks_nothing(
+        case: tuple[str, list[str]], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue 47, item 4: deep JSON was a RecursionError, a non-list ``metrics`` an AttributeError, 100,000 cells
+    made 100,000 folders; each is now one line before a folder is made (here the cell limit is 5)."""
+    words, lines = case
+    tmp = tmp_path_factory.mktemp("pack")
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(UserError) as refused:
+        patch.setenv("FEDACCEL_MAX_CELLS", "5")
+        unpack(_packed(tmp, lines), tmp / "out")
+    message = str(refused.value)
+    assert "\n" not in message and len(message) < 600 and words in message, message
+    assert not (tmp / "out").exists()
+
+
+def test_a_good_packed_grid_still_unpacks(tmp_path: Path) -> None:
+    (run_dir,) = unpack(_packed(tmp_path, [json.dumps(GOOD)]), tmp_path / "out")
+    assert load_run(run_dir).metrics[0]["test_acc"] == 0.5
+
+
+def test_an_xz_bomb_is_refused_while_decompressing_in_bounded_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 386 kB xz file took 2 GB and ended in a MemoryError: the bytes are counted as they are decompressed (the
+    bound lowered to 4 MB here so that the bomb is small: 64 MB of one byte, about 10 kB packed)."""
+    import tracemalloc
+
+    from fedaccel.reproductions import snapshot
+
+    monkeypatch.setattr(snapshot, "MAX_UNPACKED", 4 << 20)
+    compressor = lzma.LZMACompressor(preset=1)
+    bomb = b"".join([compressor.compress(b"[" * (1 << 20)) for _ in range(64)] + [compressor.flush()])
+    assert len(bomb) < 50_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError, match="decompresses to more than 4,194,304 bytes"):
+            unpack(_packed(tmp_path, bomb), tmp_path / "out")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    assert not (tmp_path / "out").exists()
+
+
 def _selection_run(folder: Path, with_tau: bool = True, lift: float = 0.0) -> Path:
     """A BHerd-like run ``folder/r`` of 3 rounds and 2 clients with tau = 5 local steps."""
     rows = []

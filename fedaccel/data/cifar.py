@@ -163,6 +163,9 @@ def _folder_reader(folder: Path) -> Callable[[str], tuple[bytes, str]]:
     return read
 
 
+MAX_MEMBER_BYTES = 256 << 20  # bytes of one batch file read from an archive (CIFAR-100's train: 154 MB)
+
+
 def _read_archive(archive: Path, wanted: tuple[str, ...]) -> dict[str, bytes]:
     """Contents of the members of ``archive`` whose base names are in ``wanted``."""
     found: dict[str, bytes] = {}
@@ -171,6 +174,9 @@ def _read_archive(archive: Path, wanted: tuple[str, ...]) -> dict[str, bytes]:
             for member in tar:
                 base = member.name.rsplit("/", 1)[-1]
                 if member.isfile() and base in wanted and base not in found:
+                    if member.size > MAX_MEMBER_BYTES:  # read into memory: a crafted size is refused before
+                        raise DataError(f"{archive}: member {base} is {member.size:,} bytes, more than any CIFAR "
+                                        f"batch ({MAX_MEMBER_BYTES:,}); it is not the dataset, copy it again")
                     f = tar.extractfile(member)
                     assert f is not None  # regular files always have a payload
                     found[base] = f.read()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedaccel.disk import write_atomic
+from fedaccel.disk import open_regular, write_atomic
 from fedaccel.errors import DataError
 
 __all__ = [
@@ -43,13 +43,19 @@ _DTYPES: dict[int, np.dtype] = {
 _CODES: dict[str, int] = {"u1": 0x08, "i1": 0x09, "i2": 0x0B, "i4": 0x0C, "f4": 0x0D, "f8": 0x0E}
 
 
+MAX_IDX_BYTES = 1 << 30  # bytes of one IDX file, gunzipped (EMNIST byclass's training images: 547 MB)
+
+
 def read_bytes(path: Path) -> bytes:
-    """Whole content of ``path``, gunzipped when the name ends in ``.gz``; damage -> DataError."""
+    """Whole content of ``path`` (a plain file), gunzipped when the name ends in ``.gz``; damage -> DataError. At
+    most :data:`MAX_IDX_BYTES` are decompressed: a gzip bomb is one line, not all of memory."""
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        return path.read_bytes()
+        with open_regular(path, follow=True) as raw, (gzip.open(raw, "rb") if path.suffix == ".gz" else raw) as f:
+            data = f.read(MAX_IDX_BYTES + 1)
+        if len(data) > MAX_IDX_BYTES:
+            raise DataError(f"{path}: more than {MAX_IDX_BYTES:,} bytes{' once gunzipped' * (path.suffix == '.gz')}, "
+                            "more than any IDX dataset file; delete it and copy it again")
+        return data
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; put the dataset file there") from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:

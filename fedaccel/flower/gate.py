@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,7 +30,9 @@ from torch import Tensor
 
 from fedaccel.algorithms.base import ClientContext
 from fedaccel.engine.round import round_info, train_client
+from fedaccel.errors import shown
 from fedaccel.flower.wire import ARRAYS, PACKED, BadMessage, packed_in, unpack
+from fedaccel.runs.rows import client_value_fits
 
 if TYPE_CHECKING:
     from fedaccel.runs.setup import Setup
@@ -158,6 +162,57 @@ def check_tensor(name: str, value: Any, spec: Spec) -> str | None:
     return None
 
 
+def upload_norm(upload: Mapping[str, Any]) -> float:
+    """The Euclidean norm of an upload's delta and extras together (floating ones), in float64: a delta of 3e38
+    per coordinate has a finite norm here, so it can be compared with a bound."""
+    tensors = [upload["delta"], *upload["extras"].values()]
+    return math.sqrt(sum(float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2
+                         for t in tensors if t.is_floating_point()))
+
+
+def norm_faults(norms: Mapping[int, float], ratio: float | None, ceiling: float | None) -> dict[int, str]:
+    """The clients whose upload norm is beyond the bound, with the reason: above ``ceiling``, or above ``ratio``
+    times the median of the *other* uploads' norms this round (where that median is above 0). A client is
+    measured against the others, not against a median that holds its own norm: with two clients, the median of
+    both would rise with the hostile one's. One client's upload so cannot stop the run (its 3e38 made the
+    aggregate overflow); poisoning within the bound is robust aggregation's job (``algorithm.aggregate``)."""
+    faults: dict[int, str] = {}
+    ordered = sorted(norms.values())
+    for client, norm in norms.items():
+        if ceiling is not None and norm > ceiling:
+            faults[client] = f"update norm {norm:.3g} above run.norm_ceiling = {ceiling:g}"
+        elif ratio is not None and len(ordered) > 1:
+            median = _median_without(ordered, norm)
+            if median > 0 and norm > ratio * median:
+                faults[client] = (f"update norm {norm:.3g}, more than run.norm_ratio = {ratio:g} times the median "
+                                  f"of the round's other uploads ({median:.3g})")
+    return faults
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of the sorted ``ordered`` with one occurrence of ``value`` left out (in O(log n))."""
+    k = bisect.bisect_left(ordered, value)
+
+    def at(i: int) -> float:  # the i-th of the list without position k
+        return ordered[i if i < k else i + 1]
+
+    m = len(ordered) - 1
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def overflowing(tensors: Mapping[int, list[Tensor]], norms: Mapping[int, float]) -> list[int]:
+    """The clients to leave out so that the sum of the other uploads' magnitudes is finite, tensor by tensor (so any
+    weighted mean of them is, which is what the aggregators take), largest ``norms`` first; [] when it is already.
+    The last guard, for bounds set off (null): no round's aggregate overflows because of one upload."""
+    dropped: list[int] = []
+    for client in sorted(tensors, key=lambda c: norms[c], reverse=True):
+        kept = [parts for c, parts in tensors.items() if c not in dropped]
+        if all(all_finite(sum(t.abs() for t in same)) for same in zip(*kept)):
+            break
+        dropped.append(client)
+    return dropped
+
+
 def all_finite(value: Tensor) -> bool:
     """Whether every element of ``value`` is finite. A finite sum proves it (a NaN or an infinity
     makes the sum NaN or infinite), at a sixth of the cost of ``isfinite(value).all()`` on a CPU
@@ -171,7 +226,9 @@ def all_finite(value: Tensor) -> bool:
 def check_diag(diag: Any) -> str | None:
     """Why a client's diagnostics cannot be recorded, or None: they must be a dict of at most
     :data:`MAX_DIAG_KEYS` short string names, each a plain value (None, a bool, an int, a float,
-    finite or not, a short string) or a list of such."""
+    finite or not, a short string) or a list of such, and what the run folder's readers take under
+    that name (:func:`fedaccel.runs.rows.client_value_fits`: ``tau`` a step count, ``selected`` step
+    indices, scores numbers): a reply the gate takes never leaves a folder they refuse."""
     if type(diag) is not dict:
         return f"diagnostics are a {type(diag).__name__}, not a dict"
     if len(diag) > MAX_DIAG_KEYS:
@@ -184,6 +241,8 @@ def check_diag(diag: Any) -> str | None:
             return f"diagnostic {name!r} holds {len(values)} values, at most {MAX_DIAG_VALUES}"
         if not all(map(_plain, values)):
             return f"diagnostic {name!r} holds what is no plain number or short string"
+        if not client_value_fits(name, value):  # what fedaccel's readers refuse in a run folder
+            return f"diagnostic {name!r} is {shown(value, 60)}, not what fedaccel records there"
     return None
 
 

@@ -43,7 +43,16 @@ from fedaccel.flower.client import (
     train_content,
 )
 from fedaccel.flower.dispatch import PUSHED, REPLIED
-from fedaccel.flower.gate import ReplyShape, check_plan, check_upload, expected_reply, read_reply
+from fedaccel.flower.gate import (
+    ReplyShape,
+    check_plan,
+    check_upload,
+    expected_reply,
+    norm_faults,
+    overflowing,
+    read_reply,
+    upload_norm,
+)
 from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config
@@ -133,7 +142,7 @@ class FlowerClients:
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
         answers, diag = self._exchange("train", contexts, w, server)
-        updates = []
+        uploads: dict[int, dict[str, Any]] = {}
         for ctx in contexts:
             reply = answers.get(ctx.client)
             if reply is None or not ctx.uploads:
@@ -145,11 +154,32 @@ class FlowerClients:
                 fault = str(exc)
             if fault:
                 self._reject(diag, ctx.client, fault, ctx.info.round)
-                continue
-            weight = float(self.setup.federation.weights[ctx.client])  # the server's, not the client's word
-            delta, extras, diag_in = upload["delta"], upload["extras"], upload["diag"]
-            updates.append(ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag_in))
+            else:
+                uploads[ctx.client] = upload
+        round_ = contexts[0].info.round if contexts else 0
+        for client, fault in self._out_of_bounds(uploads).items():
+            self._reject(diag, client, fault, round_)
+            del uploads[client]
+        updates = []
+        for ctx in contexts:
+            if (upload := uploads.get(ctx.client)) is not None:
+                weight = float(self.setup.federation.weights[ctx.client])  # the server's, not the client's word
+                updates.append(ClientUpdate(ctx.client, weight, ctx.steps, upload["delta"], upload["extras"],
+                                            upload["diag"]))
         return updates, diag
+
+    def _out_of_bounds(self, uploads: dict[int, dict[str, Any]]) -> dict[int, str]:
+        """The uploads that passed the gate but must not be aggregated, with the reason: a norm beyond
+        ``run.norm_ratio`` times the others' median or ``run.norm_ceiling``, or, of what is left, those whose
+        magnitude would make the round's aggregate non-finite (the largest first)."""
+        run = self.setup.config.run
+        norms = {client: upload_norm(upload) for client, upload in uploads.items()}
+        faults = norm_faults(norms, run.norm_ratio, run.norm_ceiling)
+        left = {client: [t for t in (upload["delta"], *upload["extras"].values()) if t.is_floating_point()]
+                for client, upload in uploads.items() if client not in faults}
+        for client in overflowing(left, norms):
+            faults[client] = f"an update of norm {norms[client]:.3g} that would make the round's aggregate non-finite"
+        return faults
 
     @cached_property
     def expected(self) -> ReplyShape:

@@ -227,17 +227,23 @@ def _grid(path: Path, raw: dict[str, Any]) -> dict[str, list[Any]]:
 MAX_CELLS = 100_000  # cells a grid may have; FEDACCEL_MAX_CELLS sets another limit (the user's, never the file's)
 
 
-def check_cell_count(path: Path, grid: dict[str, list[Any]]) -> None:
-    """Refuse a grid of more cells than the limit before a single one is built: the count is the
-    product of the lists' lengths (a 528-byte file of 5 keys x 100 values is 10^10 cells). The
-    limit is ``FEDACCEL_MAX_CELLS`` if set, else :data:`MAX_CELLS`; an experiment file cannot raise it."""
-    import math
+def cell_limit() -> int:
+    """The most cells a grid (or a packed grid, :func:`fedaccel.reproductions.snapshot.unpack`) may have:
+    ``FEDACCEL_MAX_CELLS`` if set, else :data:`MAX_CELLS`. An environment variable, never a key of the file
+    being read, so a file cannot raise its own limit."""
     import os
 
     setting = os.environ.get("FEDACCEL_MAX_CELLS", "").strip()
     if setting and not setting.isdigit():
         raise ConfigError(f"FEDACCEL_MAX_CELLS must be a whole number of cells, not {shown(setting, 40)}")
-    limit = int(setting) if setting else MAX_CELLS
+    return int(setting) if setting else MAX_CELLS
+
+
+def check_cell_count(path: Path, grid: dict[str, list[Any]]) -> None:
+    """Refuse a grid of more cells than the limit before a single one is built: the count is the
+    product of the lists' lengths (a 528-byte file of 5 keys x 100 values is 10^10 cells). The
+    limit is ``FEDACCEL_MAX_CELLS`` if set, else :data:`MAX_CELLS`; an experiment file cannot raise it."""
+    limit = cell_limit()
     cells = math.prod(len(values) for values in grid.values())
     if cells > limit:
         sizes = " x ".join(f"{len(v):,}" for v in grid.values())

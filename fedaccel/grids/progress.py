@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from fedaccel.disk import NotAFile, open_regular
 from fedaccel.runs.progress import on_terminal
 from fedaccel.runs.rows import parse_json
 
@@ -172,12 +173,12 @@ class GridProgress:
 def last_round(run_dir: Path) -> int | None:
     """The round of the last complete line of ``run_dir/metrics.jsonl`` (None before the first)."""
     try:
-        with open(run_dir / "metrics.jsonl", "rb") as file:
+        with open_regular(run_dir / "metrics.jsonl") as file:  # a FIFO there: no round, never a hang
             file.seek(0, 2)
             size = file.tell()
             file.seek(max(0, size - 65536))
             tail = file.read().decode(errors="replace")
-    except OSError:
+    except (OSError, NotAFile):
         return None
     for line in reversed(tail.splitlines()[-3:] if tail.endswith("\n") else tail.splitlines()[-4:-1]):
         try:

@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedaccel.errors import UserError
+from fedaccel.disk import open_regular
+from fedaccel.errors import UserError, shown
 from fedaccel.runs.config import check_name
 from fedaccel.runs.files import write_atomic
+from fedaccel.runs.rows import json_reason, check_diagnostics, check_row, parse_json
 
 SUFFIX = ".jsonl.xz"
 DIVERGED = ("finished", "rounds", "diverged", "diverged_round")  # what a diverged run's record keeps of its summary
@@ -69,17 +71,15 @@ def pack(run_dirs: Sequence[str | Path], out: str | Path) -> bool:
 def unpack(file: str | Path, into: str | Path) -> list[Path]:
     """Rebuild the run folders stored in ``file`` under ``into`` (one per cell, in stored order).
 
-    ``into`` is scratch space (a temporary folder: the committed file is the durable copy), so the
-    files are written plainly, not fsynced one by one: a report reads hundreds of runs."""
+    The file may come from anyone (a pull request's reproduction data), so it is read within bounds before
+    anything is written (:func:`read_records`): a file that breaks one is one line, and ``into`` is left as it was.
+    ``into`` is scratch space (a temporary folder: the committed file is the durable copy), so the files are
+    written plainly, not fsynced one by one: a report reads hundreds of runs."""
+    records = read_records(Path(file))
     run_dirs = []
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
-    for line in _read(Path(file)).decode().splitlines():
-        record = json.loads(line)
-        cell = record.get("cell")
-        if not isinstance(cell, str) or not cell:
-            raise UserError(f"{file}: a record without a cell name; not a packed grid")
-        check_name(cell, f"{file}: cell")  # a crafted '../x' would write outside ``into``
-        run_dir = Path(into) / cell
+    for record in records:
+        run_dir = Path(into) / record["cell"]
         run_dir.mkdir(parents=True, exist_ok=True)
         diagnostics = record["diagnostics"]
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
@@ -94,17 +94,94 @@ def unpack(file: str | Path, into: str | Path) -> list[Path]:
     return run_dirs
 
 
+def read_records(file: Path) -> list[dict[str, Any]]:
+    """The records of a packed file, every bound checked before a folder is made: at most :data:`MAX_UNPACKED`
+    bytes once decompressed (counted while decompressing), at most the cell limit of a grid
+    (:func:`~fedaccel.grids.experiment.cell_limit`) lines, each line JSON within the run files' bounds (depth,
+    integer digits: :func:`~fedaccel.runs.rows.parse_json`), a record of the types :func:`pack` writes, its rows
+    what the run folder's readers take (:func:`~fedaccel.runs.rows.check_row`). Each fault is one line."""
+    from fedaccel.grids.experiment import cell_limit
+
+    try:
+        text = _read(file).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{file}: not UTF-8 text once decompressed (byte {exc.start})") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > (limit := cell_limit()):
+        raise UserError(f"{file}: {len(lines):,} cells, more than {limit:,}: not unpacked (FEDACCEL_MAX_CELLS sets "
+                        "another limit)")
+    records, cells = [], set()
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = parse_json(line)
+        except ValueError as exc:
+            raise UserError(f"{file}: record {number}: not valid JSON within bounds ({json_reason(exc)})") from None
+        fault = _record_fault(record)
+        if fault:
+            raise UserError(f"{file}: record {number}: {fault}; not a packed grid fedaccel wrote")
+        check_name(record["cell"], f"{file}: cell")  # a crafted '../x' would write outside ``into``
+        if record["cell"] in cells:
+            raise UserError(f"{file}: record {number}: cell {record['cell']!r} again; not a packed grid fedaccel wrote")
+        cells.add(record["cell"])
+        where = file / record["cell"]
+        for name, rows in (("metrics", record["metrics"]), ("diagnostics", record["diagnostics"] or [])):
+            for k, row in enumerate(rows):
+                check_row(where / name, k + 1, row, rows[k - 1]["round"] if k else None, None)
+                if name == "diagnostics":
+                    check_diagnostics(where / name, row)
+        records.append(record)
+    return records
+
+
+def _record_fault(record: Any) -> str | None:
+    """What in ``record`` is not of the type :func:`pack` writes, or None."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not an object"
+    if not isinstance(record.get("cell"), str) or not record["cell"]:
+        return "no cell name"
+    kinds = {"config": (dict,), "metrics": (list,), "diagnostics": (list, type(None))}
+    for key, kind in kinds.items():
+        if not isinstance(record.get(key, 0), kind):
+            return f"{key} is {shown(record.get(key, 'missing'), 40)}, not a {kind[0].__name__}"
+    if not isinstance(record.get("summary", {}), dict) or not isinstance(record.get("metrics_verbatim", False), bool):
+        return "summary or metrics_verbatim of the wrong type"
+    return None
+
+
 def _with_diag(metrics: list[dict], diagnostics: list[dict] | None) -> list[dict]:
     """Metrics rows with the runner's ``diag``: the round's diagnostics row, where there is one."""
     by_round = {row["round"]: {k: v for k, v in row.items() if k != "round"} for row in diagnostics or []}
     return [{**row, "diag": by_round[row["round"]]} if row.get("round") in by_round else row for row in metrics]
 
 
+MAX_UNPACKED = 256 << 20  # bytes a packed grid may decompress to (the largest committed one: 35 MB)
+LZMA_MEMORY = 256 << 20  # bytes the decompressor may take (xz -9 takes 65 MB; a crafted header asks for more)
+CHUNK = 1 << 20
+
+
 def _read(file: Path) -> bytes:
+    """The decompressed bytes of the xz file ``file`` (a plain file: :func:`fedaccel.disk.open_regular`), counted
+    while they are decompressed: past :data:`MAX_UNPACKED` bytes it is one line, before more is allocated (a
+    386 kB file decompressed to 2 GB)."""
+    decompressor = lzma.LZMADecompressor(memlimit=LZMA_MEMORY)
+    parts, total = [], 0
     try:
-        return lzma.decompress(file.read_bytes())
+        with open_regular(file) as compressed:
+            while not decompressor.eof:
+                data = compressed.read(CHUNK) if decompressor.needs_input else b""
+                if decompressor.needs_input and not data:
+                    raise UserError(f"{file}: an xz file cut short")
+                part = decompressor.decompress(data, max_length=CHUNK)
+                total += len(part)
+                if total > MAX_UNPACKED:
+                    raise UserError(f"{file} decompresses to more than {MAX_UNPACKED:,} bytes: not unpacked (a "
+                                    "packed grid fedaccel writes is far smaller)")
+                parts.append(part)
     except lzma.LZMAError as e:
-        raise UserError(f"{file}: not an xz file ({e})") from e
+        raise UserError(f"{file}: not an xz file ({e})") from None
+    except OSError as e:
+        raise UserError(f"{file} cannot be read: {e.strerror or e}") from None
+    return b"".join(parts)
 
 
 def _jsonl(rows: list[dict]) -> str:

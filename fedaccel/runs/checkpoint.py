@@ -51,9 +51,10 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
         check_same_config(path, loaded.get("config"), setup.config.to_dict())
         check_same_shape(path, loaded["state"], setup)
-        # rows lost before the checkpoint's round: refused now, not after training every round left
+        # rows lost before the checkpoint's round: refused now, before anything is written, not after training
+        # every round left (the checkpoint's own row may be missing: a kill between the two; it is written again)
         check_no_gap(path / METRICS, [row for row in rows if row["round"] <= loaded["state"].round],
-                     setup.config.eval.every)
+                     setup.config.eval.every, through=loaded["state"].round - 1)
         state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
         print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
         kept = state.round

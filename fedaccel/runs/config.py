@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from fedaccel.disk import open_regular
 from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.runs.files import write_atomic
 
@@ -112,6 +114,8 @@ class RunConfig:
     threads: int | None = None  # torch threads; null = auto (1, or one per core for a large model alone: docs, Runtimes)
     device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto (the first of cuda, mps, cpu here): model, data, states
     on_divergence: str = "stop"  # a NaN/inf model or loss: stop (exit non-zero, last finite checkpoint kept) or continue
+    norm_ratio: float | None = 100.0  # Flower runtimes: an upload whose norm is above this many times the median of the round's other uploads' is rejected; null: no such bound
+    norm_ceiling: float | None = 1.0e6  # Flower runtimes: an upload (delta and extras) whose norm is above this is rejected; null: no ceiling
 
 
 @dataclass
@@ -292,13 +296,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give a YAML config file")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"config file {path} not found")
-    if path.stat().st_size > MAX_YAML_BYTES:
-        raise ConfigError(f"{path} is {path.stat().st_size / 2**20:.1f} MB: a config file is at most "
-                          f"{MAX_YAML_BYTES // 2**20} MB")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path, follow=True) as file:  # a FIFO or a device is one line, and never waited on
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_YAML_BYTES:
+                raise ConfigError(f"{path} is {size / 2**20:.1f} MB: a config file is at most "
+                                  f"{MAX_YAML_BYTES // 2**20} MB")
+            data = file.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a text file (not UTF-8)") from None
     raw = parse_yaml(text, str(path)) or {}
@@ -445,6 +455,8 @@ def validate(config: Config) -> None:
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
         (config.run.timeout > 0, "run.timeout must be > 0"),
+        (config.run.norm_ratio is None or config.run.norm_ratio >= 1, "run.norm_ratio must be >= 1 or null (no bound)"),
+        (config.run.norm_ceiling is None or config.run.norm_ceiling > 0, "run.norm_ceiling must be > 0 or null (none)"),
         (config.run.on_divergence in ON_DIVERGENCE, f"run.on_divergence must be one of {', '.join(ON_DIVERGENCE)}"),
         (config.run.stack_size is None or config.run.stack_size >= 1, "run.stack_size must be >= 1 or null (auto)"),
         (config.run.threads is None or config.run.threads >= 1, "run.threads must be >= 1 or null (auto)"),

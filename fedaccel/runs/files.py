@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from fedaccel.disk import write_atomic
+from fedaccel.disk import open_regular, write_atomic
 from fedaccel.errors import UserError
 
 __all__ = ["UnsafeFile", "load_plain", "save_plain", "write_atomic"]  # write_atomic: fedaccel.disk's, here too
@@ -43,7 +43,8 @@ def load_plain(file: Path) -> Any:
     try:
         with warnings.catch_warnings():  # torch's note on a plain pickle's protocol, before the refusal below
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
-            return torch.load(file, weights_only=True, map_location="cpu")
+            with open_regular(file) as opened:  # a FIFO or a link in a received folder: one line, never waited on
+                return torch.load(opened, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         if "weights only load failed" not in str(exc).lower():
             raise

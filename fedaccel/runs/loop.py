@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from fedaccel.algorithms.dp import epsilon_column
-from fedaccel.disk import open_no_link
+from fedaccel.disk import appending
 from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_models
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
@@ -148,7 +148,7 @@ def run_loop(
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
     try:
-        with stop_signals(), open_no_link(path / METRICS) as metrics_file, open_no_link(path / DIAGNOSTICS) as diag_file:
+        with stop_signals(), appending(path / METRICS) as metrics_file, appending(path / DIAGNOSTICS) as diag_file:
             last: dict[str, Any] = repair_checkpoint_row(setup, state, path, metrics_file, wall)
             if last:
                 events.metrics(last)
@@ -332,6 +332,8 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     if report is not None:
         row["clients"] = len(report.participation.train)
         row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped
+        if isinstance(rejected := report.diag.get("rejected"), dict):
+            row["rejected"] = len(rejected)  # replies not used (why, by client: diag.rejected)
         row["round_bytes_up"] = report.bytes_up  # this round's own (the others are running totals)
         row["round_bytes_down"] = report.bytes_down
         row["round_local_steps"] = report.local_steps

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fedaccel.disk import read_regular
 from fedaccel.errors import UserError, shown
 
 MAX_DEPTH = 32  # levels of nesting a value may have (a metrics row with its diagnostics has 4)
@@ -75,11 +76,10 @@ def rounds_of(config: Any) -> int | None:
 
 
 def read_text(file: Path) -> str:
-    """The UTF-8 text of ``file``; a folder, an unreadable file or other bytes are one line."""
-    if file.is_dir():
-        raise UserError(f"{file} is a folder, not a file: this is not a run folder fedaccel wrote")
+    """The UTF-8 text of ``file``, a plain file (:func:`fedaccel.disk.read_regular`: a folder, a FIFO, a device
+    or a link is one line, and nothing blocks); an unreadable file or other bytes are one line."""
     try:
-        return file.read_text(encoding="utf-8")
+        return read_regular(file).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{file}: not a UTF-8 text file (byte {exc.start}): it was damaged or not written "
                         "by fedaccel") from None
@@ -92,7 +92,7 @@ def read_json(file: Path) -> Any:
     try:
         return parse_json(read_text(file))
     except ValueError as exc:
-        raise UserError(f"{file}: not valid JSON ({_reason(exc)})") from None
+        raise UserError(f"{file}: not valid JSON ({json_reason(exc)})") from None
 
 
 def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -114,7 +114,7 @@ def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[s
                             "after it: the file was damaged, not cut short by a kill; nothing was changed: "
                             "restore the file, or run the run again") from None
         except ValueError as exc:
-            raise UserError(f"{file}:{number}: {_reason(exc)}; nothing was changed") from None
+            raise UserError(f"{file}:{number}: {json_reason(exc)}; nothing was changed") from None
         check_row(file, number, row, rows[-1]["round"] if rows else None, last_round)
         rows.append(row)
     return rows, False
@@ -156,20 +156,32 @@ MAX_STEPS = 10_000_000  # local steps of one client in one round (the width of a
 def check_diagnostics(file: Path, row: dict[str, Any]) -> None:
     """The values of a diagnostics row that readers use have their types: ``clients`` maps ids to
     mappings, per-client scores are numbers (or null), ``tau`` a count of steps, ``selected``
-    step indices."""
+    step indices (:func:`client_value_fits`, the check the server's gate applies to a client's reply)."""
     clients = row.get("clients") or {}
     if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
         raise UserError(f"{file}: round {row['round']}: 'clients' is {shown(clients, 60)}, not a mapping of client "
                         "ids to values: the file was damaged or not written by fedaccel")
-    found = [(c, k, v[k]) for c, v in clients.items() for k in (*CLIENT_SCORES, "selected", "tau") if k in v]
+    found = [(c, k, v) for c, values in clients.items() for k, v in values.items()]
     found += [(c, key, v) for key in CLIENT_SCORES if isinstance(row.get(key), dict) for c, v in row[key].items()]
     for client, key, value in found:
-        fine = (isinstance(value, list) and _counts(value, MAX_STEPS - 1) if key == "selected" else
-                _count(value, MAX_STEPS) if key == "tau" else
-                value is None or isinstance(value, (int, float)) and not isinstance(value, bool))
-        if not fine:
+        if not client_value_fits(key, value):
             raise UserError(f"{file}: round {row['round']}: {key} of client {shown(client, 40)} is {shown(value, 60)}, "
                             "not what fedaccel writes there: the file was damaged or not written by fedaccel")
+
+
+def client_value_fits(key: Any, value: Any) -> bool:
+    """Whether ``value``, recorded as a client's diagnostic ``key``, is what the readers take there: a number (or
+    null) for a score (:data:`CLIENT_SCORES`), a count of steps for ``tau``, step indices for ``selected``;
+    anything for other keys. One check for both ends: :func:`check_diagnostics` applies it to the rows read
+    back, and the server's gate (:func:`fedaccel.flower.gate.check_diag`) to a client's reply, so a reply the
+    gate takes never makes a run folder that its readers refuse."""
+    if key == "selected":
+        return isinstance(value, list) and _counts(value, MAX_STEPS - 1)
+    if key == "tau":
+        return _count(value, MAX_STEPS)
+    if key in CLIENT_SCORES:
+        return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
 
 
 def _count(value: Any, most: int) -> bool:
@@ -182,20 +194,22 @@ def _counts(values: list[Any], most: int) -> bool:
     return not values or set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= most
 
 
-def _reason(exc: ValueError) -> str:
+def json_reason(exc: ValueError) -> str:
     text = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
     return text.splitlines()[0][:120] if text else type(exc).__name__
 
 
-def check_no_gap(file: Path, rows: list[dict], every: Any) -> None:
-    """Every evaluation round up to the last row is there: rounds ``every``, ``2 every``, ... and
-    ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
+def check_no_gap(file: Path, rows: list[dict], every: Any, *, through: int | None = None) -> None:
+    """Every evaluation round up to the last row (or up to ``through``) is there: rounds ``every``, ``2 every``,
+    ... and ``train.rounds`` (round 0 may be absent; rows off this rhythm, e.g. a diverging round, may be
     present). A run with a gap lost rows (a rewrite cut short) and is refused, naming the round.
     Rows increase, so one pass over them finds the first missing round, whatever the round numbers. ``every``: the
-    config's ``eval.every`` (anything else: a hand-made folder, nothing to check against)."""
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or not rows:
+    config's ``eval.every`` (anything else: a hand-made folder, nothing to check against). ``through``: the last
+    round whose row must be there even if no row follows it (a checkpoint's rounds before its own: a
+    ``metrics.jsonl`` emptied under a checkpoint of round 12 lost rounds 1 to 11)."""
+    last = through if through is not None else rows[-1]["round"] if rows else None
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1 or last is None:
         return  # not a fedaccel config (hand-made folders): nothing to check against
-    last = rows[-1]["round"]
     due = every  # the next evaluation round that must have a row
     for row in rows:
         if row["round"] > due:
