@@ -159,3 +159,16 @@ def test_a_run_writes_epsilon_in_every_row_and_the_summary(tmp_path: Path) -> No
     assert [row["epsilon"] for row in rows] == [epsilon(dp, row["round"]) for row in rows]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["final"]["epsilon"] == rows[-1]["epsilon"] > 0
+
+
+def test_the_stacked_runtime_gives_the_numbers_of_in_process(tmp_path: Path) -> None:
+    rows = {}
+    for runtime in ("in-process", "stacked"):
+        out = tmp_path / runtime
+        assert main(["run", "--set", "model=softmax", "--set", "data.dataset=digits", "--set", "data.subset=400",
+                     "--set", "data.clients=6", "--set", "train.rounds=2", "--set", "train.client_fraction=0.5",
+                     "--set", "algorithm={name: bherd, alpha: 0.5, dp: {clip: 0.5, noise_multiplier: 1.0}}",
+                     "--set", f"run.runtime={runtime}", "--set", "run.progress=false", "--out", str(out)]) == 0
+        rows[runtime] = [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
+                         for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows["in-process"] == rows["stacked"]
