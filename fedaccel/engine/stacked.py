@@ -300,15 +300,18 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
     K, d = len(rows), first.w.numel()
     theta0 = torch.stack([r.theta0 for r in rows])  # (K, d)
     counts = [len(r.table) for r in rows]  # tau_k
-    steps = torch.tensor(counts, device=device)
     tau_max, tau_min = max(counts), min(counts)
     b = rows[0].table.shape[1]
     # laid out once per round; on a GPU in page-locked memory, copied without waiting (the copy is ordered
     # before the steps that read it on the stream, and the allocator keeps the buffer until it is done)
-    host = torch.zeros((K, tau_max, b), dtype=torch.int64, pin_memory=device.type == "cuda")
+    host = torch.empty((K, tau_max, b), dtype=torch.int64, pin_memory=device.type == "cuda")
     table = host.numpy()
-    for k, r in enumerate(rows):
-        table[k, : len(r.table)] = r.table
+    if tau_min == tau_max:  # one copy, no zero fill first
+        np.stack([r.table for r in rows], out=table)
+    else:
+        table.fill(0)
+        for k, r in enumerate(rows):
+            table[k, : len(r.table)] = r.table
     index = host.to(device, non_blocking=True)
     sizes = _batch_sizes(rows, tau_max, b)  # None: every batch full
 
@@ -341,12 +344,14 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
                 for n, ctx in enumerate(contexts):
                     estimators.append((part.estimator(ctx, d), lo + n, lo + n + 1, False))  # type: ignore[misc]
 
+    steps = torch.tensor(counts, device=device) if estimators else None  # each row's tau, for the live masks
+
     def run_steps(theta: Tensor, index: Tensor) -> None:
         """The chunk's local steps from ``theta`` (K, d), moved in place, on the index table (K, tau_max, b)."""
         grad = torch.zeros_like(theta)
         buffer: Tensor | None = None
         for step in range(tau_max):
-            live = steps > step if estimators else None
+            live = None if steps is None else steps > step
             all_live = step < tau_min
             alive = None if all_live else [k for k in range(K) if counts[k] > step]
             active = None if alive is None else torch.tensor(alive, device=device)
