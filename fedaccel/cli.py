@@ -341,6 +341,8 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if not args.resume and args.config is not None:
+        _check_config_path(Path(args.config))  # answered before torch is imported (seconds on a loaded machine)
     from fedaccel.launch import resume, run
     from fedaccel.report.diagnostics import contribution_ranking
     from fedaccel.report.reading import load_run
@@ -364,6 +366,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     print(f"run folder: {path}")
     return 0
+
+
+def _check_config_path(path: Path) -> None:
+    """A missing config file or a folder in its place, in load_config's own words."""
+    from fedaccel.errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give a YAML config file")
+    if not path.exists():
+        raise ConfigError(f"config file {path} not found")
 
 
 def _resume_device(args: argparse.Namespace) -> str | None:

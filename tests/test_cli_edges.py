@@ -229,3 +229,15 @@ def test_resume_of_a_run_folder_on_a_read_only_file_system_is_one_line(
     assert main(["run", "--resume", str(disk / "run")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Read-only file system" in err and ".lock" in err, err
+
+
+def test_run_answers_a_missing_config_before_importing_torch(tmp_path) -> None:
+    """A typo in the file name is answered at once, not after torch's import (12 s on a loaded machine)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fedaccel.cli import main; "
+            f"rc = main(['run', {str(tmp_path / 'nope.yaml')!r}]); print(rc, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["2", "False"]
+    assert done.stderr.strip() == f"error: config file {tmp_path / 'nope.yaml'} not found"
