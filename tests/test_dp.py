@@ -172,3 +172,18 @@ def test_the_stacked_runtime_gives_the_numbers_of_in_process(tmp_path: Path) -> 
         rows[runtime] = [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
                          for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows["in-process"] == rows["stacked"]
+
+
+def test_compare_says_the_budget_each_method_spent(tmp_path: Path) -> None:
+    from fedaccel.report.tables import compare_table
+
+    base = ["--set", "model=softmax", "--set", "data.dataset=digits", "--set", "data.subset=300", "--set",
+            "data.clients=6", "--set", "train.rounds=2", "--set", "train.sampling=bernoulli", "--set",
+            "train.client_fraction=0.5", "--set", "run.progress=false"]
+    assert main(["run", *base, "--out", str(tmp_path / "plain")]) == 0
+    assert main(["run", *base, "--set", "algorithm={name: fedavg, dp: {clip: 1.0, noise_multiplier: 2.0, delta: 0.01}}",
+                 "--out", str(tmp_path / "private")]) == 0
+    table = compare_table([tmp_path / "plain", tmp_path / "private"], [0.5])
+    spent = json.loads((tmp_path / "private" / "summary.json").read_text())["final"]["epsilon"]
+    header, _, plain_row, private_row = table.splitlines()[:4]
+    assert "ε (δ) spent" in header and "| no DP |" in plain_row and f"| {spent:.3g} (0.01) |" in private_row
