@@ -69,7 +69,8 @@ class GraphCache:
                 self.graphs.move_to_end(key)
                 entry.theta.copy_(theta0)
                 entry.index.copy_(index)
-                entry.graph.replay()
+                with torch.cuda.device(theta0.device):
+                    entry.graph.replay()
                 return entry.theta
             if self.seen.get(key) is not True:  # first sighting, or a capture that failed
                 if key not in self.seen:
@@ -85,6 +86,11 @@ class GraphCache:
 
     def _capture(self, key: Hashable, keep: tuple[Any, ...], steps: Steps, theta0: Tensor, index: Tensor,
                  say: Callable[[str], None]) -> Tensor | None:
+        with torch.cuda.device(theta0.device):  # the capture's streams and pool on the chunk's own GPU
+            return self._capture_here(key, keep, steps, theta0, index, say)
+
+    def _capture_here(self, key: Hashable, keep: tuple[Any, ...], steps: Steps, theta0: Tensor, index: Tensor,
+                      say: Callable[[str], None]) -> Tensor | None:
         theta, static_index = theta0.clone(), index.clone()
         side = torch.cuda.Stream(device=theta.device)
         side.wait_stream(torch.cuda.current_stream(theta.device))
