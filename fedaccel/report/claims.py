@@ -241,6 +241,7 @@ class Judgement:
     non_finite: dict[str, list[Any]] = field(default_factory=dict)  # seeds left out: a side's measure not finite
     tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
     tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
+    unpaired: dict[str, list[Any]] = field(default_factory=dict)  # per side, seeds the other side has no run of
 
     @property
     def in_family(self) -> bool:
@@ -262,7 +263,9 @@ class Judgement:
             "non_finite": self.non_finite, "tuning_seeds": self.tuning_seeds, "undecided": self.undecided,
             "paper": c.paper, "baseline_mean_rounds_to_target": _num(self.baseline_rounds),
             "target": c.measure.target, "note": self.note,
-        } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | ({"measure_b": c.measure_b.name} if c.measure_b is not None else {})
+        } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | (
+            {"measure_b": c.measure_b.name} if c.measure_b is not None else {}) | (
+            {"unpaired": self.unpaired} if self.unpaired else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -405,6 +408,17 @@ def _tuned_p(claim: Claim, runs: Sequence[Run], tuning: Sequence[Any], seeds: Se
     return tuned_swap_p(selection, measure, fixed)  # type: ignore[arg-type]
 
 
+def _one_run_per_seed(claim: Claim, runs: Sequence[Run], side: str) -> None:
+    """A side has one run per seed; two would be paired by whichever came last (a ConfigError names them)."""
+    seen: dict[Any, Run] = {}
+    for run in runs:
+        if run.seed in seen:
+            raise ConfigError(f"claim {claim.text!r}: side {side} selects two runs of seed {run.seed}, "
+                              f"{seen[run.seed].path.name} and {run.path.name}: give the side the key that tells "
+                              "them apart")
+        seen[run.seed] = run
+
+
 def _shift(claim: Claim) -> float:
     """The centre a directional claim is tested against: ``a - b = ∓margin`` (``-margin`` for less)."""
     return -claim.margin if claim.expect == "less" else claim.margin
@@ -473,18 +487,24 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     record = tuning_figures(tuned, claim.a) if tuning else {}
     if tuning and claim.b is not None:
         record.update({f"b:{k}": v for k, v in tuning_figures(tuned, claim.b).items()})
+    _one_run_per_seed(claim, a_runs, "a")
+    _one_run_per_seed(claim, b_runs, "b")
     a = {r.seed: claim.measure.of(r) for r in a_runs}
     b = {r.seed: claim.b_measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
     both = sorted(set(a) & set(b), key=repr)
+    unpaired = {side: sorted(set(mine) - set(theirs), key=repr) for side, mine, theirs in (("a", a, b), ("b", b, a))}
+    unpaired = {side: seeds for side, seeds in unpaired.items() if seeds}
     non_finite = {side: [s for s in both if not math.isfinite(values[s])] for side, values in (("a", a), ("b", b))}
     non_finite = {side: seeds for side, seeds in non_finite.items() if seeds}
     seeds = [s for s in both if math.isfinite(a[s]) and math.isfinite(b[s])]
-    left_out = "; ".join(f"seed(s) {', '.join(map(str, s))} left out: {side}'s measure is not finite"
-                         for side, s in non_finite.items())
+    left_out = "; ".join([*(f"seed(s) {', '.join(map(str, s))} left out: {side}'s measure is not finite"
+                            for side, s in non_finite.items()),
+                          *(f"seed(s) {', '.join(map(str, s))} of {side} left out: no partner in {'ba'[side == 'b']}"
+                            for side, s in unpaired.items())])
     if len(seeds) < 2:
         note = f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}"
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning, tuning=record,
-                         non_finite=non_finite, note="; ".join(filter(None, [note, left_out])))
+                         non_finite=non_finite, unpaired=unpaired, note="; ".join(filter(None, [note, left_out])))
     d = [a[s] - b[s] for s in seeds]
     p, paper_side, estimand = claim_test(claim, d)
     tuned = _tuned_p(claim, runs, tuning, seeds, chosen) if tuning else None
@@ -504,6 +524,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds])), int(side), chosen=chosen,
         differences=[float(x) for x in d], paired_seeds=seeds, p=p, tuning_seeds=tuning, estimand=estimand,
         paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out, tuned_test=tuned is not None,
+        unpaired=unpaired,
     )
     target = claim.measure.target
     if target is not None:

@@ -60,6 +60,7 @@ from fedaccel.report.claims import (
     selects,
 )
 from fedaccel.report.completeness import Gap, gaps_line, grid_gaps
+from fedaccel.report.identity import check_identity
 from fedaccel.report.reading import Run
 from fedaccel.report.statistics import seeds_for_power
 
@@ -168,8 +169,40 @@ def check_claims(claims: Sequence[Claim], cells: Sequence[Cell], source: str) ->
                                       f"{listed(keys, near=key)}")
             if setup is not None and not any(selects(setup, spec, config, unknown=True) for _, spec, config in cells):
                 raise ConfigError(f"{where}.{side} selects no cell of the grid: {_no_cell(setup, cells)}")
+            if setup is not None:
+                _one_cell_per_seed(setup, cells, f"{where}.{side}")
         for measure in [claim.measure] + ([claim.measure_b] if claim.measure_b is not None else []):
             _check_column(measure, cells, where)
+
+
+def _one_cell_per_seed(setup: Mapping[str, Any], cells: Sequence[Cell], where: str) -> None:
+    """A side selects at most one cell per seed (per value of its ``best`` keys): two would be paired by
+    whichever came last. One line names the keys that tell them apart."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        _, spec, config = cell
+        if not selects(setup, spec, config, unknown=True):
+            continue
+        seed = _value(cell, "run.seed")
+        key = spelled([seed, *(_value(cell, k) for k, v in setup.items() if v == BEST)])
+        if key in seen:
+            apart = _apart(seen[key], cell)
+            raise ConfigError(f"{where} selects two cells of seed {spelled(seed)}, {seen[key][0]} and {cell[0]}: "
+                              f"add {listed(apart)} to it (one run per seed, or no pairing is meant)")
+        seen[key] = cell
+
+
+def _value(cell: Cell, key: str) -> Any:
+    got = at(cell[2], key)
+    return at(cell[1], key) if got is ABSENT else got
+
+
+def _apart(one: Cell, other: Cell) -> list[str]:
+    """The dotted keys (leaves, as spelled, else as resolved) whose values differ between two cells."""
+    from fedaccel.report.identity import varied_keys
+
+    spelled_apart = varied_keys([c for c in (one[1], other[1]) if c is not None]) if one[1] and other[1] else []
+    return spelled_apart or varied_keys([c for c in (one[2], other[2]) if c is not None]) or ["the key that differs"]
 
 
 def _paths(mapping: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -267,6 +300,7 @@ def gather(folder: Path, claims: Sequence[Claim], source: str,
         runs = [run for run in runs if run.path.name in specs]  # not a folder left by another grid
         for run in runs:
             run.spec = dict(specs[run.path.name])
+    check_identity(cells, runs)
     configs = {run.path.name: run.config for run in runs}
     check_claims(claims, [(name, spec, configs.get(name)) for name, spec in (cells or [])] or
                  [(run.path.name, None, run.config) for run in runs], source)

@@ -260,6 +260,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.grids.experiment import TABLE_TARGETS, load_experiment
     from fedaccel.report.claims import judge, judge_family
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
+    from fedaccel.report.identity import check_distinct
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
     from fedaccel.reproductions.opening import render as render_opening
@@ -279,6 +280,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         run_dirs = unpack(data, workdir / file.stem)
         _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
         runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
+        check_distinct(runs)  # _check_cells saw each folder's config; a copied run keeps the config it was put beside
         if tuned_experiment(file.stem, [f.stem for f in files]):
             sections.append(_tuning_section(file, runs))
             continue
