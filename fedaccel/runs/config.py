@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -461,6 +462,7 @@ def validate(config: Config) -> None:
     from fedaccel.algorithms.registry import get_recipe
 
     check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
+    check_robust_rule(config)  # after the schedule's own check: it counts the schedule's uploads
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
@@ -502,6 +504,31 @@ def check_name(name: str, key: str) -> None:
     if len(name.encode()) > MAX_NAME_BYTES:
         raise ConfigError(f"{key} {shown(name)} is {len(name.encode())} bytes long; a folder name takes at most "
                           f"{MAX_NAME_BYTES} here (file systems take 255, with the seed and the time after it)")
+
+
+def most_uploads(config: Config) -> int:
+    """The most clients that upload in one round: the longest entry of ``train.participation``, all clients
+    under Bernoulli sampling, else max(1, round(C N)) with C the recipe's ``fraction`` or
+    ``train.client_fraction`` (:func:`fedaccel.algorithms.sampling.sample_clients`)."""
+    from fedaccel.algorithms.registry import get_recipe
+
+    n = 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients
+    if config.train.participation:
+        return max(len(entry) for entry in config.train.participation)
+    if config.train.sampling == "bernoulli":
+        return n
+    fraction = config.algorithm.get("fraction", config.train.client_fraction)
+    return min(n, max(1, math.floor(fraction * n + 0.5 + 1e-9)))
+
+
+def check_robust_rule(config: Config) -> None:
+    """A robust rule whose condition no round can meet is refused at load (:func:`~fedaccel.algorithms.robust.check_uploads`)."""
+    from fedaccel.algorithms.registry import named_spec
+    from fedaccel.algorithms.robust import RULES, check_uploads
+
+    rule = config.algorithm.get("aggregate")
+    if rule is not None:
+        check_uploads(*named_spec(rule, "aggregate", RULES), most_uploads(config))
 
 
 def check_participation(config: Config, n_clients: int) -> list[list[int]] | None:
