@@ -288,9 +288,9 @@ def test_apply_preset_leaves_its_input_alone() -> None:
     out = apply_preset(raw)
     assert raw == {"algorithm": {"name": "feddyn", "preset": "feddyn-code"}}
     assert out["train"] == {"clip": 10.0, "clip_scope": "objective", "order": "reshuffle_epoch", "last_batch": "partial"}
-    assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"reshuffle": False}}
-                        )["train"] == {"reshuffle": False, "clip": 10.0, "clip_scope": "objective",
-                                       "last_batch": "partial"}  # the older spelling chose the order
+    assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"order": "fixed"}}
+                        )["train"] == {"order": "fixed", "clip": 10.0, "clip_scope": "objective",
+                                       "last_batch": "partial"}  # the user's order
 
 
 def test_grab_stale_centre_by_hand_and_kept_across_rounds() -> None:
