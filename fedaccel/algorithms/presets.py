@@ -51,6 +51,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "recipe_config": {  # utils_methods.py:146-147 (FedAvg), :397-398 (FedProx): both means weighted by |D_i|
             "fedavg": {"eval.mean_weighting": "data"},
             "fedprox": {"eval.mean_weighting": "data"},
+            # utils_general.py:238-255: SCAFFOLD runs K = E ceil(mean n_i / B) steps on every client
+            "scaffold": {"train.local_steps": "shared"},
         },
         "cifar": {"train.augment": {"crop_padding": 4, "flip": True}},  # utils_dataset.py (Dataset, train=True)
     },
@@ -103,10 +105,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # What the repositories also do that a preset does not set, and why (docs/algorithms.md, "Reference code").
 NOT_SET: dict[str, dict[str, Any]] = {
-    "feddc-code": {
-        "train.local_steps": "SCAFFOLD runs the shared K on every client (utils_general.py:238-255): an experiment "
-                             "setting (set it to K); control_steps: shared already uses K in the control step",
-    },
     "feddyn-code": {
         "train.clip_scope (in part)": "objective is set, but FedDyn's alpha theta sits in the optimiser's weight "
                                       "decay there, so it is not clipped; fedaccel clips the whole FedDyn term",

@@ -51,7 +51,9 @@ class TrainConfig:
     lr: float = 0.01  # eta_0, local learning rate
     batch_size: int = 50  # B, local mini-batch size
     local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B), or see last_batch
-    local_steps: int | None = None  # tau for every client instead of E |D_i| / B (FedGSNR's baselines)
+    # tau for every client instead of E |D_i| / B (FedGSNR's baselines); shared: K = int(E ceil(mean |D_i| / B))
+    # on every client, as the FedDC code's SCAFFOLD runs (preset feddc-code)
+    local_steps: int | str | None = None
     momentum: float = 0.0  # local SGD momentum
     weight_decay: float = 0.0  # local L2 weight decay
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t (shorthand of lr_schedule {name: exponential, decay})
@@ -389,6 +391,9 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             return value
     elif "bool" in text:
         if isinstance(value, bool):
+            return value
+    elif text.startswith("int | str"):  # a count or a word (train.local_steps: shared)
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
             return value
     elif "int" in text and "float" not in text:
         if isinstance(value, int) and not isinstance(value, bool):
