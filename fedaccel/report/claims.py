@@ -12,7 +12,8 @@ adjusts them across the family, and the verdict is **agrees** when ``q <= 0.05``
 detectable effect). The test:
 
 - ``a`` against ``b`` on one measure without a margin (no effect means the runs are exchangeable): the
-  exact paired sign-flip test of the *mean* difference, shown with its 95% Student-t interval;
+  exact paired sign-flip test of the *mean* difference, shown with the 95% interval that test inverts to
+  (the shifts it does not reject: never one that contradicts it);
 - a margin, a constant ``value`` or two measures (``measure_b``): nothing is exchangeable, so the
   exact sign test of the *median* difference against the margin, shown with its order-statistic
   interval; ``expect="equal"`` (which needs a margin) decides between "inside ``±margin``" (TOST) and
@@ -48,7 +49,7 @@ from fedaccel.report.statistics import (
     outside_p,
     sign_flip_p,
     sign_test_p,
-    t_interval,
+    sign_flip_interval,
     tost_p,
 )
 
@@ -56,7 +57,8 @@ BEST = "best"  # in a claim's setup: the value of this key with the lowest mean 
 MIN_TUNING_SEEDS = 3  # a BEST value is chosen on the mean over at least this many tuning seeds
 METHODS = {  # claims.json's "method", by the estimand the claim's test is about
     "mean": ("exact paired sign-flip test of the mean per-seed difference a - b (two-sided), Benjamini-Hochberg "
-             f"across the family at q <= {ALPHA:g}; effect: mean difference with its 95% Student-t interval"),
+             f"across the family at q <= {ALPHA:g}; effect: mean difference with the 95% interval the sign-flip test "
+             "inverts to (the shifts it does not reject)"),
     "median": ("exact sign test of the median per-seed difference a - b against the margin or value (two-sided; "
                f"'equal': inside ±margin or outside, each at half the level), Benjamini-Hochberg at q <= {ALPHA:g}; "
                "effect: median difference with its order-statistic interval (coverage >= 95%)"),
@@ -278,6 +280,12 @@ def _num(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def seed_order(seed: Any) -> tuple[int, float, str]:
+    """Seeds in numeric order (1, 2, 10), any other value after them by its repr."""
+    number = isinstance(seed, (int, float)) and not isinstance(seed, bool)
+    return (0, float(seed), "") if number else (1, 0.0, repr(seed))
+
+
 def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
     """Runs whose config has every ``dotted.key: value`` of ``where`` (every seed): see :func:`selects`."""
     return [r for r in runs if selects(where, r.spec, r.config)]
@@ -348,7 +356,7 @@ def tuning_figures(runs: Sequence[Run], where: Mapping[str, Any]) -> dict[str, d
                     for name, (value, by_seed) in runs_by_value(pick(runs, {**fixed, **chosen}), key).items()}
         if not by_value:
             continue
-        seeds = sorted(set.intersection(*(set(s) for _, s in by_value.values())), key=repr)
+        seeds = sorted(set.intersection(*(set(s) for _, s in by_value.values())), key=seed_order)
         if len(seeds) < MIN_TUNING_SEEDS:
             raise ConfigError(f"a best {key} needs runs of every value on at least {MIN_TUNING_SEEDS} tuning seeds; "
                               f"the values share {len(seeds)} ({', '.join(map(str, seeds)) or 'none'})")
@@ -491,8 +499,8 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     _one_run_per_seed(claim, b_runs, "b")
     a = {r.seed: claim.measure.of(r) for r in a_runs}
     b = {r.seed: claim.b_measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
-    both = sorted(set(a) & set(b), key=repr)
-    unpaired = {side: sorted(set(mine) - set(theirs), key=repr) for side, mine, theirs in (("a", a, b), ("b", b, a))}
+    both = sorted(set(a) & set(b), key=seed_order)
+    unpaired = {side: sorted(set(mine) - set(theirs), key=seed_order) for side, mine, theirs in (("a", a, b), ("b", b, a))}
     unpaired = {side: seeds for side, seeds in unpaired.items() if seeds}
     non_finite = {side: [s for s in both if not math.isfinite(values[s])] for side, values in (("a", a), ("b", b))}
     non_finite = {side: seeds for side, seeds in non_finite.items() if seeds}
@@ -514,7 +522,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         left_out = "; ".join(filter(None, [left_out, "p does not count the choice of the best value (each value "
                                            "run by both sides on every seed is what lets it)"]))
     effect = float(np.mean(d)) if estimand == "mean" else float(np.median(d))
-    low, high = t_interval(d) if estimand == "mean" else median_interval(d)
+    low, high = sign_flip_interval(d) if estimand == "mean" else median_interval(d)
     if claim.expect == "equal":
         side = sum(abs(x) <= claim.margin for x in d)
     else:
@@ -592,6 +600,18 @@ def speed_up(rounds_a: float, rounds_b: float) -> float:
     return rounds_b / rounds_a
 
 
+ESTIMATES = {"mean": "mean a − b", "median": "the median seed's a − b"}  # what each test is about, in a row's words
+
+
+def interval(j: Judgement) -> str:
+    """The interval the row's test inverts to, in words: the sign-flip test's for a mean, the sign test's
+    (order statistics) for the median seed."""
+    f = j.claim.measure.fmt
+    if j.low is None or j.high is None or not math.isfinite(j.low) or not math.isfinite(j.high):
+        return "too few seeds for a 95% interval"
+    return f"{'sign-flip 95%' if j.estimand == 'mean' else '≥ 95%'}: {j.low:+{f}}, {j.high:+{f}}"
+
+
 def numbers(j: Judgement) -> str:
     """The measured numbers of a judgement, one line for the report's table."""
     c, f = j.claim, j.claim.measure.fmt
@@ -603,12 +623,11 @@ def numbers(j: Judgement) -> str:
         a_text = f"{a_text} ({c.measure.name})".replace("as the other (", "(")
         b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_mean:{f}}".replace("as the other (", "(")
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
-    interval = (f"t 95%: {j.low:+{f}}, {j.high:+{f}}" if j.estimand == "mean"
-                else f"≥ 95%: {j.low:+{f}}, {j.high:+{f}}" if math.isfinite(j.low) else "too few seeds for a 95% interval")
-    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {j.estimand} a − b = {j.effect:+{f}} [{interval}], {test}, "
-            f"{j.on_paper_side}/{j.seeds} seeds the claimed way")
+    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {ESTIMATES[j.estimand]} = {j.effect:+{f}} [{interval(j)}], "
+            f"{test}, {j.on_paper_side}/{j.seeds} seeds the claimed way")
     if c.expect == "equal" or c.margin:
-        text += f"; margin ±{c.margin:{f}}" if c.expect == "equal" else f"; margin {c.margin:{f}}"
+        bound = f"±{c.margin:{f}}" if c.expect == "equal" else f"{c.margin:{f}}"
+        text += f"; margin {bound} on the median seed's difference, not on every seed's"
     if c.measure.target is not None and c.b is not None and j.a_mean:
         text += f"; speed-up {speed_up(j.a_mean, j.b_mean):.2f}×"
     if c.measure.target is not None and any(j.censored):

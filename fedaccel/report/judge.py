@@ -365,11 +365,20 @@ def plan_rows(judgements: Sequence[Judgement], power: float = 0.8) -> list[dict[
             effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0
         sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
         outside = j.claim.expect == "equal" and effect <= 0  # no number of seeds shows a difference inside the margin
-        needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) and not outside else None
+        against = _against(j.claim, effect)  # more seeds would only show the other way better
+        needed = (seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) and not outside
+                  and not against else None)
         rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,
                      "effect": effect, "sd": sd, "seeds_needed": needed, "equal": j.claim.expect == "equal",
-                     "outside": outside})
+                     "outside": outside, "against": against})
     return rows
+
+
+def _against(claim: Claim, effect: float) -> bool:
+    """The difference to detect points against the claim's direction (a - b above 0 for ``less``, below for
+    ``greater``): no number of seeds is planned for it (a user was asked for 9 seeds "to detect" an effect
+    whose pilot lay on the other side of 0)."""
+    return (claim.expect == "less" and effect > 0) or (claim.expect == "greater" and effect < 0)
 
 
 def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
@@ -377,7 +386,9 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
              f"{power:.0%} power |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         needed = (r["seeds_needed"] if r["seeds_needed"] is not None else
-                  "— (the pilot's difference is outside the margin)" if r.get("outside") else "— (no effect, or > 1000)")
+                  "— (the pilot's difference is outside the margin)" if r.get("outside") else
+                  "— (the data point the other way: more seeds would not show the claim)" if r.get("against") else
+                  "— (no effect, or > 1000)")
         effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else "")
         lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {effect} | {r['sd']:.4g} | {needed} |")
     if any(r.get("equal") for r in rows):

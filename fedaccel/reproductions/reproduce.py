@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaccel.errors import ConfigError, UserError, listed, shown
+from fedaccel.report.claims import seed_order
 from fedaccel.runs.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -364,7 +365,7 @@ def claim_runs(claim: Any, runs_by_experiment: Mapping[str, list[Any]]) -> list[
 
 def _tuning_section(file: Path, runs: Sequence[Any]) -> str:
     """A tuning experiment's section: what it is, no table or figures (its runs only choose best values)."""
-    seeds = sorted({r.seed for r in runs}, key=repr)
+    seeds = sorted({r.seed for r in runs}, key=seed_order)
     description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
     return "\n".join([f"## {file.stem}", "", description, "", f"`{file.relative_to(ROOT)}`", "",
                       f"{len(runs)} runs (seeds {', '.join(map(str, seeds))}), used only to choose the best values "
@@ -410,7 +411,7 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
     counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
     seeds = sorted({j.seeds for j in judgements if j.seeds})
     family = sum(j.in_family for j in judgements)
-    tuning = sorted({s for j in judgements for s in j.tuning_seeds}, key=repr)
+    tuning = sorted({s for j in judgements for s in j.tuning_seeds}, key=seed_order)
     lines = [
         "## Claims of the paper, judged",
         "",
