@@ -42,14 +42,15 @@ from fedaccel.report.reading import Run, value_at
 from fedaccel.report.tuned import choice, tuned_swap_p
 from fedaccel.report.statistics import (
     ALPHA,
+    Bounds,
     bh_adjust,
     detectable_effect,
     detectable_margin,
     median_interval,
     outside_p,
+    sign_flip_interval,
     sign_flip_p,
     sign_test_p,
-    sign_flip_interval,
     tost_p,
 )
 
@@ -432,12 +433,13 @@ def _shift(claim: Claim) -> float:
     return -claim.margin if claim.expect == "less" else claim.margin
 
 
-def claim_test(claim: Claim, d: Sequence[float]) -> tuple[float, bool, str]:
+def claim_test(claim: Claim, d: Sequence[float], bounds: Bounds | None = None) -> tuple[float, bool, str]:
     """The claim's own two-sided test on the differences ``d``: (p, whether the evidence lies on the
-    paper's side, the estimand "mean" or "median"); see the module docstring."""
+    paper's side, the estimand "mean" or "median"); see the module docstring. ``bounds``: an "equal"
+    rounds claim's censored differences as the intervals they are known to lie in (:func:`censored_bounds`)."""
     x = np.asarray(d, dtype=float)
     if claim.expect == "equal":
-        inside, outside = tost_p(x, claim.margin), outside_p(x, claim.margin)
+        inside, outside = tost_p(x, claim.margin, bounds), outside_p(x, claim.margin, bounds)
         return min(1.0, 2 * min(inside, outside)), inside < outside, "median"
     if claim.exchangeable:
         mean = float(x.mean())
@@ -445,6 +447,15 @@ def claim_test(claim: Claim, d: Sequence[float]) -> tuple[float, bool, str]:
     above = sign_test_p(x, "greater", centre=_shift(claim))
     below = sign_test_p(x, "less", centre=_shift(claim))
     return min(1.0, 2 * min(above, below)), (below < above if claim.expect == "less" else above < below), "median"
+
+
+def censored_bounds(d: Sequence[float], a_censored: Sequence[bool], b_censored: Sequence[bool]) -> Bounds:
+    """Where each restricted difference a - b of rounds can truly lie: a censored run never reached the target
+    in its budget, so its rounds are at least its counted last round and a - b is unbounded above (a
+    censored) or below (b censored); both censored, anything."""
+    low = [-math.inf if cb else x for x, cb in zip(d, b_censored)]
+    high = [math.inf if ca else x for x, ca in zip(d, a_censored)]
+    return low, high
 
 
 def claim_p_value(claim: Claim, d: Sequence[float]) -> float:
@@ -514,7 +525,10 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning, tuning=record,
                          non_finite=non_finite, unpaired=unpaired, note="; ".join(filter(None, [note, left_out])))
     d = [a[s] - b[s] for s in seeds]
-    p, paper_side, estimand = claim_test(claim, d)
+    bounds = _equal_rounds_bounds(claim, d, seeds, a_runs, b_runs)
+    if bounds is not None:
+        left_out = "; ".join(filter(None, [left_out, CENSORED_EQUAL]))
+    p, paper_side, estimand = claim_test(claim, d, bounds)
     tuned = _tuned_p(claim, runs, tuning, seeds, chosen) if tuning else None
     if tuned is not None:
         p = tuned
@@ -548,6 +562,24 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
                                    "of equal speed")
     _decide(judgement, judgement.p if judgement.in_family else None)
     return judgement
+
+
+CENSORED_EQUAL = ("censored differences counted as the intervals they lie in: equivalence only where every "
+                  "placement of the censored runs beyond the budget agrees")
+
+
+def _equal_rounds_bounds(claim: Claim, d: Sequence[float], seeds: Sequence[Any], a_runs: Sequence[Run],
+                         b_runs: Sequence[Run]) -> Bounds | None:
+    """An "equal" rounds claim's censored differences as intervals (:func:`censored_bounds`); None when no
+    paired run is censored or the claim is of another kind. Pinned at the budget, two censored runs differ by
+    0 and TOST read that as equal: 5.9% false equivalence at the margin with 30% censored, n = 20."""
+    target = claim.measure.target
+    if target is None or claim.expect != "equal":
+        return None
+    a_by, b_by = {r.seed: r for r in a_runs}, {r.seed: r for r in b_runs}
+    a_cut = [not reached(a_by[s], target, claim.measure.metric) for s in seeds]
+    b_cut = [claim.b is not None and not reached(b_by[s], target, claim.b_measure.metric) for s in seeds]
+    return censored_bounds(d, a_cut, b_cut) if any(a_cut) or any(b_cut) else None
 
 
 def too_censored(j: Judgement) -> bool:

@@ -39,7 +39,8 @@ TIE = 1e-9  # relative: values within TIE of the differences' scale count as equ
 def _tolerance(d: np.ndarray, *more: float) -> float:
     """Means (or values) that differ by rounding only count as equal: ``TIE`` times the largest ``|d|``
     (or centre given in ``more``), so the same data in other units (d × 1000) give the same p-value."""
-    return TIE * max([float(np.abs(d).max(initial=0.0)), *map(abs, more)])
+    finite = d[np.isfinite(d)]  # a censored difference's open end (inf) is no scale
+    return TIE * max([float(np.abs(finite).max(initial=0.0)), *map(abs, more)])
 
 
 def _checked(differences: Sequence[float], alternative: str) -> np.ndarray:
@@ -208,18 +209,25 @@ def _check_margin(margin: float) -> None:
         raise ValueError(f"an equivalence test needs a margin > 0, got {margin!r}")
 
 
-def tost_p(differences: Sequence[float], margin: float) -> float:
+Bounds = tuple[Sequence[float], Sequence[float]]  # what each difference is at least and at most (censoring)
+
+
+def tost_p(differences: Sequence[float], margin: float, bounds: Bounds | None = None) -> float:
     """Equivalence: the median difference lies inside ``±margin``; the larger p of the two one-sided
-    sign tests (median above ``-margin``, median below ``margin``)."""
+    sign tests (median above ``-margin``, median below ``margin``). With ``bounds`` (a censored difference
+    known only to lie in [low, high]), each test counts a difference only where every value it could take
+    counts: the p is the largest over every placement of the censored values, so the test keeps its level."""
     _check_margin(margin)
-    return max(sign_test_p(differences, "greater", centre=-margin), sign_test_p(differences, "less", centre=margin))
+    low, high = bounds if bounds is not None else (differences, differences)
+    return max(sign_test_p(low, "greater", centre=-margin), sign_test_p(high, "less", centre=margin))
 
 
-def outside_p(differences: Sequence[float], margin: float) -> float:
+def outside_p(differences: Sequence[float], margin: float, bounds: Bounds | None = None) -> float:
     """The opposite of :func:`tost_p`: the median difference lies outside ``±margin`` (the smaller p of
-    the one-sided sign tests of median above ``margin`` and median below ``-margin``)."""
+    the one-sided sign tests of median above ``margin`` and median below ``-margin``); ``bounds`` as there."""
     _check_margin(margin)
-    return min(sign_test_p(differences, "greater", centre=margin), sign_test_p(differences, "less", centre=-margin))
+    low, high = bounds if bounds is not None else (differences, differences)
+    return min(sign_test_p(low, "greater", centre=margin), sign_test_p(high, "less", centre=-margin))
 
 
 def median_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float]:
