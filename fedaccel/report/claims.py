@@ -180,6 +180,7 @@ class Claim:
     value: float = 0.0  # compared with a's values when there is no b
     detect: float | None = None  # `fedaccel judge --plan`: the difference to detect (default: the pilot's)
     measure_b: Measure | None = None  # b's measure when it differs from a's (two columns of the same runs)
+    added: str = ""  # written after the runs had been seen (post hoc), and why: its own BH family, said in its row
 
     @property
     def b_measure(self) -> Measure:
@@ -245,6 +246,7 @@ class Judgement:
     tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
     tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
     unpaired: dict[str, list[Any]] = field(default_factory=dict)  # per side, seeds the other side has no run of
+    raised: str = ""  # the seeds were raised after a look at verdicts (how): p is not adjusted for it, and says so
 
     @property
     def in_family(self) -> bool:
@@ -268,7 +270,8 @@ class Judgement:
             "target": c.measure.target, "note": self.note,
         } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | (
             {"measure_b": c.measure_b.name} if c.measure_b is not None else {}) | (
-            {"unpaired": self.unpaired} if self.unpaired else {})
+            {"unpaired": self.unpaired} if self.unpaired else {}) | (
+            {"post_hoc": c.added} if c.added else {}) | ({"seeds_raised": self.raised} if self.raised else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -589,10 +592,13 @@ def too_censored(j: Judgement) -> bool:
 
 def judge_family(judgements: Sequence[Judgement], alpha: float = ALPHA) -> list[Judgement]:
     """Decide a report's claims together: Benjamini-Hochberg over the p-values of the claims in the
-    family (every claim with a p-value except an undecided one), verdicts from the q-values."""
-    family = [j for j in judgements if j.in_family]
-    for j, q in zip(family, bh_adjust([j.p for j in family])):
-        _decide(j, q, alpha)
+    family (every claim with a p-value except an undecided one), verdicts from the q-values. Claims written
+    after the runs had been seen (``Claim.added``) form a family of their own: a row added later never moves
+    the q-value of one committed before the runs."""
+    for post_hoc in (False, True):
+        family = [j for j in judgements if j.in_family and bool(j.claim.added) == post_hoc]
+        for j, q in zip(family, bh_adjust([j.p for j in family])):
+            _decide(j, q, alpha)
     return list(judgements)
 
 
@@ -635,6 +641,18 @@ def speed_up(rounds_a: float, rounds_b: float) -> float:
 ESTIMATES = {"mean": "mean a − b", "median": "the median seed's a − b"}  # what each test is about, in a row's words
 
 
+POST_HOC = "added after the runs had been seen: its own Benjamini-Hochberg family"
+RAISED = "seeds raised after a look ({}), p not adjusted"
+
+
+def labels(j: Judgement | Mapping[str, Any]) -> list[str]:
+    """What a row must say about how it came to be judged: added after the runs had been seen, seeds raised
+    after a look (a judgement, or its claims.json entry)."""
+    added, raised = ((j.claim.added, j.raised) if isinstance(j, Judgement) else
+                     (j.get("post_hoc", ""), j.get("seeds_raised", "")))
+    return [*([POST_HOC] if added else []), *([RAISED.format(raised)] if raised else [])]
+
+
 def interval(j: Judgement) -> str:
     """The interval the row's test inverts to, in words: the sign-flip test's for a mean, the sign test's
     (order statistics) for the median seed."""
@@ -672,6 +690,7 @@ def numbers(j: Judgement) -> str:
         text += f"; could not tell: the smallest {what} is {j.mde:{f}} ({MDE_POWER:.0%} power)"
     if j.note:
         text += f"; {j.note}"
+    text += "".join(f"; {label}" for label in labels(j))
     if j.tuning_seeds:
         text += f"; best values chosen on seed(s) {', '.join(map(str, j.tuning_seeds))}"
     return text

@@ -12,7 +12,8 @@ those rows' verdicts allow (:func:`problems`), so that no sentence says more tha
 
 :func:`render` writes the sentences with their rows' numbers in the report's claims table and, from the
 rows themselves, their verdicts and q-values (for "could not tell": the smallest effect each row would have
-detected), so the numbers in the brackets cannot go stale.
+detected), so the numbers in the brackets cannot go stale; a sentence citing a row added after the runs had
+been seen, or a row whose seeds were raised after a look, says so in its brackets, as the row does.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaccel.errors import UserError
+from fedaccel.report.claims import labels
 
 STRENGTHS = ("agrees", "disagrees", "no effect", "could not tell")
 NULL_WORDS = ("no effect", "not accelerate", "doesn't accelerate", "no faster", "not faster", "no slower",
@@ -117,6 +119,8 @@ def render(opening: Opening, rows: Sequence[Mapping[str, Any]], fmt: Mapping[str
         else:
             verdict = "agree" if finding.strength in ("agrees", "no effect") else "disagree"
             note = f"{numbers}: {verdict}{'s' if len(indices) == 1 else ''}, q ≤ {max(qs):.2g}"
+        said = [label for i in indices for label in labels(rows[i])]
+        note += "".join(f"; {label}" for label in dict.fromkeys(said))  # what its rows say of how they were judged
         sentences.append(f"{finding.text} ({note}.)")
     return f"**{opening.question}** " + " ".join(sentences)
 

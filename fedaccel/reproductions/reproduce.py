@@ -300,6 +300,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     say(f"{paper} report: judging its {len(claims_module.CLAIMS)} claims")
     judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning)
                                for claim in claims_module.CLAIMS])
+    raised = getattr(claims_module, "RAISED", {})  # experiment -> how its seeds were raised after a look
+    for j in judgements:
+        j.raised = raised.get(j.claim.experiment, "") if j.seeds else ""
     rows = [j.as_dict() for j in judgements]
     opening = getattr(claims_module, "OPENING", None)
     lines = [
@@ -410,16 +413,19 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 
     counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
     seeds = sorted({j.seeds for j in judgements if j.seeds})
-    family = sum(j.in_family for j in judgements)
+    family = sum(j.in_family and not j.claim.added for j in judgements)
+    later = sum(j.in_family and bool(j.claim.added) for j in judgements)
     tuning = sorted({s for j in judgements for s in j.tuning_seeds}, key=seed_order)
     lines = [
         "## Claims of the paper, judged",
         "",
         f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} pairs per claim): a against b "
-        "on one measure by the exact paired sign-flip test of the mean per-seed difference a − b (with its 95% "
-        "Student-t interval); a claim with a margin or a constant by the exact sign test of the median difference "
-        "(with its order-statistic interval), a 'no difference' claim deciding between inside and outside ± the "
-        f"stated margin; Benjamini–Hochberg across the {family} claims of this report (the family): **agrees** "
+        "on one measure by the exact paired sign-flip test of the mean per-seed difference a − b (with the 95% "
+        "interval that test inverts to); a claim with a margin or a constant by the exact sign test of the median "
+        "seed's difference (with its order-statistic interval), a 'no difference' claim deciding between inside and "
+        f"outside ± the stated margin; Benjamini–Hochberg across the {family} claims committed before the runs (the "
+        "family)" + (f", and separately across the {later} rows added after the runs had been seen (each says so)"
+                     if later else "") + ": **agrees** "
         f"when q ≤ {ALPHA:g} and the evidence lies on the paper's side, **disagrees** when q ≤ {ALPHA:g} on the "
         "other side, **inconclusive** otherwise, with the smallest effect its test would detect with 80% power "
         "(docs/statistics.md). Rounds to a target are the interpolated crossing of the target, restricted to the "
