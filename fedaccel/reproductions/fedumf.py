@@ -23,7 +23,7 @@ OPENING = Opening("Does FedUMF accelerate?", (
             "(1/C times FedAvg's) reaches 80% on IID data and 55% on non-IID data sooner.",
             ("Control, same computation: FedUMF reaches",), "disagrees"),
     Finding("On non-IID data (two classes per client, C = 0.2) we could not tell whether FedUMF reaches 55% sooner "
-            "than FedAvg, nor whether its rounds lie within ±4.5 of FedAvg's.",
+            "than FedAvg, nor whether its median seed's rounds lie within ±4.5 of FedAvg's.",
             ("FedUMF reaches 55% sooner than FedAvg at the same C = 0.2", "within ±4.5 rounds"), "could not tell",
             measure="rounds to"),
     Finding("There its training loss averaged over the rounds is higher than FedAvg's, and FedAvg with every client "
