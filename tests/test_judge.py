@@ -230,3 +230,19 @@ def test_plan_does_not_plan_seeds_for_an_effect_against_the_claim(tmp_path: Path
     lines = {line.split(" |")[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
     assert lines["| fast reaches 0.8 sooner than slow"].rstrip(" |").endswith("| 6")
     assert "the data point the other way" in lines["| slow reaches 0.8 sooner than fast"]
+
+
+def test_a_claim_added_after_the_runs_forms_its_own_family_and_says_so(tmp_path: Path, capsys) -> None:
+    """One family, claim 0 (p = 2/64) beside an added claim with p = 0.72 would get q = 0.0625 and stay
+    inconclusive; the added claim forms its own family, so claim 0 agrees at q = p, and the added row says how it
+    came to be (in the table and in claims.json)."""
+    from fedaccel.report.claims import POST_HOC
+
+    added = {**CLAIMS[3], "added": "after the first verdicts"}
+    grid = write_grid(tmp_path / "toy", [CLAIMS[0], added])
+    assert main(["judge", str(grid)]) == 0
+    first, later = json.loads((grid / "claims.json").read_text())
+    assert first["q"] == first["p"] == pytest.approx(2 / 64) and first["verdict"] == "agrees"
+    assert later["q"] == later["p"] and later["post_hoc"] == "after the first verdicts" and "post_hoc" not in first
+    table = capsys.readouterr().out.splitlines()
+    assert POST_HOC in next(line for line in table if line.startswith("| noisy")) and POST_HOC not in table[2]

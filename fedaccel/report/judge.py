@@ -25,6 +25,8 @@ value)::
         expect: equal
         margin: 0.01
         why: ...
+      - text: ...                         # a claim written after the runs had been seen says when and why:
+        added: after the first verdicts   # it forms its own Benjamini-Hochberg family, and its row says so
 
 :func:`check_claims` fits them to the grid when the experiment is loaded, :func:`gather` finds the
 grid's runs and the incomplete cells each claim depends on (:mod:`fedaccel.report.completeness`),
@@ -64,7 +66,7 @@ from fedaccel.report.identity import check_identity
 from fedaccel.report.reading import Run
 from fedaccel.report.statistics import seeds_for_power
 
-CLAIM_KEYS = {"text", "a", "b", "measure", "b_measure", "expect", "margin", "why", "value", "detect", "paper"}
+CLAIM_KEYS = {"text", "a", "b", "measure", "b_measure", "expect", "margin", "why", "value", "detect", "paper", "added"}
 CLAIMS_FILE = "claims.json"
 
 
@@ -123,7 +125,8 @@ def parse_claims(entries: Any, experiment: str, source: str) -> list[Claim]:
                             dict(entry["b"]) if "b" in entry else None, parse_measure(entry["measure"], where),
                             entry["expect"], str(entry.get("paper", "")), float(margin),
                             float(entry.get("value", 0.0)), detect=_number(entry.get("detect"), where, "detect"),
-                            measure_b=parse_measure(entry["b_measure"], where) if "b_measure" in entry else None))
+                            measure_b=parse_measure(entry["b_measure"], where) if "b_measure" in entry else None,
+                            added=str(entry.get("added") or "")))
     return claims
 
 
