@@ -326,3 +326,20 @@ def test_every_row_types_sentence_says_its_tests_estimand_and_interval(d: list[f
         tested = abs(p - ALPHA) > 1e-12 and abs(centre - j.low) > 1e-6 and abs(centre - j.high) > 1e-6
         if tested:  # away from the ends, where bisection has the last word
             assert (j.low <= centre <= j.high) == (p > ALPHA), (j.low, j.high, p)
+
+
+def test_an_equal_rounds_row_counts_its_censored_seeds_as_intervals_and_stores_them() -> None:
+    """Seed 0 of a never reaches 0.5 in its 4 rounds (pinned at 4, b's 4 too: d = 0, inside any margin); as an
+    interval, [0, inf), it counts for neither 'below the margin' nor the equivalence. claims.json names the
+    censored seeds, so the p recomputes from the file alone."""
+    from fedaccel.report.claims import censored_bounds, claim_test
+
+    runs = [fake_run("b", s, [0.1, 0.2, 0.3, 0.5]) for s in range(8)]
+    runs += [fake_run("a", s, [0.1, 0.2, 0.3, 0.4] if s == 0 else [0.1, 0.2, 0.45, 0.5 + 0.01 * s]) for s in range(8)]
+    claim = Claim("a as fast as b", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "equal", margin=1.0)
+    j = judge(claim, runs)
+    stored = j.as_dict()
+    assert stored["censored_seeds"] == {"a": [0], "b": []} and j.censored == (1, 0)
+    flags = [[s in stored["censored_seeds"][side] for s in stored["paired_seeds"]] for side in "ab"]
+    assert claim_test(claim, stored["differences"], censored_bounds(stored["differences"], *flags))[0] == j.p
+    assert j.p > claim_test(claim, stored["differences"])[0]  # pinned at the budget, seed 0 counted as inside

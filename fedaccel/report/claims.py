@@ -247,6 +247,7 @@ class Judgement:
     tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
     unpaired: dict[str, list[Any]] = field(default_factory=dict)  # per side, seeds the other side has no run of
     raised: str = ""  # the seeds were raised after a look at verdicts (how): p is not adjusted for it, and says so
+    censored_seeds: dict[str, list[Any]] = field(default_factory=dict)  # "equal" rounds rows: the intervals' seeds
 
     @property
     def in_family(self) -> bool:
@@ -271,7 +272,8 @@ class Judgement:
         } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | (
             {"measure_b": c.measure_b.name} if c.measure_b is not None else {}) | (
             {"unpaired": self.unpaired} if self.unpaired else {}) | (
-            {"post_hoc": c.added} if c.added else {}) | ({"seeds_raised": self.raised} if self.raised else {})
+            {"post_hoc": c.added} if c.added else {}) | ({"seeds_raised": self.raised} if self.raised else {}) | (
+            {"censored_seeds": self.censored_seeds} if self.censored_seeds else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -528,7 +530,8 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning, tuning=record,
                          non_finite=non_finite, unpaired=unpaired, note="; ".join(filter(None, [note, left_out])))
     d = [a[s] - b[s] for s in seeds]
-    bounds = _equal_rounds_bounds(claim, d, seeds, a_runs, b_runs)
+    cut = _equal_rounds_censored(claim, seeds, a_runs, b_runs)
+    bounds = censored_bounds(d, *cut) if cut is not None else None
     if bounds is not None:
         left_out = "; ".join(filter(None, [left_out, CENSORED_EQUAL]))
     p, paper_side, estimand = claim_test(claim, d, bounds)
@@ -550,6 +553,8 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         differences=[float(x) for x in d], paired_seeds=seeds, p=p, tuning_seeds=tuning, estimand=estimand,
         paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out, tuned_test=tuned is not None,
         unpaired=unpaired,
+        censored_seeds={} if cut is None else {side: [s for s, c in zip(seeds, flags) if c]
+                                               for side, flags in zip("ab", cut)},
     )
     target = claim.measure.target
     if target is not None:
@@ -571,18 +576,19 @@ CENSORED_EQUAL = ("censored differences counted as the intervals they lie in: eq
                   "placement of the censored runs beyond the budget agrees")
 
 
-def _equal_rounds_bounds(claim: Claim, d: Sequence[float], seeds: Sequence[Any], a_runs: Sequence[Run],
-                         b_runs: Sequence[Run]) -> Bounds | None:
-    """An "equal" rounds claim's censored differences as intervals (:func:`censored_bounds`); None when no
-    paired run is censored or the claim is of another kind. Pinned at the budget, two censored runs differ by
-    0 and TOST read that as equal: 5.9% false equivalence at the margin with 30% censored, n = 20."""
+def _equal_rounds_censored(claim: Claim, seeds: Sequence[Any], a_runs: Sequence[Run],
+                           b_runs: Sequence[Run]) -> tuple[list[bool], list[bool]] | None:
+    """Per paired seed, whether a's and b's runs of an "equal" rounds claim are censored (for
+    :func:`censored_bounds`); None when none is, or the claim is of another kind. Pinned at the budget, two
+    censored runs differ by 0 and TOST read that as equal: 5.9% false equivalence at the margin with 30%
+    censored, n = 20."""
     target = claim.measure.target
     if target is None or claim.expect != "equal":
         return None
     a_by, b_by = {r.seed: r for r in a_runs}, {r.seed: r for r in b_runs}
     a_cut = [not reached(a_by[s], target, claim.measure.metric) for s in seeds]
     b_cut = [claim.b is not None and not reached(b_by[s], target, claim.b_measure.metric) for s in seeds]
-    return censored_bounds(d, a_cut, b_cut) if any(a_cut) or any(b_cut) else None
+    return (a_cut, b_cut) if any(a_cut) or any(b_cut) else None
 
 
 def too_censored(j: Judgement) -> bool:
