@@ -343,3 +343,19 @@ def test_an_equal_rounds_row_counts_its_censored_seeds_as_intervals_and_stores_t
     flags = [[s in stored["censored_seeds"][side] for s in stored["paired_seeds"]] for side in "ab"]
     assert claim_test(claim, stored["differences"], censored_bounds(stored["differences"], *flags))[0] == j.p
     assert j.p > claim_test(claim, stored["differences"])[0]  # pinned at the budget, seed 0 counted as inside
+
+
+def test_a_row_says_when_a_sides_robust_rule_could_not_meet_its_condition_in_some_rounds() -> None:
+    """Krum f = 1 needs 5 updates; with Bernoulli participation some rounds had 3: the row says in how many."""
+    def krum_run(seed: int, uploaded: list[int]) -> Run:
+        run = fake_run({"name": "fedavg", "aggregate": {"name": "krum", "f": 1}}, seed, [0.2, 0.4, 0.6, 0.8])
+        for row, n in zip(run.metrics[1:], uploaded):
+            row["uploaded"] = n
+        return run
+
+    runs = [krum_run(s, [6, 3, 6, 4]) for s in range(6)] + [fake_run("fedavg", s, [0.1, 0.2, 0.4, 0.6]) for s in range(6)]
+    claim = Claim("krum faster", "x", {"algorithm.aggregate.name": "krum"}, {"algorithm": "fedavg"}, rounds_to(0.5),
+                  "less")
+    note = judge(claim, runs).note
+    assert "a's krum needs n > 2f + 2 (at least 5 updates): 12 of its 24 rounds had fewer" in note
+    assert "b's" not in note

@@ -295,6 +295,18 @@ CONDITIONS: dict[str, tuple[str, Callable[[int, dict], bool], tuple[str, ...]]] 
 }
 
 
+def fewest_uploads(spec: object) -> tuple[str, str, int] | None:
+    """For ``algorithm.aggregate`` as a config holds it (a name or ``{name, options}``): the rule, its condition
+    in words and the fewest updates a round needs to meet it; None without a rule or a condition."""
+    name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
+    if name not in CONDITIONS:
+        return None
+    options = {k: v for k, v in spec.items() if k != "name"} if isinstance(spec, dict) else {}
+    words, holds, _ = CONDITIONS[str(name)]
+    settings = {**{k: p.default for k, p in inspect.signature(RULES[str(name)]).parameters.items()}, **options}
+    return str(name), words, next(n for n in range(1, 10_000) if holds(n, settings))
+
+
 def check_uploads(rule: str, options: dict, most: int) -> None:
     """A one-line ConfigError when ``rule`` with ``options`` cannot meet its condition (:data:`CONDITIONS`)
     in any round, the most updates a round uploads being ``most``: Krum with f = 9 of 10 clients would take

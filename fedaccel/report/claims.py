@@ -433,6 +433,27 @@ def _one_run_per_seed(claim: Claim, runs: Sequence[Run], side: str) -> None:
         seen[run.seed] = run
 
 
+def short_rounds(side: str, runs: Sequence[Run]) -> str:
+    """Where a side's robust rule could not meet its condition in some rounds (partial participation: fewer
+    updates than Krum's n > 2f + 2 or Bulyan's n >= 4f + 3; the runs' ``uploaded`` column), one clause saying in
+    how many; empty otherwise."""
+    from fedaccel.algorithms.robust import fewest_uploads
+
+    short = total = 0
+    need = None
+    for run in runs:
+        need = fewest_uploads(value_at(run.config, "algorithm.aggregate")) or need
+        if need is None:
+            continue
+        counts = [r["uploaded"] for r in run.metrics if isinstance(r.get("uploaded"), int) and r.get("round", 0) >= 1]
+        short, total = short + sum(n < need[2] for n in counts), total + len(counts)
+    if not short or need is None:
+        return ""
+    rule, words, least = need
+    return (f"{side}'s {rule} needs {words} (at least {least} updates): {short} of its {total} rounds had fewer "
+            "(partial participation), where its condition does not hold")
+
+
 def _shift(claim: Claim) -> float:
     """The centre a directional claim is tested against: ``a - b = ∓margin`` (``-margin`` for less)."""
     return -claim.margin if claim.expect == "less" else claim.margin
@@ -513,6 +534,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         record.update({f"b:{k}": v for k, v in tuning_figures(tuned, claim.b).items()})
     _one_run_per_seed(claim, a_runs, "a")
     _one_run_per_seed(claim, b_runs, "b")
+    short = [line for side, side_runs in (("a", a_runs), ("b", b_runs)) if (line := short_rounds(side, side_runs))]
     a = {r.seed: claim.measure.of(r) for r in a_runs}
     b = {r.seed: claim.b_measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
     both = sorted(set(a) & set(b), key=seed_order)
@@ -524,7 +546,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     left_out = "; ".join([*(f"seed(s) {', '.join(map(str, s))} left out: {side}'s measure is not finite"
                             for side, s in non_finite.items()),
                           *(f"seed(s) {', '.join(map(str, s))} of {side} left out: no partner in {'ba'[side == 'b']}"
-                            for side, s in unpaired.items())])
+                            for side, s in unpaired.items()), *short])
     if len(seeds) < 2:
         note = f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}"
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning, tuning=record,
