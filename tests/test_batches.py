@@ -190,8 +190,27 @@ def test_the_presets_set_the_references_batches_and_schedule() -> None:
     nova = from_dict({"algorithm": {"name": "fednova", "preset": "fednova-code"}})
     assert (nova.train.order, nova.train.last_batch) == ("reshuffle_epoch", "partial")
     assert nova.train.lr_schedule == {"name": "step", "milestones": [0.5, 0.75], "factor": 0.1}
+    own = {"name": "exponential", "decay": 0.99}  # the user's own schedule, given as the preset's key: it wins
     assert from_dict({"algorithm": {"name": "fednova", "preset": "fednova-code"},
-                      "train": {"lr_decay": 0.99}}).train.lr_schedule is None  # the user's own rate wins
+                      "train": {"lr_schedule": own}}).train.lr_decay == 0.99
+
+
+@pytest.mark.parametrize(("train", "words"), [
+    ({"lr_decay": 1.0}, "train.lr_decay: 1.0 conflicts with algorithm.preset fednova-code's train.lr_schedule: "
+                        "{factor: 0.1, milestones: [0.5, 0.75], name: step} (both say the learning-rate schedule)"),
+    ({"lr_decay": 0.99}, "drop train.lr_decay to run the preset's, or give train.lr_schedule yourself"),
+    ({"reshuffle": False}, "train.reshuffle: false conflicts with algorithm.preset fednova-code's train.order: "
+                           "reshuffle_epoch (both say the batch order)"),
+])
+def test_a_key_that_says_what_the_preset_says_otherwise_is_refused_naming_both(train: dict[str, Any],
+                                                                                words: str) -> None:
+    """Any train.lr_decay, even 1.0, silently switched fednova-code's step schedule off (the resolved config
+    showed it, nothing else did): one line names both keys and says which to give."""
+    with pytest.raises(ConfigError) as caught:
+        from_dict({"algorithm": {"name": "fednova", "preset": "fednova-code"}, "train": train})
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+    resolved = from_dict({"algorithm": {"name": "fednova", "preset": "fednova-code"}}).to_dict()
+    assert from_dict(resolved).train.lr_schedule == resolved["train"]["lr_schedule"]  # a run's config.yaml reloads
     for recipe, weighting in [("fedavg", "data"), ("fedprox", "data"), ("feddyn", "uniform"), ("scaffold", "uniform")]:
         config = from_dict({"algorithm": {"name": recipe, "preset": "feddc-code"}})
         assert (config.train.order, config.train.last_batch) == ("reshuffle_epoch", "partial")

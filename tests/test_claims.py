@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.errors import ConfigError
 from fedaccel.report.claims import (
@@ -246,7 +248,10 @@ def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
     claim = Claim("t", "x", {"algorithm": {"name": "gsnr", "samples": 64}},
                   {"algorithm": {"name": "gsnr", "samples": 64, "plan": "random"}}, rounds_to(0.5), "less")
     text = numbers(judge(claim, runs))
-    assert text.startswith("mean gsnr 2 vs gsnr plan random 4; mean a − b = -2 [t 95%: -2, -2], p = 0.0625, "
+    # five seeds: the sign-flip test's smallest p is 2/32 > 0.05, so its interval is unbounded (a t interval
+    # printed [-2, -2] here, beside a p that rejects nothing)
+    assert text.startswith("mean gsnr 2 vs gsnr plan random 4; mean a − b = -2 [too few seeds for a 95% interval], "
+                           "p = 0.0625, "
                            "q = 0.0625, 5/5 seeds the claimed way; speed-up 2.00×")
 
 
@@ -277,3 +282,80 @@ def test_a_side_selects_a_run_by_its_grid_spelling_or_its_resolved_config() -> N
     assert pick([run], {"algorithm": {"name": "scaffold", "preset": "feddc-code"}}) == [run]
     assert pick([run], {"algorithm": "scaffold"}) == []  # the name alone is SCAFFOLD without the preset
     assert pick([run], {"algorithm.clip": 5.0, "train.lr": 0.1}) == [run]  # resolved values still match
+
+
+ROW_TYPES = {  # every row type's claim: (expect, margin, with b); the estimand follows from them
+    "mean": ("less", 0.0, True),
+    "median beyond a margin": ("greater", 0.5, True),
+    "median against a value": ("less", 0.0, False),
+    "equal within a margin": ("equal", 1.0, True),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-40, 40).map(lambda k: k / 8), min_size=6, max_size=12), st.sampled_from(sorted(ROW_TYPES)))
+def test_every_row_types_sentence_says_its_tests_estimand_and_interval(d: list[float], kind: str) -> None:
+    """Each row type's sentence, generated from random differences, names what its test is about (the mean, or
+    the median seed for margin, value and equivalence rows) and prints the interval that test inverts to: it
+    holds the tested centre exactly when the two-sided test does not reject it (a t interval could lie wholly
+    on one side of 0 beside an inconclusive sign-flip p)."""
+    from fedaccel.report.claims import claim_test, numbers, per_run
+    from fedaccel.report.statistics import ALPHA, sign_flip_p, sign_test_p
+
+    expect, margin, with_b = ROW_TYPES[kind]
+    measure = per_run("x", lambda run: run.config["x"])
+    runs = [Run(Path(f"/r/a{s}"), {"side": "a", "x": x, "run": {"seed": s}}, []) for s, x in enumerate(d)]
+    runs += [Run(Path(f"/r/b{s}"), {"side": "b", "x": 0.0, "run": {"seed": s}}, []) for s in range(len(d))]
+    claim = Claim("t", "x", {"side": "a"}, {"side": "b"} if with_b else None, measure, expect, margin=margin,
+                  value=0.0)
+    j = judge(claim, runs)
+    text = numbers(j)
+    assert j.differences == d and j.p == claim_test(claim, d)[0]
+    if j.estimand == "mean":
+        assert "mean a − b = " in text and "median seed" not in text and j.effect == pytest.approx(np.mean(d))
+        centre, p = 0.0, sign_flip_p(d)
+    else:
+        assert "the median seed's a − b = " in text and j.effect == pytest.approx(np.median(d))
+        assert ("on the median seed's difference, not on every seed's" in text) == bool(margin)
+        centre = {"less": -margin, "greater": margin, "equal": 0.0}[expect]
+        p = sign_test_p(d, centre=centre)
+    bounded = np.isfinite(j.low) and np.isfinite(j.high)
+    assert ("too few seeds for a 95% interval" in text) == (not bounded)
+    if bounded:
+        assert (f"{'sign-flip 95%' if j.estimand == 'mean' else '≥ 95%'}: {j.low:+.4g}, {j.high:+.4g}") in text
+        tested = abs(p - ALPHA) > 1e-12 and abs(centre - j.low) > 1e-6 and abs(centre - j.high) > 1e-6
+        if tested:  # away from the ends, where bisection has the last word
+            assert (j.low <= centre <= j.high) == (p > ALPHA), (j.low, j.high, p)
+
+
+def test_an_equal_rounds_row_counts_its_censored_seeds_as_intervals_and_stores_them() -> None:
+    """Seed 0 of a never reaches 0.5 in its 4 rounds (pinned at 4, b's 4 too: d = 0, inside any margin); as an
+    interval, [0, inf), it counts for neither 'below the margin' nor the equivalence. claims.json names the
+    censored seeds, so the p recomputes from the file alone."""
+    from fedaccel.report.claims import censored_bounds, claim_test
+
+    runs = [fake_run("b", s, [0.1, 0.2, 0.3, 0.5]) for s in range(8)]
+    runs += [fake_run("a", s, [0.1, 0.2, 0.3, 0.4] if s == 0 else [0.1, 0.2, 0.45, 0.5 + 0.01 * s]) for s in range(8)]
+    claim = Claim("a as fast as b", "x", {"algorithm": "a"}, {"algorithm": "b"}, rounds_to(0.5), "equal", margin=1.0)
+    j = judge(claim, runs)
+    stored = j.as_dict()
+    assert stored["censored_seeds"] == {"a": [0], "b": []} and j.censored == (1, 0)
+    flags = [[s in stored["censored_seeds"][side] for s in stored["paired_seeds"]] for side in "ab"]
+    assert claim_test(claim, stored["differences"], censored_bounds(stored["differences"], *flags))[0] == j.p
+    assert j.p > claim_test(claim, stored["differences"])[0]  # pinned at the budget, seed 0 counted as inside
+
+
+def test_a_row_says_when_a_sides_robust_rule_could_not_meet_its_condition_in_some_rounds() -> None:
+    """Krum f = 1 needs 5 updates; with Bernoulli participation some rounds had 3: the row says in how many."""
+    def krum_run(seed: int, uploaded: list[int]) -> Run:
+        run = fake_run({"name": "fedavg", "aggregate": {"name": "krum", "f": 1}}, seed, [0.2, 0.4, 0.6, 0.8])
+        for row, n in zip(run.metrics[1:], uploaded):
+            row["uploaded"] = n
+        return run
+
+    runs = [krum_run(s, [6, 3, 6, 4]) for s in range(6)] + [fake_run("fedavg", s, [0.1, 0.2, 0.4, 0.6]) for s in range(6)]
+    claim = Claim("krum faster", "x", {"algorithm.aggregate.name": "krum"}, {"algorithm": "fedavg"}, rounds_to(0.5),
+                  "less")
+    note = judge(claim, runs).note
+    assert "a's krum needs n > 2f + 2 (at least 5 updates): 12 of its 24 rounds had fewer" in note
+    assert "b's" not in note

@@ -48,8 +48,8 @@ def write_grid(folder: Path, claims: list[dict]) -> Path:
             (run / "config.yaml").write_text(yaml.safe_dump(config))
             loss = [1.0 - a + (0.05 if name == "noisy" and seed % 2 else -0.05 if name == "noisy" else 0.0)
                     for a in curve(name, seed)]
-            rows = [{"round": r + 1, "test_acc": a, "train_loss": l}
-                    for r, (a, l) in enumerate(zip(curve(name, seed), loss))]
+            rows = [{"round": r + 1, "test_acc": a, "train_loss": l, "wall_s": 0.1 * (r + 1) + 0.001 * seed + LR[name]}
+                    for r, (a, l) in enumerate(zip(curve(name, seed), loss))]  # a clock of its own per run
             (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
             (run / "summary.json").write_text(json.dumps({"finished": True}))
     experiment = {"name": "toy", "grid": {"train.lr": list(LR.values()), "run.seed": list(SEEDS)}, "claims": claims}
@@ -144,3 +144,105 @@ def test_claims_json_keeps_full_precision(tmp_path: Path) -> None:
     for claim, row, j in zip(claims, stored, judged):
         assert row["differences"] == j.differences and row["effect"] == j.effect and row["p"] == j.p
         assert claim_test(claim, row["differences"])[0] == row["p"]
+
+
+def folder(grid: Path, name: str, seed: int) -> Path:
+    return grid / cell_name({"train.lr": LR[name], "run.seed": seed})
+
+
+def test_a_folder_holding_another_seeds_run_is_refused_naming_it(tmp_path: Path, capsys) -> None:
+    """A folder named seed=2 whose config says seed 1 (a run put in the wrong folder): judge and compare
+    refuse it by name, instead of pairing 5 seeds and leaving the lost one unnamed."""
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    moved = folder(grid, "fast", 2)
+    config = yaml.safe_load((moved / "config.yaml").read_text())
+    config["run"]["seed"] = 1
+    (moved / "config.yaml").write_text(yaml.safe_dump(config))
+    for command in (["judge", str(grid)], ["compare", str(grid)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert str(moved) in err and "run.seed 1" in err and "its cell has 2" in err and len(err.splitlines()) == 1
+    assert not (grid / "claims.json").exists()
+
+
+def test_a_folder_holding_another_setups_run_is_refused(tmp_path: Path, capsys) -> None:
+    """The seed right but the varied key wrong (slow's run in fast's folder): refused, naming the key."""
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    wrong = folder(grid, "fast", 3)
+    config = yaml.safe_load((wrong / "config.yaml").read_text())
+    config["train"]["lr"] = LR["slow"]
+    (wrong / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["judge", str(grid)]) == 2
+    err = capsys.readouterr().err
+    assert str(wrong) in err and "train.lr 0.01" in err and "its cell has 0.1" in err
+
+
+def test_a_run_copied_into_another_seeds_folder_is_refused(tmp_path: Path, capsys) -> None:
+    """A copy of seed 0's rows in seed 1's folder (that folder's config kept) would be a second pair of one run:
+    its rows, clock included, are seed 0's, and judge refuses both folders by name."""
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    source, copy = folder(grid, "fast", 0), folder(grid, "fast", 1)
+    (copy / "metrics.jsonl").write_text((source / "metrics.jsonl").read_text())
+    assert main(["judge", str(grid)]) == 2
+    err = capsys.readouterr().err
+    assert str(source) in err and str(copy) in err and "same rows" in err
+    assert main(["compare", str(grid)]) == 2
+
+
+def test_a_claim_side_matching_two_runs_a_seed_is_refused_at_load(tmp_path: Path) -> None:
+    """A side that leaves out the varied train.lr selects four runs of every seed: refused when the experiment
+    is loaded, naming the cells and the key that tells them apart (before: one kept by dictionary order)."""
+    loose = {**CLAIMS[0], "a": {"algorithm": "fedavg"}}
+    with pytest.raises(ConfigError, match=r"claims\[0\]\.a selects two cells of seed 0, .* add train\.lr"):
+        load_experiment(write_grid(tmp_path / "toy", [loose]) / "experiment.yaml")
+
+
+def test_judge_refuses_a_side_with_two_runs_of_one_seed() -> None:
+    """The same rule in judge itself (the reproductions' claims are code, not an experiment file)."""
+    from fedaccel.report.claims import judge, rounds_to, Claim
+    from fedaccel.report.reading import Run
+
+    runs = [Run(Path(f"lr{lr}-s0"), {"train": {"lr": lr}, "run": {"seed": 0}}, [{"round": 1, "test_acc": 0.9}])
+            for lr in (0.1, 0.2)]
+    claim = Claim("any", "toy", {}, None, rounds_to(0.8), "less", value=1.0)
+    with pytest.raises(ConfigError, match="side a selects two runs of seed 0, lr0.1-s0 and lr0.2-s0"):
+        judge(claim, runs)
+
+
+def test_seeds_without_a_partner_are_named_in_the_row_and_claims_json(tmp_path: Path, capsys) -> None:
+    """fast's seed 5 missing, judged with --partial: slow's seed 5 has no partner, said in the row and stored."""
+    import shutil
+
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    shutil.rmtree(folder(grid, "fast", 5))
+    assert main(["judge", str(grid), "--partial"]) == 0
+    judged = json.loads((grid / "claims.json").read_text())[0]
+    assert judged["seeds"] == 5 and judged["unpaired"] == {"b": [5]}
+    assert "seed(s) 5 of b left out: no partner in a" in judged["note"]
+    assert "seed(s) 5 of b left out: no partner in a" in capsys.readouterr().out
+
+
+def test_plan_does_not_plan_seeds_for_an_effect_against_the_claim(tmp_path: Path, capsys) -> None:
+    """"slow reaches 0.8 sooner than fast": the pilot's rounds differ by about +2.8 the other way; --plan says the
+    data point the other way instead of a seed count to 'detect' it."""
+    grid = write_grid(tmp_path / "toy", CLAIMS[:2])
+    assert main(["judge", str(grid), "--plan"]) == 0
+    lines = {line.split(" |")[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert lines["| fast reaches 0.8 sooner than slow"].rstrip(" |").endswith("| 6")
+    assert "the data point the other way" in lines["| slow reaches 0.8 sooner than fast"]
+
+
+def test_a_claim_added_after_the_runs_forms_its_own_family_and_says_so(tmp_path: Path, capsys) -> None:
+    """One family, claim 0 (p = 2/64) beside an added claim with p = 0.72 would get q = 0.0625 and stay
+    inconclusive; the added claim forms its own family, so claim 0 agrees at q = p, and the added row says how it
+    came to be (in the table and in claims.json)."""
+    from fedaccel.report.claims import POST_HOC
+
+    added = {**CLAIMS[3], "added": "after the first verdicts"}
+    grid = write_grid(tmp_path / "toy", [CLAIMS[0], added])
+    assert main(["judge", str(grid)]) == 0
+    first, later = json.loads((grid / "claims.json").read_text())
+    assert first["q"] == first["p"] == pytest.approx(2 / 64) and first["verdict"] == "agrees"
+    assert later["q"] == later["p"] and later["post_hoc"] == "after the first verdicts" and "post_hoc" not in first
+    table = capsys.readouterr().out.splitlines()
+    assert POST_HOC in next(line for line in table if line.startswith("| noisy")) and POST_HOC not in table[2]

@@ -39,13 +39,13 @@ def test_a_sentence_cites_every_row_its_fragment_names_and_renders_their_numbers
     opening = Opening("Does A accelerate?", (
         Finding("Yes, against B.", ("A is faster than B",), "agrees"),
         Finding("Against C we could not tell.", ("A is faster than C",), "could not tell"),
-        Finding("It has no effect against D: inside ±2 rounds.", ("as fast as D",), "no effect"),
+        Finding("It has no effect against D: the median seed lies inside ±2 rounds.", ("as fast as D",), "no effect"),
     ))
     assert problems(opening, ROWS) == []
     assert render(opening, ROWS) == (
         "**Does A accelerate?** Yes, against B. (rows 1, 2: agree, q ≤ 0.004.) Against C we could not tell. "
         "(row 3: inconclusive, q ≥ 0.4; smallest detectable: 3.25 rounds to 0.8 test accuracy.) It has no effect "
-        "against D: inside ±2 rounds. (row 4: agrees, q ≤ 0.01.)")
+        "against D: the median seed lies inside ±2 rounds. (row 4: agrees, q ≤ 0.01.)")
 
 
 @pytest.mark.parametrize("finding, why", [
@@ -57,6 +57,7 @@ def test_a_sentence_cites_every_row_its_fragment_names_and_renders_their_numbers
     (Finding("A is no faster than B.", ("faster than B",), "agrees"), "'no faster' claims no effect"),
     (Finding("No effect against E.", ("as fast as E",), "no effect"), "which takes 'no difference' rows"),
     (Finding("No effect against B.", ("faster than B",), "no effect"), "which takes 'no difference' rows"),
+    (Finding("D is as fast as A: within ±2 rounds.", ("as fast as D",), "no effect"), "must say so ('the median seed')"),
     (Finding("We could not tell against B.", ("faster than B",), "could not tell"), "its rows are agrees"),
     (Finding("Yes.", ("A is slower than Z",), "agrees"), "no claim row's text contains 'A is slower than Z'"),
     (Finding("Yes.", ("faster than B",), "strongly"), "strength 'strongly' is none of"),
@@ -77,7 +78,8 @@ def test_a_strength_passes_exactly_when_every_cited_row_allows_it(verdicts: list
                                                                   equal: bool) -> None:
     rows = [row(f"claim {i}", v, expect="equal" if equal else "greater", margin=1.0 if equal else 0.0, mde=1.0)
             for i, v in enumerate(verdicts)]
-    words = {"could not tell": "We could not tell.", "no effect": "No effect within ±1."}.get(strength, "Yes.")
+    words = {"could not tell": "We could not tell.", "no effect": "No effect within ±1 on the median seed."}.get(
+        strength, "Yes.")
     allowed = {"agrees": set(verdicts) == {"agrees"}, "disagrees": set(verdicts) == {"disagrees"},
                "no effect": equal and set(verdicts) == {"agrees"},
                "could not tell": set(verdicts) == {"inconclusive"}}[strength]
@@ -96,3 +98,13 @@ def test_a_sentence_whose_rows_are_not_run_waits_for_them_instead_of_refusing_th
     wrong = Opening("Does A accelerate?", (Finding("No effect against C.", ("faster than C",), "no effect"),))
     with pytest.raises(UserError, match="says no effect"):
         render(wrong, rows)
+
+
+def test_a_sentence_says_how_its_rows_were_judged() -> None:
+    """Issue 46: BHerd's opening cited rows added after the runs had been seen, and rows whose seeds were raised
+    after a look, without a word; the brackets now say both, once each."""
+    rows = [row("A is faster than B", "agrees") | {"seeds_raised": "from 5 to 15"},
+            row("A is faster than C", "agrees") | {"seeds_raised": "from 5 to 13", "post_hoc": "after the verdicts"}]
+    text = render(Opening("Q?", (Finding("Yes.", ("A is faster",), "agrees"),)), rows)
+    assert text.endswith("(rows 1, 2: agree, q ≤ 0.01; added after the runs had been seen: its own Benjamini-Hochberg "
+                         "family; seeds raised after a look (from 5 to 15; from 5 to 13), p not adjusted.)")

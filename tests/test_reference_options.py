@@ -288,9 +288,9 @@ def test_apply_preset_leaves_its_input_alone() -> None:
     out = apply_preset(raw)
     assert raw == {"algorithm": {"name": "feddyn", "preset": "feddyn-code"}}
     assert out["train"] == {"clip": 10.0, "clip_scope": "objective", "order": "reshuffle_epoch", "last_batch": "partial"}
-    assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"reshuffle": False}}
-                        )["train"] == {"reshuffle": False, "clip": 10.0, "clip_scope": "objective",
-                                       "last_batch": "partial"}  # the older spelling chose the order
+    assert apply_preset({"algorithm": {"name": "feddyn", "preset": "feddyn-code"}, "train": {"order": "fixed"}}
+                        )["train"] == {"order": "fixed", "clip": 10.0, "clip_scope": "objective",
+                                       "last_batch": "partial"}  # the user's order
 
 
 def test_grab_stale_centre_by_hand_and_kept_across_rounds() -> None:
@@ -395,3 +395,23 @@ def test_presets_set_the_references_recipe_and_augment_cifar_only() -> None:
         mine = apply_preset({"algorithm": {"name": recipe, "preset": preset}, "data": {"dataset": "cifar10"},
                              "train": {"augment": None}, "eval": {"models": ["broadcast"]}})
         assert mine["train"]["augment"] is None and mine["eval"]["models"] == ["broadcast"]  # the user's keys win
+
+
+def test_feddc_code_runs_the_authors_shared_k_on_every_client_for_scaffold() -> None:
+    """gaoliang13/FedDC's SCAFFOLD runs K = E ceil(mean n_i / B) steps on every client (utils_general.py:238-255);
+    the preset's notes said so and left it unset. Clients of 10 and 25 samples, B = 10, E = 2: K = 2 ceil(1.75) = 4
+    for both (their own epochs would be 2 and 5)."""
+    from fedaccel.engine.federation import Federation
+    from fedaccel.engine.local import LocalOptions
+
+    config = from_dict({"algorithm": {"name": "scaffold", "preset": "feddc-code"}})
+    assert config.train.local_steps == "shared"
+    assert from_dict({"algorithm": {"name": "feddc", "preset": "feddc-code"}}).train.local_steps is None
+    assert from_dict({"algorithm": {"name": "scaffold", "preset": "feddc-code"},
+                      "train": {"local_steps": 7}}).train.local_steps == 7  # the user's count wins
+    x, y = torch.zeros(35, 3), torch.zeros(35, dtype=torch.long)
+    options = LocalOptions(batch_size=10, local_epochs=2, local_steps="shared", last_batch="partial")
+    federation = Federation(torch.nn.Linear(3, 2), x, y, [np.arange(10), np.arange(10, 35)], x, y, options)
+    assert federation.steps.tolist() == [4, 4] and federation.shared_steps == 4
+    with pytest.raises(ConfigError, match="train.local_steps must be an integer >= 1, shared"):
+        from_dict({"train": {"local_steps": "all"}})

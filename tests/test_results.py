@@ -457,8 +457,8 @@ def test_experiment_draws_its_grid_targets(tmp_path, monkeypatch):
         "grid": {"algorithm": ["fedavg", "fedprox"]}, "targets": [0.6, 0.8],
     }))
     experiment = load_experiment(tmp_path / "grid.yaml")
-    for name, config in experiment.cells:
-        folder = write_run(experiment.out_dir / name, {}, [0.5, 0.7])
+    for k, (name, config) in enumerate(experiment.cells):  # rows of their own: the same rows would be a copy
+        folder = write_run(experiment.out_dir / name, {}, [0.5, 0.7 + 0.01 * k])
         dump_config(config, folder / "config.yaml")
     seen = {}
     monkeypatch.setattr(results, "plot_curves", lambda *a, **kw: seen.update(kw) or tmp_path / "c.png")

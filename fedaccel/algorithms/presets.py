@@ -3,7 +3,9 @@
 A preset sets every reference-code option of docs/algorithms.md ("Reference code") to what one public
 repository does: the recipe's hyperparameters (``algorithm``, per recipe) and the train/eval keys the code
 fixes (``config``, dotted keys; ``recipe_config``: those it fixes for some recipes only). It is a defaults layer: built-in defaults < preset < the user's file <
-``--set``, so a key the user sets wins (:func:`apply_preset`, called by ``fedaccel.runs.config``). The
+``--set``, so a key the user sets wins (:func:`apply_preset`, called by ``fedaccel.runs.config``); a key of the
+user's that says what a preset's key says in another spelling (``train.lr_decay`` beside the preset's
+``train.lr_schedule``) is refused in one line naming both. The
 resolved config (``config.yaml`` in the run folder) holds every value the preset set, so a run is
 reproducible without this table.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from fedaccel.errors import ConfigError, listed, shown
+from fedaccel.errors import ConfigError, listed, shown, spelled
 
 # Reference file:line for every value: docs/algorithms.md, "Reference code".
 PRESETS: dict[str, dict[str, Any]] = {
@@ -49,6 +51,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "recipe_config": {  # utils_methods.py:146-147 (FedAvg), :397-398 (FedProx): both means weighted by |D_i|
             "fedavg": {"eval.mean_weighting": "data"},
             "fedprox": {"eval.mean_weighting": "data"},
+            # utils_general.py:238-255: SCAFFOLD runs K = E ceil(mean n_i / B) steps on every client
+            "scaffold": {"train.local_steps": "shared"},
         },
         "cifar": {"train.augment": {"crop_padding": 4, "flip": True}},  # utils_dataset.py (Dataset, train=True)
     },
@@ -101,10 +105,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # What the repositories also do that a preset does not set, and why (docs/algorithms.md, "Reference code").
 NOT_SET: dict[str, dict[str, Any]] = {
-    "feddc-code": {
-        "train.local_steps": "SCAFFOLD runs the shared K on every client (utils_general.py:238-255): an experiment "
-                             "setting (set it to K); control_steps: shared already uses K in the control step",
-    },
     "feddyn-code": {
         "train.clip_scope (in part)": "objective is set, but FedDyn's alpha theta sits in the optimiser's weight "
                                       "decay there, so it is not clipped; fedaccel clips the whole FedDyn term",
@@ -138,6 +138,25 @@ def preset_values(preset: str, recipe: str) -> tuple[dict[str, Any], dict[str, A
     return dict(table["algorithm"].get(recipe, {})), config
 
 
+#: Keys a preset sets that another key also says: the older spelling beside it (train.reshuffle is an order,
+#: train.lr_decay a schedule). A user's value of the other key, even its default, would switch the preset's off.
+OTHER_SPELLING = {"train.order": "train.reshuffle", "train.lr_schedule": "train.lr_decay"}
+
+
+def _check_other_spelling(raw: dict[str, Any], preset: str, dotted: str, value: Any) -> None:
+    """A key of the user's that says what the preset's ``dotted`` says, with ``dotted`` itself left to the preset:
+    one line naming both (before, the user's key silently won: ``train.lr_decay: 1.0`` turned fednova-code's
+    step schedule off)."""
+    other = OTHER_SPELLING.get(dotted)
+    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    if other is None or other.split(".")[1] not in train or dotted.split(".")[1] in train:
+        return
+    mine = train[other.split(".")[1]]
+    raise ConfigError(f"{other}: {spelled(mine)} conflicts with algorithm.preset {preset}'s {dotted}: {spelled(value, 120)} "
+                      f"(both say the {'batch order' if dotted == 'train.order' else 'learning-rate schedule'}): drop "
+                      f"{other} to run the preset's, or give {dotted} yourself, which wins over the preset")
+
+
 def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[str, Any]:
     """``raw`` (a config mapping: file and ``--set`` merged) with its ``algorithm.preset`` filled in under
     every key ``raw`` leaves unset; ``raw`` itself is not changed. No preset: ``raw`` as it is."""
@@ -155,9 +174,7 @@ def apply_preset(raw: dict[str, Any], default_recipe: str = "fedavg") -> dict[st
     for key, value in hyper.items():
         out["algorithm"].setdefault(key, value)
     for dotted, value in config.items():
-        train = out.get("train") or {}
-        if dotted == "train.order" and "reshuffle" in train or dotted == "train.lr_schedule" and "lr_decay" in train:
-            continue  # the user chose the order, or the rate, with the other spelling
+        _check_other_spelling(out, preset, dotted, value)
         node = out
         *parents, leaf = dotted.split(".")
         for key in parents:

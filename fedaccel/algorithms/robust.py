@@ -9,16 +9,23 @@ Each rule is an ``aggregate`` part: w_{t+1} = w_t - server_lr * A(delta_1, ..., 
   rest (Yin et al. 2018). beta = 0 is the unweighted mean.
 - ``krum(f)``: the update with the smallest score s_i = sum of its squared distances to its n - f - 2 nearest
   other updates (Blanchard et al., "Machine Learning with Adversaries: Byzantine Tolerant Gradient
-  Descent", NeurIPS 2017). Ties go to the first uploaded.
+  Descent", NeurIPS 2017). Equal scores go to the update whose values come first (compared coordinate by
+  coordinate), never to the first uploaded: no rule depends on the order in which uploads arrive.
 - ``multikrum(f, m)``: the uniform mean of the m updates with the smallest scores (Blanchard et al. 2017,
   Section 5; m = n - f when not given).
 - ``bulyan(f)``: select theta = n - 2f updates by Krum applied again and again to the updates not yet
   selected (the same f); then per coordinate average the beta = theta - 2f selected values closest to their
   median (El Mhamdi, Guerraoui and Rouault, "The Hidden Vulnerability of Distributed Learning in
   Byzantium", ICML 2018). It needs n >= 4f + 3: a round with fewer uploads leaves the model as it is
-  (Flower's choice; warned once).
+  (Flower's choice; warned once). Its last picks run Krum on the n' = 2f + 1 ... updates left, where
+  n' - f - 2 < 1 for f = 1: no neighbour to count, every score 0. There the pick is the update left whose
+  squared distances to the updates already selected sum least (the one nearest the majority chosen so far),
+  which the paper leaves open and the upload order used to decide.
 
-Where n - f - 2 < 1 (outside Krum's assumption n > 2f + 2) a score sums max(0, n - f - 2) distances.
+Each rule's condition, checked at load against the most clients that upload in a round (``check_uploads``;
+one line when no round can meet it): Krum and Multi-Krum n > 2f + 2, Bulyan n >= 4f + 3, the trimmed mean
+2 floor(beta n) < n (always true for beta < 0.5). A direct call with fewer updates (a round of partial
+participation) scores with max(0, n - f - 2) distances.
 ``variant="flower"`` is Flower's arithmetic (``flwr/serverapp/strategy``, the same in 1.41 and 1.42): at least one neighbour
 (``multikrum.py:232``), Multi-Krum's mean weighted by the reported sample counts (``multikrum.py:149``), and
 Bulyan's theta updates chosen at once by Multi-Krum scores over all n (``bulyan.py:158``) instead of Krum
@@ -28,6 +35,9 @@ refuse a rule.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
 import sys
 from collections.abc import Callable, Sequence
 
@@ -104,9 +114,28 @@ def krum_scores(distances: Tensor, f: int, variant: str) -> Tensor:
     return others.sort(dim=1).values[:, :k].sum(dim=1)
 
 
-def lowest(scores: Tensor, m: int) -> list[int]:
-    """The indices of the m smallest scores, ties to the lower index."""
-    return torch.sort(scores, stable=True).indices[:m].tolist()
+def lowest(scores: Tensor, m: int, rows: Tensor, then: Tensor | None = None) -> list[int]:
+    """The indices of the m smallest scores. Equal scores go by ``then`` (Krum: the sum of squared distances to
+    every other update, the one nearer the rest), then by the ``rows``' values (the first coordinate where two
+    differ decides): the choice never depends on the order of the rows."""
+    keys = [[v if v == v else math.inf for v in x.tolist()] for x in (scores, scores if then is None else then)]
+
+    def before(i: int, j: int) -> int:
+        for key in keys:
+            if key[i] != key[j]:
+                return -1 if key[i] < key[j] else 1
+        differ = torch.nonzero(rows[i] != rows[j])
+        if not differ.numel():
+            return 0  # the same update twice: either is the same choice
+        k = int(differ[0, 0])
+        return -1 if bool(rows[i][k] < rows[j][k]) else 1
+
+    return sorted(range(len(keys[0])), key=functools.cmp_to_key(before))[:m]
+
+
+def krum_lowest(distances: Tensor, f: int, variant: str, m: int, rows: Tensor) -> list[int]:
+    """The m rows with the lowest Krum scores (ties: :func:`lowest`)."""
+    return lowest(krum_scores(distances, f, variant), m, rows, distances.sum(dim=1))
 
 
 def _check_f(name: str, f: int) -> None:
@@ -171,7 +200,7 @@ def multikrum(*, f: int = 1, m: int | None = None, variant: str = "paper", serve
 def _multikrum_rule(f: int, m: int | None, variant: str) -> Rule:
     def rule(stacked: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
         n = stacked.shape[0]
-        keep = lowest(krum_scores(squared_distances(stacked), f, variant), min(n, max(1, n - f) if m is None else m))
+        keep = krum_lowest(squared_distances(stacked), f, variant, min(n, max(1, n - f) if m is None else m), stacked)
         if variant == "flower":  # Flower averages the chosen updates by their sample counts
             weights = renormalised_weights([updates[i] for i in keep])
             return sum((stacked[i] * p for i, p in zip(keep, weights, strict=True)), torch.zeros_like(stacked[0]))
@@ -191,20 +220,24 @@ def krum(*, f: int = 1, variant: str = "paper", server_lr: float = 1.0) -> Part:
     _check_variant("krum", variant)
 
     def rule(stacked: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
-        return stacked[lowest(krum_scores(squared_distances(stacked), f, variant), 1)[0]].clone()
+        return stacked[krum_lowest(squared_distances(stacked), f, variant, 1, stacked)[0]].clone()
 
     return _part("krum", rule, server_lr)
 
 
-def bulyan_selection(distances: Tensor, f: int, count: int, variant: str) -> list[int]:
-    """The ``count`` rows Bulyan keeps: Krum again and again on the rest (paper), or at once (flower)."""
+def bulyan_selection(distances: Tensor, f: int, count: int, variant: str, rows: Tensor) -> list[int]:
+    """The ``count`` rows Bulyan keeps: Krum again and again on the rest (paper), or at once (flower). A pick
+    with no neighbour to count (n' - f - 2 < 1) takes the row nearest those already chosen (module docstring)."""
     if variant == "flower":
-        return lowest(krum_scores(distances, f, variant), count)
+        return krum_lowest(distances, f, variant, count, rows)
     left = list(range(distances.shape[0]))
     chosen: list[int] = []
     for _ in range(count):
         sub = distances[left][:, left]
-        best = left[lowest(krum_scores(sub, f, variant), 1)[0]]
+        if len(left) - f - 2 < 1 and chosen:
+            best = left[lowest(distances[left][:, chosen].sum(dim=1), 1, rows[left], sub.sum(dim=1))[0]]
+        else:
+            best = left[krum_lowest(sub, f, variant, 1, rows[left])[0]]
         chosen.append(best)
         left.remove(best)
     return chosen
@@ -242,7 +275,7 @@ def bulyan(*, f: int = 1, variant: str = "paper", server_lr: float = 1.0) -> Par
                 warned.append(True)
             return torch.zeros_like(stacked[0])
         theta = n - 2 * f
-        chosen = bulyan_selection(squared_distances(stacked), f, theta, variant)
+        chosen = bulyan_selection(squared_distances(stacked), f, theta, variant, stacked)
         return by_columns(stacked[chosen], closest_to_median(theta - 2 * f))
 
     return _part("bulyan", rule, server_lr)
@@ -251,6 +284,43 @@ def bulyan(*, f: int = 1, variant: str = "paper", server_lr: float = 1.0) -> Par
 RULES: dict[str, Callable[..., Part]] = {
     "median": median, "trimmed_mean": trimmed_mean, "krum": krum, "multikrum": multikrum, "bulyan": bulyan,
 }
+
+
+#: Each rule's condition on the n updates of a round, as the papers state it, and the options it reads.
+CONDITIONS: dict[str, tuple[str, Callable[[int, dict], bool], tuple[str, ...]]] = {
+    "krum": ("n > 2f + 2", lambda n, o: n > 2 * o["f"] + 2, ("f",)),
+    "multikrum": ("n > 2f + 2", lambda n, o: n > 2 * o["f"] + 2, ("f",)),
+    "bulyan": ("n >= 4f + 3", lambda n, o: n >= 4 * o["f"] + 3, ("f",)),
+    "trimmed_mean": ("2 floor(beta n) < n", lambda n, o: 2 * int(o["beta"] * n) < n, ("beta",)),
+}
+
+
+def fewest_uploads(spec: object) -> tuple[str, str, int] | None:
+    """For ``algorithm.aggregate`` as a config holds it (a name or ``{name, options}``): the rule, its condition
+    in words and the fewest updates a round needs to meet it; None without a rule or a condition."""
+    name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
+    if name not in CONDITIONS:
+        return None
+    options = {k: v for k, v in spec.items() if k != "name"} if isinstance(spec, dict) else {}
+    words, holds, _ = CONDITIONS[str(name)]
+    settings = {**{k: p.default for k, p in inspect.signature(RULES[str(name)]).parameters.items()}, **options}
+    return str(name), words, next(n for n in range(1, 10_000) if holds(n, settings))
+
+
+def check_uploads(rule: str, options: dict, most: int) -> None:
+    """A one-line ConfigError when ``rule`` with ``options`` cannot meet its condition (:data:`CONDITIONS`)
+    in any round, the most updates a round uploads being ``most``: Krum with f = 9 of 10 clients would take
+    one fixed update every round, Bulyan with f = 2 of 10 would never change the model."""
+    if rule not in CONDITIONS:
+        return
+    words, holds, keys = CONDITIONS[rule]
+    settings = {**{k: p.default for k, p in inspect.signature(RULES[rule]).parameters.items()}, **options}
+    if holds(most, settings):
+        return
+    least = next(n for n in range(most + 1, 4 * most + 8) if holds(n, settings))
+    raise ConfigError(f"algorithm.aggregate {rule} ({', '.join(f'{k} {settings[k]}' for k in keys)}) needs {words} "
+                      f"updates a round, at least {least}; at most {most} clients upload in a round here: lower "
+                      f"{' or '.join(keys)}, or let more clients upload (data.clients, train.client_fraction)")
 
 
 def with_robust_aggregate(algorithm: Algorithm, rule: str, params: dict, server_lr: float = 1.0) -> Algorithm:

@@ -81,6 +81,7 @@ class Federation:
         self.clean_train = (x_train, y_train)  # what the training-set metrics are measured on
         self.x_test, self.y_test = x_test.to(self.device), y_test.to(self.device)
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
+        options = options.for_clients([int(n) for n in sizes])  # local_steps: shared is K of these clients
         self.options = options
         if options.augment is not None:
             check_images(tuple(x_train.shape[1:]))

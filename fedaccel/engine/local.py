@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ REORDERED = ("reshuffle", "reshuffle_epoch")  # orders drawn anew every round
 # drop: every batch holds B samples, tau_i = floor(E |D_i| / B) (the papers' count); partial: each epoch is
 # ceil(|D_i| / B) batches, the last one short (a PyTorch DataLoader with drop_last=False)
 LAST_BATCHES = ("drop", "partial")
+SHARED = "shared"  # train.local_steps: every client runs K = int(E ceil(mean |D_i| / B)), the reference codes' count
 CLIP_SCOPES = ("gradient", "objective")  # what train.clip bounds: the mini-batch gradient, or it + local terms
 
 
@@ -69,7 +70,7 @@ class LocalOptions:
     lr: float = 0.01  # eta_0
     batch_size: int = 50  # B
     local_epochs: float = 1.0  # E, fractional allowed
-    local_steps: int | None = None  # tau_i for every client, in place of E |D_i| / B
+    local_steps: int | str | None = None  # tau_i for every client, in place of E |D_i| / B; SHARED: K (shared_steps)
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_decay: float = 1.0  # gamma: eta_t = eta_0 * gamma^t (the shorthand of lr_schedule's exponential)
@@ -95,8 +96,10 @@ class LocalOptions:
             raise ConfigError(f"train.batch_size must be >= 1, got {self.batch_size}")
         if not self.local_epochs > 0:
             raise ConfigError(f"train.local_epochs must be > 0, got {self.local_epochs}")
-        if self.local_steps is not None and self.local_steps < 1:
-            raise ConfigError(f"train.local_steps must be >= 1 or null, got {self.local_steps}")
+        steps = self.local_steps
+        if steps is not None and steps != SHARED and (isinstance(steps, (bool, str)) or steps < 1):
+            raise ConfigError(f"train.local_steps must be an integer >= 1, {SHARED} (K on every client) or null, "
+                              f"got {shown(steps)}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
@@ -121,10 +124,22 @@ class LocalOptions:
         """eta_t = eta_0 * the schedule's factor at round t (gamma^t by default)."""
         return self.lr * self.lr_schedule.factor_at(round_)  # type: ignore[union-attr]
 
+    def for_clients(self, sizes: Sequence[int]) -> LocalOptions:
+        """These options for clients of ``sizes``: ``local_steps: shared`` becomes the number K
+        (:meth:`shared_steps`), which every client then runs.
+
+        Example:
+            >>> LocalOptions(batch_size=10, local_epochs=2, local_steps="shared").for_clients([10, 25]).local_steps
+            4
+        """
+        return replace(self, local_steps=self.shared_steps(sizes)) if self.local_steps == SHARED else self
+
     def steps(self, n_samples: int) -> int:
         """tau_i for E epochs (:meth:`epoch_steps`); or ``local_steps`` when it is set."""
+        if self.local_steps == SHARED:
+            raise ValueError("local_steps: shared is a number only for given clients: call for_clients first")
         if self.local_steps is not None:
-            return self.local_steps
+            return int(self.local_steps)
         return self.epoch_steps(self.local_epochs, n_samples)
 
     def epoch_steps(self, epochs: float, n_samples: int) -> int:
@@ -148,8 +163,8 @@ class LocalOptions:
             >>> LocalOptions(batch_size=10, local_epochs=2).shared_steps([10, 25])  # 2 * ceil(17.5 / 10)
             4
         """
-        if self.local_steps is not None:
-            return self.local_steps
+        if self.local_steps is not None and self.local_steps != SHARED:
+            return int(self.local_steps)
         return max(1, int(self.local_epochs * math.ceil(sum(sizes) / len(sizes) / self.batch_size - 1e-9)))
 
 

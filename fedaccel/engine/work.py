@@ -139,7 +139,7 @@ class WorkOptions(Protocol):
     """What :func:`client_steps` reads of the local options (:class:`fedaccel.engine.local.LocalOptions`)."""
 
     local_epochs: float
-    local_steps: int | None
+    local_steps: int | str | None  # a number here: Federation resolves "shared" (LocalOptions.for_clients)
     batch_size: int
 
     def steps(self, n_samples: int) -> int: ...
@@ -156,7 +156,7 @@ def client_steps(options: WorkOptions, n_samples: int, planned: int | None, work
     if planned is not None:
         return 0 if planned == 0 else max(1, math.floor(share * planned + 1e-9))
     if options.local_steps is not None:
-        return max(1, math.floor(share * options.local_steps + 1e-9))
+        return max(1, math.floor(share * int(options.local_steps) + 1e-9))
     return options.epoch_steps(work.epochs, n_samples)
 
 

@@ -385,6 +385,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     from fedaccel.grids.progress import GridProgress
     from fedaccel.report.completeness import gaps_line, grid_gaps
     from fedaccel.report.figures import plot_curves
+    from fedaccel.report.identity import check_distinct
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
 
@@ -432,6 +433,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
         if own_report:
             report.close()
     runs = load_runs([d for d in run_dirs if (d / "metrics.jsonl").is_file()])
+    check_distinct(runs)  # a folder skipped as finished may hold another cell's copy (its config checked above)
     table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)
     if line := gaps_line(*grid_gaps(experiment.out_dir, experiment.cells, runs)):
         table += f"\n\nWarning: {line}."

@@ -17,6 +17,7 @@ from fedaccel.errors import ConfigError
 from fedaccel.grids.experiment import COPY, TABLE_TARGETS
 from fedaccel.grids.gaps import copied_cells
 from fedaccel.report.figures import Palette, grid_palette
+from fedaccel.report.identity import check_cell_configs, check_distinct
 from fedaccel.report.reading import Run
 from fedaccel.runs.config import from_dict, read_yaml
 
@@ -54,6 +55,7 @@ def grid_view(paths: Iterable[str | Path], runs: Sequence[Run]) -> GridView:
                   if id(run) not in taken and run.path.parent.resolve() == path.resolve()}
         if cells is None or not inside:
             continue
+        check_cell_configs(cells, list(inside.values()))
         for name, spec in cells:
             if name in inside:
                 ordered.append(inside.pop(name))
@@ -65,6 +67,7 @@ def grid_view(paths: Iterable[str | Path], runs: Sequence[Run]) -> GridView:
         settings = settings if settings is not None else _settings(path / COPY, path.resolve().name)
     rest = [run for run in runs if id(run) not in taken]
     ordered += rest
+    check_distinct(ordered)
     configs += [run.config for run in rest]
     settings = settings or {}
     return GridView(ordered, grid_palette(configs), **settings)

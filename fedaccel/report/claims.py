@@ -12,7 +12,8 @@ adjusts them across the family, and the verdict is **agrees** when ``q <= 0.05``
 detectable effect). The test:
 
 - ``a`` against ``b`` on one measure without a margin (no effect means the runs are exchangeable): the
-  exact paired sign-flip test of the *mean* difference, shown with its 95% Student-t interval;
+  exact paired sign-flip test of the *mean* difference, shown with the 95% interval that test inverts to
+  (the shifts it does not reject: never one that contradicts it);
 - a margin, a constant ``value`` or two measures (``measure_b``): nothing is exchangeable, so the
   exact sign test of the *median* difference against the margin, shown with its order-statistic
   interval; ``expect="equal"`` (which needs a margin) decides between "inside ``±margin``" (TOST) and
@@ -41,14 +42,15 @@ from fedaccel.report.reading import Run, value_at
 from fedaccel.report.tuned import choice, tuned_swap_p
 from fedaccel.report.statistics import (
     ALPHA,
+    Bounds,
     bh_adjust,
     detectable_effect,
     detectable_margin,
     median_interval,
     outside_p,
+    sign_flip_interval,
     sign_flip_p,
     sign_test_p,
-    t_interval,
     tost_p,
 )
 
@@ -56,7 +58,8 @@ BEST = "best"  # in a claim's setup: the value of this key with the lowest mean 
 MIN_TUNING_SEEDS = 3  # a BEST value is chosen on the mean over at least this many tuning seeds
 METHODS = {  # claims.json's "method", by the estimand the claim's test is about
     "mean": ("exact paired sign-flip test of the mean per-seed difference a - b (two-sided), Benjamini-Hochberg "
-             f"across the family at q <= {ALPHA:g}; effect: mean difference with its 95% Student-t interval"),
+             f"across the family at q <= {ALPHA:g}; effect: mean difference with the 95% interval the sign-flip test "
+             "inverts to (the shifts it does not reject)"),
     "median": ("exact sign test of the median per-seed difference a - b against the margin or value (two-sided; "
                f"'equal': inside ±margin or outside, each at half the level), Benjamini-Hochberg at q <= {ALPHA:g}; "
                "effect: median difference with its order-statistic interval (coverage >= 95%)"),
@@ -177,6 +180,7 @@ class Claim:
     value: float = 0.0  # compared with a's values when there is no b
     detect: float | None = None  # `fedaccel judge --plan`: the difference to detect (default: the pilot's)
     measure_b: Measure | None = None  # b's measure when it differs from a's (two columns of the same runs)
+    added: str = ""  # written after the runs had been seen (post hoc), and why: its own BH family, said in its row
 
     @property
     def b_measure(self) -> Measure:
@@ -241,6 +245,9 @@ class Judgement:
     non_finite: dict[str, list[Any]] = field(default_factory=dict)  # seeds left out: a side's measure not finite
     tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
     tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
+    unpaired: dict[str, list[Any]] = field(default_factory=dict)  # per side, seeds the other side has no run of
+    raised: str = ""  # the seeds were raised after a look at verdicts (how): p is not adjusted for it, and says so
+    censored_seeds: dict[str, list[Any]] = field(default_factory=dict)  # "equal" rounds rows: the intervals' seeds
 
     @property
     def in_family(self) -> bool:
@@ -262,7 +269,11 @@ class Judgement:
             "non_finite": self.non_finite, "tuning_seeds": self.tuning_seeds, "undecided": self.undecided,
             "paper": c.paper, "baseline_mean_rounds_to_target": _num(self.baseline_rounds),
             "target": c.measure.target, "note": self.note,
-        } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | ({"measure_b": c.measure_b.name} if c.measure_b is not None else {})
+        } | ({"method": METHODS["mean"] + "; " + TUNED_METHOD} if self.tuned_test else {}) | (
+            {"measure_b": c.measure_b.name} if c.measure_b is not None else {}) | (
+            {"unpaired": self.unpaired} if self.unpaired else {}) | (
+            {"post_hoc": c.added} if c.added else {}) | ({"seeds_raised": self.raised} if self.raised else {}) | (
+            {"censored_seeds": self.censored_seeds} if self.censored_seeds else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,6 +284,12 @@ def _num(x: float | None) -> float | None:
     """A number for claims.json at full precision (JSON writes a float's shortest exact repr); None if
     not finite."""
     return None if x is None or not math.isfinite(x) else float(x)
+
+
+def seed_order(seed: Any) -> tuple[int, float, str]:
+    """Seeds in numeric order (1, 2, 10), any other value after them by its repr."""
+    number = isinstance(seed, (int, float)) and not isinstance(seed, bool)
+    return (0, float(seed), "") if number else (1, 0.0, repr(seed))
 
 
 def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
@@ -345,7 +362,7 @@ def tuning_figures(runs: Sequence[Run], where: Mapping[str, Any]) -> dict[str, d
                     for name, (value, by_seed) in runs_by_value(pick(runs, {**fixed, **chosen}), key).items()}
         if not by_value:
             continue
-        seeds = sorted(set.intersection(*(set(s) for _, s in by_value.values())), key=repr)
+        seeds = sorted(set.intersection(*(set(s) for _, s in by_value.values())), key=seed_order)
         if len(seeds) < MIN_TUNING_SEEDS:
             raise ConfigError(f"a best {key} needs runs of every value on at least {MIN_TUNING_SEEDS} tuning seeds; "
                               f"the values share {len(seeds)} ({', '.join(map(str, seeds)) or 'none'})")
@@ -405,17 +422,50 @@ def _tuned_p(claim: Claim, runs: Sequence[Run], tuning: Sequence[Any], seeds: Se
     return tuned_swap_p(selection, measure, fixed)  # type: ignore[arg-type]
 
 
+def _one_run_per_seed(claim: Claim, runs: Sequence[Run], side: str) -> None:
+    """A side has one run per seed; two would be paired by whichever came last (a ConfigError names them)."""
+    seen: dict[Any, Run] = {}
+    for run in runs:
+        if run.seed in seen:
+            raise ConfigError(f"claim {claim.text!r}: side {side} selects two runs of seed {run.seed}, "
+                              f"{seen[run.seed].path.name} and {run.path.name}: give the side the key that tells "
+                              "them apart")
+        seen[run.seed] = run
+
+
+def short_rounds(side: str, runs: Sequence[Run]) -> str:
+    """Where a side's robust rule could not meet its condition in some rounds (partial participation: fewer
+    updates than Krum's n > 2f + 2 or Bulyan's n >= 4f + 3; the runs' ``uploaded`` column), one clause saying in
+    how many; empty otherwise."""
+    from fedaccel.algorithms.robust import fewest_uploads
+
+    short = total = 0
+    need = None
+    for run in runs:
+        need = fewest_uploads(value_at(run.config, "algorithm.aggregate")) or need
+        if need is None:
+            continue
+        counts = [r["uploaded"] for r in run.metrics if isinstance(r.get("uploaded"), int) and r.get("round", 0) >= 1]
+        short, total = short + sum(n < need[2] for n in counts), total + len(counts)
+    if not short or need is None:
+        return ""
+    rule, words, least = need
+    return (f"{side}'s {rule} needs {words} (at least {least} updates): {short} of its {total} rounds had fewer "
+            "(partial participation), where its condition does not hold")
+
+
 def _shift(claim: Claim) -> float:
     """The centre a directional claim is tested against: ``a - b = ∓margin`` (``-margin`` for less)."""
     return -claim.margin if claim.expect == "less" else claim.margin
 
 
-def claim_test(claim: Claim, d: Sequence[float]) -> tuple[float, bool, str]:
+def claim_test(claim: Claim, d: Sequence[float], bounds: Bounds | None = None) -> tuple[float, bool, str]:
     """The claim's own two-sided test on the differences ``d``: (p, whether the evidence lies on the
-    paper's side, the estimand "mean" or "median"); see the module docstring."""
+    paper's side, the estimand "mean" or "median"); see the module docstring. ``bounds``: an "equal"
+    rounds claim's censored differences as the intervals they are known to lie in (:func:`censored_bounds`)."""
     x = np.asarray(d, dtype=float)
     if claim.expect == "equal":
-        inside, outside = tost_p(x, claim.margin), outside_p(x, claim.margin)
+        inside, outside = tost_p(x, claim.margin, bounds), outside_p(x, claim.margin, bounds)
         return min(1.0, 2 * min(inside, outside)), inside < outside, "median"
     if claim.exchangeable:
         mean = float(x.mean())
@@ -423,6 +473,15 @@ def claim_test(claim: Claim, d: Sequence[float]) -> tuple[float, bool, str]:
     above = sign_test_p(x, "greater", centre=_shift(claim))
     below = sign_test_p(x, "less", centre=_shift(claim))
     return min(1.0, 2 * min(above, below)), (below < above if claim.expect == "less" else above < below), "median"
+
+
+def censored_bounds(d: Sequence[float], a_censored: Sequence[bool], b_censored: Sequence[bool]) -> Bounds:
+    """Where each restricted difference a - b of rounds can truly lie: a censored run never reached the target
+    in its budget, so its rounds are at least its counted last round and a - b is unbounded above (a
+    censored) or below (b censored); both censored, anything."""
+    low = [-math.inf if cb else x for x, cb in zip(d, b_censored)]
+    high = [math.inf if ca else x for x, ca in zip(d, a_censored)]
+    return low, high
 
 
 def claim_p_value(claim: Claim, d: Sequence[float]) -> float:
@@ -473,20 +532,31 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     record = tuning_figures(tuned, claim.a) if tuning else {}
     if tuning and claim.b is not None:
         record.update({f"b:{k}": v for k, v in tuning_figures(tuned, claim.b).items()})
+    _one_run_per_seed(claim, a_runs, "a")
+    _one_run_per_seed(claim, b_runs, "b")
+    short = [line for side, side_runs in (("a", a_runs), ("b", b_runs)) if (line := short_rounds(side, side_runs))]
     a = {r.seed: claim.measure.of(r) for r in a_runs}
     b = {r.seed: claim.b_measure.of(r) for r in b_runs} if claim.b is not None else {s: claim.value for s in a}
-    both = sorted(set(a) & set(b), key=repr)
+    both = sorted(set(a) & set(b), key=seed_order)
+    unpaired = {side: sorted(set(mine) - set(theirs), key=seed_order) for side, mine, theirs in (("a", a, b), ("b", b, a))}
+    unpaired = {side: seeds for side, seeds in unpaired.items() if seeds}
     non_finite = {side: [s for s in both if not math.isfinite(values[s])] for side, values in (("a", a), ("b", b))}
     non_finite = {side: seeds for side, seeds in non_finite.items() if seeds}
     seeds = [s for s in both if math.isfinite(a[s]) and math.isfinite(b[s])]
-    left_out = "; ".join(f"seed(s) {', '.join(map(str, s))} left out: {side}'s measure is not finite"
-                         for side, s in non_finite.items())
+    left_out = "; ".join([*(f"seed(s) {', '.join(map(str, s))} left out: {side}'s measure is not finite"
+                            for side, s in non_finite.items()),
+                          *(f"seed(s) {', '.join(map(str, s))} of {side} left out: no partner in {'ba'[side == 'b']}"
+                            for side, s in unpaired.items()), *short])
     if len(seeds) < 2:
         note = f"{len(seeds)} paired seed(s): a has {len(a)} runs, b {len(b)}"
         return Judgement(claim, "inconclusive", len(seeds), chosen=chosen, tuning_seeds=tuning, tuning=record,
-                         non_finite=non_finite, note="; ".join(filter(None, [note, left_out])))
+                         non_finite=non_finite, unpaired=unpaired, note="; ".join(filter(None, [note, left_out])))
     d = [a[s] - b[s] for s in seeds]
-    p, paper_side, estimand = claim_test(claim, d)
+    cut = _equal_rounds_censored(claim, seeds, a_runs, b_runs)
+    bounds = censored_bounds(d, *cut) if cut is not None else None
+    if bounds is not None:
+        left_out = "; ".join(filter(None, [left_out, CENSORED_EQUAL]))
+    p, paper_side, estimand = claim_test(claim, d, bounds)
     tuned = _tuned_p(claim, runs, tuning, seeds, chosen) if tuning else None
     if tuned is not None:
         p = tuned
@@ -494,7 +564,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         left_out = "; ".join(filter(None, [left_out, "p does not count the choice of the best value (each value "
                                            "run by both sides on every seed is what lets it)"]))
     effect = float(np.mean(d)) if estimand == "mean" else float(np.median(d))
-    low, high = t_interval(d) if estimand == "mean" else median_interval(d)
+    low, high = sign_flip_interval(d) if estimand == "mean" else median_interval(d)
     if claim.expect == "equal":
         side = sum(abs(x) <= claim.margin for x in d)
     else:
@@ -504,6 +574,9 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds])), int(side), chosen=chosen,
         differences=[float(x) for x in d], paired_seeds=seeds, p=p, tuning_seeds=tuning, estimand=estimand,
         paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out, tuned_test=tuned is not None,
+        unpaired=unpaired,
+        censored_seeds={} if cut is None else {side: [s for s, c in zip(seeds, flags) if c]
+                                               for side, flags in zip("ab", cut)},
     )
     target = claim.measure.target
     if target is not None:
@@ -521,6 +594,25 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     return judgement
 
 
+CENSORED_EQUAL = ("censored differences counted as the intervals they lie in: equivalence only where every "
+                  "placement of the censored runs beyond the budget agrees")
+
+
+def _equal_rounds_censored(claim: Claim, seeds: Sequence[Any], a_runs: Sequence[Run],
+                           b_runs: Sequence[Run]) -> tuple[list[bool], list[bool]] | None:
+    """Per paired seed, whether a's and b's runs of an "equal" rounds claim are censored (for
+    :func:`censored_bounds`); None when none is, or the claim is of another kind. Pinned at the budget, two
+    censored runs differ by 0 and TOST read that as equal: 5.9% false equivalence at the margin with 30%
+    censored, n = 20."""
+    target = claim.measure.target
+    if target is None or claim.expect != "equal":
+        return None
+    a_by, b_by = {r.seed: r for r in a_runs}, {r.seed: r for r in b_runs}
+    a_cut = [not reached(a_by[s], target, claim.measure.metric) for s in seeds]
+    b_cut = [claim.b is not None and not reached(b_by[s], target, claim.b_measure.metric) for s in seeds]
+    return (a_cut, b_cut) if any(a_cut) or any(b_cut) else None
+
+
 def too_censored(j: Judgement) -> bool:
     """More than :data:`CENSORED_SHARE` of either side never reached the claim's target."""
     return any(n and c > CENSORED_SHARE * n for c, n in zip(j.censored, j.sides))
@@ -528,10 +620,13 @@ def too_censored(j: Judgement) -> bool:
 
 def judge_family(judgements: Sequence[Judgement], alpha: float = ALPHA) -> list[Judgement]:
     """Decide a report's claims together: Benjamini-Hochberg over the p-values of the claims in the
-    family (every claim with a p-value except an undecided one), verdicts from the q-values."""
-    family = [j for j in judgements if j.in_family]
-    for j, q in zip(family, bh_adjust([j.p for j in family])):
-        _decide(j, q, alpha)
+    family (every claim with a p-value except an undecided one), verdicts from the q-values. Claims written
+    after the runs had been seen (``Claim.added``) form a family of their own: a row added later never moves
+    the q-value of one committed before the runs."""
+    for post_hoc in (False, True):
+        family = [j for j in judgements if j.in_family and bool(j.claim.added) == post_hoc]
+        for j, q in zip(family, bh_adjust([j.p for j in family])):
+            _decide(j, q, alpha)
     return list(judgements)
 
 
@@ -571,6 +666,30 @@ def speed_up(rounds_a: float, rounds_b: float) -> float:
     return rounds_b / rounds_a
 
 
+ESTIMATES = {"mean": "mean a − b", "median": "the median seed's a − b"}  # what each test is about, in a row's words
+
+
+POST_HOC = "added after the runs had been seen: its own Benjamini-Hochberg family"
+RAISED = "seeds raised after a look ({}), p not adjusted"
+
+
+def labels(j: Judgement | Mapping[str, Any]) -> list[str]:
+    """What a row must say about how it came to be judged: added after the runs had been seen, seeds raised
+    after a look (a judgement, or its claims.json entry)."""
+    added, raised = ((j.claim.added, j.raised) if isinstance(j, Judgement) else
+                     (j.get("post_hoc", ""), j.get("seeds_raised", "")))
+    return [*([POST_HOC] if added else []), *([RAISED.format(raised)] if raised else [])]
+
+
+def interval(j: Judgement) -> str:
+    """The interval the row's test inverts to, in words: the sign-flip test's for a mean, the sign test's
+    (order statistics) for the median seed."""
+    f = j.claim.measure.fmt
+    if j.low is None or j.high is None or not math.isfinite(j.low) or not math.isfinite(j.high):
+        return "too few seeds for a 95% interval"
+    return f"{'sign-flip 95%' if j.estimand == 'mean' else '≥ 95%'}: {j.low:+{f}}, {j.high:+{f}}"
+
+
 def numbers(j: Judgement) -> str:
     """The measured numbers of a judgement, one line for the report's table."""
     c, f = j.claim, j.claim.measure.fmt
@@ -582,12 +701,11 @@ def numbers(j: Judgement) -> str:
         a_text = f"{a_text} ({c.measure.name})".replace("as the other (", "(")
         b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_mean:{f}}".replace("as the other (", "(")
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
-    interval = (f"t 95%: {j.low:+{f}}, {j.high:+{f}}" if j.estimand == "mean"
-                else f"≥ 95%: {j.low:+{f}}, {j.high:+{f}}" if math.isfinite(j.low) else "too few seeds for a 95% interval")
-    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {j.estimand} a − b = {j.effect:+{f}} [{interval}], {test}, "
-            f"{j.on_paper_side}/{j.seeds} seeds the claimed way")
+    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {ESTIMATES[j.estimand]} = {j.effect:+{f}} [{interval(j)}], "
+            f"{test}, {j.on_paper_side}/{j.seeds} seeds the claimed way")
     if c.expect == "equal" or c.margin:
-        text += f"; margin ±{c.margin:{f}}" if c.expect == "equal" else f"; margin {c.margin:{f}}"
+        bound = f"±{c.margin:{f}}" if c.expect == "equal" else f"{c.margin:{f}}"
+        text += f"; margin {bound} on the median seed's difference, not on every seed's"
     if c.measure.target is not None and c.b is not None and j.a_mean:
         text += f"; speed-up {speed_up(j.a_mean, j.b_mean):.2f}×"
     if c.measure.target is not None and any(j.censored):
@@ -600,6 +718,7 @@ def numbers(j: Judgement) -> str:
         text += f"; could not tell: the smallest {what} is {j.mde:{f}} ({MDE_POWER:.0%} power)"
     if j.note:
         text += f"; {j.note}"
+    text += "".join(f"; {label}" for label in labels(j))
     if j.tuning_seeds:
         text += f"; best values chosen on seed(s) {', '.join(map(str, j.tuning_seeds))}"
     return text

@@ -25,6 +25,8 @@ value)::
         expect: equal
         margin: 0.01
         why: ...
+      - text: ...                         # a claim written after the runs had been seen says when and why:
+        added: after the first verdicts   # it forms its own Benjamini-Hochberg family, and its row says so
 
 :func:`check_claims` fits them to the grid when the experiment is loaded, :func:`gather` finds the
 grid's runs and the incomplete cells each claim depends on (:mod:`fedaccel.report.completeness`),
@@ -60,10 +62,11 @@ from fedaccel.report.claims import (
     selects,
 )
 from fedaccel.report.completeness import Gap, gaps_line, grid_gaps
+from fedaccel.report.identity import check_identity
 from fedaccel.report.reading import Run
 from fedaccel.report.statistics import seeds_for_power
 
-CLAIM_KEYS = {"text", "a", "b", "measure", "b_measure", "expect", "margin", "why", "value", "detect", "paper"}
+CLAIM_KEYS = {"text", "a", "b", "measure", "b_measure", "expect", "margin", "why", "value", "detect", "paper", "added"}
 CLAIMS_FILE = "claims.json"
 
 
@@ -122,7 +125,8 @@ def parse_claims(entries: Any, experiment: str, source: str) -> list[Claim]:
                             dict(entry["b"]) if "b" in entry else None, parse_measure(entry["measure"], where),
                             entry["expect"], str(entry.get("paper", "")), float(margin),
                             float(entry.get("value", 0.0)), detect=_number(entry.get("detect"), where, "detect"),
-                            measure_b=parse_measure(entry["b_measure"], where) if "b_measure" in entry else None))
+                            measure_b=parse_measure(entry["b_measure"], where) if "b_measure" in entry else None,
+                            added=str(entry.get("added") or "")))
     return claims
 
 
@@ -168,8 +172,40 @@ def check_claims(claims: Sequence[Claim], cells: Sequence[Cell], source: str) ->
                                       f"{listed(keys, near=key)}")
             if setup is not None and not any(selects(setup, spec, config, unknown=True) for _, spec, config in cells):
                 raise ConfigError(f"{where}.{side} selects no cell of the grid: {_no_cell(setup, cells)}")
+            if setup is not None:
+                _one_cell_per_seed(setup, cells, f"{where}.{side}")
         for measure in [claim.measure] + ([claim.measure_b] if claim.measure_b is not None else []):
             _check_column(measure, cells, where)
+
+
+def _one_cell_per_seed(setup: Mapping[str, Any], cells: Sequence[Cell], where: str) -> None:
+    """A side selects at most one cell per seed (per value of its ``best`` keys): two would be paired by
+    whichever came last. One line names the keys that tell them apart."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        _, spec, config = cell
+        if not selects(setup, spec, config, unknown=True):
+            continue
+        seed = _value(cell, "run.seed")
+        key = spelled([seed, *(_value(cell, k) for k, v in setup.items() if v == BEST)])
+        if key in seen:
+            apart = _apart(seen[key], cell)
+            raise ConfigError(f"{where} selects two cells of seed {spelled(seed)}, {seen[key][0]} and {cell[0]}: "
+                              f"add {listed(apart)} to it (one run per seed, or no pairing is meant)")
+        seen[key] = cell
+
+
+def _value(cell: Cell, key: str) -> Any:
+    got = at(cell[2], key)
+    return at(cell[1], key) if got is ABSENT else got
+
+
+def _apart(one: Cell, other: Cell) -> list[str]:
+    """The dotted keys (leaves, as spelled, else as resolved) whose values differ between two cells."""
+    from fedaccel.report.identity import varied_keys
+
+    spelled_apart = varied_keys([c for c in (one[1], other[1]) if c is not None]) if one[1] and other[1] else []
+    return spelled_apart or varied_keys([c for c in (one[2], other[2]) if c is not None]) or ["the key that differs"]
 
 
 def _paths(mapping: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -267,6 +303,7 @@ def gather(folder: Path, claims: Sequence[Claim], source: str,
         runs = [run for run in runs if run.path.name in specs]  # not a folder left by another grid
         for run in runs:
             run.spec = dict(specs[run.path.name])
+    check_identity(cells, runs)
     configs = {run.path.name: run.config for run in runs}
     check_claims(claims, [(name, spec, configs.get(name)) for name, spec in (cells or [])] or
                  [(run.path.name, None, run.config) for run in runs], source)
@@ -331,11 +368,20 @@ def plan_rows(judgements: Sequence[Judgement], power: float = 0.8) -> list[dict[
             effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0
         sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
         outside = j.claim.expect == "equal" and effect <= 0  # no number of seeds shows a difference inside the margin
-        needed = seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) and not outside else None
+        against = _against(j.claim, effect)  # more seeds would only show the other way better
+        needed = (seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) and not outside
+                  and not against else None)
         rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,
                      "effect": effect, "sd": sd, "seeds_needed": needed, "equal": j.claim.expect == "equal",
-                     "outside": outside})
+                     "outside": outside, "against": against})
     return rows
+
+
+def _against(claim: Claim, effect: float) -> bool:
+    """The difference to detect points against the claim's direction (a - b above 0 for ``less``, below for
+    ``greater``): no number of seeds is planned for it (a user was asked for 9 seeds "to detect" an effect
+    whose pilot lay on the other side of 0)."""
+    return (claim.expect == "less" and effect > 0) or (claim.expect == "greater" and effect < 0)
 
 
 def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
@@ -343,7 +389,9 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
              f"{power:.0%} power |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         needed = (r["seeds_needed"] if r["seeds_needed"] is not None else
-                  "— (the pilot's difference is outside the margin)" if r.get("outside") else "— (no effect, or > 1000)")
+                  "— (the pilot's difference is outside the margin)" if r.get("outside") else
+                  "— (the data point the other way: more seeds would not show the claim)" if r.get("against") else
+                  "— (no effect, or > 1000)")
         effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else "")
         lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {effect} | {r['sd']:.4g} | {needed} |")
     if any(r.get("equal") for r in rows):

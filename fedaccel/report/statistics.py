@@ -11,7 +11,8 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
 - :func:`sign_test_p`: the exact sign test of the *median* difference against a centre (a margin, a
   constant): it needs no symmetry, so it holds its level under skew, where a test of the mean
   against a margin cannot at these sample sizes (docs/statistics.md §3);
-- :func:`t_interval` / :func:`median_interval`: the effect sizes shown with the two tests;
+- :func:`sign_flip_interval` / :func:`median_interval`: the intervals the two tests invert to, shown with
+  the effect sizes (:func:`t_interval` remains for the tables' and figures' bands of a mean over seeds);
 - :func:`tost_p` / :func:`outside_p`: equivalence within ``±margin`` and its opposite, by sign tests;
 - :func:`bh_adjust`: Benjamini–Hochberg adjusted p-values (q) across a family of claims;
 - :func:`seeds_for_power`, :func:`detectable_effect`, :func:`detectable_margin`: 80% power.
@@ -38,7 +39,8 @@ TIE = 1e-9  # relative: values within TIE of the differences' scale count as equ
 def _tolerance(d: np.ndarray, *more: float) -> float:
     """Means (or values) that differ by rounding only count as equal: ``TIE`` times the largest ``|d|``
     (or centre given in ``more``), so the same data in other units (d × 1000) give the same p-value."""
-    return TIE * max([float(np.abs(d).max(initial=0.0)), *map(abs, more)])
+    finite = d[np.isfinite(d)]  # a censored difference's open end (inf) is no scale
+    return TIE * max([float(np.abs(finite).max(initial=0.0)), *map(abs, more)])
 
 
 def _checked(differences: Sequence[float], alternative: str) -> np.ndarray:
@@ -138,6 +140,39 @@ def t_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[
     return mean - half, mean + half
 
 
+def sign_flip_interval(differences: Sequence[float], level: float = 1 - ALPHA,
+                       test: Callable[[np.ndarray], float] | None = None) -> tuple[float, float]:
+    """The interval :func:`sign_flip_p` inverts to: the shifts c whose test of ``mean(d - c) = 0`` it does not
+    reject at ``1 - level`` (each end found by bisection, to 1e-7 of the differences' range). It holds 0
+    exactly when the test's p-value exceeds ``1 - level``, so it never contradicts the test, as a t
+    interval can; ``(-inf, inf)`` when no shift can be rejected (n <= 5 at 95%: the smallest p is 2/2^n).
+
+    >>> [round(x, 6) for x in sign_flip_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])]  # 2/64 < 0.05: bounded
+    [1.0, 6.0]
+    """
+    test = test or sign_flip_p
+    d = np.asarray(differences, dtype=float)
+    n, alpha = d.size, 1 - level
+    if n == 0 or 2.0 / 2 ** min(n, 60) > alpha:
+        return -math.inf, math.inf
+    mean = float(d.mean())
+    span = float(d.max() - d.min())
+    if span == 0:
+        return mean, mean
+
+    def accepted(c: float) -> bool:
+        return test(d - c) > alpha
+
+    ends = []
+    for far in (float(d.min()) - span, float(d.max()) + span):  # every difference on one side: p = 2/2^n
+        inside, outside = mean, far
+        while abs(outside - inside) > 1e-7 * span:
+            middle = (inside + outside) / 2
+            inside, outside = (middle, outside) if accepted(middle) else (inside, middle)
+        ends.append(inside)
+    return ends[0], ends[1]
+
+
 @functools.lru_cache(maxsize=256)
 def _at_least(n: int) -> tuple[float, ...]:
     """P(B >= k) for k = 0..n, B ~ Binomial(n, 1/2)."""
@@ -174,18 +209,25 @@ def _check_margin(margin: float) -> None:
         raise ValueError(f"an equivalence test needs a margin > 0, got {margin!r}")
 
 
-def tost_p(differences: Sequence[float], margin: float) -> float:
+Bounds = tuple[Sequence[float], Sequence[float]]  # what each difference is at least and at most (censoring)
+
+
+def tost_p(differences: Sequence[float], margin: float, bounds: Bounds | None = None) -> float:
     """Equivalence: the median difference lies inside ``±margin``; the larger p of the two one-sided
-    sign tests (median above ``-margin``, median below ``margin``)."""
+    sign tests (median above ``-margin``, median below ``margin``). With ``bounds`` (a censored difference
+    known only to lie in [low, high]), each test counts a difference only where every value it could take
+    counts: the p is the largest over every placement of the censored values, so the test keeps its level."""
     _check_margin(margin)
-    return max(sign_test_p(differences, "greater", centre=-margin), sign_test_p(differences, "less", centre=margin))
+    low, high = bounds if bounds is not None else (differences, differences)
+    return max(sign_test_p(low, "greater", centre=-margin), sign_test_p(high, "less", centre=margin))
 
 
-def outside_p(differences: Sequence[float], margin: float) -> float:
+def outside_p(differences: Sequence[float], margin: float, bounds: Bounds | None = None) -> float:
     """The opposite of :func:`tost_p`: the median difference lies outside ``±margin`` (the smaller p of
-    the one-sided sign tests of median above ``margin`` and median below ``-margin``)."""
+    the one-sided sign tests of median above ``margin`` and median below ``-margin``); ``bounds`` as there."""
     _check_margin(margin)
-    return min(sign_test_p(differences, "greater", centre=margin), sign_test_p(differences, "less", centre=-margin))
+    low, high = bounds if bounds is not None else (differences, differences)
+    return min(sign_test_p(low, "greater", centre=margin), sign_test_p(high, "less", centre=-margin))
 
 
 def median_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float]:

@@ -17,9 +17,10 @@ from fedaccel.reproductions.opening import Finding, Opening
 
 TITLE = "BHerd — Accelerating Federated Learning by Selecting Beneficial Herd of Local Gradients"
 OPENING = Opening("Does BHerd accelerate?", (
-    Finding("At the paper's η on Case 2, by no more than the margin: BHerd-FedAvg's rounds to 93.5% lie within "
-            "±7.5 rounds of FedAvg's, and so do those of a random α-subset with BHerd's rescaling (the margin is "
-            "half the paper's claimed 2× speed-up, set after the runs had been seen).",
+    Finding("At the paper's η on Case 2, by no more than the margin: on the median seed BHerd-FedAvg's rounds to "
+            "93.5% lie within ±7.5 rounds of FedAvg's, and so do those of a random α-subset with BHerd's rescaling "
+            "(the margin is half the paper's claimed 2× speed-up, set after the runs had been seen; single seeds may "
+            "lie outside it).",
             ("within ±7.5 rounds",), "no effect"),
     Finding("Whether BHerd-FedAvg is faster than FedAvg at all there and on Case 1, or herding faster than the "
             "random subset, we could not tell.",
@@ -27,8 +28,10 @@ OPENING = Opening("Does BHerd accelerate?", (
              "BHerd-FedAvg converges faster than FedAvg (SVM, Case 1",
              "BHerd's herding beats a random α-subset with the same rescaling (SVM, Case 2; control) (paper's η)"),
             "could not tell"),
-    Finding("On Case 3 BHerd-FedAvg is faster than FedAvg, by a fraction of a round.",
-            ("BHerd-FedAvg converges faster than FedAvg (SVM, Case 3",), "agrees"),
+    Finding("On Case 3 BHerd-FedAvg has a lower training loss averaged over the rounds than FedAvg.",
+            ("BHerd-FedAvg converges faster than FedAvg (SVM, Case 3",), "agrees", measure="train loss"),
+    Finding("Whether it also reaches 92.5% sooner there (by a fraction of a round, if at all) we could not tell.",
+            ("BHerd-FedAvg converges faster than FedAvg (SVM, Case 3",), "could not tell", measure="rounds to"),
     Finding("What reproduces the paper's speed-up is a larger server step, not the selection: FedAvg whose server "
             "step is raised to 1/α reaches the target sooner than BHerd on Case 2 and Case 3, at α = 0.3, and on "
             "the CNN.",
@@ -62,9 +65,11 @@ The two "within ±7.5 rounds" rows were also added then: their margin is half th
 (Fig. 3a: α = 0.5 about twice as fast as α = 1, i.e. FedAvg) on the ~30 rounds FedAvg needs to 93.5% at
 the paper's η (svm_case2.yaml's sizing, written before the runs): 15 rounds saved, half of it 7.5.
 Against the version before (best η on seed 0 alone) every judged pair and every chosen η is the same; one
-verdict changed: BHerd-FedAvg against FedAvg on Case 3 (rounds row) went from inconclusive to agrees
-(q = 0.054 → 0.049), only because the two added rows, with small p-values, join the Benjamini–Hochberg
-family: a verdict at the threshold, a fraction of a round.
+verdict changed then: BHerd-FedAvg against FedAvg on Case 3 (rounds row) went from inconclusive to agrees
+(q = 0.054 → 0.049), only because the two added rows, with small p-values, joined the Benjamini–Hochberg
+family. Since issue 46 rows added after the runs had been seen form their own family (each says so), and that
+row is inconclusive again (q = 0.0504): a verdict at the threshold, a fraction of a round. Every row of this
+report says its seeds were raised after a look, with p not adjusted for it.
 
 **Cost.** `fedaccel reproduce bherd -j 2` (580 cells) took 62 minutes on this 2-core machine: 44 for the grid at 5 seeds, its first 35 beside the FedGSNR and FedUMF sweeps (six worker processes on two cores), then 18 alone for seeds 5-9 of the 275 SVM cells. The CNN's 30 cells took a third of the first part. The re-run with the seeds fixed from that pilot added 207 cells (36 of them CNN) in 17.7 minutes with `-j 2` (load 1.5-2.5). The tuning runs added after the verdicts (`svm_case2_tuning`: 48 cells, seeds 100-101 of the 24 (method, η) cells the best-η rows choose among; estimated beforehand at ~5 core-minutes from svm_case2.yaml's sizing) took 38.8 minutes with `-j 1` at a load of 6-12 (beside the FedGSNR tuning runs and other developers' test runs); every best η stays where seed 0 alone had put it (1e-3).
 
@@ -145,6 +150,11 @@ ESTIMATE_ERROR = per_run("estimate error ‖(η/α)Σ_sel z − ηΣz‖/‖ηΣ
 # runs are the experiments svm_case2_tuning (given only to the claims that pick a best value), so
 # every judged pair is the one judged before.
 TUNING_SEEDS = (0, 100, 101)
+ADDED = "issue 28, after the verdicts had been seen: what 'cannot be told from FedAvg' would need"
+# Seeds raised after verdicts had been seen (the Seeds paragraph of INTRO): every judged experiment, p not adjusted.
+RAISED = {"svm_case2": "from 5 to 15", "svm_cases": "from 5 to 13",
+          **{stem: "from 5 to 11" for stem in ("cnn_case2", "fig3_alpha", "fig3_hyper", "fig4_selection",
+                                               "svm_combinations")}}
 
 CLAIMS = [
     # Fig. 2a: BHerd against FedAvg, and what its speed-up comes from
@@ -159,10 +169,11 @@ CLAIMS = [
     # at the paper's η (svm_case2.yaml's sizing, written before the runs): 15 rounds saved, half of it 7.5.
     Claim(f"BHerd-FedAvg and FedAvg reach {TARGET:g} within ±{EQUIVALENCE_MARGIN:g} rounds of each other (SVM, Case 2, "
           "paper's η; equivalence, margin: half the paper's claimed effect)", "svm_case2", _at(BHERD), _at(FEDAVG),
-          rounds_to(TARGET), "equal", "Fig. 2a, 3a: about 2x faster", margin=EQUIVALENCE_MARGIN),
+          rounds_to(TARGET), "equal", "Fig. 2a, 3a: about 2x faster", margin=EQUIVALENCE_MARGIN, added=ADDED),
     Claim(f"Herding and a random α-subset reach {TARGET:g} within ±{EQUIVALENCE_MARGIN:g} rounds of each other (SVM, "
           "Case 2, paper's η; equivalence, margin: half the paper's claimed effect)", "svm_case2", _at(BHERD),
-          _at(RANDOM), rounds_to(TARGET), "equal", "implied: the selection accelerates", margin=EQUIVALENCE_MARGIN),
+          _at(RANDOM), rounds_to(TARGET), "equal", "implied: the selection accelerates", margin=EQUIVALENCE_MARGIN,
+          added=ADDED),
     Claim("The herd estimates the local update better than a random α-subset (SVM, Case 2, paper's η)", "svm_case2",
           _at(BHERD), _at(RANDOM), ESTIMATE_ERROR, "less", "Prop. 1: the herd's mean is close to the local mean"),
     *_both_lrs("BHerd-FedAvg converges faster than GraB-FedAvg (SVM, Case 2)", "svm_case2", BHERD, GRAB, TARGET,

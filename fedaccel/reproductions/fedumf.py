@@ -23,7 +23,7 @@ OPENING = Opening("Does FedUMF accelerate?", (
             "(1/C times FedAvg's) reaches 80% on IID data and 55% on non-IID data sooner.",
             ("Control, same computation: FedUMF reaches",), "disagrees"),
     Finding("On non-IID data (two classes per client, C = 0.2) we could not tell whether FedUMF reaches 55% sooner "
-            "than FedAvg, nor whether its rounds lie within ±4.5 of FedAvg's.",
+            "than FedAvg, nor whether its median seed's rounds lie within ±4.5 of FedAvg's.",
             ("FedUMF reaches 55% sooner than FedAvg at the same C = 0.2", "within ±4.5 rounds"), "could not tell",
             measure="rounds to"),
     Finding("There its training loss averaged over the rounds is higher than FedAvg's, and FedAvg with every client "
@@ -136,6 +136,8 @@ def _against_fedavg(experiment: str, kind: str, c: float, target: float, table: 
 # runs are the experiments table1_iid_tuning and table2_noniid_tuning (given only to the claims that pick a best value), so
 # every judged pair is the one judged before.
 TUNING_SEEDS = (0, 100, 101)
+# Seeds raised after verdicts had been seen (the Seeds paragraph of INTRO), p not adjusted.
+RAISED = {"table1_iid": "from 5 to 11", "table2_noniid": "from 5 to 11"}
 
 CLAIMS = [
     *_against_fedavg("table1_iid", "IID", 0.1, IID_TARGET,
@@ -149,5 +151,6 @@ CLAIMS = [
     Claim(f"FedUMF and FedAvg reach {NONIID_TARGET:.0%} within ±{NONIID_MARGIN:g} rounds of each other (non-IID, "
           f"C = 0.2, η = {PAPER_LR:g}; equivalence, margin: half the paper's smaller claimed effect)", "table2_noniid",
           _lr(_cell({"name": "fedumf", "alpha": 1.0}, 0.2, 1), PAPER_LR), _lr(_cell("fedavg", 0.2, 1), PAPER_LR),
-          rounds_to(NONIID_TARGET), "equal", "Table 2: 19 → 14 rounds at C = 0.5 (26% fewer)", margin=NONIID_MARGIN),
+          rounds_to(NONIID_TARGET), "equal", "Table 2: 19 → 14 rounds at C = 0.5 (26% fewer)", margin=NONIID_MARGIN,
+          added="issue 28, after the verdicts had been seen: what 'cannot be told from FedAvg' would need"),
 ]

@@ -19,7 +19,8 @@ TITLE = "The field's baselines — server optimisers and robust aggregation agai
 OPENING = Opening("Do BHerd, FedGSNR and FedUMF still help against the field's baselines?", (
     Finding("BHerd, at its own Case 2 setting (client η 0.0001), is slower than both server optimisers: FedAdam and "
             "FedAvgM at their best η_s reach 93.5% in 9.9 and 6.9 rounds against BHerd's 33, with a lower training "
-            "loss averaged over the rounds. (At this client η BHerd's own report finds its rounds within ±7.5 of "
+            "loss averaged over the rounds. (At this client η BHerd's own report finds its median seed's rounds "
+            "within ±7.5 of "
             "FedAvg's: docs/reproductions/bherd.md.)",
             ("BHerd reaches 93.5% sooner than FedAdam", "BHerd reaches 93.5% sooner than FedAvgM"), "disagrees"),
     Finding("On top of FedAdam we could not tell BHerd's rounds to 93.5% from FedAdam's alone.",

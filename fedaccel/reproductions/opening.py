@@ -7,12 +7,14 @@ those rows' verdicts allow (:func:`problems`), so that no sentence says more tha
 
 - ``agrees`` / ``disagrees``: every cited row has that verdict;
 - ``no effect``: every cited row is a "no difference" row (``expect: equal``, a margin stated with its reason
-  in the claims) that agrees; only such a sentence may use the words of no effect (:data:`NULL_WORDS`);
+  in the claims) that agrees; only such a sentence may use the words of no effect (:data:`NULL_WORDS`), and it
+  says "median seed" (its test is about the median seed's difference, not every seed's);
 - ``could not tell``: every cited row is inconclusive, and the sentence says "could not tell".
 
 :func:`render` writes the sentences with their rows' numbers in the report's claims table and, from the
 rows themselves, their verdicts and q-values (for "could not tell": the smallest effect each row would have
-detected), so the numbers in the brackets cannot go stale.
+detected), so the numbers in the brackets cannot go stale; a sentence citing a row added after the runs had
+been seen, or a row whose seeds were raised after a look, says so in its brackets, as the row does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaccel.errors import UserError
+from fedaccel.report.claims import labels
 
 STRENGTHS = ("agrees", "disagrees", "no effect", "could not tell")
 NULL_WORDS = ("no effect", "not accelerate", "doesn't accelerate", "no faster", "not faster", "no slower",
@@ -88,6 +91,9 @@ def problems(opening: Opening, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             found.append(f"{where}: says it could not tell, its rows are {', '.join(sorted(verdicts))}")
         if (finding.strength == UNSURE) != (UNSURE in lowered):
             found.append(f"{where}: 'could not tell' is the words of, and only of, a sentence on inconclusive rows")
+        if finding.strength == "no effect" and "median seed" not in lowered:
+            found.append(f"{where}: a 'no difference' row's test is about the median seed, and its sentence must "
+                         "say so ('the median seed'), not read as a bound on every seed")
         if finding.strength != "no effect" and any(word in lowered for word in NULL_WORDS):
             word = next(word for word in NULL_WORDS if word in lowered)
             found.append(f"{where}: {word!r} claims no effect, which only an agreeing 'no difference' row can")
@@ -112,13 +118,22 @@ def render(opening: Opening, rows: Sequence[Mapping[str, Any]], fmt: Mapping[str
         qs = [rows[i]["q"] for i in indices if rows[i]["q"] is not None]
         if finding.strength == UNSURE:
             detail = "; ".join(_detectable(rows[i], (fmt or {}).get(rows[i]["measure"], ".3g")) for i in indices)
-            decided = f", q ≥ {min(qs):.2g}" if qs else ""
+            decided = f", q ≥ {min(qs):.3g}" if qs else ""  # 3 digits: 0.0504 is not "0.05"
             note = f"{numbers}: inconclusive{decided}; smallest detectable: {detail}"
         else:
             verdict = "agree" if finding.strength in ("agrees", "no effect") else "disagree"
             note = f"{numbers}: {verdict}{'s' if len(indices) == 1 else ''}, q ≤ {max(qs):.2g}"
-        sentences.append(f"{finding.text} ({note}.)")
+        sentences.append(f"{finding.text} ({note}{how_judged([rows[i] for i in indices])}.)")
     return f"**{opening.question}** " + " ".join(sentences)
+
+
+def how_judged(rows: Sequence[Mapping[str, Any]]) -> str:
+    """What a sentence's rows say of how they were judged (:func:`fedaccel.report.claims.labels`), once each:
+    "; added after the runs had been seen …; seeds raised after a look (from 5 to 15; from 5 to 13), …"."""
+    post_hoc = any(row.get("post_hoc") for row in rows)
+    raised = list(dict.fromkeys(row["seeds_raised"] for row in rows if row.get("seeds_raised")))
+    said = labels({"post_hoc": post_hoc, "seeds_raised": "; ".join(raised)})
+    return "".join(f"; {label}" for label in said)
 
 
 def _detectable(row: Mapping[str, Any], fmt: str) -> str:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaccel.errors import ConfigError, UserError, listed, shown
+from fedaccel.report.claims import seed_order
 from fedaccel.runs.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,6 +261,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.grids.experiment import TABLE_TARGETS, load_experiment
     from fedaccel.report.claims import judge, judge_family
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
+    from fedaccel.report.identity import check_distinct
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
     from fedaccel.reproductions.opening import render as render_opening
@@ -279,6 +281,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         run_dirs = unpack(data, workdir / file.stem)
         _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
         runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
+        check_distinct(runs)  # _check_cells saw each folder's config; a copied run keeps the config it was put beside
         if tuned_experiment(file.stem, [f.stem for f in files]):
             sections.append(_tuning_section(file, runs))
             continue
@@ -297,6 +300,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     say(f"{paper} report: judging its {len(claims_module.CLAIMS)} claims")
     judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning)
                                for claim in claims_module.CLAIMS])
+    raised = getattr(claims_module, "RAISED", {})  # experiment -> how its seeds were raised after a look
+    for j in judgements:
+        j.raised = raised.get(j.claim.experiment, "") if j.seeds else ""
     rows = [j.as_dict() for j in judgements]
     opening = getattr(claims_module, "OPENING", None)
     lines = [
@@ -362,7 +368,7 @@ def claim_runs(claim: Any, runs_by_experiment: Mapping[str, list[Any]]) -> list[
 
 def _tuning_section(file: Path, runs: Sequence[Any]) -> str:
     """A tuning experiment's section: what it is, no table or figures (its runs only choose best values)."""
-    seeds = sorted({r.seed for r in runs}, key=repr)
+    seeds = sorted({r.seed for r in runs}, key=seed_order)
     description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
     return "\n".join([f"## {file.stem}", "", description, "", f"`{file.relative_to(ROOT)}`", "",
                       f"{len(runs)} runs (seeds {', '.join(map(str, seeds))}), used only to choose the best values "
@@ -407,16 +413,19 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
 
     counts = {v: sum(j.verdict == v for j in judgements) for v in ("agrees", "disagrees", "inconclusive", "not run")}
     seeds = sorted({j.seeds for j in judgements if j.seeds})
-    family = sum(j.in_family for j in judgements)
-    tuning = sorted({s for j in judgements for s in j.tuning_seeds}, key=repr)
+    family = sum(j.in_family and not j.claim.added for j in judgements)
+    later = sum(j.in_family and bool(j.claim.added) for j in judgements)
+    tuning = sorted({s for j in judgements for s in j.tuning_seeds}, key=seed_order)
     lines = [
         "## Claims of the paper, judged",
         "",
         f"Each claim is judged on paired seeds ({', '.join(map(str, seeds)) or 'no'} pairs per claim): a against b "
-        "on one measure by the exact paired sign-flip test of the mean per-seed difference a − b (with its 95% "
-        "Student-t interval); a claim with a margin or a constant by the exact sign test of the median difference "
-        "(with its order-statistic interval), a 'no difference' claim deciding between inside and outside ± the "
-        f"stated margin; Benjamini–Hochberg across the {family} claims of this report (the family): **agrees** "
+        "on one measure by the exact paired sign-flip test of the mean per-seed difference a − b (with the 95% "
+        "interval that test inverts to); a claim with a margin or a constant by the exact sign test of the median "
+        "seed's difference (with its order-statistic interval), a 'no difference' claim deciding between inside and "
+        f"outside ± the stated margin; Benjamini–Hochberg across the {family} claims committed before the runs (the "
+        "family)" + (f", and separately across the {later} rows added after the runs had been seen (each says so)"
+                     if later else "") + ": **agrees** "
         f"when q ≤ {ALPHA:g} and the evidence lies on the paper's side, **disagrees** when q ≤ {ALPHA:g} on the "
         "other side, **inconclusive** otherwise, with the smallest effect its test would detect with 80% power "
         "(docs/statistics.md). Rounds to a target are the interpolated crossing of the target, restricted to the "

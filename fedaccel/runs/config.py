@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import os
 import re
 import sys
@@ -52,7 +53,9 @@ class TrainConfig:
     lr: float = 0.01  # eta_0, local learning rate
     batch_size: int = 50  # B, local mini-batch size
     local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B), or see last_batch
-    local_steps: int | None = None  # tau for every client instead of E |D_i| / B (FedGSNR's baselines)
+    # tau for every client instead of E |D_i| / B (FedGSNR's baselines); shared: K = int(E ceil(mean |D_i| / B))
+    # on every client, as the FedDC code's SCAFFOLD runs (preset feddc-code)
+    local_steps: int | str | None = None
     momentum: float = 0.0  # local SGD momentum
     weight_decay: float = 0.0  # local L2 weight decay
     lr_decay: float = 1.0  # eta_t = eta_0 * lr_decay^t (shorthand of lr_schedule {name: exponential, decay})
@@ -399,6 +402,9 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     elif "bool" in text:
         if isinstance(value, bool):
             return value
+    elif text.startswith("int | str"):  # a count or a word (train.local_steps: shared)
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            return value
     elif "int" in text and "float" not in text:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -473,6 +479,7 @@ def validate(config: Config) -> None:
     from fedaccel.algorithms.registry import get_recipe
 
     check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
+    check_robust_rule(config)  # after the schedule's own check: it counts the schedule's uploads
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
@@ -514,6 +521,31 @@ def check_name(name: str, key: str) -> None:
     if len(name.encode()) > MAX_NAME_BYTES:
         raise ConfigError(f"{key} {shown(name)} is {len(name.encode())} bytes long; a folder name takes at most "
                           f"{MAX_NAME_BYTES} here (file systems take 255, with the seed and the time after it)")
+
+
+def most_uploads(config: Config) -> int:
+    """The most clients that upload in one round: the longest entry of ``train.participation``, all clients
+    under Bernoulli sampling, else max(1, round(C N)) with C the recipe's ``fraction`` or
+    ``train.client_fraction`` (:func:`fedaccel.algorithms.sampling.sample_clients`)."""
+    from fedaccel.algorithms.registry import get_recipe
+
+    n = 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients
+    if config.train.participation:
+        return max(len(entry) for entry in config.train.participation)
+    if config.train.sampling == "bernoulli":
+        return n
+    fraction = config.algorithm.get("fraction", config.train.client_fraction)
+    return min(n, max(1, math.floor(fraction * n + 0.5 + 1e-9)))
+
+
+def check_robust_rule(config: Config) -> None:
+    """A robust rule whose condition no round can meet is refused at load (:func:`~fedaccel.algorithms.robust.check_uploads`)."""
+    from fedaccel.algorithms.registry import named_spec
+    from fedaccel.algorithms.robust import RULES, check_uploads
+
+    rule = config.algorithm.get("aggregate")
+    if rule is not None:
+        check_uploads(*named_spec(rule, "aggregate", RULES), most_uploads(config))
 
 
 def check_participation(config: Config, n_clients: int) -> list[list[int]] | None:

@@ -1,0 +1,113 @@
+"""Identity before arithmetic: each cell folder holds its cell's run, and no run is counted twice.
+
+A verdict pairs run folders by the cell their name says (``algorithm=bherd,run.seed=2``). Nothing in the
+numbers shows a folder that holds another cell's run (a run of seed 1 in the folder of seed 2: one pair
+lost, unnamed) or a run copied into a second folder (two seeds of one run: a pair counted twice, a
+p-value from duplicated data). So ``judge``, ``compare`` and the tables check first:
+
+- :func:`check_cell_configs`: a folder named after a cell has the cell's value at ``run.seed`` and at
+  every key the grid's cells vary (compared as resolved, so a preset or a shorthand is its values);
+- :func:`check_distinct`: no two runs hold the same rows, clock (``wall_s``) included: a genuine run
+  never repeats another's timings to the tenth of a millisecond, a copy always does.
+
+Either refusal is one line naming the folders.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fedaccel.errors import UserError, listed, spelled
+from fedaccel.report.reading import MISSING, Run, flatten_config, grouping_config
+
+SEED = "run.seed"
+
+
+def varied_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The dotted keys whose value is not the same in every config (seed, name and output folder aside)."""
+    flats = [flatten_config(grouping_config(dict(c))) for c in configs]
+    keys: list[str] = []
+    for flat in flats:
+        keys += [k for k in flat if k not in keys]
+    return [k for k in keys if len({_canon(f.get(k, MISSING)) for f in flats}) > 1]
+
+
+def _canon(value: Any) -> str:
+    return "<unset>" if value is MISSING else json.dumps(value, sort_keys=True, default=str)
+
+
+def _resolved(spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A cell's config as its run writes it (None where the spec no longer makes one)."""
+    from fedaccel.errors import ConfigError
+    from fedaccel.runs.config import from_dict
+
+    try:
+        return from_dict(dict(spec)).to_dict()
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def _seed(config: Mapping[str, Any] | None) -> Any:
+    run = (config or {}).get("run")
+    return run.get("seed", MISSING) if isinstance(run, Mapping) else MISSING
+
+
+def check_cell_configs(cells: Sequence[tuple[str, Mapping[str, Any]]], runs: Sequence[Run]) -> None:
+    """Every run whose folder is named after one of ``cells`` (name, config as the experiment file spells
+    it) holds that cell's run: the same ``run.seed`` and the same value at every key the cells vary.
+    A mismatch is a :class:`UserError` naming the folder, the key, and both values."""
+    specs = dict(cells)
+    mine = [run for run in runs if run.path.name in specs]
+    if not mine:
+        return
+    resolved = {name: _resolved(spec) for name, spec in cells}
+    keys = varied_keys([c for c in resolved.values() if c is not None])
+    for run in mine:
+        name = run.path.name
+        want = resolved[name]
+        flat_run = flatten_config(grouping_config(run.config))
+        flat_want = flatten_config(grouping_config(want)) if want is not None else {}
+        wrong = [(SEED, _seed(run.config), _seed(want if want is not None else specs[name]))]
+        wrong += [(k, flat_run.get(k, MISSING), flat_want.get(k, MISSING)) for k in keys if want is not None]
+        wrong = [(k, got, cell) for k, got, cell in wrong if cell is not MISSING and _canon(got) != _canon(cell)]
+        if wrong:
+            key, got, cell = wrong[0]
+            others = f" (and {listed([k for k, _, _ in wrong[1:]])})" if len(wrong) > 1 else ""
+            raise UserError(f"{run.path}: its config.yaml has {key} {_said(got)}{others} where its cell has "
+                            f"{_said(cell)}: the folder does not hold its cell's run; put the run back in its own "
+                            "folder, or delete the folder and run the experiment again (it reruns the cell)")
+
+
+def _said(value: Any) -> str:
+    return "unset" if value is MISSING else spelled(value)
+
+
+def _fingerprint(run: Run) -> str | None:
+    """The run's rows as canonical text, or None for rows without a running clock (hand-made rows, where
+    equal numbers prove nothing)."""
+    if not any(isinstance(row.get("wall_s"), (int, float)) and row["wall_s"] > 0 for row in run.metrics):
+        return None
+    return json.dumps(run.metrics, sort_keys=True, default=str)
+
+
+def check_distinct(runs: Sequence[Run]) -> None:
+    """No two of ``runs`` hold the same rows, clock included: one would be a copy of the other, and a copy
+    is no independent seed or setup. A :class:`UserError` names both folders."""
+    first: dict[str, Run] = {}
+    for run in runs:
+        key = _fingerprint(run)
+        if key is None:
+            continue
+        if key in first:
+            raise UserError(f"{first[key].path} and {run.path} hold the same rows, clock (wall_s) included: one is "
+                            "a copy of the other, not a run of its own; delete the copy and run its cell again")
+        first[key] = run
+
+
+def check_identity(cells: Sequence[tuple[str, Mapping[str, Any]]] | None, runs: Sequence[Run]) -> None:
+    """:func:`check_cell_configs` (when the grid's cells are known) and :func:`check_distinct`."""
+    if cells:
+        check_cell_configs(cells, runs)
+    check_distinct(runs)
