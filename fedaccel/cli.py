@@ -356,13 +356,13 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from fedaccel.flower.deploy import deploy, prepare, write_flwr_home
     from fedaccel.flower.security import check_certificates
-    from fedaccel.runs.config import from_dict, load_config, read_yaml
+    from fedaccel.runs.config import load_config, read_run_config
     from fedaccel.runs.folder import check_out_folder, new_run_dir
 
     if args.resume:
         if args.config or args.set or args.out:
             raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
-        config = from_dict(read_yaml(Path(args.resume) / "config.yaml"))
+        config = read_run_config(Path(args.resume) / "config.yaml")
         out = Path(args.resume)
     else:
         with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):

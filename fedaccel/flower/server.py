@@ -46,7 +46,7 @@ from fedaccel.flower.dispatch import PUSHED, REPLIED
 from fedaccel.flower.gate import ReplyShape, check_plan, check_upload, expected_reply, read_reply
 from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
-from fedaccel.runs.config import Config, dump_config
+from fedaccel.runs.config import Config, dump_config, plugin_note
 from fedaccel.runs.folder import CHECKPOINT
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import Setup, build_setup
@@ -404,7 +404,7 @@ def serve(
         saved = load_checkpoint(path)
         start_round = int(saved["state"].round) if saved is not None else 0
         # the nodes build the run's setup on the hello while this process builds its own
-        sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True), node_ids, start_round)
+        sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round)
         setup = build_setup(config)
         state, wall = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -593,7 +594,69 @@ def local_options(config: Config) -> Any:
 
 
 def dump_config(config: Config, path: Path) -> None:
-    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False) + resolved_note(config))
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False) + resolved_note(config) + plugin_note(config))
+
+
+PLUGINS_NOTE = "# plugins, as this run found them: "  # then JSON: {kind: Plugin.record()}
+
+
+def plugin_note(config: Config) -> str:
+    """A comment line for ``config.yaml``: the installed distribution (name, version, module hash) of each plugin
+    the run uses, so that a reader, ``--resume`` and a Flower client know what produced it (empty: none)."""
+    from fedaccel.algorithms.registry import get_recipe
+
+    try:
+        plugin = get_recipe(str(config.algorithm["name"])).plugin
+    except ConfigError:  # train() given a composed Algorithm under a name of its own: no recipe, no plugin
+        return ""
+    return f"{PLUGINS_NOTE}{json.dumps({'algorithm': plugin.record()}, sort_keys=True)}\n" if plugin else ""
+
+
+def recorded_plugins(text: str, where: str) -> dict[str, dict[str, str]]:
+    """The plugins a ``config.yaml`` text records (:func:`plugin_note`); a damaged record is one line."""
+    for line in text.splitlines():
+        if line.startswith(PLUGINS_NOTE):
+            try:
+                record = json.loads(line[len(PLUGINS_NOTE):])
+            except ValueError:
+                record = None
+            if not (isinstance(record, dict) and all(isinstance(r, dict) and set(r) == PLUGIN_KEYS and
+                                                      all(isinstance(v, str) for v in r.values())
+                                                      for r in record.values())):
+                raise ConfigError(f"{where}: its plugins line is damaged: {shown(line, 120)}")
+            return record
+    return {}
+
+
+PLUGIN_KEYS = {"name", "distribution", "version", "entry_point", "sha256"}
+
+
+def check_plugins(text: str, where: str) -> None:
+    """The plugins ``text`` (a ``config.yaml``) records are installed here, the same distribution, version and
+    module: else one line, before the config is read (which would import the installed one)."""
+    from fedaccel import plugins
+
+    for kind, was in recorded_plugins(text, where).items():
+        if kind not in plugins.GROUPS:
+            raise ConfigError(f"{where} records a plugin of an unknown kind {shown(kind)}")
+        found = plugins.find(kind, was["name"], builtin=False)
+        if found is None:
+            raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
+                              f"{was['version']}, which is not installed here: pip install the same version")
+        plugins.load(found)  # its module imported: its file hashed
+        now = found.record()
+        if now != was:
+            differ = sorted(k for k in was if was[k] != now[k])
+            raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
+                              f"{was['version']}; installed here: {found.origin} ({', '.join(differ)} differ): "
+                              "install the run's version, or start a new run")
+
+
+def read_run_config(path: Path) -> Config:
+    """A run folder's ``config.yaml``, once the plugins it records are checked (:func:`check_plugins`)."""
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    check_plugins(text, str(path.parent))
+    return from_dict(read_yaml(path))
 
 
 def resolved_note(config: Config) -> str:
