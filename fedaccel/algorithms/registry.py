@@ -355,6 +355,17 @@ def algorithm_names() -> list[str]:
     return sorted(RECIPES) + [n for n in plugins.names("algorithm") if n not in RECIPES]
 
 
+def listing() -> list[tuple[str, str]]:
+    """(name, what it is) for every method ``algorithm:`` may name: the built-ins, then each plugin's entry point
+    with its distribution, not imported (a plugin loads when its name is asked for); a clash is marked."""
+    rows = [(name, recipe.summary) for name, recipe in RECIPES.items()]
+    for name, found in sorted(plugins.declared("algorithm").items()):
+        clash = len(found) > 1 or name in RECIPES
+        rows += [(name, f"{p.value} from {p.origin}" + (" (refused: the name is declared twice)" if clash else ""))
+                 for p in found]
+    return rows
+
+
 @functools.lru_cache(maxsize=None)
 def plugin_recipe(plugin: plugins.Plugin) -> Recipe:
     """A plugin's object as a :class:`Recipe`, checked as one: callable, every parameter keyword-only with a

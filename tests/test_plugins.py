@@ -1,0 +1,260 @@
+"""A method from an installed package (entry-point group ``fedaccel.algorithms``): it runs where a built-in
+runs, with the numbers of the built-in it mirrors (tests/plugin_package: FedProx's term as a user's part on
+FedAvg's parts); its distribution is recorded and checked; whatever is wrong with a plugin is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from fedaccel import History, plugins, train
+from fedaccel.algorithms.base import Algorithm
+from fedaccel.algorithms.registry import build_algorithm, listing
+from fedaccel.cli import main
+from fedaccel.errors import ConfigError
+from fedaccel.runs.config import recorded_plugins
+from plugin_site import MODULE, PACKAGE, forget, install
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """tests/plugin_package installed into a temporary site on sys.path (fedaccel-myprox 0.1.0)."""
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site")))
+    yield tmp_path / "site"
+    forget()
+
+
+def one_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err[-3000:]
+    return err
+
+
+G = torch.Generator().manual_seed(0)
+X = torch.randn(120, 6, generator=G)
+Y = (X[:, 0] - X[:, 1] > 0).long()
+CLIENTS = np.array_split(np.argsort(Y.numpy(), kind="stable"), 4)  # label-sorted: non-IID
+
+
+def fit(run_dir: Path, algorithm: Any) -> History:
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
+    return train(module, X, Y, CLIENTS, X, Y, algorithm=algorithm, rounds=3, lr=0.2, batch_size=10, momentum=0.5,
+                 run_dir=run_dir, progress=False)
+
+
+def without_wall(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
+
+
+def test_the_plugin_method_is_fedprox_bit_for_bit_through_train_and_its_run_records_the_distribution(
+    site: Path, tmp_path: Path
+) -> None:
+    mine = fit(tmp_path / "mine", {"name": "myprox", "mu": 0.3})
+    fedprox = fit(tmp_path / "fedprox", {"name": "fedprox", "mu": 0.3})
+    fedavg = fit(tmp_path / "fedavg", "fedavg")
+    assert torch.equal(mine.w, fedprox.w) and without_wall(mine.metrics) == without_wall(fedprox.metrics)
+    assert not torch.equal(mine.w, fedavg.w)  # the term is there
+    recorded = recorded_plugins((tmp_path / "mine/config.yaml").read_text(), "mine")["algorithm"]
+    assert {k: recorded[k] for k in ("name", "distribution", "version", "entry_point")} == {
+        "name": "myprox", "distribution": "fedaccel-myprox", "version": "0.1.0", "entry_point": f"{MODULE}:myprox"}
+    assert len(recorded["sha256"]) == 16
+    assert recorded_plugins((tmp_path / "fedprox/config.yaml").read_text(), "fedprox") == {}  # built in: no line
+
+
+TINY = ["--set", "data.dataset=digits", "--set", "data.clients=3", "--set", "train.rounds=2", "--set", "train.lr=0.1",
+        "--set", "train.batch_size=20", "--set", "run.progress=false", "--set", "run.checkpoint_every=1"]
+
+
+def cli_run(out: Path, *settings: str) -> list[dict[str, Any]]:
+    assert main(["run", *TINY, *(a for s in settings for a in ("--set", s)), "--out", str(out)]) == 0
+    return without_wall([json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+
+
+@pytest.mark.parametrize("runtime", ["in-process", "stacked"])
+def test_fedaccel_run_with_the_plugin_gives_fedprox_numbers(site: Path, tmp_path: Path, runtime: str) -> None:
+    mine = cli_run(tmp_path / "mine", "algorithm=myprox", "algorithm.mu=0.3", f"run.runtime={runtime}")
+    assert mine == cli_run(tmp_path / "fedprox", "algorithm={name: fedprox, mu: 0.3}", f"run.runtime={runtime}")
+    assert "fedaccel-myprox" in (tmp_path / "mine/config.yaml").read_text()
+
+
+def test_resume_refuses_in_one_line_a_run_whose_plugin_is_missing_or_changed(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    cli_run(tmp_path / "run", "algorithm=myprox")
+    (tmp_path / "run/summary.json").unlink()  # as if killed after its last checkpoint
+    capsys.readouterr()
+    forget()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(site)])
+    assert main(["run", "--resume", str(tmp_path / "run")]) == 2
+    assert ("uses algorithm 'myprox' of fedaccel-myprox 0.1.0, which is not installed here: pip install the same "
+            "version") in one_line(capsys)
+    monkeypatch.syspath_prepend(str(install(tmp_path / "newer", version="0.2.0")))
+    assert main(["run", "--resume", str(tmp_path / "run")]) == 2
+    assert "installed here: fedaccel-myprox 0.2.0 (version differ)" in one_line(capsys)
+
+
+def test_the_plugin_is_listed_and_an_unknown_name_suggests_it(site: Path, capsys: pytest.CaptureFixture) -> None:
+    assert ("myprox", f"{MODULE}:myprox from fedaccel-myprox 0.1.0") in listing()
+    assert main(["algorithms"]) == 0
+    assert f"{MODULE}:myprox from fedaccel-myprox 0.1.0" in capsys.readouterr().out
+    assert main(["run", "--set", "algorithm=myprx"]) == 2
+    assert "unknown algorithm 'myprx'; known: myprox, " in one_line(capsys)
+
+
+def test_a_name_fedaccel_has_or_two_plugins_declare_is_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "a", entry_points=f"[fedaccel.algorithms]\nfedavg = {MODULE}:myprox\n")))
+    assert main(["run", "--set", "algorithm=fedavg"]) == 2
+    assert ("algorithm 'fedavg' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 (entry-point "
+            "group fedaccel.algorithms): uninstall one, or rename the plugin's entry point") in one_line(capsys)
+    assert ("fedavg", f"{MODULE}:myprox from fedaccel-myprox 0.1.0 (refused: the name is declared twice)") in listing()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "b")))
+    monkeypatch.syspath_prepend(str(install(tmp_path / "c", distribution="other-prox", version="2.0")))
+    with pytest.raises(ConfigError, match="'myprox' is declared by other-prox 2.0 and by fedaccel-myprox 0.1.0 "):
+        build_algorithm("myprox")
+    forget()
+
+
+BROKEN = {
+    "positional": ("def myprox(mu=0.01):\n    return None\n", "parameter 'mu' of fedaccel_myprox:myprox must be "
+                   "keyword-only with a default"),
+    "no default": ("def myprox(*, mu):\n    return None\n", "parameter 'mu' of fedaccel_myprox:myprox must be"),
+    "not callable": ("myprox = 3\n", "fedaccel_myprox:myprox is not a recipe"),
+    "no algorithm": ("def myprox(*, mu=0.1):\n    return mu\n", "fedaccel_myprox:myprox returned 'float', not an Algorithm"),
+    "raises": ("def myprox(*, mu=0.1):\n    raise KeyError('mu\\nlater')\n", "failed to build: KeyError: 'mu\\nlater'"),
+    "import fails": ("import no_such_module_here\n", "loading fedaccel_myprox:myprox failed: ModuleNotFoundError: "
+                     "No module named 'no_such_module_here'"),
+    "no object": ("\n", "loading fedaccel_myprox:myprox failed: AttributeError: module 'fedaccel_myprox' has no "
+                  "attribute 'myprox'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_plugin_is_one_line_naming_its_distribution(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    source, message = BROKEN[case]
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=source)))
+    assert main(["run", "--set", "algorithm=myprox"]) == 2
+    err = one_line(capsys)
+    assert err.startswith("error: algorithm 'myprox' of fedaccel-myprox 0.1.0") and message in err, err
+    forget()
+
+
+def test_the_plugins_own_checks_are_one_line_too(site: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^algorithm 'myprox' of fedaccel-myprox 0\.1\.0 failed to build: "
+                                          r"ValueError: mu must be >= 0, got -1$"):
+        build_algorithm("myprox", mu=-1)
+    with pytest.raises(ConfigError, match="algorithm 'myprox' has no hyperparameter 'nu'; known: aggregate, mu, "):
+        build_algorithm("myprox", nu=1)
+
+
+TEXT = st.text(alphabet="abc019_-.:[]= ", max_size=16)  # no stdlib module with side effects can be spelled
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85"
+                                  "\u2028\u2029"), min_size=1, max_size=20),
+       value=st.one_of(TEXT, TEXT.map(lambda t: f"{MODULE}:{t}"), TEXT.map(lambda t: f"zz_absent{t}")),
+       garbage=st.sampled_from(["", "no equals sign here\n", "[unclosed\n", "= value without a name\n"]))
+def test_malformed_entry_points_are_refused_in_one_line_and_break_no_built_in(name: str, value: str,
+                                                                              garbage: str) -> None:
+    forget()
+    with tempfile.TemporaryDirectory() as folder:
+        site = install(Path(folder), entry_points=f"[fedaccel.algorithms]\n{name} = {value}\n{garbage}")
+        sys.path.insert(0, str(site))
+        try:
+            for asked in {*plugins.names("algorithm"), name, name.strip()}:
+                try:
+                    assert isinstance(build_algorithm(asked), Algorithm)
+                except ConfigError as exc:
+                    assert "\n" not in str(exc) and "\r" not in str(exc), str(exc)
+            if name.strip() != "fedavg":
+                assert build_algorithm("fedavg").name == "fedavg"
+        finally:
+            sys.path.remove(str(site))
+            forget()
+
+
+# --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------
+
+
+@pytest.mark.slow
+def test_an_experiment_with_two_workers_runs_and_judges_the_plugin_against_fedprox(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``experiment -j 2``: each spawned worker finds the entry point again (nothing of the plugin is pickled)."""
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": 3, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+    claim = {"text": "MyProx ends where FedProx ends", "a": {"algorithm": {"name": "myprox", "mu": 0.3}},
+             "b": {"algorithm": {"name": "fedprox", "mu": 0.3}}, "measure": "final_test_acc", "expect": "equal",
+             "margin": 0.01, "why": "the same method"}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "mine", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"algorithm": [{"name": "fedprox", "mu": 0.3}, {"name": "myprox", "mu": 0.3}],
+                                             "run.seed": [0, 1]}, "baseline": "fedprox", "claims": [claim]}))
+    assert main(["experiment", str(path), "-j", "2", "--no-progress"]) == 0
+    cells = sorted(p for p in (tmp_path / "out").iterdir() if (p / "metrics.jsonl").is_file())
+    assert len(cells) == 4
+    by_name = {c.name: without_wall([json.loads(x) for x in (c / "metrics.jsonl").read_text().splitlines()]) for c in cells}
+    for seed in (0, 1):
+        mine = [rows for name, rows in by_name.items() if "myprox" in name and f"seed={seed}" in name]
+        theirs = [rows for name, rows in by_name.items() if "fedprox" in name and f"seed={seed}" in name]
+        assert len(mine) == len(theirs) == 1 and mine[0] == theirs[0]
+    capsys.readouterr()
+    assert main(["judge", str(tmp_path / "out")]) in (0, 1)
+    assert "MyProx ends where FedProx ends" in capsys.readouterr().out
+
+
+def plugin_env(site: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0"}
+
+
+@pytest.mark.slow
+def test_flower_simulation_runs_the_plugin_with_fedprox_numbers(site: Path, tmp_path: Path) -> None:
+    """Flower's clients (Ray workers) build the algorithm from the config the server sends: the plugin there too."""
+    pytest.importorskip("flwr")
+    local = cli_run(tmp_path / "fedprox", "algorithm={name: fedprox, mu: 0.3}")
+    args = [a for s in TINY[1::2] for a in ("--set", s)]
+    subprocess.run([sys.executable, "-m", "fedaccel.cli", "run", *args, "--set", "algorithm=myprox", "--set",
+                    "algorithm.mu=0.3", "--set", "run.runtime=flower-simulation", "--out", str(tmp_path / "flower")],
+                   env=plugin_env(site), cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    flower = without_wall([json.loads(x) for x in (tmp_path / "flower/metrics.jsonl").read_text().splitlines()])
+    assert len(flower) == len(local) == 3
+    for a, b in zip(local, flower):
+        for key in ("test_acc", "test_loss", "train_loss"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
+
+
+@pytest.mark.slow
+def test_pip_installs_the_plugin_package_with_the_entry_point_the_tests_write(tmp_path: Path) -> None:
+    """The hand-made site is what pip makes: pip's install of tests/plugin_package declares the same entry point."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", str(tmp_path / "site"), str(PACKAGE)], check=True, capture_output=True,
+                   timeout=300, env={**os.environ, "PIP_NO_INPUT": "1"})
+    infos = list((tmp_path / "site").glob("fedaccel_myprox-0.1.0.dist-info"))
+    assert len(infos) == 1
+    text = (infos[0] / "entry_points.txt").read_text()
+    assert "[fedaccel.algorithms]" in text and f"myprox = {MODULE}:myprox" in text
