@@ -58,7 +58,7 @@ from fedaccel.runs.setup import Setup
 
 @dataclass
 class History:
-    """The outcome of :func:`train`: metrics per evaluated round, the final state and, with
+    """The outcome of [train][fedaccel.api.train]: metrics per evaluated round, the final state and, with
     ``keep_models=True``, the global model of every evaluated round."""
 
     metrics: list[dict[str, Any]]
@@ -94,10 +94,10 @@ def train(
     """Federated training of ``module`` over ``partition`` (one index array per client).
 
     ``algorithm`` is a recipe name (``"fedumf"``), a name with its hyperparameters as in a config
-    (``{"name": "fedumf", "fraction": 0.5}``) or a composed :class:`Algorithm`. A recipe with a
+    (``{"name": "fedumf", "fraction": 0.5}``) or a composed [Algorithm][fedaccel.algorithms.base.Algorithm]. A recipe with a
     ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given.
 
-    ``train_options`` are the keys of :class:`fedaccel.runs.config.TrainConfig`: lr, batch_size,
+    ``train_options`` are the keys of `fedaccel.runs.config.TrainConfig`: lr, batch_size,
     local_epochs, local_steps, momentum, weight_decay, lr_decay or lr_schedule, clip, client_fraction,
     order (``"fixed"``, ``"reshuffle"``, ``"reshuffle_epoch"`` or ``"given"``: each client's index array in
     the order given, cut into consecutive batches), last_batch (``"drop"`` or ``"partial"``) and participation (the clients selected in each round,

@@ -408,7 +408,7 @@ def with_server_opt(algorithm: Algorithm, optimiser: Part) -> Algorithm:
 
 def build_algorithm(name: str, **params: Any) -> Algorithm:
     """Build a named method; unknown or invalid hyperparameters raise ConfigError. ``server_opt`` and
-    ``aggregate`` (:data:`EVERY_RECIPE`) add a server optimiser and replace the mean by a robust rule."""
+    ``aggregate`` (``EVERY_RECIPE``) add a server optimiser and replace the mean by a robust rule."""
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
