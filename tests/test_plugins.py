@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,8 @@ from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.registry import build_algorithm, listing
 from fedaccel.cli import main
 from fedaccel.errors import ConfigError
-from fedaccel.runs.config import recorded_plugins
+from fedaccel.grids.experiment import load_experiment
+from fedaccel.runs.config import PLUGINS_NOTE, recorded_plugins
 from plugin_site import MODULE, PACKAGE, forget, install
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,6 +197,34 @@ def test_malformed_entry_points_are_refused_in_one_line_and_break_no_built_in(na
         finally:
             sys.path.remove(str(site))
             forget()
+
+
+def fenced(page: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", page, re.S)
+
+
+def test_the_docs_page_shows_the_tested_package_and_a_grid_that_loads(site: Path, tmp_path: Path) -> None:
+    page = (ROOT / "docs/your-method.md").read_text(encoding="utf-8")
+    assert fenced(page, "toml") == [f"# pyproject.toml\n{(PACKAGE / 'pyproject.toml').read_text()}"]
+    assert fenced(page, "python") == [f"# {MODULE}.py\n{(PACKAGE / f'{MODULE}.py').read_text()}"]
+    grid = next(block for block in fenced(page, "yaml") if "claims:" in block)
+    path = tmp_path / "myprox.yaml"
+    path.write_text(grid.replace("../configs/demo.yaml", str(ROOT / "configs/demo.yaml")))
+    experiment = load_experiment(path)
+    assert {str(config.algorithm["name"]) for _, config in experiment.cells} == {"fedavg", "fedprox", "myprox"}
+    assert len(experiment.claims) == 2
+
+
+def test_a_flower_client_refuses_a_run_whose_plugin_it_lacks(tmp_path: Path) -> None:
+    pytest.importorskip("flwr")
+    from fedaccel.flower.client import setup_for
+
+    text = yaml.safe_dump({"algorithm": {"name": "myprox"}}) + PLUGINS_NOTE + json.dumps({"algorithm": {
+        "name": "myprox", "distribution": "fedaccel-myprox", "version": "0.1.0", "entry_point": f"{MODULE}:myprox",
+        "sha256": "0" * 16}})
+    with pytest.raises(ConfigError, match="^the server's run uses algorithm 'myprox' of fedaccel-myprox 0.1.0, "
+                                          "which is not installed here"):
+        setup_for(text)
 
 
 # --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------
