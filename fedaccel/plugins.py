@@ -143,6 +143,8 @@ def module_hash(module: str) -> str:
 
 
 def fedaccel_version() -> str:
-    from fedaccel import __version__
-
-    return __version__
+    """The installed fedaccel's version (not read from the package: this module is below it)."""
+    try:
+        return metadata.version("fedaccel")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(source tree)"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedaccel import plugins
+import fedaccel.plugins as plugins
 
 from fedaccel.algorithms.base import Algorithm, Part, compose
 from fedaccel.algorithms.bherd import bherd_selection

@@ -634,7 +634,7 @@ PLUGIN_KEYS = {"name", "distribution", "version", "entry_point", "sha256"}
 def check_plugins(text: str, where: str) -> None:
     """The plugins ``text`` (a ``config.yaml``) records are installed here, the same distribution, version and
     module: else one line, before the config is read (which would import the installed one)."""
-    from fedaccel import plugins
+    import fedaccel.plugins as plugins
 
     for kind, was in recorded_plugins(text, where).items():
         if kind not in plugins.GROUPS:
