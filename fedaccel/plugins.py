@@ -106,6 +106,9 @@ def names(kind: str) -> list[str]:
     return sorted(declared(kind))
 
 
+LOADED: set[str] = set()  # the top-level packages of the plugins this process loaded: their state classes are rebuilt
+
+
 def load(plugin: Plugin) -> Any:
     """Import the plugin's module and return its object; whatever fails is one line naming the distribution."""
     where = f"{plugin.kind} {shown(plugin.name)} of {plugin.origin}"
@@ -121,7 +124,14 @@ def load(plugin: Plugin) -> Any:
             found = getattr(found, attribute)
     except Exception as exc:  # noqa: BLE001 - the plugin's own code: any error, said in one line
         raise ConfigError(f"{where}: loading {plugin.value} failed: {one_line(exc)}") from exc
+    LOADED.add(match["module"].split(".")[0])
     return found
+
+
+def loaded_module(module: str) -> bool:
+    """Whether ``module`` is imported already and belongs to the package of a plugin this process loaded: a
+    checkpoint or a message may name its state classes (:func:`fedaccel.algorithms.states.state_class`)."""
+    return module in sys.modules and module.split(".")[0] in LOADED
 
 
 def one_line(exc: BaseException) -> str:

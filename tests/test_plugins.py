@@ -172,6 +172,50 @@ def test_the_plugins_own_checks_are_one_line_too(site: Path) -> None:
         build_algorithm("myprox", nu=1)
 
 
+STATEFUL = (PACKAGE / f"{MODULE}.py").read_text() + '''
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Seen:
+    rounds: int
+
+
+def counting(*, mu: float = 0.01) -> Algorithm:
+    """MyProx that counts each client's rounds in a state of its own class."""
+    def client_end(ctx, w, theta0, theta_end, ss, cs):
+        return Seen(cs.rounds + 1), {}
+
+    count = Part(name="count", init_client=lambda w0: Seen(0), client_end=client_end)
+    return compose("counting", count, *myprox(mu=mu).parts)
+'''
+
+
+def test_a_loaded_plugins_state_class_is_rebuilt_from_plain_data_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints and Flower messages hold states as plain data: a plugin's own state class is rebuilt once the
+    run has loaded the plugin (nothing is imported because a file names a class), a class elsewhere never."""
+    from fedaccel.algorithms.states import from_plain, to_plain
+
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=STATEFUL,
+                                            entry_points=f"[fedaccel.algorithms]\ncounting = {MODULE}:counting\n")))
+    plain = {"$dc": f"{MODULE}:Seen", "rounds": 3}
+    with pytest.raises(ValueError, match=f"refusing to build '{MODULE}:Seen'"):
+        from_plain(plain)  # the plugin is installed but no run has asked for it
+    algorithm = build_algorithm("counting")
+    state = from_plain(to_plain(algorithm.init_client(torch.zeros(2))))
+    assert state[0] == sys.modules[MODULE].Seen(0) and from_plain(plain) == sys.modules[MODULE].Seen(3)
+    for name in ("os:PathLike", "fedaccel_myprox_other:Seen", "json.decoder:JSONDecoder"):
+        with pytest.raises(ValueError, match="refusing to build"):
+            from_plain({"$dc": name})
+    history = fit(tmp_path / "run", "counting")  # and it trains: every client's count goes up by its rounds
+    assert [s[0].rounds for s in history.state.clients] == [3, 3, 3, 3]
+    forget()
+
+
 TEXT = st.text(alphabet="abc019_-.:[]= ", max_size=16)  # no stdlib module with side effects can be spelled
 
 
