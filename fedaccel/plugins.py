@@ -9,7 +9,9 @@ and once it is installed (``pip install -e .``) the name works wherever a built-
 grids and claims, ``-j N`` workers (each process finds the entry points again: nothing is pickled), the
 stacked runtime and Flower's clients. The object is a *recipe*, as the built-ins of
 :mod:`fedaccel.algorithms.registry` are: a callable whose keyword-only parameters, each with a default, are the
-method's hyperparameters, returning a composed :class:`~fedaccel.algorithms.base.Algorithm`.
+method's hyperparameters, returning a composed :class:`~fedaccel.algorithms.base.Algorithm`. A model
+(group ``fedaccel.models``) is a factory as the built-ins of :mod:`fedaccel.models` are:
+``factory(input_shape, num_classes, *, option=default) -> Classifier``.
 
 Only installed distributions' entry points are read, and a plugin's module is imported only when its name
 is asked for; nothing is imported because a file or a run folder names it. What can go wrong is one line
@@ -32,7 +34,7 @@ from typing import Any
 
 from fedaccel.errors import ConfigError, shown
 
-GROUPS = {"algorithm": "fedaccel.algorithms"}  # the kind of thing -> its entry-point group
+GROUPS = {"algorithm": "fedaccel.algorithms", "model": "fedaccel.models"}  # the kind of thing -> its entry-point group
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # it becomes part of folder names, labels and errors
 VALUE = re.compile(r"(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<object>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
 
@@ -141,14 +143,14 @@ def one_line(exc: BaseException) -> str:
 
 
 def module_hash(module: str) -> str:
-    """sha256 of the file of an imported module (its first 16 hex digits), or '' where it has none."""
-    path = getattr(sys.modules.get(module), "__file__", None)
-    if not path:
-        return ""
+    """sha256 of a module's file (its first 16 hex digits), found without running it; '' where it has none."""
+    import importlib.util
+
     try:
-        with open(path, "rb") as file:
+        spec = importlib.util.find_spec(module)  # a submodule's parents are imported: the plugin's own package
+        with open(str(spec.origin), "rb") as file:  # type: ignore[union-attr]
             return hashlib.sha256(file.read()).hexdigest()[:16]
-    except OSError:
+    except Exception:  # noqa: BLE001 - no spec, no file, a parent that fails: no hash, the version still says
         return ""
 
 

@@ -172,6 +172,55 @@ def test_the_plugins_own_checks_are_one_line_too(site: Path) -> None:
         build_algorithm("myprox", nu=1)
 
 
+MODEL = (PACKAGE / f"{MODULE}.py").read_text() + '''
+
+from fedaccel.models import SoftmaxRegression
+
+
+def mysoftmax(input_shape, num_classes):
+    """Softmax regression, from a package of one's own."""
+    return SoftmaxRegression(input_shape, num_classes)
+
+
+def not_a_classifier(input_shape, num_classes):
+    import torch
+
+    return torch.nn.Linear(64, num_classes)
+'''
+
+
+@pytest.mark.parametrize("runtime", ["in-process", "stacked"])
+def test_a_plugin_model_gives_the_numbers_of_the_built_in_it_returns_and_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: str
+) -> None:
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=MODEL, entry_points=(
+        f"[fedaccel.models]\nmysoftmax = {MODULE}:mysoftmax\n[fedaccel.algorithms]\nmyprox = {MODULE}:myprox\n"))))
+    mine = cli_run(tmp_path / "mine", "model=mysoftmax", "algorithm=myprox", f"run.runtime={runtime}")
+    assert mine == cli_run(tmp_path / "built-in", "model=softmax", "algorithm=fedprox", "algorithm.mu=0.01",
+                           f"run.runtime={runtime}")
+    recorded = recorded_plugins((tmp_path / "mine/config.yaml").read_text(), "mine")
+    assert {kind: r["entry_point"] for kind, r in recorded.items()} == {"model": f"{MODULE}:mysoftmax",
+                                                                       "algorithm": f"{MODULE}:myprox"}
+    forget()
+
+
+def test_a_plugin_model_that_clashes_or_is_no_classifier_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=MODEL, entry_points=(
+        f"[fedaccel.models]\nsvm = {MODULE}:mysoftmax\nlinear = {MODULE}:not_a_classifier\n"))))
+    assert main(["run", "--set", "model=svm"]) == 2
+    assert "error: model 'svm' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 " in one_line(capsys)
+    assert main(["run", *TINY, "--set", "model=linear", "--out", str(tmp_path / "run")]) == 2
+    assert "error: model 'linear': its factory returned 'Linear', not a fedaccel.models.Classifier" in one_line(capsys)
+    assert main(["run", "--set", "model=lineer"]) == 2
+    assert one_line(capsys) == "error: unknown model 'lineer'; known: 2nn, cnn, feddc-cnn, lenet5, resnet18, softmax, " \
+                               "svm, vgg16, linear\n"  # the plugin's after the built-ins (nearest first past 10)
+    forget()
+
+
 STATEFUL = (PACKAGE / f"{MODULE}.py").read_text() + '''
 
 from dataclasses import dataclass
@@ -249,7 +298,7 @@ def fenced(page: str, language: str) -> list[str]:
 
 def test_the_docs_page_shows_the_tested_package_and_a_grid_that_loads(site: Path, tmp_path: Path) -> None:
     page = (ROOT / "docs/your-method.md").read_text(encoding="utf-8")
-    assert fenced(page, "toml") == [f"# pyproject.toml\n{(PACKAGE / 'pyproject.toml').read_text()}"]
+    assert fenced(page, "toml")[0] == f"# pyproject.toml\n{(PACKAGE / 'pyproject.toml').read_text()}"
     assert fenced(page, "python") == [f"# {MODULE}.py\n{(PACKAGE / f'{MODULE}.py').read_text()}"]
     grid = next(block for block in fenced(page, "yaml") if "claims:" in block)
     path = tmp_path / "myprox.yaml"

@@ -424,7 +424,7 @@ def validate(config: Config) -> None:
     from fedaccel.data import DATASETS
     from fedaccel.data.splits import SPLITS
     from fedaccel.engine.local import LocalOptions
-    from fedaccel.models import MODELS
+    from fedaccel.models import model_factory
 
     check_name(config.name, "name")
     build_algorithm_from(config)
@@ -435,8 +435,7 @@ def validate(config: Config) -> None:
     if split_name not in SPLITS:
         raise ConfigError(f"unknown split {shown(split_name)}; known: {listed(sorted(SPLITS), near=split_name)}")
     _check_params("split", split_name, split, SPLITS[split_name])
-    if config.model["name"] not in MODELS:
-        raise ConfigError(f"unknown model {shown(config.model['name'])}; known: {listed(sorted(MODELS), near=config.model['name'])}")
+    model_factory(str(config.model["name"]))  # a built-in, or an installed plugin's; else one line
     local_options(config)  # LocalOptions validates its own values
     checks = [
         (config.data.clients >= 1, "data.clients must be >= 1"),
@@ -604,12 +603,16 @@ def plugin_note(config: Config) -> str:
     """A comment line for ``config.yaml``: the installed distribution (name, version, module hash) of each plugin
     the run uses, so that a reader, ``--resume`` and a Flower client know what produced it (empty: none)."""
     from fedaccel.algorithms.registry import get_recipe
+    from fedaccel.models import model_plugin
 
+    used = {}
     try:
-        plugin = get_recipe(str(config.algorithm["name"])).plugin
+        used["algorithm"] = get_recipe(str(config.algorithm["name"])).plugin
     except ConfigError:  # train() given a composed Algorithm under a name of its own: no recipe, no plugin
-        return ""
-    return f"{PLUGINS_NOTE}{json.dumps({'algorithm': plugin.record()}, sort_keys=True)}\n" if plugin else ""
+        pass
+    used["model"] = model_plugin(str(config.model["name"]))
+    records = {kind: plugin.record() for kind, plugin in used.items() if plugin is not None}
+    return f"{PLUGINS_NOTE}{json.dumps(records, sort_keys=True)}\n" if records else ""
 
 
 def recorded_plugins(text: str, where: str) -> dict[str, dict[str, str]]:
@@ -643,8 +646,7 @@ def check_plugins(text: str, where: str) -> None:
         if found is None:
             raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
                               f"{was['version']}, which is not installed here: pip install the same version")
-        plugins.load(found)  # its module imported: its file hashed
-        now = found.record()
+        now = found.record()  # its module's file hashed, not run
         if now != was:
             differ = sorted(k for k in was if was[k] != now[k])
             raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
