@@ -26,7 +26,7 @@ from fedaccel import History, plugins, train
 from fedaccel.algorithms.base import Algorithm
 from fedaccel.algorithms.registry import build_algorithm, listing
 from fedaccel.cli import main
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, UserError
 from fedaccel.grids.experiment import load_experiment
 from fedaccel.runs.config import PLUGINS_NOTE, recorded_plugins
 from plugin_site import MODULE, PACKAGE, forget, install
@@ -308,16 +308,33 @@ def test_the_docs_page_shows_the_tested_package_and_a_grid_that_loads(site: Path
     assert len(experiment.claims) == 2
 
 
-def test_a_flower_client_refuses_a_run_whose_plugin_it_lacks(tmp_path: Path) -> None:
+def test_a_flower_node_without_the_plugin_refuses_the_run_at_the_hello_in_one_line(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client checks the plugins line the server sends with the config; the server reads its refusal out of
+    Flower's error reply and stops in one line, rather than take the node for a plain Flower client."""
     pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from flwr.common.constant import ErrorCode
+
+    from fedaccel.flower import server
     from fedaccel.flower.client import setup_for
 
     text = yaml.safe_dump({"algorithm": {"name": "myprox"}}) + PLUGINS_NOTE + json.dumps({"algorithm": {
         "name": "myprox", "distribution": "fedaccel-myprox", "version": "0.1.0", "entry_point": f"{MODULE}:myprox",
         "sha256": "0" * 16}})
     with pytest.raises(ConfigError, match="^the server's run uses algorithm 'myprox' of fedaccel-myprox 0.1.0, "
-                                          "which is not installed here"):
+                                          "which is not installed here") as raised:
         setup_for(text)
+    reason = str(type(raised.value)) + ":<'" + str(raised.value) + "'>"  # as flwr/supernode/runtime/run_clientapp.py
+    reply = SimpleNamespace(has_error=lambda: True, content={},
+                            error=SimpleNamespace(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason))
+    monkeypatch.setattr(server, "collect", lambda sent, timeout: [(reply, 0.1)])
+    with pytest.raises(UserError, match="^SuperNode 7 refuses the run: the server's run uses algorithm 'myprox' of "
+                                        "fedaccel-myprox 0.1.0, which is not installed here: pip install the same "
+                                        "version$"):
+        server.connect(None, [7], 1, 1.0)  # type: ignore[arg-type]
 
 
 # --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------

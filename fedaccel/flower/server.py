@@ -14,6 +14,7 @@ values) is ``rejected`` with its reason, logged and never used.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower import SERVER_PREFIX, STOP_FILE
 from fedaccel.flower.client import (
     PLAN,
+    SERVER_RUN,
     UPDATE,
     plain_content,
     shared_content,
@@ -338,6 +340,8 @@ def connect(
     for node, (reply, _) in zip(nodes, collect(sent, timeout)):
         if reply is None or (reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE):
             continue
+        if reply.has_error() and refusal(reply.error.reason):
+            raise UserError(f"SuperNode {node} refuses the run: {refusal(reply.error.reason)}")
         if reply.has_error() or "hello" not in reply.content:
             foreign.append(node)  # a plain Flower ClientApp: no hello of ours
             continue
@@ -356,6 +360,14 @@ def connect(
     if missing:
         raise UserError(f"no SuperNode with partition-id {missing[0]} answered (need 0..{n_clients - 1})")
     return mapping, frozenset(plain)
+
+
+def refusal(reason: str) -> str | None:
+    """A fedaccel client's refusal of the run at the hello (its plugin is missing or differs:
+    :func:`fedaccel.runs.config.check_plugins`), out of Flower's error reason ``<class '...'>:<'message'>``."""
+    match = re.fullmatch(rf"<class 'fedaccel\.errors\.ConfigError'>:<'({re.escape(SERVER_RUN)} uses .*)'>", reason,
+                         re.S)
+    return " ".join(match[1].split()) if match else None
 
 
 def _node_count(connected: int, needed: int) -> str:
