@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,24 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Path]]:
+    """``put(folder, **options)``: :func:`plugin_site.install` into ``tmp_path / folder``, first on sys.path, this
+    process's earlier plugin forgotten; forgotten again after the test."""
+
+    def put_site(folder: str, **options: Any) -> Path:
+        forget()
+        site = install(tmp_path / folder, **options)
+        monkeypatch.syspath_prepend(str(site))
+        return site
+
+    yield put_site
+    forget()
+
+
+@pytest.fixture
+def site(put: Callable[..., Path]) -> Path:
     """tests/plugin_package installed into a temporary site on sys.path (fedaccel-myprox 0.1.0)."""
-    forget()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "site")))
-    yield tmp_path / "site"
-    forget()
+    return put("site")
 
 
 def one_line(capsys: pytest.CaptureFixture) -> str:
@@ -98,7 +110,7 @@ def test_fedaccel_run_with_the_plugin_gives_fedprox_numbers(site: Path, tmp_path
 
 
 def test_resume_refuses_in_one_line_a_run_whose_plugin_is_missing_or_changed(
-    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    site: Path, put: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     cli_run(tmp_path / "run", "algorithm=myprox")
     (tmp_path / "run/summary.json").unlink()  # as if killed after its last checkpoint
@@ -108,7 +120,7 @@ def test_resume_refuses_in_one_line_a_run_whose_plugin_is_missing_or_changed(
     assert main(["run", "--resume", str(tmp_path / "run")]) == 2
     assert ("uses algorithm 'myprox' of fedaccel-myprox 0.1.0, which is not installed here: pip install the same "
             "version") in one_line(capsys)
-    monkeypatch.syspath_prepend(str(install(tmp_path / "newer", version="0.2.0")))
+    put("newer", version="0.2.0")
     assert main(["run", "--resume", str(tmp_path / "run")]) == 2
     assert "installed here: fedaccel-myprox 0.2.0 (version differ)" in one_line(capsys)
 
@@ -122,19 +134,17 @@ def test_the_plugin_is_listed_and_an_unknown_name_suggests_it(site: Path, capsys
 
 
 def test_a_name_fedaccel_has_or_two_plugins_declare_is_refused_naming_both(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    forget()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "a", entry_points=f"[fedaccel.algorithms]\nfedavg = {MODULE}:myprox\n")))
+    put("a", entry_points=f"[fedaccel.algorithms]\nfedavg = {MODULE}:myprox\n")
     assert main(["run", "--set", "algorithm=fedavg"]) == 2
     assert ("algorithm 'fedavg' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 (entry-point "
             "group fedaccel.algorithms): uninstall one, or rename the plugin's entry point") in one_line(capsys)
     assert ("fedavg", f"{MODULE}:myprox from fedaccel-myprox 0.1.0 (refused: the name is declared twice)") in listing()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "b")))
-    monkeypatch.syspath_prepend(str(install(tmp_path / "c", distribution="other-prox", version="2.0")))
+    put("b")
+    put("c", distribution="other-prox", version="2.0")
     with pytest.raises(ConfigError, match="'myprox' is declared by other-prox 2.0 and by fedaccel-myprox 0.1.0 "):
         build_algorithm("myprox")
-    forget()
 
 
 BROKEN = {
@@ -153,15 +163,13 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_a_broken_plugin_is_one_line_naming_its_distribution(
-    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    case: str, put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     source, message = BROKEN[case]
-    forget()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=source)))
+    put("site", source=source)
     assert main(["run", "--set", "algorithm=myprox"]) == 2
     err = one_line(capsys)
     assert err.startswith("error: algorithm 'myprox' of fedaccel-myprox 0.1.0") and message in err, err
-    forget()
 
 
 def test_the_plugins_own_checks_are_one_line_too(site: Path) -> None:
@@ -191,26 +199,23 @@ def not_a_classifier(input_shape, num_classes):
 
 @pytest.mark.parametrize("runtime", ["in-process", "stacked"])
 def test_a_plugin_model_gives_the_numbers_of_the_built_in_it_returns_and_is_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: str
+    put: Callable[..., Path], tmp_path: Path, runtime: str
 ) -> None:
-    forget()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=MODEL, entry_points=(
-        f"[fedaccel.models]\nmysoftmax = {MODULE}:mysoftmax\n[fedaccel.algorithms]\nmyprox = {MODULE}:myprox\n"))))
+    put("site", source=MODEL, entry_points=(
+        f"[fedaccel.models]\nmysoftmax = {MODULE}:mysoftmax\n[fedaccel.algorithms]\nmyprox = {MODULE}:myprox\n"))
     mine = cli_run(tmp_path / "mine", "model=mysoftmax", "algorithm=myprox", f"run.runtime={runtime}")
     assert mine == cli_run(tmp_path / "built-in", "model=softmax", "algorithm=fedprox", "algorithm.mu=0.01",
                            f"run.runtime={runtime}")
     recorded = recorded_plugins((tmp_path / "mine/config.yaml").read_text(), "mine")
     assert {kind: r["entry_point"] for kind, r in recorded.items()} == {"model": f"{MODULE}:mysoftmax",
                                                                        "algorithm": f"{MODULE}:myprox"}
-    forget()
 
 
 def test_a_plugin_model_that_clashes_or_is_no_classifier_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    forget()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=MODEL, entry_points=(
-        f"[fedaccel.models]\nsvm = {MODULE}:mysoftmax\nlinear = {MODULE}:not_a_classifier\n"))))
+    put("site", source=MODEL, entry_points=(
+        f"[fedaccel.models]\nsvm = {MODULE}:mysoftmax\nlinear = {MODULE}:not_a_classifier\n"))
     assert main(["run", "--set", "model=svm"]) == 2
     assert "error: model 'svm' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 " in one_line(capsys)
     assert main(["run", *TINY, "--set", "model=linear", "--out", str(tmp_path / "run")]) == 2
@@ -218,7 +223,6 @@ def test_a_plugin_model_that_clashes_or_is_no_classifier_is_one_line(
     assert main(["run", "--set", "model=lineer"]) == 2
     assert one_line(capsys) == "error: unknown model 'lineer'; known: 2nn, cnn, feddc-cnn, lenet5, resnet18, softmax, " \
                                "svm, vgg16, linear\n"  # the plugin's after the built-ins (nearest first past 10)
-    forget()
 
 
 STATEFUL = (PACKAGE / f"{MODULE}.py").read_text() + '''
@@ -242,15 +246,13 @@ def counting(*, mu: float = 0.01) -> Algorithm:
 
 
 def test_a_loaded_plugins_state_class_is_rebuilt_from_plain_data_and_no_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    put: Callable[..., Path], tmp_path: Path
 ) -> None:
     """Checkpoints and Flower messages hold states as plain data: a plugin's own state class is rebuilt once the
     run has loaded the plugin (nothing is imported because a file names a class), a class elsewhere never."""
     from fedaccel.algorithms.states import from_plain, to_plain
 
-    forget()
-    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=STATEFUL,
-                                            entry_points=f"[fedaccel.algorithms]\ncounting = {MODULE}:counting\n")))
+    put("site", source=STATEFUL, entry_points=f"[fedaccel.algorithms]\ncounting = {MODULE}:counting\n")
     plain = {"$dc": f"{MODULE}:Seen", "rounds": 3}
     with pytest.raises(ValueError, match=f"refusing to build '{MODULE}:Seen'"):
         from_plain(plain)  # the plugin is installed but no run has asked for it
@@ -262,7 +264,6 @@ def test_a_loaded_plugins_state_class_is_rebuilt_from_plain_data_and_no_other(
             from_plain({"$dc": name})
     history = fit(tmp_path / "run", "counting")  # and it trains: every client's count goes up by its rounds
     assert [s[0].rounds for s in history.state.clients] == [3, 3, 3, 3]
-    forget()
 
 
 TEXT = st.text(alphabet="abc019_-.:[]= ", max_size=16)  # no stdlib module with side effects can be spelled
