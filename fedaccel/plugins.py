@@ -11,7 +11,8 @@ stacked runtime and Flower's clients. The object is a *recipe*, as the built-ins
 :mod:`fedaccel.algorithms.registry` are: a callable whose keyword-only parameters, each with a default, are the
 method's hyperparameters, returning a composed :class:`~fedaccel.algorithms.base.Algorithm`. A model
 (group ``fedaccel.models``) is a factory as the built-ins of :mod:`fedaccel.models` are:
-``factory(input_shape, num_classes, *, option=default) -> Classifier``.
+``factory(input_shape, num_classes, *, option=default) -> Classifier``; a dataset (group ``fedaccel.datasets``)
+a loader ``load(root: Path | None, seed: int) -> fedaccel.data.Dataset``.
 
 Only installed distributions' entry points are read, and a plugin's module is imported only when its name
 is asked for; nothing is imported because a file or a run folder names it. What can go wrong is one line
@@ -34,7 +35,8 @@ from typing import Any
 
 from fedaccel.errors import ConfigError, shown
 
-GROUPS = {"algorithm": "fedaccel.algorithms", "model": "fedaccel.models"}  # the kind of thing -> its entry-point group
+# the kind of thing -> its entry-point group
+GROUPS = {"algorithm": "fedaccel.algorithms", "model": "fedaccel.models", "dataset": "fedaccel.datasets"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # it becomes part of folder names, labels and errors
 VALUE = re.compile(r"(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<object>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
 
@@ -62,7 +64,8 @@ class Plugin:
 
 def declared(kind: str) -> dict[str, tuple[Plugin, ...]]:
     """Every installed declaration in ``kind``'s group, by name (two or more under one name: a clash).
-    Read once per ``sys.path`` (a few ms), never imported."""
+    Read once per ``sys.path`` (a few ms; a package installed while a process runs is seen by the next one),
+    never imported."""
     return _scan(kind, tuple(sys.path))
 
 

@@ -182,7 +182,13 @@ def test_the_plugins_own_checks_are_one_line_too(site: Path) -> None:
 
 MODEL = (PACKAGE / f"{MODULE}.py").read_text() + '''
 
+from fedaccel.data import load_dataset
 from fedaccel.models import SoftmaxRegression
+
+
+def mydigits(root, seed):
+    """scikit-learn's digits, from a package of one's own."""
+    return load_dataset("digits", seed=seed)
 
 
 def mysoftmax(input_shape, num_classes):
@@ -198,17 +204,19 @@ def not_a_classifier(input_shape, num_classes):
 
 
 @pytest.mark.parametrize("runtime", ["in-process", "stacked"])
-def test_a_plugin_model_gives_the_numbers_of_the_built_in_it_returns_and_is_recorded(
+def test_a_plugin_model_and_dataset_give_the_numbers_of_the_built_ins_they_return_and_are_recorded(
     put: Callable[..., Path], tmp_path: Path, runtime: str
 ) -> None:
     put("site", source=MODEL, entry_points=(
-        f"[fedaccel.models]\nmysoftmax = {MODULE}:mysoftmax\n[fedaccel.algorithms]\nmyprox = {MODULE}:myprox\n"))
-    mine = cli_run(tmp_path / "mine", "model=mysoftmax", "algorithm=myprox", f"run.runtime={runtime}")
+        f"[fedaccel.models]\nmysoftmax = {MODULE}:mysoftmax\n[fedaccel.algorithms]\nmyprox = {MODULE}:myprox\n"
+        f"[fedaccel.datasets]\nmydigits = {MODULE}:mydigits\n"))
+    mine = cli_run(tmp_path / "mine", "model=mysoftmax", "algorithm=myprox", "data.dataset=mydigits",
+                   f"run.runtime={runtime}")
     assert mine == cli_run(tmp_path / "built-in", "model=softmax", "algorithm=fedprox", "algorithm.mu=0.01",
-                           f"run.runtime={runtime}")
+                           f"run.runtime={runtime}")  # TINY's dataset: digits
     recorded = recorded_plugins((tmp_path / "mine/config.yaml").read_text(), "mine")
-    assert {kind: r["entry_point"] for kind, r in recorded.items()} == {"model": f"{MODULE}:mysoftmax",
-                                                                       "algorithm": f"{MODULE}:myprox"}
+    assert {kind: r["entry_point"] for kind, r in recorded.items()} == {
+        "model": f"{MODULE}:mysoftmax", "algorithm": f"{MODULE}:myprox", "dataset": f"{MODULE}:mydigits"}
 
 
 def test_a_plugin_model_that_clashes_or_is_no_classifier_is_one_line(
@@ -223,6 +231,26 @@ def test_a_plugin_model_that_clashes_or_is_no_classifier_is_one_line(
     assert main(["run", "--set", "model=lineer"]) == 2
     assert one_line(capsys) == "error: unknown model 'lineer'; known: 2nn, cnn, feddc-cnn, lenet5, resnet18, softmax, " \
                                "svm, vgg16, linear\n"  # the plugin's after the built-ins (nearest first past 10)
+
+
+def test_a_plugin_dataset_that_clashes_fails_or_is_no_dataset_is_one_line(
+    put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    loaders = "\n\ndef broken(root, seed):\n    return 1 / 0\n\n\ndef listed(root, seed):\n    return [1, 2]\n"
+    put("site", source=MODEL + loaders, entry_points=(
+        f"[fedaccel.datasets]\ndigits = {MODULE}:mydigits\nbroken = {MODULE}:broken\nnone = {MODULE}:listed\n"))
+    assert main(["run", "--set", "data.dataset=digits"]) == 2
+    assert "error: dataset 'digits' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 " in \
+        one_line(capsys)
+    assert main(["run", *TINY, "--set", "data.dataset=broken", "--out", str(tmp_path / "a")]) == 2
+    assert one_line(capsys) == ("error: dataset 'broken' of fedaccel-myprox 0.1.0 failed to load: ZeroDivisionError: "
+                                "division by zero\n")
+    assert main(["run", *TINY, "--set", "data.dataset=none", "--out", str(tmp_path / "b")]) == 2
+    assert one_line(capsys) == ("error: dataset 'none' of fedaccel-myprox 0.1.0: fedaccel_myprox:listed returned 'list', "
+                                "not a fedaccel.data.Dataset\n")
+    assert main(["run", "--set", "data.dataset=brokn"]) == 2
+    assert one_line(capsys) == ("error: unknown dataset 'brokn'; known: fashion-mnist, mnist, emnist, cifar10, cifar100, "
+                                "digits, synthetic, broken, none\n")  # the plugins' after the built-ins
 
 
 STATEFUL = (PACKAGE / f"{MODULE}.py").read_text() + '''

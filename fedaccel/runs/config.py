@@ -421,15 +421,16 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
 
 def validate(config: Config) -> None:
     """Check names and values now, so a bad config fails before any work is done."""
-    from fedaccel.data import DATASETS
+    from fedaccel.data import DATASETS, dataset_names, dataset_plugin
     from fedaccel.data.splits import SPLITS
     from fedaccel.engine.local import LocalOptions
     from fedaccel.models import model_factory
 
     check_name(config.name, "name")
     build_algorithm_from(config)
-    if config.data.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {shown(config.data.dataset)}; known: {listed(sorted(DATASETS), near=config.data.dataset)}")
+    if config.data.dataset not in DATASETS and dataset_plugin(config.data.dataset) is None:
+        raise ConfigError(f"unknown dataset {shown(config.data.dataset)}; known: "
+                          f"{listed(dataset_names(), near=config.data.dataset)}")
     split = dict(config.data.split)
     split_name = split.pop("name")
     if split_name not in SPLITS:
@@ -603,6 +604,7 @@ def plugin_note(config: Config) -> str:
     """A comment line for ``config.yaml``: the installed distribution (name, version, module hash) of each plugin
     the run uses, so that a reader, ``--resume`` and a Flower client know what produced it (empty: none)."""
     from fedaccel.algorithms.registry import get_recipe
+    from fedaccel.data import dataset_plugin
     from fedaccel.models import model_plugin
 
     used = {}
@@ -611,6 +613,7 @@ def plugin_note(config: Config) -> str:
     except ConfigError:  # train() given a composed Algorithm under a name of its own: no recipe, no plugin
         pass
     used["model"] = model_plugin(str(config.model["name"]))
+    used["dataset"] = dataset_plugin(config.data.dataset)
     records = {kind: plugin.record() for kind, plugin in used.items() if plugin is not None}
     return f"{PLUGINS_NOTE}{json.dumps(records, sort_keys=True)}\n" if records else ""
 
