@@ -239,6 +239,11 @@ def test_a_plugin_dataset_that_clashes_fails_or_is_no_dataset_is_one_line(
     loaders = "\n\ndef broken(root, seed):\n    return 1 / 0\n\n\ndef listed(root, seed):\n    return [1, 2]\n"
     put("site", source=MODEL + loaders, entry_points=(
         f"[fedaccel.datasets]\ndigits = {MODULE}:mydigits\nbroken = {MODULE}:broken\nnone = {MODULE}:listed\n"))
+    assert main(["data"]) == 0
+    assert [line.split() for line in capsys.readouterr().out.splitlines()][-3:] == [
+        ["broken", "plugin", f"{MODULE}:broken", "from", "fedaccel-myprox", "0.1.0"],
+        ["digits", "refused", f"{MODULE}:mydigits", "from", "fedaccel-myprox", "0.1.0"],
+        ["none", "plugin", f"{MODULE}:listed", "from", "fedaccel-myprox", "0.1.0"]]
     assert main(["run", "--set", "data.dataset=digits"]) == 2
     assert "error: dataset 'digits' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 " in \
         one_line(capsys)

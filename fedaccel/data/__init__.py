@@ -471,8 +471,9 @@ def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, s
 
     status is ``'available'`` (files found), ``'missing'`` (``where`` says what to run or set:
     ``fedaccel data get NAME`` for the downloadable ones),
-    ``'built-in'`` (embedded Fashion-MNIST, scikit-learn digits) or ``'generated'`` (synthetic).
-    Only file names are checked; damaged files are reported when loaded.
+    ``'built-in'`` (embedded Fashion-MNIST, scikit-learn digits) or ``'generated'`` (synthetic); an installed
+    package's is ``'plugin'`` (``'refused'``: its name is declared twice). Only file names are checked; damaged
+    files are reported when loaded.
     """
     rows: list[tuple[str, str, str]] = []
     for name, spec in DATASETS.items():
@@ -497,4 +498,7 @@ def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, s
                 rows.append((name, "missing", f"run `fedaccel data --install` or `fedaccel data get {name}`"))
             continue
         rows.append((name, "missing", f"`fedaccel data get {name}` fetches it (or set {_env_name(name)}=<folder>)"))
+    for name, found in sorted(plugins.declared("dataset").items()):  # not imported: its loader finds its files
+        clash = len(found) > 1 or name in DATASETS
+        rows += [(name, "refused" if clash else "plugin", f"{p.value} from {p.origin}") for p in found]
     return rows
