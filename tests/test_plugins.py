@@ -371,6 +371,27 @@ def test_a_flower_node_without_the_plugin_refuses_the_run_at_the_hello_in_one_li
         server.connect(None, [7], 1, 1.0)  # type: ignore[arg-type]
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mus=st.lists(st.floats(0, 10, allow_nan=False) | st.integers(0, 10), min_size=1, max_size=3,
+                    unique_by=float))
+def test_any_hyperparameters_of_the_plugin_round_trip_through_a_grid_its_folder_names_and_config_yaml(
+    site: Path, tmp_path: Path, mus: list[float]
+) -> None:
+    from fedaccel.runs.config import dump_config, read_run_config
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "out_dir": str(tmp_path / "out"), "base": {"data": {"dataset": "digits"}},
+                                    "grid": {"algorithm": [{"name": "myprox", "mu": mu} for mu in mus]}}))
+    cells = load_experiment(path).cells
+    assert len({name for name, _ in cells}) == len(mus)  # one folder per value
+    for (name, config), mu in zip(cells, mus):
+        assert config.algorithm == {"name": "myprox", "mu": mu} and "myprox" in name
+        dump_config(config, tmp_path / "config.yaml")
+        assert read_run_config(tmp_path / "config.yaml").algorithm == config.algorithm
+        assert recorded_plugins((tmp_path / "config.yaml").read_text(), "")["algorithm"]["distribution"] == \
+            "fedaccel-myprox"
+
+
 # --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------
 
 
