@@ -392,6 +392,23 @@ def test_any_hyperparameters_of_the_plugin_round_trip_through_a_grid_its_folder_
             "fedaccel-myprox"
 
 
+def test_a_ray_worker_without_the_plugin_refuses_its_cell_in_one_line(site: Path, tmp_path: Path) -> None:
+    """``--ray``: the driver sends each task the plugins line of its cell's config; a node without the same
+    plugin says so before it reads or writes the cell's folder."""
+    import socket
+
+    from fedaccel.grids.ray_tasks import _cell_task
+    from fedaccel.runs.config import load_config, plugin_note
+
+    config = load_config(None, ["algorithm=myprox", *TINY[1::2]])
+    line = plugin_note(config).replace('"0.1.0"', '"0.0.9"')  # the driver's plugin: another version
+    with pytest.raises(ConfigError, match=f"^cell c on Ray node {re.escape(socket.gethostname())} uses algorithm "
+                                          "'myprox' of fedaccel-myprox 0.0.9; installed here: fedaccel-myprox 0.1.0 "
+                                          r"\(version differ\)"):
+        _cell_task(config, str(tmp_path / "c"), 1, str(tmp_path), 1.0, line)
+    assert not (tmp_path / "c").exists()
+
+
 # --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------
 
 
