@@ -45,6 +45,7 @@ from fedaccel.runs.config import (
     _named,
     build_algorithm_from,
     check_participation,
+    check_plugins,
     dump_config,
     local_options,
     read_yaml,
@@ -184,6 +185,7 @@ def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, f
 
 def _check_same_settings(path: Path, config: Config) -> None:
     """A run continues only with the settings it was started with (its progress bar and device aside)."""
+    check_plugins((path / "config.yaml").read_text(encoding="utf-8", errors="replace"), str(path))
     stored = _flat(_build(Config, read_yaml(path / "config.yaml"), "").to_dict())
     wanted = _flat(config.to_dict())
     for key in sorted(set(stored) | set(wanted)):

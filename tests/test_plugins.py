@@ -125,6 +125,16 @@ def test_resume_refuses_in_one_line_a_run_whose_plugin_is_missing_or_changed(
     assert "installed here: fedaccel-myprox 0.2.0 (version differ)" in one_line(capsys)
 
 
+def test_train_resumes_only_with_the_plugin_version_it_started_with(
+    site: Path, put: Callable[..., Path], tmp_path: Path
+) -> None:
+    fit(tmp_path / "run", "myprox")
+    put("newer", version="0.2.0")
+    with pytest.raises(ConfigError, match="installed here: fedaccel-myprox 0.2.0 \\(version differ\\)"):
+        train(nn.Linear(6, 2), X, Y, CLIENTS, X, Y, algorithm="myprox", rounds=3, run_dir=tmp_path / "run",
+              resume=True, progress=False)
+
+
 def test_the_plugin_is_listed_and_an_unknown_name_suggests_it(site: Path, capsys: pytest.CaptureFixture) -> None:
     assert ("myprox", f"{MODULE}:myprox from fedaccel-myprox 0.1.0") in listing()
     assert main(["algorithms"]) == 0
