@@ -45,7 +45,7 @@ VALUE = re.compile(r"(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<object>[A-Z
 class Plugin:
     """One entry point of an installed distribution: ``name = "module:object"`` in the group of ``kind``."""
 
-    kind: str  # algorithm
+    kind: str  # algorithm, model or dataset
     name: str
     value: str  # module:object
     distribution: str
@@ -129,7 +129,8 @@ def load(plugin: Plugin) -> Any:
             found = getattr(found, attribute)
     except Exception as exc:  # noqa: BLE001 - the plugin's own code: any error, said in one line
         raise ConfigError(f"{where}: loading {plugin.value} failed: {one_line(exc)}") from exc
-    LOADED.add(match["module"].split(".")[0])
+    if match["module"].split(".")[0] != "fedaccel":  # fedaccel's own: only fedaccel.algorithms holds state classes
+        LOADED.add(match["module"].split(".")[0])
     return found
 
 

@@ -295,14 +295,16 @@ def test_a_loaded_plugins_state_class_is_rebuilt_from_plain_data_and_no_other(
     run has loaded the plugin (nothing is imported because a file names a class), a class elsewhere never."""
     from fedaccel.algorithms.states import from_plain, to_plain
 
-    put("site", source=STATEFUL, entry_points=f"[fedaccel.algorithms]\ncounting = {MODULE}:counting\n")
+    put("site", source=STATEFUL, entry_points=f"[fedaccel.algorithms]\ncounting = {MODULE}:counting\n"
+                                              "mine = fedaccel.algorithms.registry:fedavg\n")  # a built-in, renamed
+    build_algorithm("mine")
     plain = {"$dc": f"{MODULE}:Seen", "rounds": 3}
     with pytest.raises(ValueError, match=f"refusing to build '{MODULE}:Seen'"):
         from_plain(plain)  # the plugin is installed but no run has asked for it
     algorithm = build_algorithm("counting")
     state = from_plain(to_plain(algorithm.init_client(torch.zeros(2))))
     assert state[0] == sys.modules[MODULE].Seen(0) and from_plain(plain) == sys.modules[MODULE].Seen(3)
-    for name in ("os:PathLike", "fedaccel_myprox_other:Seen", "json.decoder:JSONDecoder"):
+    for name in ("os:PathLike", "fedaccel_myprox_other:Seen", "json.decoder:JSONDecoder", "fedaccel.runs.config:Config"):
         with pytest.raises(ValueError, match="refusing to build"):
             from_plain({"$dc": name})
     history = fit(tmp_path / "run", "counting")  # and it trains: every client's count goes up by its rounds
