@@ -45,6 +45,7 @@ from fedaccel.runs.config import (
     _named,
     build_algorithm_from,
     check_participation,
+    check_plugins,
     dump_config,
     local_options,
     read_yaml,
@@ -58,7 +59,7 @@ from fedaccel.runs.setup import Setup
 
 @dataclass
 class History:
-    """The outcome of :func:`train`: metrics per evaluated round, the final state and, with
+    """The outcome of [train][fedaccel.api.train]: metrics per evaluated round, the final state and, with
     ``keep_models=True``, the global model of every evaluated round."""
 
     metrics: list[dict[str, Any]]
@@ -94,10 +95,10 @@ def train(
     """Federated training of ``module`` over ``partition`` (one index array per client).
 
     ``algorithm`` is a recipe name (``"fedumf"``), a name with its hyperparameters as in a config
-    (``{"name": "fedumf", "fraction": 0.5}``) or a composed :class:`Algorithm`. A recipe with a
+    (``{"name": "fedumf", "fraction": 0.5}``) or a composed [Algorithm][fedaccel.algorithms.base.Algorithm]. A recipe with a
     ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given.
 
-    ``train_options`` are the keys of :class:`fedaccel.runs.config.TrainConfig`: lr, batch_size,
+    ``train_options`` are the keys of `fedaccel.runs.config.TrainConfig`: lr, batch_size,
     local_epochs, local_steps, momentum, weight_decay, lr_decay or lr_schedule, clip, client_fraction,
     order (``"fixed"``, ``"reshuffle"``, ``"reshuffle_epoch"`` or ``"given"``: each client's index array in
     the order given, cut into consecutive batches), last_batch (``"drop"`` or ``"partial"``) and participation (the clients selected in each round,
@@ -184,6 +185,7 @@ def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, f
 
 def _check_same_settings(path: Path, config: Config) -> None:
     """A run continues only with the settings it was started with (its progress bar and device aside)."""
+    check_plugins((path / "config.yaml").read_text(encoding="utf-8", errors="replace"), str(path))
     stored = _flat(_build(Config, read_yaml(path / "config.yaml"), "").to_dict())
     wanted = _flat(config.to_dict())
     for key in sorted(set(stored) | set(wanted)):

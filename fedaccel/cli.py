@@ -11,6 +11,7 @@
     fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
     fedaccel deploy --prepare --tls tls configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
     fedaccel certs tls --clients 5 && fedaccel deploy --tls tls --clients 5 configs/demo.yaml
+    fedaccel algorithms                    # the methods: built in, and from installed packages (entry points)
     fedaccel data [--install]
     fedaccel data get mnist cifar10        # download, check, unpack into ~/.cache/fedaccel (resumable)
 
@@ -279,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.set_defaults(handler=cmd_tensorboard)
 
+    p = sub.add_parser("algorithms", help="the methods `algorithm:` takes: built in, and from installed packages")
+    p.set_defaults(handler=cmd_algorithms)
+
     p = sub.add_parser("data", help="list datasets and where they are; `data get NAME` downloads one")
     p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
     p.set_defaults(handler=cmd_data, data_command=None)
@@ -390,13 +394,13 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from fedaccel.flower.deploy import deploy, prepare, write_flwr_home
     from fedaccel.flower.security import check_certificates
-    from fedaccel.runs.config import from_dict, load_config, read_yaml
+    from fedaccel.runs.config import load_config, read_run_config
     from fedaccel.runs.folder import check_out_folder, new_run_dir
 
     if args.resume:
         if args.config or args.set or args.out:
             raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
-        config = from_dict(read_yaml(Path(args.resume) / "config.yaml"))
+        config = read_run_config(Path(args.resume) / "config.yaml")
         out = Path(args.resume)
     else:
         with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
@@ -607,6 +611,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
                        workers=args.workers, ray=ray_options(args), render_only=args.render_only)
     print(f"report: {report}")
+    return 0
+
+
+def cmd_algorithms(args: argparse.Namespace) -> int:
+    from fedaccel.algorithms.registry import listing
+
+    rows = listing()
+    width = max(len(name) for name, _ in rows)
+    for name, what in rows:
+        print(f"{name:<{width}}  {what}")
     return 0
 
 

@@ -23,8 +23,7 @@ from fedaccel.runs.config import (
     LOCAL_RUNTIMES,
     Config,
     dump_config,
-    from_dict,
-    read_yaml,
+    read_run_config,
     warn_if_fedavg_in_disguise,
 )
 from fedaccel.runs.folder import DIAGNOSTICS, METRICS, RUN_FILES, check_out_folder, new_run_dir, removed_on_failed_start
@@ -81,7 +80,7 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
     refuse_planted_links(path, RUN_FILES)  # a folder from someone else: before anything is read or written
     if not (path / "config.yaml").is_file():
         raise UserError(f"{path} is not a run folder (no config.yaml)")
-    config = from_dict(read_yaml(path / "config.yaml"))
+    config = read_run_config(path / "config.yaml")
     if device is not None:
         check_device_name(device)
         config.run.device = device

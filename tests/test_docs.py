@@ -89,6 +89,22 @@ def test_every_command_of_the_docs_parses() -> None:
             pytest.fail(f"{page.relative_to(ROOT)}: command does not parse: fedaccel {' '.join(command)}")
 
 
+def test_the_api_reference_renders_no_raw_sphinx_role() -> None:
+    """mkdocstrings prints ``:class:`X``` as it is: the docstrings docs/reference/api.md renders link with
+    ``[X][dotted.path]`` (or name a thing it does not render in backticks)."""
+    import inspect
+
+    rendered = re.findall(r"^::: (\S+)", (ROOT / "docs/reference/api.md").read_text(encoding="utf-8"), re.M)
+    assert len(rendered) > 10
+    for path in rendered:
+        module, _, name = path.rpartition(".")
+        thing = getattr(importlib.import_module(module), name)
+        members = [v for k, v in vars(thing).items() if not k.startswith("_")] if inspect.isclass(thing) else []
+        for doc in [inspect.getdoc(thing), *(inspect.getdoc(m) for m in members if inspect.isfunction(m) or
+                                             isinstance(m, property))]:
+            assert not re.search(r":(class|func|mod|data|meth|attr):`", doc or ""), (path, doc)
+
+
 def test_readme_commands_finds_commands_and_drops_comments() -> None:
     text = ("```bash\nfedaccel run a.yaml --set x=1   # note\nls\n```\n```yaml\nfedaccel: no\n```\n"
             "`fedaccel judge` inline\n```bash\nfedaccel plot r \\\n  -o c.png && fedaccel compare r; ls\n```\n")

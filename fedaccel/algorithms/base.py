@@ -204,7 +204,7 @@ class Part:
     - ``order(ctx, cs, default: np.ndarray) -> np.ndarray``: the client's sample order this round (``default``:
       the federation's, from ``train.order``)
     - ``batched_estimator(contexts, d, dtype, device) -> BatchedEstimator``: the estimator for K clients at
-      once (optional; a :class:`BatchedEstimatorFactory`, which also gives ``chunk_bytes``)
+      once (optional; a ``BatchedEstimatorFactory``, which also gives ``chunk_bytes``)
     - ``client_end(ctx, w, theta0, theta_end, ss, cs) -> (cs, extras: dict[str, Tensor])``
     - ``server_adjust(info, updates, ss) -> updates``
     - ``aggregate(info, w, updates) -> w_next``

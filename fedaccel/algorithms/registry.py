@@ -5,14 +5,22 @@ hyperparameters are the recipe's keyword arguments and are checked here, so a co
 unknown or invalid one fails at load. Two keys go with every recipe (:data:`EVERY_RECIPE`):
 ``server_opt`` (a server optimiser after the method's own step) and ``aggregate`` (a robust rule in
 place of the weighted mean), e.g. ``{name: bherd, server_opt: {name: adam, lr: 0.01}, aggregate: median}``.
+
+Installed packages add methods through the entry-point group ``fedaccel.algorithms`` (:mod:`fedaccel.plugins`):
+the object an entry point names is a recipe like the functions below (keyword-only hyperparameters with their
+defaults, an ``Algorithm`` returned). :func:`get_recipe` finds built-ins first, then plugins; a name both
+declare is refused.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import fedaccel.plugins as plugins
 
 from fedaccel.algorithms.base import Algorithm, Part, compose
 from fedaccel.algorithms.bherd import bherd_selection
@@ -41,6 +49,7 @@ class Recipe:
     build: Callable[..., Algorithm]
     summary: str
     centralized: bool = False
+    plugin: plugins.Plugin | None = None  # the installed distribution's entry point it came from (None: built in)
 
 
 def fedavg(*, server_lr: float = 1.0) -> Algorithm:
@@ -332,9 +341,61 @@ def named_spec(spec: Any, key: str, table: Mapping[str, Callable[..., Any]]) -> 
 
 
 def get_recipe(name: str) -> Recipe:
+    """The built-in recipe ``name``, else the installed plugin's (loaded now, once per process)."""
+    plugin = plugins.find("algorithm", name, builtin=name in RECIPES)
+    if plugin is not None:
+        return plugin_recipe(plugin)
     if name not in RECIPES:
-        raise ConfigError(f"unknown algorithm {shown(name)}; known: {listed(sorted(RECIPES), near=name)}")
+        raise ConfigError(f"unknown algorithm {shown(name)}; known: {listed(algorithm_names(), near=name)} "
+                          "(a method of your own: docs, Writing your own method)")
     return RECIPES[name]
+
+
+def algorithm_names() -> list[str]:
+    """Every name ``algorithm:`` takes here: the built-ins, then the installed plugins'."""
+    return sorted(RECIPES) + [n for n in plugins.names("algorithm") if n not in RECIPES]
+
+
+def listing() -> list[tuple[str, str]]:
+    """(name, what it is) for every method ``algorithm:`` may name: the built-ins, then each plugin's entry point
+    with its distribution, not imported (a plugin loads when its name is asked for); a clash is marked."""
+    rows = [(name, recipe.summary) for name, recipe in RECIPES.items()]
+    for name, found in sorted(plugins.declared("algorithm").items()):
+        clash = len(found) > 1 or name in RECIPES
+        rows += [(name, f"{p.value} from {p.origin}" + (" (refused: the name is declared twice)" if clash else ""))
+                 for p in found]
+    return rows
+
+
+@functools.lru_cache(maxsize=None)
+def plugin_recipe(plugin: plugins.Plugin) -> Recipe:
+    """A plugin's object as a :class:`Recipe`, checked as one: callable, every parameter keyword-only with a
+    default (the config gives them by name, or leaves them at the default)."""
+    build, where = plugins.load(plugin), f"algorithm {shown(plugin.name)} of {plugin.origin}"
+    try:
+        parameters = inspect.signature(build).parameters.values()
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {plugin.value} is not a recipe (a function returning an Algorithm)") from None
+    odd = [p.name for p in parameters if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is p.empty]
+    if odd:
+        raise ConfigError(f"{where}: parameter {shown(odd[0])} of {plugin.value} must be keyword-only with a default "
+                          "(def recipe(*, mu: float = 0.01) -> Algorithm)")
+
+    @functools.wraps(build)
+    def checked(**params: Any) -> Algorithm:
+        try:
+            algorithm = build(**params)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the plugin's own code: said in one line, the traceback on --debug
+            raise ConfigError(f"{where} failed to build: {plugins.one_line(exc)}") from exc
+        if not isinstance(algorithm, Algorithm):
+            raise ConfigError(f"{where}: {plugin.value} returned {shown(type(algorithm).__name__)}, not an "
+                              "Algorithm (compose(name, *parts))")
+        return algorithm
+
+    summary = (inspect.getdoc(build) or "").split("\n")[0] or "(no docstring)"
+    return Recipe(checked, f"{summary} [{plugin.origin}]", plugin=plugin)
 
 
 def with_server_opt(algorithm: Algorithm, optimiser: Part) -> Algorithm:
@@ -348,9 +409,9 @@ def with_server_opt(algorithm: Algorithm, optimiser: Part) -> Algorithm:
 
 def build_algorithm(name: str, **params: Any) -> Algorithm:
     """Build a named method; unknown or invalid hyperparameters raise ConfigError. ``server_opt``,
-    ``aggregate`` and ``dp`` (:data:`EVERY_RECIPE`) add a server optimiser, replace the mean by a robust rule,
-    and replace it by DP-FedAvg's clipped and noised mean (:mod:`fedaccel.algorithms.dp`; its ``dp`` mapping
-    carries the run's population, which :func:`fedaccel.runs.config.build_algorithm_from` adds)."""
+    ``aggregate`` and ``dp`` (``EVERY_RECIPE``) add a server optimiser, replace the mean by a robust rule,
+    and replace it by DP-FedAvg's clipped and noised mean (``fedaccel.algorithms.dp``; its ``dp`` mapping
+    carries the run's population, which ``fedaccel.runs.config.build_algorithm_from`` adds)."""
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:

@@ -6,7 +6,9 @@ string keys, fedaccel's state dataclasses) into containers of plain values: a da
 ``{"$dc": "module:Class", **fields}``, a tuple ``{"$tuple": [...]}`` and each tensor whatever
 ``tensor`` makes of it (by default the tensor itself, which ``torch.load(weights_only=True)``
 reads). :func:`from_plain` rebuilds only plain containers, tensors and dataclasses defined in
-``fedaccel.algorithms``: a file or message from a broken or hostile source cannot run code.
+``fedaccel.algorithms`` or in the package of a plugin this process has loaded (imported already, because the
+run names the plugin: :mod:`fedaccel.plugins`): a file or message from a broken or hostile source cannot run
+code.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import numpy as np
 from torch import Tensor
+
+from fedaccel.plugins import loaded_module
 
 SAFE_MODULES = "fedaccel.algorithms."  # the only place state classes are rebuilt from
 
@@ -76,10 +80,10 @@ def from_plain(
 
 
 def state_class(name: str, error: type[Exception] = ValueError) -> Callable[..., Any]:
-    """The dataclass ``"module:Class"`` names, if it is defined in ``fedaccel.algorithms``; its
-    constructor refuses fields it does not have with ``error``."""
+    """The dataclass ``"module:Class"`` names, if it is defined in ``fedaccel.algorithms`` or a loaded plugin's
+    package; its constructor refuses fields it does not have with ``error``."""
     module, _, qualname = name.partition(":")
-    if not module.startswith(SAFE_MODULES):
+    if not (module.startswith(SAFE_MODULES) or loaded_module(module)):
         raise error(f"refusing to build {name!r}")
     try:
         kind = getattr(importlib.import_module(module), qualname, None)

@@ -38,7 +38,8 @@ from fedaccel.data.download import SOURCES, cache_root, download_dataset
 from fedaccel.data.embedded import fashion_mnist_dir, install_fashion_mnist
 from fedaccel.data.idx import idx_stems, load_idx_folder, locate_idx_folder
 from fedaccel.data.synthetic import generate_synthetic
-from fedaccel.errors import DataError, listed, shown
+import fedaccel.plugins as plugins
+from fedaccel.errors import ConfigError, DataError, listed, shown
 
 __all__ = [
     "DATASETS",
@@ -277,8 +278,34 @@ def _canonical(name: str) -> str:
     key = name.strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
     if key not in DATASETS:
-        raise DataError(f"unknown dataset {shown(name)}; known: {listed(DATASETS, near=name)}")
+        raise DataError(f"unknown dataset {shown(name)}; known: {listed(dataset_names(), near=name)}")
     return key
+
+
+def dataset_names() -> list[str]:
+    """The names ``data.dataset`` takes: the built-ins, then the installed plugins'."""
+    return [*DATASETS, *(n for n in plugins.names("dataset") if n not in DATASETS)]
+
+
+def dataset_plugin(name: str) -> plugins.Plugin | None:
+    """The installed plugin that provides dataset ``name`` (None: a built-in, or unknown); a clash is one line."""
+    key = name.strip().lower().replace("_", "-")
+    return plugins.find("dataset", name, builtin=_ALIASES.get(key, key) in DATASETS)
+
+
+def _plugin_dataset(plugin: plugins.Plugin, root: Path | None, seed: int) -> Dataset:
+    """What the plugin's loader gives for (root, seed), checked to be a Dataset; its errors are one line."""
+    where = f"dataset {shown(plugin.name)} of {plugin.origin}"
+    loader = plugins.load(plugin)
+    try:
+        dataset = loader(root, seed)
+    except (DataError, ConfigError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plugin's own code: one line, the traceback on --debug
+        raise DataError(f"{where} failed to load: {plugins.one_line(exc)}") from exc
+    if not isinstance(dataset, Dataset):
+        raise DataError(f"{where}: {plugin.value} returned {shown(type(dataset).__name__)}, not a fedaccel.data.Dataset")
+    return dataset
 
 
 def resolve_root(name: str, roots: dict[str, str] | None = None) -> tuple[Path | None, str]:
@@ -374,13 +401,19 @@ def load_dataset(
     ``test_subset`` does the same for the test set. ``options`` are per-dataset (see
     ``DATASETS[name].options``), e.g. ``emnist_split='letters'`` or ``alpha=0.5`` for synthetic.
     """
-    key = _canonical(name)
-    spec = DATASETS[key]
-    unknown = sorted(set(options) - set(spec.options))
-    if unknown:
-        raise DataError(f"{key}: unknown option(s) {listed(unknown)}; allowed: {listed(spec.options, near=unknown[0])}")
-    path = Path(root).expanduser() if root is not None else resolve_root(key)[0]
-    ds = spec.loader(path, seed, **options)
+    plugin = dataset_plugin(name)
+    if plugin is not None:  # an installed package's loader: it finds its own files (root: data.root, if given)
+        if options:
+            raise DataError(f"dataset {shown(name)} of {plugin.origin} takes no options, got {listed(sorted(options))}")
+        ds = _plugin_dataset(plugin, Path(root).expanduser() if root is not None else None, seed)
+    else:
+        key = _canonical(name)
+        spec = DATASETS[key]
+        unknown = sorted(set(options) - set(spec.options))
+        if unknown:
+            raise DataError(f"{key}: unknown option(s) {listed(unknown)}; allowed: {listed(spec.options, near=unknown[0])}")
+        path = Path(root).expanduser() if root is not None else resolve_root(key)[0]
+        ds = spec.loader(path, seed, **options)
 
     if subset is not None:
         idx = _subset_indices(ds.num_train, int(subset), np.random.default_rng(seed), "subset")
@@ -438,8 +471,9 @@ def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, s
 
     status is ``'available'`` (files found), ``'missing'`` (``where`` says what to run or set:
     ``fedaccel data get NAME`` for the downloadable ones),
-    ``'built-in'`` (embedded Fashion-MNIST, scikit-learn digits) or ``'generated'`` (synthetic).
-    Only file names are checked; damaged files are reported when loaded.
+    ``'built-in'`` (embedded Fashion-MNIST, scikit-learn digits) or ``'generated'`` (synthetic); an installed
+    package's is ``'plugin'`` (``'refused'``: its name is declared twice). Only file names are checked; damaged
+    files are reported when loaded.
     """
     rows: list[tuple[str, str, str]] = []
     for name, spec in DATASETS.items():
@@ -464,4 +498,7 @@ def available_datasets(roots: dict[str, str] | None = None) -> list[tuple[str, s
                 rows.append((name, "missing", f"run `fedaccel data --install` or `fedaccel data get {name}`"))
             continue
         rows.append((name, "missing", f"`fedaccel data get {name}` fetches it (or set {_env_name(name)}=<folder>)"))
+    for name, found in sorted(plugins.declared("dataset").items()):  # not imported: its loader finds its files
+        clash = len(found) > 1 or name in DATASETS
+        rows += [(name, "refused" if clash else "plugin", f"{p.value} from {p.origin}") for p in found]
     return rows

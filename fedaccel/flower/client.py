@@ -38,7 +38,7 @@ from fedaccel.engine.round import round_info, train_client
 from fedaccel.errors import UserError
 from fedaccel.flower.notices import quiet_notices
 from fedaccel.flower.wire import pack, unpack
-from fedaccel.runs.config import from_dict, parse_yaml
+from fedaccel.runs.config import check_plugins, from_dict, parse_yaml
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain
 from fedaccel.runs.setup import Setup, apply_attacks, build_setup
 
@@ -52,6 +52,9 @@ quiet_notices()  # in a simulation's Ray actor: no "Manually terminating ClientA
 _SETUPS: dict[str, Setup] = {}  # per process: a SuperNode's ClientApp process serves many rounds
 
 
+SERVER_RUN = "the server's run"  # how a client's plugin check names the run: the server spots its refusal by it
+
+
 def config_key(config_text: str) -> str:
     """A run's config, as a name for its setup and its saved states."""
     return hashlib.sha256(config_text.encode()).hexdigest()
@@ -62,6 +65,7 @@ def setup_for(config_text: str) -> Setup:
     key = config_key(config_text)
     if key not in _SETUPS:
         _SETUPS.clear()
+        check_plugins(config_text, SERVER_RUN)  # the same plugin version as the server's, or one line
         _SETUPS[key] = build_setup(from_dict(parse_yaml(config_text, "the config from the server")))
         print(f"fedaccel client: built the run's setup in process {os.getpid()}", file=sys.stderr, flush=True)
     return _SETUPS[key]

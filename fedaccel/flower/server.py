@@ -14,6 +14,7 @@ values) is ``rejected`` with its reason, logged and never used.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower import SERVER_PREFIX, STOP_FILE
 from fedaccel.flower.client import (
     PLAN,
+    SERVER_RUN,
     UPDATE,
     plain_content,
     shared_content,
@@ -55,7 +57,7 @@ from fedaccel.flower.gate import (
 )
 from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
-from fedaccel.runs.config import Config, dump_config
+from fedaccel.runs.config import Config, dump_config, plugin_note
 from fedaccel.runs.folder import CHECKPOINT
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.setup import Setup, build_setup
@@ -368,6 +370,8 @@ def connect(
     for node, (reply, _) in zip(nodes, collect(sent, timeout)):
         if reply is None or (reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE):
             continue
+        if reply.has_error() and refusal(reply.error.reason):
+            raise UserError(f"SuperNode {node} refuses the run: {refusal(reply.error.reason)}")
         if reply.has_error() or "hello" not in reply.content:
             foreign.append(node)  # a plain Flower ClientApp: no hello of ours
             continue
@@ -386,6 +390,14 @@ def connect(
     if missing:
         raise UserError(f"no SuperNode with partition-id {missing[0]} answered (need 0..{n_clients - 1})")
     return mapping, frozenset(plain)
+
+
+def refusal(reason: str) -> str | None:
+    """A fedaccel client's refusal of the run at the hello (its plugin is missing or differs:
+    :func:`fedaccel.runs.config.check_plugins`), out of Flower's error reason ``<class '...'>:<'message'>``."""
+    match = re.fullmatch(rf"<class 'fedaccel\.errors\.ConfigError'>:<'({re.escape(SERVER_RUN)} uses .*)'>", reason,
+                         re.S)
+    return " ".join(match[1].split()) if match else None
 
 
 def _node_count(connected: int, needed: int) -> str:
@@ -434,7 +446,7 @@ def serve(
         saved = load_checkpoint(path)
         start_round = int(saved["state"].round) if saved is not None else 0
         # the nodes build the run's setup on the hello while this process builds its own
-        sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True), node_ids, start_round)
+        sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round)
         setup = build_setup(config)
         state, wall = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():

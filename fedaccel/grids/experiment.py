@@ -376,11 +376,11 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     ``workers`` > 1 runs that many cells at once, each in its own process with one torch
     thread (the small models of FL experiments gain more from parallel cells than from
     intra-op threads); ``ray`` runs each cell as a task on a Ray cluster instead
-    (:mod:`fedaccel.grids.ray_tasks`). The numbers are those of the cell's own seed either way.
+    (`fedaccel.grids.ray_tasks`). The numbers are those of the cell's own seed either way.
     ``stack_seeds`` runs the cells that differ only in ``run.seed`` as one stacked computation
-    (:class:`~fedaccel.engine.stacked.SeedStack`): every seed's own run folder and numbers, the
+    (`fedaccel.engine.stacked.SeedStack`): every seed's own run folder and numbers, the
     client steps of all seeds batched together.
-    ``report`` shows where the grid is (default: a :class:`GridProgress` over this grid).
+    ``report`` shows where the grid is (default: a `fedaccel.grids.progress.GridProgress` over this grid).
     """
     from fedaccel.grids.progress import GridProgress
     from fedaccel.report.completeness import gaps_line, grid_gaps

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedaccel.errors import UserError
-from fedaccel.runs.config import Config
+from fedaccel.runs.config import Config, check_plugins, plugin_note
 
 if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
@@ -112,7 +112,7 @@ def run_cells_on_ray(
     cwd = os.getcwd()  # relative paths in the configs mean the same on every node of a shared filesystem
     pending: dict[Any, tuple[int, str]] = {}
     for k, name, config, run_dir in todo:
-        ref = task.remote(config, str(run_dir.resolve()), threads, cwd, options.lock_wait_s)
+        ref = task.remote(config, str(run_dir.resolve()), threads, cwd, options.lock_wait_s, plugin_note(config))
         pending[ref] = (k, name)
         report.queue(k, name, run_dir, config.train.rounds, verb="resuming" if (run_dir / "config.yaml").is_file()
                      else "running")
@@ -165,13 +165,16 @@ def _cell_error(exc: BaseException, cell: str) -> BaseException:
     return exc
 
 
-def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s: float) -> dict[str, Any]:
+def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s: float,
+               plugins_line: str = "") -> dict[str, Any]:
     """One cell in a Ray worker: wait while another live process writes its folder, then skip it
-    (finished), resume it (interrupted) or run it; returns where it ran and what it did."""
+    (finished), resume it (interrupted) or run it; returns where it ran and what it did. ``plugins_line``:
+    the plugins the driver's config uses (``config.yaml``'s line), which this node must have, the same."""
     import socket
 
     from fedaccel.grids import cell
 
+    check_plugins(plugins_line, f"cell {Path(run_dir).name} on Ray node {socket.gethostname()}")
     if os.path.isdir(cwd):
         os.chdir(cwd)
     path = Path(run_dir)

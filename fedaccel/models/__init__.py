@@ -28,7 +28,9 @@ them and would not be averaged. So no model has a buffer unless the user asks fo
 which would draw from the global RNG during training.
 
 Users may register their own factory: ``MODELS["mine"] = factory`` where
-``factory(input_shape, num_classes, **options) -> Classifier``; :func:`build_model` constructs it
+``factory(input_shape, num_classes, **options) -> Classifier``, or declare it in an installed package's
+entry-point group ``fedaccel.models`` (:mod:`fedaccel.plugins`: then configs, grids and every runtime find it,
+after the built-ins); :func:`build_model` constructs it
 on the meta device, so parameters from layers other than the built-in kinds need a
 ``reset_parameters()`` method or an overridden :meth:`Classifier.init_parameters`.
 """
@@ -41,6 +43,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+import fedaccel.plugins as plugins
 from fedaccel.errors import ConfigError, listed, shown
 from fedaccel.models.base import Classifier, Shape, functional_loss, num_parameters
 from fedaccel.models.cnn import BHerdCNN, FedDCCNN, LeNet5
@@ -80,6 +83,25 @@ MODELS: dict[str, ModelFactory] = {
     "vgg16": VGG16,
     "resnet18": ResNet18,
 }
+
+
+def model_plugin(name: str) -> plugins.Plugin | None:
+    """The installed plugin that provides model ``name`` (None: a built-in or unknown); a clash is one line."""
+    return plugins.find("model", name, builtin=name in MODELS)
+
+
+def model_factory(name: str) -> ModelFactory:
+    """The factory of model ``name``: a built-in, else an installed plugin's (imported now)."""
+    plugin = model_plugin(name)
+    if plugin is not None:
+        factory = plugins.load(plugin)
+        if not callable(factory):
+            raise ConfigError(f"model {shown(name)} of {plugin.origin}: {plugin.value} is not a model factory")
+        return factory  # type: ignore[no-any-return]
+    if name not in MODELS:
+        known = sorted(MODELS) + [n for n in plugins.names("model") if n not in MODELS]
+        raise ConfigError(f"unknown model {shown(name)}; known: {listed(known, near=name)}")
+    return MODELS[name]
 
 
 def _check_options(name: str, factory: ModelFactory, options: dict[str, object]) -> None:
@@ -126,9 +148,7 @@ def build_model(
         >>> model(torch.zeros(4, 1, 28, 28)).shape
         torch.Size([4])
     """
-    factory = MODELS.get(name)
-    if factory is None:
-        raise ConfigError(f"unknown model {shown(name)}; choose one of: {listed(sorted(MODELS), near=name)}")
+    factory = model_factory(name)
     shape = _check_input_shape(name, input_shape)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ConfigError(
@@ -139,6 +159,9 @@ def build_model(
     # initialise from our own generator.
     with torch.device("meta"):
         model = factory(shape, num_classes, **options)
+    if not isinstance(model, Classifier):  # a plugin's factory, say: init_parameters, loss and correct are needed
+        raise ConfigError(f"model {shown(name)}: its factory returned {shown(type(model).__name__)}, not a "
+                          "fedaccel.models.Classifier (forward, loss, correct)")
     model = model.to_empty(device="cpu")
     generator = torch.Generator().manual_seed(seed)
     model.init_parameters(generator)

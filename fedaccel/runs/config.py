@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import math
 import os
 import re
@@ -436,22 +437,22 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
 
 def validate(config: Config) -> None:
     """Check names and values now, so a bad config fails before any work is done."""
-    from fedaccel.data import DATASETS
+    from fedaccel.data import DATASETS, dataset_names, dataset_plugin
     from fedaccel.data.splits import SPLITS
     from fedaccel.engine.local import LocalOptions
-    from fedaccel.models import MODELS
+    from fedaccel.models import model_factory
 
     check_name(config.name, "name")
     build_algorithm_from(config)
-    if config.data.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {shown(config.data.dataset)}; known: {listed(sorted(DATASETS), near=config.data.dataset)}")
+    if config.data.dataset not in DATASETS and dataset_plugin(config.data.dataset) is None:
+        raise ConfigError(f"unknown dataset {shown(config.data.dataset)}; known: "
+                          f"{listed(dataset_names(), near=config.data.dataset)}")
     split = dict(config.data.split)
     split_name = split.pop("name")
     if split_name not in SPLITS:
         raise ConfigError(f"unknown split {shown(split_name)}; known: {listed(sorted(SPLITS), near=split_name)}")
     _check_params("split", split_name, split, SPLITS[split_name])
-    if config.model["name"] not in MODELS:
-        raise ConfigError(f"unknown model {shown(config.model['name'])}; known: {listed(sorted(MODELS), near=config.model['name'])}")
+    model_factory(str(config.model["name"]))  # a built-in, or an installed plugin's; else one line
     local_options(config)  # LocalOptions validates its own values
     checks = [
         (config.data.clients >= 1, "data.clients must be >= 1"),
@@ -660,7 +661,74 @@ def local_options(config: Config) -> Any:
 
 
 def dump_config(config: Config, path: Path) -> None:
-    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False) + resolved_note(config))
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False) + resolved_note(config) + plugin_note(config))
+
+
+PLUGINS_NOTE = "# plugins, as this run found them: "  # then JSON: {kind: Plugin.record()}
+
+
+def plugin_note(config: Config) -> str:
+    """A comment line for ``config.yaml``: the installed distribution (name, version, module hash) of each plugin
+    the run uses, so that a reader, ``--resume`` and a Flower client know what produced it (empty: none)."""
+    from fedaccel.algorithms.registry import get_recipe
+    from fedaccel.data import dataset_plugin
+    from fedaccel.models import model_plugin
+
+    used = {}
+    try:
+        used["algorithm"] = get_recipe(str(config.algorithm["name"])).plugin
+    except ConfigError:  # train() given a composed Algorithm under a name of its own: no recipe, no plugin
+        pass
+    used["model"] = model_plugin(str(config.model["name"]))
+    used["dataset"] = dataset_plugin(config.data.dataset)
+    records = {kind: plugin.record() for kind, plugin in used.items() if plugin is not None}
+    return f"{PLUGINS_NOTE}{json.dumps(records, sort_keys=True)}\n" if records else ""
+
+
+def recorded_plugins(text: str, where: str) -> dict[str, dict[str, str]]:
+    """The plugins a ``config.yaml`` text records (:func:`plugin_note`); a damaged record is one line."""
+    for line in text.splitlines():
+        if line.startswith(PLUGINS_NOTE):
+            try:
+                record = json.loads(line[len(PLUGINS_NOTE):])
+            except ValueError:
+                record = None
+            if not (isinstance(record, dict) and all(isinstance(r, dict) and set(r) == PLUGIN_KEYS and
+                                                      all(isinstance(v, str) for v in r.values())
+                                                      for r in record.values())):
+                raise ConfigError(f"{where}: its plugins line is damaged: {shown(line, 120)}")
+            return record
+    return {}
+
+
+PLUGIN_KEYS = {"name", "distribution", "version", "entry_point", "sha256"}
+
+
+def check_plugins(text: str, where: str) -> None:
+    """The plugins ``text`` (a ``config.yaml``) records are installed here, the same distribution, version and
+    module: else one line, before the config is read (which would import the installed one)."""
+    import fedaccel.plugins as plugins
+
+    for kind, was in recorded_plugins(text, where).items():
+        if kind not in plugins.GROUPS:
+            raise ConfigError(f"{where} records a plugin of an unknown kind {shown(kind)}")
+        found = plugins.find(kind, was["name"], builtin=False)
+        if found is None:
+            raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
+                              f"{was['version']}, which is not installed here: pip install the same version")
+        now = found.record()  # its module's file hashed, not run
+        if now != was:
+            differ = sorted(k for k in was if was[k] != now[k])
+            raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
+                              f"{was['version']}; installed here: {found.origin} ({', '.join(differ)} differ): "
+                              "install the run's version, or start a new run")
+
+
+def read_run_config(path: Path) -> Config:
+    """A run folder's ``config.yaml``, once the plugins it records are checked (:func:`check_plugins`)."""
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    check_plugins(text, str(path.parent))
+    return from_dict(read_yaml(path))
 
 
 def resolved_note(config: Config) -> str:
