@@ -186,7 +186,7 @@ def test_the_plugins_own_checks_are_one_line_too(site: Path) -> None:
     with pytest.raises(ConfigError, match=r"^algorithm 'myprox' of fedaccel-myprox 0\.1\.0 failed to build: "
                                           r"ValueError: mu must be >= 0, got -1$"):
         build_algorithm("myprox", mu=-1)
-    with pytest.raises(ConfigError, match="algorithm 'myprox' has no hyperparameter 'nu'; known: aggregate, mu, "):
+    with pytest.raises(ConfigError, match="algorithm 'myprox' has no hyperparameter 'nu'; known: aggregate, dp, mu, server_opt"):
         build_algorithm("myprox", nu=1)
 
 
