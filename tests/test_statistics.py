@@ -310,3 +310,22 @@ def test_equivalence_under_censoring_holds_its_level(n: int, share: float) -> No
     assert rates["agrees"] <= _monte_carlo_bound(ALPHA / 2, 400) and rates["disagrees"] <= _monte_carlo_bound(ALPHA / 2, 400)
     if share >= 0.3:
         assert rates["agrees, pinned"] > _monte_carlo_bound(ALPHA / 2, 400)  # what the intervals prevent
+
+
+def test_the_sign_flip_interval_of_differences_equal_but_for_their_last_bits_ends() -> None:
+    """Nine differences equal to their 16th digit (a judged GSNR row) made the bisection run for ever: its
+    step was below what the floats there can tell apart. Equal up to rounding is one value."""
+    import signal
+
+    from fedaccel.report.statistics import sign_flip_interval
+
+    base = 0.086859
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("the bisection did not end")))
+    signal.alarm(10)
+    try:
+        for d in ([base + k * np.spacing(base) for k in range(9)], [base * (1 + k * 1e-12) for k in range(9)],
+                  [base * (1 + k * 1e-8) for k in range(9)]):
+            lo, hi = sign_flip_interval(d)
+            assert lo <= float(np.mean(d)) <= hi and hi - lo <= 1e-6
+    finally:
+        signal.alarm(0)

@@ -157,16 +157,23 @@ def sign_flip_interval(differences: Sequence[float], level: float = 1 - ALPHA,
         return -math.inf, math.inf
     mean = float(d.mean())
     span = float(d.max() - d.min())
-    if span == 0:
+    if not math.isfinite(span):  # an unbounded difference: no finite interval
+        return -math.inf, math.inf
+    if span <= TIE * float(np.abs(d).max()):  # equal up to rounding, as the tests count ties
         return mean, mean
 
     def accepted(c: float) -> bool:
         return test(d - c) > alpha
 
+    # to 1e-7 of the range, but never finer than the floats there can tell apart (differences equal to the
+    # 17th digit once made the bisection run for ever)
+    resolution = max(1e-7 * span, 8 * float(np.spacing(float(np.abs(d).max()) + span)))
     ends = []
     for far in (float(d.min()) - span, float(d.max()) + span):  # every difference on one side: p = 2/2^n
         inside, outside = mean, far
-        while abs(outside - inside) > 1e-7 * span:
+        for _ in range(200):
+            if abs(outside - inside) <= resolution:
+                break
             middle = (inside + outside) / 2
             inside, outside = (middle, outside) if accepted(middle) else (inside, middle)
         ends.append(inside)
