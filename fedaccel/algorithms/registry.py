@@ -347,7 +347,7 @@ def get_recipe(name: str) -> Recipe:
         return plugin_recipe(plugin)
     if name not in RECIPES:
         raise ConfigError(f"unknown algorithm {shown(name)}; known: {listed(algorithm_names(), near=name)} "
-                          "(a method of your own: docs, Writing your own method)")
+                          "(your own: docs/your-method.md)")
     return RECIPES[name]
 
 
