@@ -19,6 +19,7 @@ SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 
 #: Per script, the patterns of the lines its figures are printed in.
 FIGURES = {
+    "batch_tables.py": [r"\| 5 \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", r"\| 40 \| [\d.]+ \| [\d.]+ \| [\d.]+ \|"],
     "batched_estimators.py": [r"bherd .*batched/per-client \d", r"grab .*batched/per-client \d"],
     "bherd_overhead.py": [r"time ratio bherd/fedavg: \d", r"BHerd extra memory: .* x tau\*d\*4"],
     "chunk_size.py": [r"\| svm \| 10 \| 8 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ \| [\d.]+ \|",
