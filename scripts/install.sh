@@ -21,7 +21,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-echo "[1/3] torch 2.13.0, the CPU build (the longest step)"
+echo "[1/3] torch 2.13.0, the CPU build"
 "${PIP[@]}" install "torch==2.13.0"
 echo "[2/3] fedaccel and its extras: test, flower (flwr 1.42, Ray), tensorboard, docs, privacy"
 "${PIP[@]}" install -e ".[test,flower,tensorboard,docs,privacy]"
