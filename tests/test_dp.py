@@ -187,3 +187,21 @@ def test_compare_says_the_budget_each_method_spent(tmp_path: Path) -> None:
     spent = json.loads((tmp_path / "private" / "summary.json").read_text())["final"]["epsilon"]
     header, _, plain_row, private_row = table.splitlines()[:4]
     assert "ε (δ) spent" in header and "| no DP |" in plain_row and f"| {spent:.3g} (0.01) |" in private_row
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=True, allow_infinity=True),
+                    st.text(max_size=5), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["clip", "noise_multiplier", "delta", "sigma", "", "clients"]), _VALUES,
+                       max_size=4))
+def test_any_dp_mapping_builds_or_is_one_line(spec: dict) -> None:
+    """A hand-written algorithm.dp (any keys, any values) gives a DP algorithm or one ConfigError line, never
+    another exception (target_epsilon, whose calibration takes a second, is covered by the cases above)."""
+    try:
+        algorithm = build_algorithm("fedavg", dp={**spec, **POPULATION} if "clients" not in spec else spec)
+    except ConfigError as err:
+        assert "\n" not in str(err) and str(err)
+    else:
+        assert any(p.name == "dp" for p in algorithm.parts)
