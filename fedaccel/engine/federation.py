@@ -123,17 +123,18 @@ class Federation:
 
     def batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
         """The sample indices of the client's ``steps`` batches this round (:func:`batch_positions`)."""
-        options = self.options
-        order = self.order(client, round_) if options.order != "reshuffle_epoch" else \
-            (lambda epoch: self.order(client, round_, epoch))
-        return batch_positions(order, steps, options.batch_size, options.last_batch)
+        return batch_positions(self._round_order(client, round_), steps, self.options.batch_size,
+                               self.options.last_batch)
 
     def batch_table(self, client: int, round_: int, steps: int) -> tuple[np.ndarray, np.ndarray | None]:
         """:meth:`batches` as one (steps, b) table and the batch sizes where some is short (:func:`batch_table`)."""
-        options = self.options
-        order = self.order(client, round_) if options.order != "reshuffle_epoch" else \
-            (lambda epoch: self.order(client, round_, epoch))
-        return batch_table(order, steps, options.batch_size, options.last_batch)
+        return batch_table(self._round_order(client, round_), steps, self.options.batch_size, self.options.last_batch)
+
+    def _round_order(self, client: int, round_: int) -> np.ndarray | Callable[[int], np.ndarray]:
+        """The client's order this round, or ``epoch -> order`` where each epoch draws its own."""
+        if self.options.order != "reshuffle_epoch":
+            return self.order(client, round_)
+        return lambda epoch: self.order(client, round_, epoch)
 
     def augment_rng(self, client: int, round_: int, step: int) -> np.random.Generator:
         """The generator of the augmentation of one batch: (seed, round, client, step), in every runtime."""
