@@ -812,14 +812,12 @@ def test_waiting_for_supernodes_says_how_many_once_per_change_and_fails_in_one_l
     assert grid.polls > 3  # it kept polling, and said nothing more while the count stayed
 
 
-@pytest.mark.slow
-def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails_in_one_line(
-    tmp_path: Path, capsys
-) -> None:
-    """`fedaccel deploy --prepare --tls` makes the run folder for SuperNodes on other hosts and
-    prints the commands; run as printed (the SuperLink on loopback here), with one registered
-    SuperNode and data.clients = 2, the `flwr run` streams the node count after a few seconds of
-    waiting, and at the deadline one error line."""
+def run_prepared(tmp_path: Path, capsys, overrides: list[str], nodes: int, *, clients: int | None = None,
+                 own_code: dict[int, str] | None = None, connect_timeout: int | None = None) -> tuple[Path, str]:
+    """`fedaccel deploy --prepare --tls` for ``clients`` SuperNodes (default: ``nodes``), then its printed
+    commands run as printed (the SuperLink on loopback): ``nodes`` SuperNodes registered and started, node i
+    running the script ``own_code[i]`` in place of ``fedaccel.flower.node`` (a participant's own code), then
+    `flwr run`. Returns the run folder and what `flwr run` streamed."""
     import shlex
     import subprocess
     import sys
@@ -828,14 +826,15 @@ def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails
     from fedaccel.cli import main
     from fedaccel.flower.deploy import ENV, Processes, free_port, wait_for_port
 
+    clients, own_code = clients or nodes, own_code or {}
     run_dir, certs, port = tmp_path / "run", tmp_path / "tls", free_port()
-    assert main(["certs", str(certs), "--clients", "2"]) == 0
+    assert main(["certs", str(certs), "--clients", str(clients)]) == 0
     argv = ["deploy", "--prepare", "--tls", str(certs), "--port", str(port), "--out", str(run_dir)]
-    for item in [*TINY, "data.clients=2", "algorithm=fedavg"]:
+    for item in [*overrides, f"data.clients={clients}"]:
         argv += ["--set", item]
     assert main(argv) == 0
     printed = dict(line.split(":  ", 1) for line in capsys.readouterr().out.splitlines() if ":  " in line)
-    assert "partition-id=i num-partitions=2" in printed["client host i (with ca.crt and node<i>_key)"]
+    assert f"partition-id=i num-partitions={clients}" in printed["client host i (with ca.crt and node<i>_key)"]
     assert (run_dir / "config.yaml").is_file()
 
     def command(where: str, **replace: str) -> tuple[dict[str, str], list[str]]:  # (environment, argv) as printed
@@ -853,26 +852,43 @@ def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails
         link_argv[link_argv.index("0.0.0.0")] = "127.0.0.1"  # this test's SuperLink: loopback
         link = procs.start("superlink", link_argv, cwd=tmp_path)
         wait_for_port(port, link, "the SuperLink")
-        home, register = command("server host, i = 0..1", **{"<i>": "0"})
-        done = subprocess.run(register, env={**env, **home}, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stdout + done.stderr
-        _, node = command("client host i (with ca.crt and node<i>_key)", **{
-            "node<i>_key": str(certs / "node0_key"), "ca.crt": str(certs / "ca.crt"), "SERVER": "127.0.0.1",
-            "9094": str(free_port()), "partition-id=i": "partition-id=0", "/var/tmp/fedaccel": str(tmp_path / "state")})
-        procs.env = {**env, "FLWR_HOME": str(tmp_path / "node0")}
-        procs.start("supernode0", node, cwd=tmp_path)
+        for i in range(nodes):
+            home, register = command(f"server host, i = 0..{clients - 1}", **{"<i>": str(i)})
+            done = subprocess.run(register, env={**env, **home}, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stdout + done.stderr
+            _, node = command("client host i (with ca.crt and node<i>_key)", **{
+                "node<i>_key": str(certs / f"node{i}_key"), "ca.crt": str(certs / "ca.crt"), "SERVER": "127.0.0.1",
+                "9094": str(free_port()), "partition-id=i": f"partition-id={i}",
+                "/var/tmp/fedaccel": str(tmp_path / f"state{i}")})
+            if i in own_code:
+                at = node.index("-m")
+                node[at:at + 2] = [own_code[i]]
+            procs.env = {**env, "FLWR_HOME": str(tmp_path / f"node{i}")}
+            procs.start(f"supernode{i}", node, cwd=tmp_path)
         deadline = time.monotonic() + 120
-        while "Activated node_id" not in (tmp_path / "superlink.log").read_text() and time.monotonic() < deadline:
+        while (tmp_path / "superlink.log").read_text().count("Activated node_id") < nodes and time.monotonic() < deadline:
             time.sleep(0.2)
         home, run_argv = command("then, on the server host")
-        with open(run_argv[-1], "a") as run_config:  # the printed run config, with a short wait
-            run_config.write("connect-timeout = 6\n")
+        if connect_timeout is not None:
+            with open(run_argv[-1], "a") as run_config:  # the printed run config, with a short wait
+                run_config.write(f"connect-timeout = {connect_timeout}\n")
         procs.env = {**env, **home}
         runner = procs.start("flwr-run", run_argv)
-        runner.wait(timeout=180)
+        runner.wait(timeout=240)
     finally:
         procs.stop()
-    stream = (tmp_path / "flwr-run.log").read_text()
+    return run_dir, (tmp_path / "flwr-run.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails_in_one_line(
+    tmp_path: Path, capsys
+) -> None:
+    """`fedaccel deploy --prepare --tls` makes the run folder for SuperNodes on other hosts and
+    prints the commands; run as printed (the SuperLink on loopback here), with one registered
+    SuperNode and data.clients = 2, the `flwr run` streams the node count after a few seconds of
+    waiting, and at the deadline one error line."""
+    _, stream = run_prepared(tmp_path, capsys, [*TINY, "algorithm=fedavg"], nodes=1, clients=2, connect_timeout=6)
     waiting = "fedaccel server: 1 of 2 SuperNodes connected (data.clients = 2); waiting up to 6 s"
     error = ("fedaccel server: error: 1 of 2 SuperNodes connected (data.clients = 2) after 6 s: start one SuperNode "
              "per client, or set data.clients to the number of SuperNodes")
@@ -880,6 +896,33 @@ def test_a_prepared_run_with_too_few_supernodes_says_so_within_seconds_and_fails
     assert stream.index(waiting) < stream.index(error)  # said after QUIET (3 s), before the 6 s deadline
     assert stream.count("SuperNodes connected") == 2 and "Traceback" not in stream, stream[-2000:]
     assert not live_flower_processes(within=tmp_path)
+
+
+@pytest.mark.slow
+def test_one_client_sending_3e38_cannot_stop_a_deployment(tmp_path: Path, capsys) -> None:
+    """Issue 47, item 7, on a deployment: three SuperNodes on other "hosts" (processes joined with TLS and
+    node keys, as `deploy --prepare` prints), SuperNode 1 running its own code that uploads 3e38 per
+    coordinate every round (tests/hostile_node.py). The gate's norm bound rejects it every round, the row
+    counts it, and the run finishes every round with the model the two honest clients' updates make."""
+    from test_gate import WithoutClient
+
+    overrides = [*TINY, "algorithm=fedavg"]
+    run_dir, stream = run_prepared(tmp_path, capsys, overrides, nodes=3,
+                                   own_code={1: str(Path(__file__).with_name("hostile_node.py"))})
+    trained = rows(run_dir)[1:]
+    assert [row["round"] for row in trained] == [1, 2, 3], stream[-2000:]
+    assert json.loads((run_dir / "summary.json").read_text())["finished"]
+    for row in trained:
+        assert row["uploaded"] == 2 and row["rejected"] == 1 and np.isfinite(row["test_loss"]), row
+        assert set(row["diag"]["rejected"]) == {"1"} and "run.norm_ceiling" in row["diag"]["rejected"]["1"]
+    config = load_config(None, [*overrides, "data.clients=3"])
+    setup = build_setup(config)
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+    for _ in range(3):
+        state, _ = run_round(setup.algorithm, state, setup.federation, fraction=setup.fraction, schedule=setup.schedule,
+                             runtime=WithoutClient(setup.algorithm, setup.federation, state.clients))
+    torch.testing.assert_close(torch.load(run_dir / "model.pt")["w"], state.w, atol=1e-5, rtol=0)
+    assert "Traceback" not in stream and not live_flower_processes(within=tmp_path)
 
 
 def test_free_port_never_hands_out_a_port_already_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
