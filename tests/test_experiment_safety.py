@@ -252,3 +252,27 @@ def test_a_worker_asked_to_stop_in_a_cells_last_round_starts_no_further_cell(
     cell.run_cell(config, tmp_path / "c", False, None)  # in the experiment's own process (no threads): not a worker
     cell.run_cell(config, tmp_path / "d", False, None)
     assert started == ["a", "c", "d"]
+
+
+def test_a_killed_pool_leaves_neither_worker_nor_manager_thread_behind() -> None:
+    """Stopped (the first Ctrl-C) then killed (a failed cell, a second signal) mid-cell: when ``kill`` returns,
+    the workers are dead and the pool's manager thread has closed its pipes. Before, the manager thread
+    (forgotten by ``shutdown(wait=False)``) could still be closing them when Python's exit woke it, and
+    ``OSError: [Errno 9] Bad file descriptor`` came after the experiment's last line."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from fedaccel.grids.pool import PoolHandles
+
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))  # the race is not the start method's
+    futures = [pool.submit(time.sleep, 60) for _ in range(4)]
+    handles = PoolHandles(pool)
+    handles.take()
+    deadline = time.monotonic() + 60
+    while not all(f.running() for f in futures[:2]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    handles.stop()  # as the first Ctrl-C: the queue dropped, SIGTERM to the workers (time.sleep ignores it)
+    handles.kill()
+    assert len(handles.processes) == 2 and not any(p.is_alive() for p in handles.processes)
+    assert handles.manager is not None and not handles.manager.is_alive()
+    assert all(f.done() for f in futures)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,18 +42,20 @@ def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: in
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                initializer=init_worker, initargs=(os.getpid(),))
+    handles = PoolHandles(pool)
     try:
         with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
             pending = {}
             for k, name, config, run_dir in todo:
                 report.queue(k, name, run_dir, config.train.rounds, verb=verb(run_dir))
                 pending[pool.submit(run_cell, config, run_dir, False, 1)] = (k, name)
+            handles.take()
             stopping = False
             while pending:
                 report.poll()
                 if STOP.is_set() and not stopping:
                     stopping = True
-                    _stop_pool(pool)
+                    handles.stop()
                 for future in [f for f in pending if stopping and f.cancelled()]:
                     del pending[future]  # dropped from the queue: wait() never counts a cancelled future as done
                 finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -63,37 +66,59 @@ def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: in
                     if future.exception() is not None:  # a failed cell stops the experiment with its own error
                         raise future.exception()  # type: ignore[misc]
                     report.end(k, name)
-            if stopping:
-                reason = signal_name()
-                clear_stop()
-                raise Interrupted(todo[0][3].parent, None, reason)
     except BaseException:
-        _kill_pool(pool)
-        del pool  # not kept alive by the traceback: its queues' semaphores are released now, not warned of at exit
+        handles.kill()
+        del pool, handles  # not kept alive by the traceback: its queues' semaphores are released now, not warned of at exit
         raise
-    pool.shutdown()
+    handles.close()
+    if stopping:
+        reason = signal_name()
+        clear_stop()
+        raise Interrupted(todo[0][3].parent, None, reason)
 
 
-def _drop_queue(pool: ProcessPoolExecutor) -> list[Any]:
-    """Cancel the queued cells; the worker processes still running them (taken before shutdown
-    forgets them; public in 3.14 as kill_workers/terminate_workers)."""
-    processes = list((pool._processes or {}).values())  # type: ignore[attr-defined]
-    pool.shutdown(wait=False, cancel_futures=True)
-    return processes
+class PoolHandles:
+    """A pool's worker processes and manager thread, taken once every cell is submitted: ``shutdown(wait=False)``
+    forgets both (public in 3.14 as kill_workers/terminate_workers), and a manager thread still closing its pipes
+    when Python exits races the exit's wake-up of it (EBADF printed after the experiment's last line)."""
 
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self.pool = pool
+        self.processes: list[Any] = []
+        self.manager: threading.Thread | None = None
 
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued cells and ask the running ones (SIGTERM) to finish their round and checkpoint it."""
-    for process in _drop_queue(pool):
-        if process.is_alive():
-            os.kill(process.pid, signal.SIGTERM)
+    def take(self) -> None:
+        if self.pool._executor_manager_thread is not None:  # type: ignore[attr-defined]
+            self.processes = list((self.pool._processes or {}).values())  # type: ignore[attr-defined]
+            self.manager = self.pool._executor_manager_thread  # type: ignore[attr-defined]
 
+    def stop(self) -> None:
+        """Drop the queued cells and ask the running ones (SIGTERM) to finish their round and checkpoint it."""
+        self.take()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in self.processes:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
 
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued cells and kill the running ones now, rather than wait for them."""
-    processes = _drop_queue(pool)
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.join()
-    pool.shutdown(wait=True)  # its manager thread closes the queues: no semaphores left for Python to warn of at exit
+    def close(self, grace: float = 30.0) -> None:
+        """Every cell has ended (or stopped after its round): the workers leave on the pool's sentinel (killed
+        after ``grace`` s), so they release what they hold themselves, and the manager thread is waited for."""
+        self.take()
+        self.pool.shutdown(wait=False)
+        for process in self.processes:
+            process.join(timeout=grace)
+        self.kill()
+
+    def kill(self) -> None:
+        """Drop the queued cells, kill the running ones now rather than wait for them, and wait for the manager
+        thread to close the queues (no semaphores left for Python to warn of at exit, no pipe closed under it)."""
+        self.take()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+        for process in self.processes:
+            process.join()
+        if self.manager is not None:
+            self.manager.join(timeout=30)
+        self.pool.shutdown(wait=True)
