@@ -8,8 +8,9 @@ the server steps
 
 p_i: the weights of FedAvg's mean (each client's share of the uploaders' data). With equal weights, 1/M for
 M uploaders, this is the paper's sum_i ||Delta_i||^2 / (2M (||Delta||^2 + epsilon)). epsilon is a constant
-(the authors' code also decays it with the local learning rate, and adds M epsilon: not done here). The paper
-also evaluates the mean of the last two iterates; fedaccel evaluates w_{t+1} itself.
+(the authors' code puts M epsilon in its place and decays it every round with the square of the learning rate's
+decay: not done here). The paper's experiments evaluate the mean of the last two iterates; fedaccel evaluates
+w_{t+1} itself.
 
 A method written outside fedaccel, as a researcher would: one server part after FedAvg's own.
 """
