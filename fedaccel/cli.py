@@ -526,10 +526,12 @@ def check_output_folder(out: Path) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedaccel.grids.view import grid_view
-    from fedaccel.report.reading import load_runs
+    from fedaccel.report.reading import check_installed, load_runs
     from fedaccel.report.tables import compare_table
 
-    view = grid_view(args.runs, load_runs(args.runs))
+    runs = load_runs(args.runs)
+    check_installed(runs)  # a table of a plugin's runs is for the version that made them
+    view = grid_view(args.runs, runs)
     warn_incomplete(args.runs, view.runs)
     targets = args.targets or view.table_targets or COMPARE_TARGETS
     print(compare_table(view.runs, targets, baseline=args.baseline or view.baseline, metric=args.metric))
@@ -581,7 +583,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
         return 0
     judgements = judge_grid(claims, runs, tuning)
     print(table(judgements, left_out))
-    print(f"written: {write_claims(judgements, folder, left_out, Path(args.claims) if args.claims else None)}")
+    written = write_claims(judgements, folder, left_out, Path(args.claims) if args.claims else None, runs)
+    print(f"written: {written}")
     return 0
 
 

@@ -147,15 +147,30 @@ def one_line(exc: BaseException) -> str:
 
 
 def module_hash(module: str) -> str:
-    """sha256 of a module's file (its first 16 hex digits), found without running it; '' where it has none."""
-    import importlib.util
-
+    """sha256 of a module's file (its first 16 hex digits), found without running it or its parent packages;
+    '' where it has none."""
     try:
-        spec = importlib.util.find_spec(module)  # a submodule's parents are imported: the plugin's own package
+        spec = module_spec(module)
         with open(str(spec.origin), "rb") as file:  # type: ignore[union-attr]
             return hashlib.sha256(file.read()).hexdigest()[:16]
-    except Exception:  # noqa: BLE001 - no spec, no file, a parent that fails: no hash, the version still says
+    except Exception:  # noqa: BLE001 - no spec, no file, a finder that fails: no hash, the version still says
         return ""
+
+
+def module_spec(module: str) -> Any:
+    """Where ``module`` would be imported from, asked of the import system's finders (``sys.meta_path``: the
+    file system, an editable install's) package by package, so that no parent package runs
+    (``importlib.util.find_spec`` imports them); None where no finder knows it."""
+    spec, path = None, None
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        spec = next((found for finder in sys.meta_path if hasattr(finder, "find_spec")
+                     and (found := finder.find_spec(name, path)) is not None), None)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+    return spec
 
 
 def fedaccel_version() -> str:

@@ -421,6 +421,65 @@ def test_a_ray_worker_without_the_plugin_refuses_its_cell_in_one_line(site: Path
     assert not (tmp_path / "c").exists()
 
 
+def test_compare_and_judge_refuse_in_one_line_a_grid_whose_plugin_is_missing_or_differs_importing_nothing(
+    site: Path, put: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A table or a verdict about a plugin's method is given only where the version that made the runs is
+    installed; claims.json names it. The refusal reads the folder's records and hashes the installed module's
+    file: the plugin is never imported because a folder names it."""
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+    claims = [{"text": "MyProx ends where FedProx ends", "a": {"algorithm": "myprox"}, "b": {"algorithm": "fedprox"},
+               "measure": "final_test_acc", "expect": "equal", "margin": 0.01, "why": "the same method"},
+              {"text": "FedProx ends where FedProx ends", "a": {"algorithm": "fedprox"}, "measure": "final_test_acc",
+               "expect": "greater", "value": 0.0}]
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "mine", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"algorithm": ["fedprox", "myprox"], "run.seed": [0, 1]},
+                                    "baseline": "fedprox", "claims": claims}))
+    grid = str(tmp_path / "out")
+    assert main(["experiment", str(path), "--no-progress"]) == 0
+    assert main(["judge", grid]) in (0, 1)
+    judged = json.loads((tmp_path / "out/claims.json").read_text())
+    recorded = recorded_plugins((tmp_path / "out" / next(
+        p.name for p in (tmp_path / "out").iterdir() if "myprox" in p.name) / "config.yaml").read_text(), "")
+    assert judged[0]["plugins"] == [{"kind": "algorithm", **recorded["algorithm"]}]
+    assert judged[0]["plugins"][0]["version"] == "0.1.0" and "plugins" not in judged[1]  # fedprox alone: built in
+    capsys.readouterr()
+
+    def refused(line: str) -> None:
+        for command in (["compare", grid], ["judge", grid]):
+            assert main(command) == 2, command
+            err = one_line(capsys)
+            assert re.search(rf"^error: {re.escape(grid)}/\S+myprox\S* uses algorithm 'myprox' of fedaccel-myprox "
+                             rf"0\.1\.0{line}", err), err
+            assert MODULE not in sys.modules  # not imported to say so
+
+    forget()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(site)])
+    refused(", which is not installed here: pip install the same version$")
+    put("newer", version="0.2.0")
+    refused("; installed here: fedaccel-myprox 0.2.0 \\(version differ\\): install the run's version")
+    put("edited", source=(PACKAGE / f"{MODULE}.py").read_text() + "# edited\n")
+    refused("; installed here: fedaccel-myprox 0.1.0 \\(sha256 differ\\)")
+    put("same")
+    assert main(["compare", grid]) == 0 and "myprox" in capsys.readouterr().out
+
+
+def test_a_plugin_modules_hash_runs_none_of_its_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pkg.sub:object``: the file of ``pkg/sub.py`` is found and hashed without running ``pkg/__init__.py``."""
+    package = tmp_path / "fedaccel_hashed_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('ran')\n")
+    (package / "sub.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import hashlib
+
+    assert plugins.module_hash("fedaccel_hashed_pkg.sub") == hashlib.sha256(b"x = 1\n").hexdigest()[:16]
+    assert plugins.module_hash("fedaccel_hashed_pkg.absent") == "" and plugins.module_hash("absent_pkg_x.y") == ""
+    assert "fedaccel_hashed_pkg" not in sys.modules
+
+
 # --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------
 
 

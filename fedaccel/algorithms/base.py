@@ -121,19 +121,21 @@ class Estimator(Protocol):
 
 
 class BatchedEstimator(Protocol):
-    """An :class:`Estimator` for K clients at once (the stacked runtime): row k is client ``contexts[k]``."""
+    """An [Estimator][fedaccel.algorithms.base.Estimator] for K clients at once (the stacked runtime): row k is
+    client ``contexts[k]``."""
 
     def observe(self, step: int, directions: Tensor, active: Tensor) -> None:
         """Step ``step``'s (K, d) directions; rows where the (K,) bool ``active`` is False are ignored."""
         ...
 
     def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
-        """Per client, what :meth:`Estimator.finish` gives for its row of the (K, d) ``updates``."""
+        """Per client, what ``Estimator.finish`` gives for its row of the (K, d) ``updates``."""
         ...
 
 
 class BatchedEstimatorFactory(Protocol):
-    """``Part.batched_estimator``: builds a :class:`BatchedEstimator` and says what one costs in memory."""
+    """``Part.batched_estimator``: builds a [BatchedEstimator][fedaccel.algorithms.base.BatchedEstimator] and
+    says what one costs in memory."""
 
     def __call__(
         self, contexts: Sequence[ClientContext], dim: int, dtype: torch.dtype, device: torch.device

@@ -57,7 +57,7 @@ def from_plain(
     value: Any, tensor: Callable[[dict[str, Any]], Tensor | None] = lambda node: None,
     error: type[Exception] = ValueError,
 ) -> Any:
-    """The state :func:`to_plain` made ``value`` from. ``tensor(node)`` decodes a dict that encodes
+    """The state [to_plain][fedaccel.algorithms.states.to_plain] made ``value`` from. ``tensor(node)`` decodes a dict that encodes
     a tensor (None: it does not); anything that is not a state raises ``error``."""
 
     def decode(node: Any) -> Any:

@@ -295,7 +295,7 @@ def gather(folder: Path, claims: Sequence[Claim], source: str,
            cells: Sequence[tuple[str, Mapping[str, Any]]] | None) -> Evidence:
     """The runs in ``folder`` of the grid ``cells`` (every run folder there when None), the claims checked
     against the grid (:func:`check_claims`), and the incomplete cells each claim depends on."""
-    from fedaccel.report.reading import load_runs
+    from fedaccel.report.reading import check_installed, load_runs
 
     runs = load_runs(folder)
     specs = dict(cells) if cells is not None else {}
@@ -303,6 +303,7 @@ def gather(folder: Path, claims: Sequence[Claim], source: str,
         runs = [run for run in runs if run.path.name in specs]  # not a folder left by another grid
         for run in runs:
             run.spec = dict(specs[run.path.name])
+    check_installed(runs)  # a verdict on a plugin's method is for the version that made the runs
     check_identity(cells, runs)
     configs = {run.path.name: run.config for run in runs}
     check_claims(claims, [(name, spec, configs.get(name)) for name, spec in (cells or [])] or
@@ -327,23 +328,36 @@ def table(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = (
     return "\n".join(lines)
 
 
-def claims_json(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = ()) -> str:
+def claims_json(judgements: Sequence[Judgement], left_out: Sequence[Sequence[str]] = (),
+                runs: Sequence[Run] = ()) -> str:
     """The text of ``claims.json``: every judgement at full precision; a claim judged on complete pairs only
-    lists the cells left out (``left_out``)."""
+    lists the cells left out (``left_out``); a claim whose sides select ``runs`` made with plugins lists
+    those plugins (:func:`claim_plugins`)."""
     rows = [j.as_dict() | ({"partial": True, "left_out": list(left_out[k])} if k < len(left_out) and left_out[k]
-                           else {}) for k, j in enumerate(judgements)]
+                           else {}) | ({"plugins": used} if (used := claim_plugins(j.claim, runs)) else {})
+            for k, j in enumerate(judgements)]
     return json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
 
 
+def claim_plugins(claim: Claim, runs: Sequence[Run]) -> list[dict[str, str]]:
+    """The plugins (kind, name, distribution, version, entry point, module hash) that made the runs either
+    side of ``claim`` selects, as their ``config.yaml`` records them; sorted, each once."""
+    used = {json.dumps({"kind": kind, **record}, sort_keys=True)
+            for run in runs if any(side is not None and selects(side, run.spec, run.config)
+                                   for side in (claim.a, claim.b))
+            for kind, record in run.plugins.items()}
+    return [json.loads(text) for text in sorted(used)]
+
+
 def write_claims(judgements: Sequence[Judgement], grid_dir: Path, left_out: Sequence[Sequence[str]] = (),
-                 claims_file: Path | None = None) -> Path:
+                 claims_file: Path | None = None, runs: Sequence[Run] = ()) -> Path:
     """``claims.json`` (:func:`claims_json`) beside the grid's runs, written atomically (temp file, fsync,
     rename); claims from another file (``--claims FILE``) go beside that file, as ``FILE-stem.claims.json``,
     never over the grid's."""
     from fedaccel.runs.files import write_atomic
 
     out = grid_dir / CLAIMS_FILE if claims_file is None else claims_file.parent / f"{claims_file.stem}.{CLAIMS_FILE}"
-    write_atomic(out, claims_json(judgements, left_out))
+    write_atomic(out, claims_json(judgements, left_out, runs))
     return out
 
 

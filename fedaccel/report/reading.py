@@ -17,14 +17,14 @@ import copy
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedaccel.errors import UserError
-from fedaccel.runs.config import read_yaml
+from fedaccel.runs.config import check_recorded, read_yaml_text, recorded_plugins, yaml_mapping
 from fedaccel.runs.rows import check_no_gap, read_json, read_rows, rounds_of
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
@@ -64,6 +64,7 @@ class Run:
     metrics: list[dict]
     summary: dict | None = None
     spec: dict | None = None  # its grid cell's config as the experiment file spells it (claims match either)
+    plugins: dict = field(default_factory=dict)  # kind -> the plugin record its config.yaml keeps (plugin_note)
 
     @property
     def label(self) -> str:
@@ -122,7 +123,9 @@ def load_run(path: str | Path) -> Run:
         if not f.is_file():
             raise UserError(f"{path} is not a run folder: {f.name} is {'not a file' if f.exists() else 'missing'}")
 
-    config = read_yaml(config_file)  # bounded: a run folder may come from someone else
+    text = read_yaml_text(config_file)  # bounded: a run folder may come from someone else
+    config = yaml_mapping(text, config_file)
+    plugins = recorded_plugins(text, str(path))  # read, never imported
 
     metrics, _ = read_rows(metrics_file, last_round=rounds_of(config))
     check_no_gap(metrics_file, metrics, value_at(config, "eval.every"))
@@ -133,7 +136,21 @@ def load_run(path: str | Path) -> Run:
         summary = read_json(summary_file)
         if not isinstance(summary, dict):
             summary = None
-    return Run(path=path, config=config, metrics=metrics, summary=summary)
+    return Run(path=path, config=config, metrics=metrics, summary=summary, plugins=plugins)
+
+
+def check_installed(runs: Iterable[Run]) -> None:
+    """The plugins the runs record (their ``config.yaml``'s plugins line) are installed here, the same
+    distribution, version and module file; else one line naming the first run that differs
+    (:func:`fedaccel.runs.config.check_recorded`). Nothing is imported: a verdict or a table about a method
+    is not given for another version of it."""
+    checked: set[str] = set()
+    for run in runs:
+        for kind, record in run.plugins.items():
+            key = json.dumps([kind, record], sort_keys=True)
+            if key not in checked:
+                check_recorded({kind: record}, str(run.path))
+                checked.add(key)
 
 
 def diverged_at(runs: Sequence[Run]) -> int | None:

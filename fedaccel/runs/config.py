@@ -21,6 +21,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -297,6 +298,12 @@ def parse_value(key: str, value: str) -> Any:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A config or experiment file: a mapping, at most ``MAX_YAML_BYTES`` long, bounded aliases."""
+    return yaml_mapping(read_yaml_text(path), path)
+
+
+def read_yaml_text(path: str | Path) -> str:
+    """The text of a config or experiment file, at most ``MAX_YAML_BYTES`` long (its comments too: a run's
+    ``config.yaml`` records its plugins in one, :func:`plugin_note`)."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give a YAML config file")
@@ -315,6 +322,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a text file (not UTF-8)") from None
+    return text
+
+
+def yaml_mapping(text: str, path: str | Path) -> dict[str, Any]:
+    """``text`` (of the file ``path``) read as a YAML mapping (:func:`parse_yaml`)."""
     raw = parse_yaml(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping of config keys")
@@ -707,9 +719,15 @@ PLUGIN_KEYS = {"name", "distribution", "version", "entry_point", "sha256"}
 def check_plugins(text: str, where: str) -> None:
     """The plugins ``text`` (a ``config.yaml``) records are installed here, the same distribution, version and
     module: else one line, before the config is read (which would import the installed one)."""
+    check_recorded(recorded_plugins(text, where), where)
+
+
+def check_recorded(records: Mapping[str, Mapping[str, str]], where: str) -> None:
+    """:func:`check_plugins` of the records a ``config.yaml`` holds (:func:`recorded_plugins`): each is installed
+    here, the same; else one line naming ``where``. Nothing is imported: the installed module's file is hashed."""
     import fedaccel.plugins as plugins
 
-    for kind, was in recorded_plugins(text, where).items():
+    for kind, was in records.items():
         if kind not in plugins.GROUPS:
             raise ConfigError(f"{where} records a plugin of an unknown kind {shown(kind)}")
         found = plugins.find(kind, was["name"], builtin=False)
