@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -160,19 +161,26 @@ def test_one_client_sending_3e38_cannot_stop_a_simulation(tmp_path: Path) -> Non
     upload is rejected by the norm bound every round, counted in the row, and the run finishes all rounds with
     the model the others' updates make (the in-process rounds without client 1)."""
     import cloudpickle
-    from test_gate import WithoutClient
 
     cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
     config = load_config(None, [*TINY, "algorithm=fedavg", "run.runtime=flower-simulation"])
-    path = simulate(config, tmp_path / "huge", client_app=huge_app())
+    assert_finished_without_client_1(simulate(config, tmp_path / "huge", client_app=huge_app()), config)
+
+
+def assert_finished_without_client_1(path: Path, config: Any, rounds: int = 3) -> None:
+    """Every round rejected client 1's upload by the norm bound and counted it; the run finished with the model
+    of the in-process rounds without client 1."""
+    from test_gate import WithoutClient
+
     trained = rows(path)[1:]
-    assert [row["round"] for row in trained] == [1, 2, 3] and json.loads((path / "summary.json").read_text())["finished"]
+    assert [row["round"] for row in trained] == list(range(1, rounds + 1))
+    assert json.loads((path / "summary.json").read_text())["finished"]
     for row in trained:
         assert row["uploaded"] == 2 and row["rejected"] == 1 and np.isfinite(row["test_loss"]), row
         assert set(row["diag"]["rejected"]) == {"1"} and "run.norm_ceiling" in row["diag"]["rejected"]["1"]
     setup = build_setup(config)
     state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-    for _ in range(3):
+    for _ in range(rounds):
         state, _ = run_round(setup.algorithm, state, setup.federation, fraction=setup.fraction, schedule=setup.schedule,
                              runtime=WithoutClient(setup.algorithm, setup.federation, state.clients))
     torch.testing.assert_close(torch.load(path / "model.pt")["w"], state.w, atol=1e-5, rtol=0)
@@ -904,24 +912,11 @@ def test_one_client_sending_3e38_cannot_stop_a_deployment(tmp_path: Path, capsys
     node keys, as `deploy --prepare` prints), SuperNode 1 running its own code that uploads 3e38 per
     coordinate every round (tests/hostile_node.py). The gate's norm bound rejects it every round, the row
     counts it, and the run finishes every round with the model the two honest clients' updates make."""
-    from test_gate import WithoutClient
-
     overrides = [*TINY, "algorithm=fedavg"]
     run_dir, stream = run_prepared(tmp_path, capsys, overrides, nodes=3,
                                    own_code={1: str(Path(__file__).with_name("hostile_node.py"))})
-    trained = rows(run_dir)[1:]
-    assert [row["round"] for row in trained] == [1, 2, 3], stream[-2000:]
-    assert json.loads((run_dir / "summary.json").read_text())["finished"]
-    for row in trained:
-        assert row["uploaded"] == 2 and row["rejected"] == 1 and np.isfinite(row["test_loss"]), row
-        assert set(row["diag"]["rejected"]) == {"1"} and "run.norm_ceiling" in row["diag"]["rejected"]["1"]
-    config = load_config(None, [*overrides, "data.clients=3"])
-    setup = build_setup(config)
-    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-    for _ in range(3):
-        state, _ = run_round(setup.algorithm, state, setup.federation, fraction=setup.fraction, schedule=setup.schedule,
-                             runtime=WithoutClient(setup.algorithm, setup.federation, state.clients))
-    torch.testing.assert_close(torch.load(run_dir / "model.pt")["w"], state.w, atol=1e-5, rtol=0)
+    assert (run_dir / "metrics.jsonl").is_file(), stream[-2000:]
+    assert_finished_without_client_1(run_dir, load_config(None, [*overrides, "data.clients=3"]))
     assert "Traceback" not in stream and not live_flower_processes(within=tmp_path)
 
 
