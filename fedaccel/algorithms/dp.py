@@ -218,12 +218,15 @@ def clipped(delta: Tensor, clip: float) -> Tensor:
     return delta * (clip / norm) if norm > clip else delta
 
 
-def noise(info: RoundInfo, like: Tensor, std: float) -> Tensor:
-    """N(0, std^2 I) of ``like``'s shape from (seed, "dp-noise", round), drawn on the CPU in float64."""
+def standard_normal(info: RoundInfo, shape: torch.Size) -> Tensor:
+    """N(0, I) of ``shape`` from (seed, "dp-noise", round), drawn on the CPU in float64: the round's one draw."""
     seed = int(make_rng(info.seed, "dp-noise", info.round).integers(2**63 - 1))
-    g = torch.Generator().manual_seed(seed)
-    draw = torch.randn(like.shape, generator=g, dtype=torch.float64).mul_(std)
-    return draw.to(device=like.device, dtype=like.dtype)
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def noise(info: RoundInfo, like: Tensor, std: float) -> Tensor:
+    """N(0, std^2 I) of ``like``'s shape: the round's standard normal draw scaled by ``std``."""
+    return standard_normal(info, like.shape).mul_(std).to(device=like.device, dtype=like.dtype)
 
 
 def dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
