@@ -347,7 +347,7 @@ def train_client(
         federation.options,
         terms,
         estimator,
-        gradient=federation.batch_gradient(),
+        gradient=federation.batch_gradient(ctx.client, ctx.info.round),
         augment=federation.augmenter(ctx.client, ctx.info.round),
     )
     trajectory = theta0 - theta_end
