@@ -139,6 +139,9 @@ def test_stacked_and_flower_runtimes_refuse_dp_sgd_in_one_line(tmp_path: Path) -
     with pytest.raises(ConfigError, match="train.dp_sgd runs in process") as err:
         load_config(None, [*base, "run.runtime=flower-simulation"])
     assert "\n" not in str(err.value)
+    from fedaccel.runs.loop import choose_runtime
+
+    assert choose_runtime("auto", federation(SampleDP(1.0, 1.0)), 6) == ("in-process", "train.dp_sgd runs in process")
 
 
 def test_a_model_opacus_cannot_take_per_sample_gradients_of_is_refused_in_one_line() -> None:
