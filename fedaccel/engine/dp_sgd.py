@@ -78,7 +78,8 @@ def check_model(module: nn.Module, name: str) -> None:
 
     errors = ModuleValidator.validate(module, strict=False)
     if errors:
-        raise ConfigError(f"train.dp_sgd: Opacus cannot train model {name}: {str(errors[0]).splitlines()[0]}")
+        reason = str(errors[0]).splitlines()[0].split(". ")[0].rstrip(".")
+        raise ConfigError(f"train.dp_sgd: Opacus cannot train model {name}: {reason}")
     try:
         opacus.GradSampleModule(module).remove_hooks()
     except NotImplementedError as exc:
