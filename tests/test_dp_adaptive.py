@@ -201,3 +201,30 @@ def test_a_bad_adaptive_or_client_setting_is_one_line(spec: dict, says: str) -> 
     with pytest.raises(ConfigError, match=says) as err:
         build_algorithm("fedavg", dp={**POPULATION, **spec})
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedadam", "fedprox", "bherd", "grab-reorder"])
+@pytest.mark.parametrize("extra", [{"clip": "adaptive", "count_noise": 1.0}, {"clip": 1.0, "noise": "client"}])
+def test_both_forms_compose_with_the_mean_recipes_before_any_server_optimiser(name: str, extra: dict) -> None:
+    algorithm = build_algorithm(name, dp={**POPULATION, **extra, "noise_multiplier": 0.5})
+    names = [part.name for part in algorithm.parts]
+    assert "dp" in names and names.index("dp") < (names.index("server_opt") if "server_opt" in names else len(names))
+
+
+def test_an_adaptive_round_that_selects_nobody_still_releases_a_noised_step() -> None:
+    """Bernoulli sampling may select no client; the round's noised step is still a release (the accountant counts
+    every round), so the model moves by the noise alone and the clip norm by the noised empty count."""
+    from fedaccel.engine.federation import Federation
+    from fedaccel.engine.local import LocalOptions
+    from fedaccel.engine.round import init_state, run_round
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 3, generator=g), torch.randint(0, 2, (16,), generator=g)
+    fed = Federation(torch.nn.Linear(3, 2), x, y, [np.arange(k, 16, 4) for k in range(4)], x, y,
+                     LocalOptions(lr=0.1, batch_size=2, sampling="bernoulli"), seed=0)
+    algorithm = build_algorithm("fedavg", dp={"clip": "adaptive", "noise_multiplier": 0.5, "count_noise": 1.0,
+                                              "clients": 4, "fraction": 0.25, "sampling": "bernoulli", "rounds": 5})
+    state = init_state(algorithm, fed.model.theta.clone(), 4)
+    after, report = run_round(algorithm, state, fed, fraction=1e-9)
+    assert report.participation.upload == () and not torch.equal(after.w, state.w)
+    assert after.server[0] != state.server[0]
