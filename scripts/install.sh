@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything fedaccel needs into ./.venv, on a fresh Debian machine with Python, pip and apt:
 # the CPU build of torch (pinned: an unpinned torch pulls a multi-GB CUDA build), fedaccel with its
-# test, Flower (flwr 1.42 with Ray), TensorBoard, docs (MkDocs) and privacy (dp-accounting) extras, and the embedded dataset (Debian's dataset-fashion-mnist).
+# test, Flower (flwr 1.42 with Ray), TensorBoard, docs (MkDocs) and privacy (dp-accounting, Opacus) extras, and the embedded dataset (Debian's dataset-fashion-mnist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

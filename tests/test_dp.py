@@ -190,12 +190,14 @@ def test_compare_says_the_budget_each_method_spent(tmp_path: Path) -> None:
 
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=True, allow_infinity=True),
-                    st.text(max_size=5), st.lists(st.integers(), max_size=2))
+                    st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                    st.sampled_from(["adaptive", "client", "server"]))
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from(["clip", "noise_multiplier", "delta", "sigma", "", "clients"]), _VALUES,
-                       max_size=4))
+@given(st.dictionaries(st.sampled_from(["clip", "noise_multiplier", "delta", "sigma", "", "clients", "noise",
+                                        "count_noise", "target_quantile", "clip_lr", "initial_clip"]), _VALUES,
+                       max_size=5))
 def test_any_dp_mapping_builds_or_is_one_line(spec: dict) -> None:
     """A hand-written algorithm.dp (any keys, any values) gives a DP algorithm or one ConfigError line, never
     another exception (target_epsilon, whose calibration takes a second, is covered by the cases above)."""

@@ -217,7 +217,8 @@ def test_auto_runtime_follows_the_measured_rule() -> None:
     assert choose_runtime("auto", mnist_2nn, 6)[0] == "in-process"  # 199k parameters: no gain on a CPU
     from types import SimpleNamespace
 
-    on_gpu = SimpleNamespace(model=mnist_2nn.model, x_train=torch.empty(1, device="meta"))  # data off the CPU
+    on_gpu = SimpleNamespace(model=mnist_2nn.model, options=mnist_2nn.options,  # data off the CPU
+                             x_train=torch.empty(1, device="meta"))
     assert choose_runtime("auto", on_gpu, 6) == ("stacked", "auto: linear model on meta")
     with pytest.raises(Exception, match="run.stack_size must be >= 1"):
         from fedaccel.runs.config import load_config

@@ -20,9 +20,13 @@ holds every client's state and hands it in and out explicitly. One round, in sta
    part's client state (before ``client_end``). At most one per algorithm.
 6. ``client_end``  the client's state after training and extra tensors to upload
    (SCAFFOLD's control delta, FedUMF's stored update, FedDyn/FedDC drift).
+   ``upload``  the last thing a client does to its update before it leaves (client-side DP: clip and
+   add the client's share of the noise).
 7. ``server_adjust``  server-side rescaling of the uploaded updates (GraB's 1/alpha_t).
 8. ``aggregate``  the server aggregator (mean, FedNova). Exactly one.
-9. ``server_end``  server state after aggregation (SCAFFOLD c, FedDyn h).
+9. ``server_end``  server state after aggregation (SCAFFOLD c, FedDyn h). It runs in rounds where someone
+   was selected to upload, or every round for a part with ``releases_every_round`` (adaptive-clipping DP,
+   whose noised step is a release even when nobody uploads).
 
 Streaming (opt-in): an aggregator that can fold the uploads one by one as they arrive declares
 ``aggregate_fold``, and a ``server_end`` part ``server_end_fold``; an algorithm whose every update-reading
@@ -208,6 +212,7 @@ class Part:
     - ``batched_estimator(contexts, d, dtype, device) -> BatchedEstimator``: the estimator for K clients at
       once (optional; a ``BatchedEstimatorFactory``, which also gives ``chunk_bytes``)
     - ``client_end(ctx, w, theta0, theta_end, ss, cs) -> (cs, extras: dict[str, Tensor])``
+    - ``upload(ctx, delta, ss) -> delta``: the update as it leaves the client (after ``client_end``)
     - ``server_adjust(info, updates, ss) -> updates``
     - ``aggregate(info, w, updates) -> w_next``
     - ``server_end(info, w, w_next, updates, ss) -> (w_next, ss)``
@@ -236,10 +241,13 @@ class Part:
     broadcast: Callable[[State], dict[str, Tensor]] | None = None
     aggregate_fold: Callable[[RoundInfo, Tensor], AggregateFold] | None = None
     server_end_fold: Callable[[RoundInfo, State], ServerEndFold] | None = None
+    upload: Callable[..., Tensor] | None = None
+    releases_every_round: bool = False  # server_end runs in a round nobody uploads too (module docstring, 9.)
 
 
 # the stages that run on a client and are given the part's server state ``ss``
-CLIENT_STAGES = ("plan_client", "batched_plan_client", "start", "local_term", "batched_local_term", "client_end")
+CLIENT_STAGES = ("plan_client", "batched_plan_client", "start", "local_term", "batched_local_term", "client_end",
+                 "upload")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,11 @@ the event's noise multiplier is z / 2), Bernoulli sampling as a Poisson-subsampl
 add-or-remove-one (sensitivity S). ``target_epsilon`` in place of ``noise_multiplier`` calibrates z before the
 run for ``train.rounds`` rounds.
 
+``clip: adaptive`` (Andrew et al., NeurIPS 2021) makes the clip norm the server's state, following a target
+quantile of the update norms through a noised count (`adaptive_dp_mean`); ``noise: client`` has each client
+clip and add its share N(0, (z S)^2 / m) before its update leaves (the ``upload`` stage), the server only summing.
+docs/privacy.md states both guarantees, and where Flower's adaptive strategies differ from the paper.
+
 What the guarantee does not cover, and so is refused: a part that sends the server more than the update
 (FedGSNR's planning statistics, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
 ``client_end``), a part that chooses who takes part (FedUMF's ``participation``: the accountant's sampling would
@@ -35,17 +40,18 @@ import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from fedaccel.algorithms.base import Algorithm, ClientUpdate, Part, RoundInfo, make_rng
+from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Part, RoundInfo, make_rng
 from fedaccel.errors import ConfigError, shown
 
 PART_NAME = "dp"
-SETTINGS = ("clip", "noise_multiplier", "target_epsilon", "delta")
+SETTINGS = ("clip", "noise_multiplier", "target_epsilon", "delta", "noise")
+ADAPTIVE = ("initial_clip", "target_quantile", "clip_lr", "count_noise")  # with clip: adaptive (Andrew et al.)
 POPULATION = ("clients", "fraction", "sampling", "rounds")  # filled from the run's config, never by hand
 # stages whose presence puts a part outside the guarantee, and why (see the module docstring)
 OUTSIDE = {
@@ -58,8 +64,19 @@ OUTSIDE = {
 
 
 @dataclass(frozen=True)
+class AdaptiveClip:
+    """``clip: adaptive``: the clip norm follows the ``target_quantile`` (gamma) of the update norms (Andrew et al.)."""
+
+    initial_clip: float = 0.1  # C_0
+    target_quantile: float = 0.5  # gamma: the fraction of uploads meant to fall within the clip norm
+    clip_lr: float = 0.2  # eta_C of the geometric update
+    count_noise: float | None = None  # sigma_b, the noise on the count within the norm (None: m / 20)
+
+
+@dataclass(frozen=True)
 class DPSettings:
-    """What ``algorithm.dp`` asks for, with the population it applies to (from the config)."""
+    """What ``algorithm.dp`` asks for, with the population it applies to (from the config). With ``adaptive``,
+    ``clip`` is the initial clip norm; ``noise`` says who adds the noise (``server``, or each ``client`` its share)."""
 
     clip: float
     noise_multiplier: float
@@ -68,6 +85,8 @@ class DPSettings:
     fraction: float
     sampling: str
     rounds: int
+    noise: str = "server"
+    adaptive: AdaptiveClip | None = None
 
     @property
     def expected_uploads(self) -> float:
@@ -75,6 +94,22 @@ class DPSettings:
         if self.sampling == "bernoulli":
             return self.fraction * self.clients
         return float(min(self.clients, max(1, math.floor(self.fraction * self.clients + 0.5 + 1e-9))))
+
+    @property
+    def count_noise(self) -> float:
+        """sigma_b: the count's noise (adaptive clipping), m / 20 unless given (Andrew et al.'s choice)."""
+        given = None if self.adaptive is None else self.adaptive.count_noise
+        return self.expected_uploads / 20 if given is None else given
+
+    @property
+    def sum_noise_multiplier(self) -> float:
+        """The noise multiplier on the clipped sum: z itself with a fixed clip; with adaptive clipping z_Delta =
+        (z^-2 - (2 sigma_b)^-2)^(-1/2), so that the sum and the count together are one Gaussian of multiplier z
+        (Andrew et al., Section 3.1: the count's bits are centred, sensitivity 1/2)."""
+        z = self.noise_multiplier
+        if self.adaptive is None or z == 0:
+            return z
+        return (z ** -2 - (2 * self.count_noise) ** -2) ** -0.5
 
 
 def _number(spec: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -89,13 +124,21 @@ def dp_settings(spec: Any) -> DPSettings:
     """``algorithm.dp`` (with the population keys the config adds) checked; every fault is one line."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"algorithm.dp must be a mapping such as {{clip: 1.0, noise_multiplier: 1.0}}, got {shown(spec)}")
-    unknown = sorted(set(spec) - set(SETTINGS) - set(POPULATION), key=str)
+    unknown = sorted(set(spec) - set(SETTINGS) - set(ADAPTIVE) - set(POPULATION), key=str)
     if unknown:
-        raise ConfigError(f"algorithm.dp has no option {shown(unknown[0])}; known: {', '.join(SETTINGS)}")
-    clip, z, target = _number(spec, "clip"), _number(spec, "noise_multiplier"), _number(spec, "target_epsilon")
+        raise ConfigError(f"algorithm.dp has no option {shown(unknown[0])}; known: {', '.join(SETTINGS + ADAPTIVE)}")
+    adaptive = spec.get("clip") == "adaptive"
+    if not adaptive and any(key in spec for key in ADAPTIVE):
+        raise ConfigError(f"algorithm.dp.{next(k for k in ADAPTIVE if k in spec)} belongs to clip: adaptive")
+    clip = _adaptive_clip(spec).initial_clip if adaptive else _number(spec, "clip")
+    z, target = _number(spec, "noise_multiplier"), _number(spec, "target_epsilon")
     delta = _number(spec, "delta", 1e-5)
+    noise = spec.get("noise", "server")
+    if noise not in ("server", "client"):
+        raise ConfigError(f"algorithm.dp.noise must be server or client, got {shown(noise)}")
     if clip is None or not clip > 0:
-        raise ConfigError(f"algorithm.dp.clip (S, the norm each upload is clipped to) must be > 0, got {shown(clip)}")
+        raise ConfigError(f"algorithm.dp.clip (S, the norm each upload is clipped to) must be > 0 or adaptive, "
+                          f"got {shown(clip)}")
     if (z is None) == (target is None):
         raise ConfigError("algorithm.dp needs exactly one of noise_multiplier (z) and target_epsilon")
     if z is not None and not z > 0:
@@ -113,14 +156,33 @@ def dp_settings(spec: Any) -> DPSettings:
     if sampling not in ("fixed", "bernoulli"):
         raise ConfigError(f"algorithm.dp: train.sampling must be fixed or bernoulli, got {shown(sampling)}")
     settings = DPSettings(float(clip), 0.0 if z is None else float(z), float(delta), int(clients), float(fraction),
-                          sampling, int(rounds))
+                          sampling, int(rounds), noise, _adaptive_clip(spec) if adaptive else None)
+    if noise == "client" and adaptive:
+        raise ConfigError("algorithm.dp: noise: client takes a fixed clip (with clip: adaptive each client's "
+                          "clipped-or-not bit would reach the server un-noised)")
+    if noise == "client" and sampling != "fixed":
+        raise ConfigError("algorithm.dp: noise: client needs train.sampling: fixed (the clients' shares add up to "
+                          "the stated noise only when m clients upload)")
     if target is not None:
-        settings = DPSettings(settings.clip, calibrate(settings, float(target)), *_rest(settings))
+        settings = replace(settings, noise_multiplier=calibrate(settings, float(target)))
+    if adaptive and not settings.noise_multiplier < 2 * settings.count_noise:
+        raise ConfigError(f"algorithm.dp: clip: adaptive needs noise_multiplier z < 2 count_noise (sigma_b = "
+                          f"{settings.count_noise:g}): the sum's share of the noise is (z^-2 - (2 sigma_b)^-2)^-1/2")
     return settings
 
 
-def _rest(s: DPSettings) -> tuple[Any, ...]:
-    return s.delta, s.clients, s.fraction, s.sampling, s.rounds
+def _adaptive_clip(spec: Mapping[str, Any]) -> AdaptiveClip:
+    """The adaptive clip's keys, checked (defaults: Andrew et al.'s, as Flower's)."""
+    defaults = AdaptiveClip()
+    values = {key: _number(spec, key, getattr(defaults, key)) for key in ADAPTIVE}
+    if not values["initial_clip"] > 0 or not values["clip_lr"] > 0:
+        raise ConfigError("algorithm.dp: initial_clip and clip_lr must be > 0, got "
+                          f"{shown(values['initial_clip'])} and {shown(values['clip_lr'])}")
+    if not 0 <= values["target_quantile"] <= 1:
+        raise ConfigError(f"algorithm.dp.target_quantile must be in [0, 1], got {shown(values['target_quantile'])}")
+    if values["count_noise"] is not None and not values["count_noise"] > 0:
+        raise ConfigError(f"algorithm.dp.count_noise must be > 0, got {shown(values['count_noise'])}")
+    return AdaptiveClip(**{key: None if v is None else float(v) for key, v in values.items()})
 
 
 # --- the accountant (dp-accounting) --------------------------------------------------------------
@@ -218,26 +280,84 @@ def clipped(delta: Tensor, clip: float) -> Tensor:
     return delta * (clip / norm) if norm > clip else delta
 
 
-def noise(info: RoundInfo, like: Tensor, std: float) -> Tensor:
-    """N(0, std^2 I) of ``like``'s shape from (seed, "dp-noise", round), drawn on the CPU in float64."""
+def standard_normal(info: RoundInfo, shape: torch.Size) -> Tensor:
+    """N(0, I) of ``shape`` from (seed, "dp-noise", round), drawn on the CPU in float64: the round's one draw."""
     seed = int(make_rng(info.seed, "dp-noise", info.round).integers(2**63 - 1))
-    g = torch.Generator().manual_seed(seed)
-    draw = torch.randn(like.shape, generator=g, dtype=torch.float64).mul_(std)
-    return draw.to(device=like.device, dtype=like.dtype)
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def noise(info: RoundInfo, like: Tensor, std: float) -> Tensor:
+    """N(0, std^2 I) of ``like``'s shape: the round's standard normal draw scaled by ``std``."""
+    return standard_normal(info, like.shape).mul_(std).to(device=like.device, dtype=like.dtype)
 
 
 def dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
-    """The DP-FedAvg server step (module docstring) as an ``aggregate`` part."""
+    """The DP-FedAvg server step (module docstring) as an ``aggregate`` part; with ``noise: client`` each client
+    clips its upload and adds its share of the noise (``upload``), and the server only sums."""
+    if settings.adaptive is not None:
+        return adaptive_dp_mean(settings, server_lr=server_lr)
+    on_client = settings.noise == "client"
 
     def aggregate(info: RoundInfo, w: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
         total = torch.zeros_like(w)
         for update in updates:
-            total.add_(clipped(update.delta, settings.clip))
-        if settings.noise_multiplier > 0:
+            total.add_(update.delta if on_client else clipped(update.delta, settings.clip))
+        if settings.noise_multiplier > 0 and not on_client:
             total.add_(noise(info, w, settings.noise_multiplier * settings.clip))
         return torch.sub(w, total, alpha=server_lr / settings.expected_uploads)
 
-    return Part(name=PART_NAME, aggregate=aggregate)
+    def upload(ctx: ClientContext, delta: Tensor, _ss: Any) -> Tensor:
+        """The client's clipped upload plus its share N(0, (z S)^2 / m), from (seed, "dp-share", round, client)."""
+        share = settings.noise_multiplier * settings.clip / math.sqrt(settings.expected_uploads)
+        return clipped(delta, settings.clip) + client_noise(ctx.info, ctx.client, delta, share)
+
+    return Part(name=PART_NAME, aggregate=aggregate, upload=upload if on_client else None)
+
+
+def client_noise(info: RoundInfo, client: int, like: Tensor, std: float) -> Tensor:
+    """N(0, std^2 I) of ``like``'s shape from (seed, "dp-share", round, client), drawn on the CPU in float64."""
+    seed = int(make_rng(info.seed, "dp-share", info.round, client).integers(2**63 - 1))
+    draw = torch.randn(like.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return draw.mul_(std).to(device=like.device, dtype=like.dtype)
+
+
+def count_normal(info: RoundInfo) -> float:
+    """The round's standard normal for the noised count (adaptive clipping), from (seed, "dp-count", round)."""
+    return float(make_rng(info.seed, "dp-count", info.round).standard_normal())
+
+
+def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
+    """DP-FedAvg with adaptive clipping (Andrew, Thakkar, McMahan and Ramaswamy, NeurIPS 2021, Algorithm 1): the
+    server state is this round's clip norm C. Each upload is clipped to C and b_i = 1 where its norm is <= C; the
+    step is the noised mean with noise z_Delta C; then C <- C exp(-eta_C (b~ - gamma)), b~ = (sum_i b_i +
+    N(0, sigma_b^2)) / m. The step needs C, which is state, so it is taken in ``server_end`` (``aggregate`` leaves
+    w as it is), every round, with no upload too: each round is a release the accountant counts."""
+    adaptive = settings.adaptive
+    assert adaptive is not None
+    m = settings.expected_uploads
+
+    def init(_w0: Tensor) -> float:
+        return settings.clip
+
+    def aggregate(_info: RoundInfo, w: Tensor, _updates: Sequence[ClientUpdate]) -> Tensor:
+        return w
+
+    def server_end(info: RoundInfo, w: Tensor, _w_next: Tensor, updates: Sequence[ClientUpdate],
+                   clip: float) -> tuple[Tensor, float]:
+        total, within = torch.zeros_like(w), 0
+        for update in updates:
+            norm = float(torch.linalg.vector_norm(update.delta.to(torch.float64)))
+            within += norm <= clip
+            total.add_(update.delta * (clip / norm) if norm > clip else update.delta)
+        if settings.noise_multiplier > 0:
+            total.add_(noise(info, w, settings.sum_noise_multiplier * clip))
+        counted = (within + settings.count_noise * count_normal(info)) / m if settings.noise_multiplier > 0 \
+            else within / m
+        next_clip = clip * math.exp(-adaptive.clip_lr * (counted - adaptive.target_quantile))
+        return torch.sub(w, total, alpha=server_lr / m), next_clip
+
+    return Part(name=PART_NAME, init_server=init, aggregate=aggregate, server_end=server_end,
+                releases_every_round=True)
 
 
 def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.0) -> Algorithm:
@@ -252,6 +372,10 @@ def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.
                                   "(fedavg, fedprox, bherd, grab-reorder, server optimisers)")
     if not any(part.name == "mean" for part in algorithm.parts):
         raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its server takes no mean of the uploads")
+    names = [part.name for part in algorithm.parts]
+    before = [part.name for part in algorithm.parts[:names.index("mean")] if part.server_end is not None]
+    if settings.adaptive is not None and before:  # the adaptive step is a server_end: one before it would not see it
+        raise ConfigError(f"algorithm.dp: clip: adaptive cannot follow the server step of {before[0]!r}")
     parts = tuple(dp_mean(settings, server_lr=server_lr) if p.name == "mean" else p for p in algorithm.parts)
     return Algorithm(algorithm.name, parts)
 

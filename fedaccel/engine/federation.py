@@ -72,6 +72,7 @@ class Federation:
         self.correct_fn: LossFn = getattr(module, "correct", _argmax_correct)
         self.closed_form = closed_form  # use the model's exact closed-form gradient where it has one
         self._gradient: BatchGradient | None = None
+        self._per_sample: Any = None  # Opacus's GradSampleModule around the model (train.dp_sgd), once built
         self._chain: tuple[ChainGradient | None] | None = None  # chain()'s, once built
         self._layouts: dict[int, tuple[np.ndarray, Tensor, Tensor]] = {}  # client -> (order, x rows, labels)
         self._orders: dict[int, np.ndarray] = {}  # client -> its fixed order, drawn once (train.order: fixed)
@@ -148,8 +149,17 @@ class Federation:
             return None
         return lambda step, x: augment_batch(x, augment, self.augment_rng(client, round_, step))
 
-    def batch_gradient(self) -> BatchGradient:
-        """The mini-batch gradient clients use on the current training data (built once per data)."""
+    def batch_gradient(self, client: int | None = None, round_: int | None = None) -> BatchGradient:
+        """The mini-batch gradient clients use on the current training data (built once per data); with
+        ``train.dp_sgd``, client ``client``'s DP-SGD gradient in round ``round_`` (fedaccel.engine.dp_sgd)."""
+        dp = self.options.dp_sgd
+        if dp is not None and client is not None and round_ is not None:
+            from fedaccel.engine.dp_sgd import DPSGDGradient, noise_seed, per_sample
+
+            if self._per_sample is None:
+                self._per_sample = per_sample(self.model.module)
+            return DPSGDGradient(self.model, self._per_sample, self.x_train, self.y_train,  # type: ignore[return-value]
+                                 self.loss_fn, dp, self.options.batch_size, noise_seed(self.seed, round_, client))
         if self._gradient is None:
             self._gradient = BatchGradient(
                 self.model, self.x_train, self.y_train, self.loss_fn, closed_form=self.closed_form
@@ -177,7 +187,8 @@ class Federation:
         the client's part (no gather per step: the same rows, so the same numbers); otherwise index
         arrays (:meth:`batches`), gathered step by step.
         """
-        if self.x_train.nbytes > self.layout_bytes or self.options.order in REORDERED:  # nothing to reuse
+        if (self.x_train.nbytes > self.layout_bytes or self.options.order in REORDERED  # nothing to reuse
+                or self.options.dp_sgd is not None):  # DP-SGD gathers raw labels itself
             return self.batches(client, round_, steps)
         order = self.order(client, round_)
         if not self._layouts:

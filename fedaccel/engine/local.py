@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,6 +84,7 @@ class LocalOptions:
     work: LocalWork = LocalWork()  # local work per client per round and partial work (fedaccel.engine.work)
     sampling: str = "fixed"  # who is selected: fixed (round(C N) clients) or bernoulli (each with probability C)
     last_batch: str = "drop"  # drop (full batches only) or partial (each epoch's last batch short): LAST_BATCHES
+    dp_sgd: Any = None  # sample-level DP-SGD (fedaccel.engine.dp_sgd.SampleDP), or None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "augment", parse_augment(self.augment))

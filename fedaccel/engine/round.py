@@ -257,8 +257,9 @@ def run_round(
             updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
         k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
         w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
-        for k, part in algorithm.with_stage("server_end") if who.upload else ():  # nobody selected to upload: no step
-            w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
+        for k, part in algorithm.with_stage("server_end"):
+            if who.upload or part.releases_every_round:  # nobody selected to upload: no step, but a DP release
+                w_next, server_list[k] = part.server_end(info, state.w, w_next, updates, server_list[k])  # type: ignore[misc]
 
     if any(u.diag for u in updates):
         diag["clients"] = {str(u.client): u.diag for u in updates if u.diag}
@@ -346,7 +347,7 @@ def train_client(
         federation.options,
         terms,
         estimator,
-        gradient=federation.batch_gradient(),
+        gradient=federation.batch_gradient(ctx.client, ctx.info.round),
         augment=federation.augmenter(ctx.client, ctx.info.round),
     )
     trajectory = theta0 - theta_end
@@ -363,6 +364,8 @@ def train_client(
     for k, part in algorithm.with_stage("client_end"):
         new_state[k], more = part.client_end(ctx, w, theta0, theta_end, server[k], new_state[k])  # type: ignore[misc]
         extras.update(more)
+    for k, part in algorithm.with_stage("upload"):
+        delta = part.upload(ctx, delta, server[k])  # type: ignore[misc]
     weight = float(federation.weights[ctx.client])
     return tuple(new_state), ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag)
 

@@ -473,6 +473,8 @@ def _finish(rows: Sequence[_Row], segments: Sequence[tuple[Job, int, int]], thet
                 new[k], more = part.client_end(ctx, job.w, row.theta0, end, job.server[k], old[k])  # type: ignore[misc]
                 extras.update(more)
             job.states[ctx.client] = tuple(new)
+            for k, part in job.algorithm.with_stage("upload"):
+                delta = part.upload(ctx, delta, job.server[k])  # type: ignore[misc]
             if ctx.uploads:
                 weight = float(job.federation.weights[ctx.client])
                 job.upload(ClientUpdate(ctx.client, weight, ctx.steps, delta, extras, diag))

@@ -79,6 +79,9 @@ class TrainConfig:
     # who is selected each round instead of sampling: a list of client lists, round t uses entry (t-1) mod its length
     participation: list[list[int]] | None = None
     sampling: str = "fixed"  # fixed: round(C N) clients a round; bernoulli: each client joins with probability C
+    # null (off), or sample-level DP-SGD on every client through Opacus, e.g. {clip: 1.0, noise_multiplier: 1.0,
+    # delta: 1.0e-5}: per-sample clipping and noise in each local step, each client's epsilon in the rows
+    dp_sgd: dict | None = None
     # local work per selected client per round: fixed (E), uniform {min_epochs, max_epochs},
     # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms.md "Systems heterogeneity")
     local_work: dict[str, Any] = named("fixed")
@@ -473,6 +476,8 @@ def validate(config: Config) -> None:
         (config.eval.every >= 1, "eval.every must be >= 1"),
         (config.run.checkpoint_every >= 1, "run.checkpoint_every must be >= 1"),
         (config.run.runtime in RUNTIMES, f"run.runtime must be one of {', '.join(RUNTIMES)}"),
+        (config.train.dp_sgd is None or config.run.runtime in LOCAL_RUNTIMES,
+         "train.dp_sgd runs in process (run.runtime in-process or auto); the Flower runtimes do not run it"),
         (config.run.timeout > 0, "run.timeout must be > 0"),
         (config.run.norm_ratio is None or config.run.norm_ratio >= 1, "run.norm_ratio must be >= 1 or null (no bound)"),
         (config.run.norm_ceiling is None or config.run.norm_ceiling > 0, "run.norm_ceiling must be > 0 or null (none)"),
@@ -609,7 +614,13 @@ def build_algorithm_from(config: Config) -> Any:
         params["fraction"] = config.train.client_fraction
     if params.get("dp") is not None:
         params["dp"] = dp_with_population(config)
-    return build_algorithm(name, **params)
+    algorithm = build_algorithm(name, **params)
+    if config.train.dp_sgd is not None:  # each client's DP-SGD steps, counted in its state for its epsilon
+        from fedaccel.algorithms.base import compose
+        from fedaccel.engine.dp_sgd import step_counter
+
+        algorithm = compose(algorithm.name, *algorithm.parts, step_counter())
+    return algorithm
 
 
 def dp_with_population(config: Config) -> dict[str, Any] | None:
@@ -648,6 +659,7 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
 
 
 def local_options(config: Config) -> Any:
+    from fedaccel.engine.dp_sgd import sample_dp
     from fedaccel.engine.local import LocalOptions
     from fedaccel.engine.schedule import lr_schedule
     from fedaccel.engine.work import local_work
@@ -669,6 +681,7 @@ def local_options(config: Config) -> Any:
         work=local_work(t.local_work, t.partial_work),
         sampling=t.sampling,
         last_batch=t.last_batch,
+        dp_sgd=sample_dp(t.dp_sgd),
     )
 
 

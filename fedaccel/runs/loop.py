@@ -33,7 +33,7 @@ from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_model
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
 from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
-from fedaccel.errors import UserError
+from fedaccel.errors import ConfigError, UserError
 from fedaccel.runs.checkpoint import save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
@@ -77,6 +77,11 @@ def choose_runtime(requested: str, federation: Federation, clients: int) -> tupl
     measured with benchmarks/stacked.py: in process for a model with no batched form or one client a round;
     stacked on a GPU (it won every row, docs/gpu.md); on a CPU stacked where :data:`CPU_STACKED` says
     (clients a round, batch size, kernel kind), in process elsewhere."""
+    if federation.options.dp_sgd is not None:
+        if requested == "stacked":
+            raise ConfigError("run.runtime stacked cannot run train.dp_sgd (Opacus hooks per-sample gradients into "
+                              "one client's module, not the stacked step): use in-process or auto")
+        return "in-process", "train.dp_sgd runs in process" if requested == "auto" else "run.runtime"
     if requested != "auto":
         return requested, "run.runtime"
     kind = kernel_kind(federation.model.module)
@@ -102,6 +107,9 @@ def local_runtime(setup: Setup, state: FLState) -> tuple[ClientRuntime | None, s
     if setup.algorithm.single("participation") is not None:
         clients = federation.n_clients  # e.g. FedUMF: every client trains
     stack = current_seed_stack()
+    if stack is not None and federation.options.dp_sgd is not None:
+        raise ConfigError("--stack-seeds cannot run train.dp_sgd (the seeds' stacked step has no per-sample "
+                          "gradients): run the grid without it")
     if stack is not None:  # fedaccel experiment --stack-seeds: this run's seeds train as one computation
         return stack.member(setup.algorithm, federation, state.clients), "stacked", "seeds stacked"
     name, why = choose_runtime(config.run.runtime, federation, clients)
@@ -329,6 +337,7 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     row["wall_s"] = round(wall, 4)
     row.update(state.totals)
     row.update(epsilon_column(setup.privacy, state.round))  # client-level DP: epsilon(delta) so far
+    row.update(sample_epsilon_columns(setup, state))  # sample-level DP-SGD: each client's epsilon(delta) so far
     if report is not None:
         row["clients"] = len(report.participation.train)
         row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped
@@ -340,6 +349,19 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
         if report.diag:
             row["diag"] = report.diag
     return row
+
+
+def sample_epsilon_columns(setup: Setup, state: FLState) -> dict[str, Any]:
+    """``sample_epsilon`` (the largest client's) and ``sample_epsilon_clients`` with ``train.dp_sgd``."""
+    from fedaccel.engine.dp_sgd import PART_NAME, epsilon_columns
+
+    options = setup.federation.options
+    if options.dp_sgd is None:
+        return {}
+    k = [part.name for part in setup.algorithm.parts].index(PART_NAME)
+    steps = [client[k] or 0 for client in state.clients]
+    sizes = [len(p) for p in setup.federation.partition]
+    return epsilon_columns(options.dp_sgd, steps, sizes, options.batch_size)
 
 
 def _write(file: Any, row: dict[str, Any]) -> None:

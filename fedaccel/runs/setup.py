@@ -69,6 +69,10 @@ def build_setup(config: Config) -> Setup:
     dataset, partition = build_partition(config)
     model_args = {k: v for k, v in config.model.items() if k != "name"}
     module = build_model(config.model["name"], dataset.input_shape, dataset.num_classes, seed=seed, **model_args)
+    if config.train.dp_sgd is not None:
+        from fedaccel.engine.dp_sgd import check_model
+
+        check_model(module, config.model["name"])
     federation = Federation(
         module,
         dataset.x_train,
