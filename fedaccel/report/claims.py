@@ -281,6 +281,7 @@ class Judgement:
     stages: list[list[Any]] = field(default_factory=list)  # raised seeds: the paired seeds of each stage, combined
     stage_weights: list[float] = field(default_factory=list)  # their inverse-normal weights (squares sum to 1)
     stage_swap: bool = False  # a best-value row's stages swap the sides' labels at the chosen values
+    swapped: list[float] = field(default_factory=list)  # then: each seed's difference with the labels swapped
     censored_seeds: dict[str, list[Any]] = field(default_factory=dict)  # "equal" rounds rows: the intervals' seeds
 
     def as_method(self) -> str:
@@ -311,6 +312,7 @@ class Judgement:
             {"unpaired": self.unpaired} if self.unpaired else {}) | (
             {"post_hoc": c.added} if c.added else {}) | ({"seeds_raised": self.raised} if self.raised else {}) | (
             {"stages": self.stages, "stage_weights": self.stage_weights,
+             **({"swapped_differences": [_num(x) for x in self.swapped]} if self.stage_swap else {}),
              "method": "; ".join([self.as_method(), STAGED_METHOD, *([STAGED_SWAP] if self.stage_swap else [])])}
             if self.stages else {}) | (
             {"censored_seeds": self.censored_seeds} if self.censored_seeds else {})
@@ -719,7 +721,7 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out, tuned_test=tuned is not None,
         unpaired=unpaired, raised=raised.how if raised is not None else "",
         stages=[[s for s, k in zip(seeds, stage) if k == i] for i in range(len(weights))] if staged else [],
-        stage_weights=weights if staged else [], stage_swap=swapped is not None,
+        stage_weights=weights if staged else [], stage_swap=swapped is not None, swapped=list(swapped or []),
         censored_seeds={} if cut is None else {side: [s for s, c in zip(seeds, flags) if c]
                                                for side, flags in zip("ab", cut)},
     )

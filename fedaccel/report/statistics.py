@@ -15,7 +15,7 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
   the effect sizes (:func:`t_interval` remains for the tables' and figures' bands of a mean over seeds);
 - :func:`tost_p` / :func:`outside_p`: equivalence within ``±margin`` and its opposite, by sign tests;
 - :func:`stage_weights` / :func:`combined_p` / :func:`combined_interval`: seeds raised after a look, judged by
-  the inverse-normal combination of each stage's own one-sided test (docs/statistics.md §5);
+  the inverse-normal combination of each stage's own one-sided test (docs/raised-seeds.md);
 - :func:`bh_adjust`: Benjamini–Hochberg adjusted p-values (q) across a family of claims;
 - :func:`seeds_for_power`, :func:`detectable_effect`, :func:`detectable_margin`: 80% power.
 """
