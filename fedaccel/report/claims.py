@@ -598,9 +598,10 @@ def staged_interval(claim: Claim, d: Sequence[float], stage: Sequence[int], weig
     swap) tests do not reject; for a median, the centres its combined sign tests do not reject."""
     x, labels_ = np.asarray(d, dtype=float), np.asarray(stage)
     where = [np.flatnonzero(labels_ == k) for k in range(len(weights))]
-    if claim.exchangeable:
+    if claim.exchangeable:  # the swap's labels moved apart by 2c: its range spans the swapped differences too
+        span = x if swapped is None else np.concatenate([x, -np.asarray(swapped, dtype=float)])
         return combined_interval(lambda at: _combined(claim, x, stage, weights, None, swapped, at)["greater"],
-                                 lambda at: _combined(claim, x, stage, weights, None, swapped, at)["less"], x)
+                                 lambda at: _combined(claim, x, stage, weights, None, swapped, at)["less"], span)
 
     def moved(at: float, alternative: str) -> float:
         return combined_p([sign_test_p(x[i] - at, alternative) if i.size else None for i in where], weights)
@@ -706,6 +707,8 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         left_out = "; ".join(filter(None, [left_out, "p does not count the choice of the best value (each value "
                                            "run by both sides on every seed is what lets it)"]))
     effect = float(np.mean(d)) if estimand == "mean" else float(np.median(d))
+    if swapped is not None and staged is not None:  # what the swap at the chosen values tests: a - b at each value
+        effect = float(np.mean(d) - np.mean(swapped)) / 2
     if staged is not None:
         low, high = staged_interval(claim, d, stage, weights, swapped)
     else:
@@ -859,7 +862,10 @@ def numbers(j: Judgement) -> str:
         a_text = f"{a_text} ({c.measure.name})".replace("as the other (", "(")
         b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_mean:{f}}".replace("as the other (", "(")
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
-    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {ESTIMATES[j.estimand]} = {j.effect:+{f}} [{interval(j)}], "
+    estimate = ESTIMATES[j.estimand]
+    if j.stage_swap and not np.allclose(j.swapped, [-x for x in j.differences], rtol=1e-12, atol=0.0):
+        estimate = "a − b at each side's chosen value, averaged over the two (what the labels' swap tests)"
+    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {estimate} = {j.effect:+{f}} [{interval(j)}], "
             f"{test}, {j.on_paper_side}/{j.seeds} seeds the claimed way")
     if c.expect == "equal" or c.margin:
         bound = f"±{c.margin:{f}}" if c.expect == "equal" else f"{c.margin:{f}}"
