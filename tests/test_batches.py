@@ -217,6 +217,16 @@ def test_a_key_that_says_what_the_preset_says_otherwise_is_refused_naming_both(t
         assert config.eval.mean_weighting == weighting, recipe
 
 
+def test_feddc_code_shares_k_where_the_authors_code_does() -> None:
+    """gaoliang13/FedDC runs SCAFFOLD K = E ceil(mean n_i / B) steps on every client (utils_general.py:238-255), but
+    FedDC E epochs of the client's own ceil(n_i / B) batches (train_model_FedDC, utils_general.py:442-446), the shared
+    K only in its control step (beta = 1/n_minibatch/lr, utils_methods_FedDC.py:175): the preset does the same."""
+    scaffold = from_dict({"algorithm": {"name": "scaffold", "preset": "feddc-code"}})
+    feddc = from_dict({"algorithm": {"name": "feddc", "preset": "feddc-code"}})
+    assert scaffold.train.local_steps == "shared"
+    assert feddc.train.local_steps is None and feddc.to_dict()["algorithm"]["control_steps"] == "shared"
+
+
 @pytest.mark.parametrize(("train", "message"), [
     ({"last_batch": "short"}, "train.last_batch must be one of drop, partial, got 'short'"),
     ({"lr_schedule": {"name": "cosine"}}, "unknown train.lr_schedule 'cosine'"),

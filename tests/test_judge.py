@@ -189,6 +189,29 @@ def test_a_run_copied_into_another_seeds_folder_is_refused(tmp_path: Path, capsy
     assert main(["compare", str(grid)]) == 2
 
 
+def test_a_run_copied_with_its_rows_touched_up_is_refused_by_its_final_weights(tmp_path: Path, capsys) -> None:
+    """Seed 0's run copied into seed 1's folder, its rows changed in the last digit of one clock reading (no longer
+    the same rows) but its model.pt kept: the same final weights, byte for byte, so judge and compare still
+    refuse it, naming both folders; the file is hashed, never loaded."""
+    from fedaccel.report.identity import MODEL_FILE
+
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    source, copy = folder(grid, "fast", 0), folder(grid, "fast", 1)
+    for run in grid.iterdir():  # bytes no unpickler would accept: loading any of them would fail the test
+        if run.is_dir():
+            (run / MODEL_FILE).write_bytes(b"\x80\x05 not a pickle, weights of " + run.name.encode())
+    assert main(["judge", str(grid)]) == 0  # distinct weights: judged
+    capsys.readouterr()
+    rows = [json.loads(line) for line in (source / "metrics.jsonl").read_text().splitlines()]
+    rows[-1]["wall_s"] += 1e-3
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (copy / MODEL_FILE).write_bytes((source / MODEL_FILE).read_bytes())
+    for command in (["judge", str(grid)], ["compare", str(grid)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert str(source) in err and str(copy) in err and "same final weights" in err and len(err.splitlines()) == 1
+
+
 def test_a_claim_side_matching_two_runs_a_seed_is_refused_at_load(tmp_path: Path) -> None:
     """A side that leaves out the varied train.lr selects four runs of every seed: refused when the experiment
     is loaded, naming the cells and the key that tells them apart (before: one kept by dictionary order)."""

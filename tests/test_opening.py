@@ -103,8 +103,25 @@ def test_a_sentence_whose_rows_are_not_run_waits_for_them_instead_of_refusing_th
 def test_a_sentence_says_how_its_rows_were_judged() -> None:
     """Issue 46: BHerd's opening cited rows added after the runs had been seen, and rows whose seeds were raised
     after a look, without a word; the brackets now say both, once each."""
-    rows = [row("A is faster than B", "agrees") | {"seeds_raised": "from 5 to 15"},
-            row("A is faster than C", "agrees") | {"seeds_raised": "from 5 to 13", "post_hoc": "after the verdicts"}]
+    stages = {"stages": [[0, 1, 2, 3, 4], [5, 6]], "stage_weights": [0.5, 0.75 ** 0.5]}
+    rows = [row("A is faster than B", "agrees") | {"seeds_raised": "from 5 to 15"} | stages,
+            row("A is faster than C", "agrees") | {"seeds_raised": "from 5 to 13", "post_hoc": "after the verdicts"}
+            | stages]
     text = render(Opening("Q?", (Finding("Yes.", ("A is faster",), "agrees"),)), rows)
     assert text.endswith("(rows 1, 2: agree, q ≤ 0.01; added after the runs had been seen: its own Benjamini-Hochberg "
-                         "family; seeds raised after a look (from 5 to 15; from 5 to 13), p not adjusted.)")
+                         "family; seeds raised after a look (from 5 to 15; from 5 to 13): p combines its stages' own "
+                         "tests (inverse normal).)")
+
+
+@pytest.mark.parametrize("strength", ["agrees", "could not tell"])
+def test_no_sentence_rests_on_a_raised_row_whose_p_is_not_adjusted(strength: str) -> None:
+    """Issue 46: a row whose seeds were raised after a look with no stages to combine keeps p not adjusted for the
+    look; no sentence of the opening may rest on it, whatever it says."""
+    verdict = "agrees" if strength == "agrees" else "inconclusive"
+    rows = [row("A is faster than B", verdict) | {"seeds_raised": "from 5 to 15"}]
+    text = "Yes." if strength == "agrees" else "We could not tell."
+    wrong = problems(Opening("Q?", (Finding(text, ("A is faster",), strength),)), rows)
+    assert any("p not adjusted" in line and "row(s) 1" in line for line in wrong), wrong
+    staged = [rows[0] | {"stages": [[0], [1]], "stage_weights": [0.5, 0.75 ** 0.5]}]
+    assert not [line for line in problems(Opening("Q?", (Finding(text, ("A is faster",), strength),)), staged)
+                if "p not adjusted" in line]

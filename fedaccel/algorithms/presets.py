@@ -51,7 +51,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "recipe_config": {  # utils_methods.py:146-147 (FedAvg), :397-398 (FedProx): both means weighted by |D_i|
             "fedavg": {"eval.mean_weighting": "data"},
             "fedprox": {"eval.mean_weighting": "data"},
-            # utils_general.py:238-255: SCAFFOLD runs K = E ceil(mean n_i / B) steps on every client
+            # utils_general.py:238-255: SCAFFOLD runs K = E ceil(mean n_i / B) steps on every client. FedDC does
+            # not: train_model_FedDC (utils_general.py:442-446) runs E epochs of ceil(n_i / B) batches of the
+            # client's own data; the shared K (example_code_cifar10.py:77-79, n_minibatch) enters FedDC only in its
+            # control step beta = 1/n_minibatch/lr (utils_methods_FedDC.py:175), which control_steps: shared sets.
             "scaffold": {"train.local_steps": "shared"},
         },
         "cifar": {"train.augment": {"crop_padding": 4, "flip": True}},  # utils_dataset.py (Dataset, train=True)

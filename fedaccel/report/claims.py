@@ -42,8 +42,11 @@ from fedaccel.report.reading import Run, value_at
 from fedaccel.report.tuned import choice, tuned_swap_p
 from fedaccel.report.statistics import (
     ALPHA,
+    PLANNED_PAIRS,
     Bounds,
     bh_adjust,
+    combined_interval,
+    combined_p,
     detectable_effect,
     detectable_margin,
     median_interval,
@@ -51,6 +54,8 @@ from fedaccel.report.statistics import (
     sign_flip_interval,
     sign_flip_p,
     sign_test_p,
+    stage_weights,
+    swap_p,
     tost_p,
 )
 
@@ -64,6 +69,11 @@ METHODS = {  # claims.json's "method", by the estimand the claim's test is about
                f"'equal': inside ±margin or outside, each at half the level), Benjamini-Hochberg at q <= {ALPHA:g}; "
                "effect: median difference with its order-statistic interval (coverage >= 95%)"),
 }
+STAGED_METHOD = ("seeds raised after a look: the stages' own one-sided tests (on each stage's seeds alone) combined "
+                 "by the inverse normal with weights fixed before each stage (w_k^2 = n_k / cap, the last stage the "
+                 "rest), each side at half the level; the interval inverts that combination")
+STAGED_SWAP = ("a best-value row's stages swap the sides' labels at the values the tuning seeds chose (a's runs at "
+               "b's value and b's at a's: exact given the tuning seeds, whose runs are no stage's)")
 TUNED_METHOD = ("the sign flips swap the sides' labels on the tuning seeds too, each side choosing its best value "
                 "again on every swap (the p-value counts the choice; fedaccel.report.tuned)")
 EXPECTATIONS = ("less", "greater", "equal")
@@ -215,6 +225,27 @@ def speed(text: str, experiment: str, a: Mapping[str, Any], b: Mapping[str, Any]
             Claim(loss_text, experiment, a, b, loss, better, paper)]
 
 
+@dataclass(frozen=True)
+class Raised:
+    """Seeds raised after a look at verdicts: ``how`` in words ("from 5 to 10 to 15"), and ``looks``, the seeds
+    run before each look (stage 1, stage 2, ...; the last stage is every later seed). With ``looks`` a row is
+    judged by the inverse-normal combination of its stages' own tests (:func:`staged_test`); without them the
+    row only says "p not adjusted". ``cap``: the most judged pairs the raising rule aims at, fixed before the
+    stages' data (the weights' w_k² = n_k / cap)."""
+
+    how: str
+    looks: tuple[tuple[Any, ...], ...] = ()
+    cap: int = PLANNED_PAIRS
+
+    def stage_of(self, seed: Any) -> int:
+        return next((k for k, seeds in enumerate(self.looks) if seed in seeds), len(self.looks))
+
+    def weights(self, tuning: Sequence[Any] = ()) -> list[float]:
+        """The stages' weights for a row that judges every seed of ``looks`` but ``tuning`` (design sizes, not
+        the pairs a row happened to have: a lost pair must not move a weight)."""
+        return stage_weights([len(set(seeds) - set(tuning)) for seeds in self.looks] + [0], self.cap)
+
+
 @dataclass
 class Judgement:
     """A claim's measured outcome (what the report and ``<paper>.claims.json`` show)."""
@@ -246,8 +277,15 @@ class Judgement:
     tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
     tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
     unpaired: dict[str, list[Any]] = field(default_factory=dict)  # per side, seeds the other side has no run of
-    raised: str = ""  # the seeds were raised after a look at verdicts (how): p is not adjusted for it, and says so
+    raised: str = ""  # the seeds were raised after a look at verdicts (how); p not adjusted unless ``stages``
+    stages: list[list[Any]] = field(default_factory=list)  # raised seeds: the paired seeds of each stage, combined
+    stage_weights: list[float] = field(default_factory=list)  # their inverse-normal weights (squares sum to 1)
+    stage_swap: bool = False  # a best-value row's stages swap the sides' labels at the chosen values
+    swapped: list[float] = field(default_factory=list)  # then: each seed's difference with the labels swapped
     censored_seeds: dict[str, list[Any]] = field(default_factory=dict)  # "equal" rounds rows: the intervals' seeds
+
+    def as_method(self) -> str:
+        return METHODS[self.estimand] + ("; " + TUNED_METHOD if self.tuned_test else "")
 
     @property
     def in_family(self) -> bool:
@@ -273,6 +311,10 @@ class Judgement:
             {"measure_b": c.measure_b.name} if c.measure_b is not None else {}) | (
             {"unpaired": self.unpaired} if self.unpaired else {}) | (
             {"post_hoc": c.added} if c.added else {}) | ({"seeds_raised": self.raised} if self.raised else {}) | (
+            {"stages": self.stages, "stage_weights": self.stage_weights,
+             **({"swapped_differences": [_num(x) for x in self.swapped]} if self.stage_swap else {}),
+             "method": "; ".join([self.as_method(), STAGED_METHOD, *([STAGED_SWAP] if self.stage_swap else [])])}
+            if self.stages else {}) | (
             {"censored_seeds": self.censored_seeds} if self.censored_seeds else {})
 
 
@@ -422,6 +464,30 @@ def _tuned_p(claim: Claim, runs: Sequence[Run], tuning: Sequence[Any], seeds: Se
     return tuned_swap_p(selection, measure, fixed)  # type: ignore[arg-type]
 
 
+def _swapped_at_choice(claim: Claim, runs: Sequence[Run], tuning: Sequence[Any], seeds: Sequence[Any],
+                       chosen: Mapping[str, Any]) -> list[float] | None:
+    """A best-value row's differences with the sides' labels swapped at the chosen values (b's setup at a's value
+    less a's setup at b's value, per judged seed), for :func:`staged_test`; None where the grid lacks a run or
+    the claim is not an exchangeable one with one BEST key."""
+    keys = {k for side in (claim.a, claim.b or {}) for k, v in side.items() if v == BEST}
+    if not claim.exchangeable or claim.b is None or len(keys) != 1:
+        return None
+    key = next(iter(keys))
+    va, vb = chosen.get(key, claim.a.get(key, BEST)), chosen.get("b:" + key, claim.b.get(key, BEST))
+    if BEST in (va, vb):
+        return None
+    by_seed = []
+    for where in ({**claim.b, key: va}, {**claim.a, key: vb}):
+        found: dict[Any, list[Run]] = {}
+        for run in pick(runs, where):
+            found.setdefault(run.seed, []).append(run)
+        if any(len(found.get(s, [])) != 1 for s in seeds):
+            return None
+        by_seed.append({s: found[s][0] for s in seeds})
+    swapped = [claim.measure.of(by_seed[0][s]) - claim.measure.of(by_seed[1][s]) for s in seeds]
+    return swapped if all(math.isfinite(x) for x in swapped) else None
+
+
 def _one_run_per_seed(claim: Claim, runs: Sequence[Run], side: str) -> None:
     """A side has one run per seed; two would be paired by whichever came last (a ConfigError names them)."""
     seen: dict[Any, Run] = {}
@@ -475,6 +541,74 @@ def claim_test(claim: Claim, d: Sequence[float], bounds: Bounds | None = None) -
     return min(1.0, 2 * min(above, below)), (below < above if claim.expect == "less" else above < below), "median"
 
 
+def _one_sided(claim: Claim, d: np.ndarray, bounds: Bounds | None, swapped: np.ndarray | None,
+               shift: float = 0.0) -> dict[str, float | None]:
+    """The one-sided tests :func:`claim_test` builds its p from, on one stage's differences (``None`` for a stage
+    without pairs), the effect shifted by ``shift`` (the interval's inversion)."""
+    if d.size == 0:
+        return dict.fromkeys(("inside_low", "inside_high", "out_high", "out_low") if claim.expect == "equal" else
+                             ("greater", "less"))
+    if claim.expect == "equal":
+        low, high = bounds if bounds is not None else (d, d)
+        low, high = np.asarray(low, dtype=float) - shift, np.asarray(high, dtype=float) - shift
+        m = claim.margin
+        return {"inside_low": sign_test_p(low, "greater", centre=-m), "inside_high": sign_test_p(high, "less", centre=m),
+                "out_high": sign_test_p(low, "greater", centre=m), "out_low": sign_test_p(high, "less", centre=-m)}
+    if claim.exchangeable:
+        other = -d if swapped is None else swapped
+        return {alternative: swap_p(d - shift, other + shift, alternative) for alternative in ("greater", "less")}
+    return {alternative: sign_test_p(d - shift, alternative, centre=_shift(claim)) for alternative in ("greater", "less")}
+
+
+def staged_test(claim: Claim, d: Sequence[float], stage: Sequence[int], weights: Sequence[float],
+                bounds: Bounds | None = None, swapped: Sequence[float] | None = None) -> tuple[float, bool, str]:
+    """:func:`claim_test` for seeds raised after looks: each one-sided test the claim's p is made of, run on each
+    stage's differences alone (``stage[i]``: the stage of difference i) and combined across stages by the inverse
+    normal (:func:`~fedaccel.report.statistics.combined_p`, ``weights`` fixed before each stage); the two-sided p
+    twice the smaller side, "equal" as TOST against "outside" as in :func:`claim_test`. Valid whatever sizes the
+    later stages were given from the earlier ones' data. Returns (p, paper side, estimand). ``swapped``: a
+    best-value row's differences with the sides' labels swapped at the chosen values (default: ``-d``)."""
+    c = _combined(claim, d, stage, weights, bounds, swapped)
+    if claim.expect == "equal":
+        inside, outside = max(c["inside_low"], c["inside_high"]), min(c["out_high"], c["out_low"])
+        return min(1.0, 2 * min(inside, outside)), inside < outside, "median"
+    p = min(1.0, 2 * min(c["greater"], c["less"]))
+    paper_side = c["less"] < c["greater"] if claim.expect == "less" else c["greater"] < c["less"]
+    return p, bool(paper_side), "mean" if claim.exchangeable else "median"
+
+
+def _combined(claim: Claim, d: Sequence[float], stage: Sequence[int], weights: Sequence[float],
+              bounds: Bounds | None = None, swapped: Sequence[float] | None = None,
+              shift: float = 0.0) -> dict[str, float]:
+    """Each one-sided test of :func:`_one_sided`, combined across the stages."""
+    x, labels_ = np.asarray(d, dtype=float), np.asarray(stage)
+    other = None if swapped is None else np.asarray(swapped, dtype=float)
+    parts = []
+    for k in range(len(weights)):
+        i = np.flatnonzero(labels_ == k)
+        part_bounds = None if bounds is None else (np.asarray(bounds[0], dtype=float)[i],
+                                                   np.asarray(bounds[1], dtype=float)[i])
+        parts.append(_one_sided(claim, x[i], part_bounds, None if other is None else other[i], shift))
+    return {key: combined_p([part[key] for part in parts], weights) for key in parts[0]}
+
+
+def staged_interval(claim: Claim, d: Sequence[float], stage: Sequence[int], weights: Sequence[float],
+                    swapped: Sequence[float] | None = None) -> tuple[float, float]:
+    """The interval :func:`staged_test` inverts to: for a mean, the shifts of the effect its combined sign-flip (or
+    swap) tests do not reject; for a median, the centres its combined sign tests do not reject."""
+    x, labels_ = np.asarray(d, dtype=float), np.asarray(stage)
+    where = [np.flatnonzero(labels_ == k) for k in range(len(weights))]
+    if claim.exchangeable:  # the swap's labels moved apart by 2c: its range spans the swapped differences too
+        span = x if swapped is None else np.concatenate([x, -np.asarray(swapped, dtype=float)])
+        return combined_interval(lambda at: _combined(claim, x, stage, weights, None, swapped, at)["greater"],
+                                 lambda at: _combined(claim, x, stage, weights, None, swapped, at)["less"], span)
+
+    def moved(at: float, alternative: str) -> float:
+        return combined_p([sign_test_p(x[i] - at, alternative) if i.size else None for i in where], weights)
+
+    return combined_interval(lambda at: moved(at, "greater"), lambda at: moved(at, "less"), x)
+
+
 def censored_bounds(d: Sequence[float], a_censored: Sequence[bool], b_censored: Sequence[bool]) -> Bounds:
     """Where each restricted difference a - b of rounds can truly lie: a censored run never reached the target
     in its budget, so its rounds are at least its counted last round and a - b is unbounded above (a
@@ -514,11 +648,13 @@ def _decide(j: Judgement, q: float | None, alpha: float = ALPHA) -> None:
     j.mde = minimum_detectable(j) if j.verdict == "inconclusive" and not j.undecided else None
 
 
-def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] = ()) -> Judgement:
+def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] = (),
+          raised: Raised | None = None) -> Judgement:
     """The claim's measurements and its own test on the runs of its experiment (None: not run), its
     verdict as a family of one; :func:`judge_family` decides a report's claims together. BEST values are
     chosen on ``tuning_seeds`` (at least :data:`MIN_TUNING_SEEDS`), whose runs are then left out of the
-    claim's pairs."""
+    claim's pairs. ``raised``: the experiment's seeds were raised after looks at verdicts; with its stages
+    known the p is :func:`staged_test`'s, else the row says it is not adjusted."""
     if runs is None:
         return Judgement(claim, "not run", note=f"experiment {claim.experiment} not run")
     tuning = list(tuning_seeds) if _tunes(claim) else []
@@ -557,14 +693,26 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
     if bounds is not None:
         left_out = "; ".join(filter(None, [left_out, CENSORED_EQUAL]))
     p, paper_side, estimand = claim_test(claim, d, bounds)
-    tuned = _tuned_p(claim, runs, tuning, seeds, chosen) if tuning else None
+    staged, swapped, stage, weights = None, None, [], []
+    if raised is not None and raised.looks:
+        weights = raised.weights(tuning)
+        stage = [raised.stage_of(s) for s in seeds]
+        swapped = _swapped_at_choice(claim, runs, tuning, seeds, chosen) if tuning else None
+        staged = staged_test(claim, d, stage, weights, bounds, swapped)
+        p, paper_side, estimand = staged
+    tuned = _tuned_p(claim, runs, tuning, seeds, chosen) if tuning and staged is None else None
     if tuned is not None:
         p = tuned
-    elif tuning:
+    elif tuning and swapped is None:
         left_out = "; ".join(filter(None, [left_out, "p does not count the choice of the best value (each value "
                                            "run by both sides on every seed is what lets it)"]))
     effect = float(np.mean(d)) if estimand == "mean" else float(np.median(d))
-    low, high = sign_flip_interval(d) if estimand == "mean" else median_interval(d)
+    if swapped is not None and staged is not None:  # what the swap at the chosen values tests: a - b at each value
+        effect = float(np.mean(d) - np.mean(swapped)) / 2
+    if staged is not None:
+        low, high = staged_interval(claim, d, stage, weights, swapped)
+    else:
+        low, high = sign_flip_interval(d) if estimand == "mean" else median_interval(d)
     if claim.expect == "equal":
         side = sum(abs(x) <= claim.margin for x in d)
     else:
@@ -574,7 +722,9 @@ def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] 
         float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds])), int(side), chosen=chosen,
         differences=[float(x) for x in d], paired_seeds=seeds, p=p, tuning_seeds=tuning, estimand=estimand,
         paper_side=paper_side, non_finite=non_finite, tuning=record, note=left_out, tuned_test=tuned is not None,
-        unpaired=unpaired,
+        unpaired=unpaired, raised=raised.how if raised is not None else "",
+        stages=[[s for s, k in zip(seeds, stage) if k == i] for i in range(len(weights))] if staged else [],
+        stage_weights=weights if staged else [], stage_swap=swapped is not None, swapped=list(swapped or []),
         censored_seeds={} if cut is None else {side: [s for s, c in zip(seeds, flags) if c]
                                                for side, flags in zip("ab", cut)},
     )
@@ -671,14 +821,24 @@ ESTIMATES = {"mean": "mean a − b", "median": "the median seed's a − b"}  # w
 
 POST_HOC = "added after the runs had been seen: its own Benjamini-Hochberg family"
 RAISED = "seeds raised after a look ({}), p not adjusted"
+COMBINED = "seeds raised after a look ({}): p combines its stages' own tests (inverse normal{})"
 
 
 def labels(j: Judgement | Mapping[str, Any]) -> list[str]:
     """What a row must say about how it came to be judged: added after the runs had been seen, seeds raised
-    after a look (a judgement, or its claims.json entry)."""
-    added, raised = ((j.claim.added, j.raised) if isinstance(j, Judgement) else
-                     (j.get("post_hoc", ""), j.get("seeds_raised", "")))
-    return [*([POST_HOC] if added else []), *([RAISED.format(raised)] if raised else [])]
+    after a look, with p combined across the stages or not adjusted (a judgement, or its claims.json entry)."""
+    added, raised, stages, weights = ((j.claim.added, j.raised, j.stages, j.stage_weights) if isinstance(j, Judgement)
+                                      else (j.get("post_hoc", ""), j.get("seeds_raised", ""), j.get("stages"),
+                                            j.get("stage_weights")))
+    if not raised:
+        said = []
+    elif stages:
+        sizes = "; stages of " + ", ".join(str(len(s)) for s in stages) + " seeds"
+        squares = ", weights² " + ", ".join(f"{w * w:.3g}" for w in weights) if weights else ""
+        said = [COMBINED.format(raised, sizes + squares)]
+    else:
+        said = [RAISED.format(raised)]
+    return [*([POST_HOC] if added else []), *said]
 
 
 def interval(j: Judgement) -> str:
@@ -687,7 +847,8 @@ def interval(j: Judgement) -> str:
     f = j.claim.measure.fmt
     if j.low is None or j.high is None or not math.isfinite(j.low) or not math.isfinite(j.high):
         return "too few seeds for a 95% interval"
-    return f"{'sign-flip 95%' if j.estimand == 'mean' else '≥ 95%'}: {j.low:+{f}}, {j.high:+{f}}"
+    kind = "stages combined 95%" if j.stages else "sign-flip 95%" if j.estimand == "mean" else "≥ 95%"
+    return f"{kind}: {j.low:+{f}}, {j.high:+{f}}"
 
 
 def numbers(j: Judgement) -> str:
@@ -701,7 +862,10 @@ def numbers(j: Judgement) -> str:
         a_text = f"{a_text} ({c.measure.name})".replace("as the other (", "(")
         b_text = f"{describe(c.b, c.a, j.chosen, 'b:')} ({c.measure_b.name}) {j.b_mean:{f}}".replace("as the other (", "(")
     test = f"p = {j.p:.3g}, q = {j.q:.3g}" if j.q is not None else f"p = {j.p:.3g}"
-    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {ESTIMATES[j.estimand]} = {j.effect:+{f}} [{interval(j)}], "
+    estimate = ESTIMATES[j.estimand]
+    if j.stage_swap and not np.allclose(j.swapped, [-x for x in j.differences], rtol=1e-12, atol=0.0):
+        estimate = "a − b at each side's chosen value, averaged over the two (what the labels' swap tests)"
+    text = (f"mean {a_text} {j.a_mean:{f}} vs {b_text}; {estimate} = {j.effect:+{f}} [{interval(j)}], "
             f"{test}, {j.on_paper_side}/{j.seeds} seeds the claimed way")
     if c.expect == "equal" or c.margin:
         bound = f"±{c.margin:{f}}" if c.expect == "equal" else f"{c.margin:{f}}"

@@ -8,13 +8,16 @@ p-value from duplicated data). So ``judge``, ``compare`` and the tables check fi
 - :func:`check_cell_configs`: a folder named after a cell has the cell's value at ``run.seed`` and at
   every key the grid's cells vary (compared as resolved, so a preset or a shorthand is its values);
 - :func:`check_distinct`: no two runs hold the same rows, clock (``wall_s``) included: a genuine run
-  never repeats another's timings to the tenth of a millisecond, a copy always does.
+  never repeats another's timings to the tenth of a millisecond, a copy always does; and no two hold the same
+  final weights (``model.pt``, its bytes hashed, never loaded: the file holds the run's config beside its
+  weights, so two genuine runs never share it, while a copy whose rows were touched up still does).
 
 Either refusal is one line naming the folders.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -92,9 +95,24 @@ def _fingerprint(run: Run) -> str | None:
     return json.dumps(run.metrics, sort_keys=True, default=str)
 
 
+MODEL_FILE = "model.pt"  # a finished run's final weights and config (fedaccel.runs.loop)
+
+
+def _weights_fingerprint(run: Run) -> str | None:
+    """The SHA-256 of the run's final weights file, its bytes as they are (never unpickled), or None without one."""
+    file = run.path / MODEL_FILE
+    if not file.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(file, "rb") as opened:
+        for block in iter(lambda: opened.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def check_distinct(runs: Sequence[Run]) -> None:
-    """No two of ``runs`` hold the same rows, clock included: one would be a copy of the other, and a copy
-    is no independent seed or setup. A :class:`UserError` names both folders."""
+    """No two of ``runs`` hold the same rows, clock included, or the same final weights file: one would be a
+    copy of the other, and a copy is no independent seed or setup. A :class:`UserError` names both folders."""
     first: dict[str, Run] = {}
     for run in runs:
         key = _fingerprint(run)
@@ -104,6 +122,16 @@ def check_distinct(runs: Sequence[Run]) -> None:
             raise UserError(f"{first[key].path} and {run.path} hold the same rows, clock (wall_s) included: one is "
                             "a copy of the other, not a run of its own; delete the copy and run its cell again")
         first[key] = run
+    weights: dict[str, Run] = {}
+    for run in runs:
+        key = _weights_fingerprint(run)
+        if key is None:
+            continue
+        if key in weights:
+            raise UserError(f"{weights[key].path} and {run.path} hold the same final weights ({MODEL_FILE}, byte for "
+                            "byte, with the config it was saved with): one is a copy of the other, whatever their rows "
+                            "say; delete the copy and run its cell again")
+        weights[key] = run
 
 
 def check_identity(cells: Sequence[tuple[str, Mapping[str, Any]]] | None, runs: Sequence[Run]) -> None:

@@ -14,6 +14,8 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
 - :func:`sign_flip_interval` / :func:`median_interval`: the intervals the two tests invert to, shown with
   the effect sizes (:func:`t_interval` remains for the tables' and figures' bands of a mean over seeds);
 - :func:`tost_p` / :func:`outside_p`: equivalence within ``±margin`` and its opposite, by sign tests;
+- :func:`stage_weights` / :func:`combined_p` / :func:`combined_interval`: seeds raised after a look, judged by
+  the inverse-normal combination of each stage's own one-sided test (docs/raised-seeds.md);
 - :func:`bh_adjust`: Benjamini–Hochberg adjusted p-values (q) across a family of claims;
 - :func:`seeds_for_power`, :func:`detectable_effect`, :func:`detectable_margin`: 80% power.
 """
@@ -251,6 +253,67 @@ def median_interval(differences: Sequence[float], level: float = 1 - ALPHA) -> t
         return -math.inf, math.inf
     j = below[-1]
     return float(d[j]), float(d[n - 1 - j])
+
+
+PLANNED_PAIRS = 20  # the most judged pairs the reproductions' --plan rule raises seeds to (issue 20): stage weights
+
+
+def stage_weights(sizes: Sequence[int], cap: int = PLANNED_PAIRS) -> list[float]:
+    """The inverse-normal weights of stages of ``sizes`` seeds (as designed, before their data): w_k² = n_k / cap
+    for every stage but the last, which gets what is left, 1 - Σ w_k². Each weight is known before its stage's
+    data, and the squares sum to 1 whatever the last stage's size: so the combination keeps its level however
+    the later stages' sizes were chosen from the earlier ones' data. A cap the earlier stages fill is an error.
+
+    >>> [round(w * w, 3) for w in stage_weights([5, 5, 5], cap=20)]
+    [0.25, 0.25, 0.5]
+    """
+    early = sum(sizes[:-1])
+    if not sizes or any(n < 0 for n in sizes) or early >= cap:
+        raise ValueError(f"stages of {list(sizes)} seeds leave no weight for the last one under a cap of {cap} pairs")
+    return [math.sqrt(n / cap) for n in sizes[:-1]] + [math.sqrt(1 - early / cap)]
+
+
+def combined_p(one_sided: Sequence[float | None], weights: Sequence[float]) -> float:
+    """The inverse-normal combination of stages' one-sided p-values: 1 - Φ(Σ w_k Φ⁻¹(1 - p_k)) (Lehmacher &
+    Wassmer 1999), the weights' squares summing to 1. Under the null each stage's p is at least uniform given
+    the stages before (the stages' seeds are independent runs), so the result is too. A stage without data
+    (``None``) counts as z = 0, which only lowers the level (the others' sum has variance below 1).
+
+    >>> round(combined_p([0.5, 0.5], [0.6, 0.8]), 6)
+    0.5
+    """
+    from scipy.special import ndtr, ndtri  # Φ and Φ⁻¹ (scipy.stats.norm's, without its overhead)
+
+    z = sum(w * (0.0 if p is None else -float(ndtri(p))) for p, w in zip(one_sided, weights))
+    return float(ndtr(-z))
+
+
+def combined_interval(greater: Callable[[float], float], less: Callable[[float], float], values: Sequence[float],
+                      level: float = 1 - ALPHA) -> tuple[float, float]:
+    """The interval a combination test inverts to: the shifts c that neither one-sided combined test rejects at
+    half of ``1 - level`` (``greater(c)``: the combined p of "the effect is above c", rising with c; ``less(c)``
+    the mirror). Each end found by bisection over the data's range widened by that range (an end no shift
+    reaches is infinite), so it holds 0 exactly when the two-sided combined p exceeds ``1 - level``."""
+    d = np.asarray(values, dtype=float)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return -math.inf, math.inf
+    span = float(d.max() - d.min()) or max(1.0, float(np.abs(d).max()))
+    far_low, far_high = float(d.min()) - span, float(d.max()) + span
+    half = (1 - level) / 2
+    resolution = max(1e-7 * span, 8 * float(np.spacing(float(np.abs(d).max()) + span)))
+
+    def edge(rejects: Callable[[float], bool], rejected: float, kept: float) -> float:
+        for _ in range(200):
+            if abs(kept - rejected) <= resolution:
+                break
+            middle = (kept + rejected) / 2
+            rejected, kept = (middle, kept) if rejects(middle) else (rejected, middle)
+        return kept
+
+    low = -math.inf if greater(far_low) > half else edge(lambda c: greater(c) <= half, far_low, far_high)
+    high = math.inf if less(far_high) > half else edge(lambda c: less(c) <= half, far_high, far_low)
+    return low, high
 
 
 def bh_adjust(p_values: Sequence[float]) -> list[float]:

@@ -14,7 +14,8 @@ those rows' verdicts allow (:func:`problems`), so that no sentence says more tha
 :func:`render` writes the sentences with their rows' numbers in the report's claims table and, from the
 rows themselves, their verdicts and q-values (for "could not tell": the smallest effect each row would have
 detected), so the numbers in the brackets cannot go stale; a sentence citing a row added after the runs had
-been seen, or a row whose seeds were raised after a look, says so in its brackets, as the row does.
+been seen, or a row whose seeds were raised after a look, says so in its brackets, as the row does. No sentence
+rests on a row whose seeds were raised after a look with its p not adjusted (no stages to combine).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaccel.errors import UserError
-from fedaccel.report.claims import labels
+from fedaccel.report.claims import COMBINED, RAISED, labels
 
 STRENGTHS = ("agrees", "disagrees", "no effect", "could not tell")
 NULL_WORDS = ("no effect", "not accelerate", "doesn't accelerate", "no faster", "not faster", "no slower",
@@ -78,6 +79,10 @@ def problems(opening: Opening, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             found.append(f"{where}: cites no claim row")
             continue
         verdicts = {row["verdict"] for row in mine}
+        unadjusted = [i + 1 for i in cited(finding, rows) if rows[i].get("seeds_raised") and not rows[i].get("stages")]
+        if unadjusted:
+            found.append(f"{where}: rests on row(s) {', '.join(map(str, unadjusted))}, whose seeds were raised after a "
+                         "look with p not adjusted (no stages to combine)")
         if NOT_RUN in verdicts:
             continue  # rendered as "not run yet", never as the finding (reproduce --only draws partial reports)
         lowered = finding.text.lower()
@@ -129,10 +134,14 @@ def render(opening: Opening, rows: Sequence[Mapping[str, Any]], fmt: Mapping[str
 
 def how_judged(rows: Sequence[Mapping[str, Any]]) -> str:
     """What a sentence's rows say of how they were judged (:func:`fedaccel.report.claims.labels`), once each:
-    "; added after the runs had been seen …; seeds raised after a look (from 5 to 15; from 5 to 13), …"."""
+    "; added after the runs had been seen …; seeds raised after a look (from 5 to 15; from 5 to 13): p combines …"."""
     post_hoc = any(row.get("post_hoc") for row in rows)
-    raised = list(dict.fromkeys(row["seeds_raised"] for row in rows if row.get("seeds_raised")))
-    said = labels({"post_hoc": post_hoc, "seeds_raised": "; ".join(raised)})
+    said = labels({"post_hoc": post_hoc})
+    for staged, words in ((True, COMBINED), (False, RAISED)):
+        raised = list(dict.fromkeys(row["seeds_raised"] for row in rows
+                                    if row.get("seeds_raised") and bool(row.get("stages")) == staged))
+        if raised:
+            said.append(words.format("; ".join(raised), *([""] if staged else [])))
     return "".join(f"; {label}" for label in said)
 
 

@@ -298,11 +298,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
 
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
     say(f"{paper} report: judging its {len(claims_module.CLAIMS)} claims")
-    judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning)
-                               for claim in claims_module.CLAIMS])
-    raised = getattr(claims_module, "RAISED", {})  # experiment -> how its seeds were raised after a look
-    for j in judgements:
-        j.raised = raised.get(j.claim.experiment, "") if j.seeds else ""
+    raised = getattr(claims_module, "RAISED", {})  # experiment -> its seeds raised after looks (claims.Raised)
+    judgements = judge_family([judge(claim, claim_runs(claim, runs_by_experiment), tuning,
+                                     raised.get(claim.experiment)) for claim in claims_module.CLAIMS])
     rows = [j.as_dict() for j in judgements]
     opening = getattr(claims_module, "OPENING", None)
     lines = [
