@@ -167,17 +167,18 @@ def test_one_client_sending_3e38_cannot_stop_a_simulation(tmp_path: Path) -> Non
     assert_finished_without_client_1(simulate(config, tmp_path / "huge", client_app=huge_app()), config)
 
 
-def assert_finished_without_client_1(path: Path, config: Any, rounds: int = 3) -> None:
+def assert_finished_without_client_1(path: Path, config: Any, rounds: int = 3, said: str = "") -> None:
     """Every round rejected client 1's upload by the norm bound and counted it; the run finished with the model
-    of the in-process rounds without client 1."""
+    of the in-process rounds without client 1. ``said``: what the run printed, shown when a check fails."""
     from test_gate import WithoutClient
 
     trained = rows(path)[1:]
-    assert [row["round"] for row in trained] == list(range(1, rounds + 1))
+    assert [row["round"] for row in trained] == list(range(1, rounds + 1)), said[-3000:]
     assert json.loads((path / "summary.json").read_text())["finished"]
     for row in trained:
-        assert row["uploaded"] == 2 and row["rejected"] == 1 and np.isfinite(row["test_loss"]), row
-        assert set(row["diag"]["rejected"]) == {"1"} and "run.norm_ceiling" in row["diag"]["rejected"]["1"]
+        shown = json.dumps({k: v for k, v in row.items() if k in ("round", "uploaded", "rejected", "diag")})[:3000]
+        assert row["uploaded"] == 2 and row["rejected"] == 1 and np.isfinite(row["test_loss"]), shown + said[-3000:]
+        assert set(row["diag"]["rejected"]) == {"1"} and "run.norm_ceiling" in row["diag"]["rejected"]["1"], shown
     setup = build_setup(config)
     state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
     for _ in range(rounds):
@@ -916,7 +917,7 @@ def test_one_client_sending_3e38_cannot_stop_a_deployment(tmp_path: Path, capsys
     run_dir, stream = run_prepared(tmp_path, capsys, overrides, nodes=3,
                                    own_code={1: str(Path(__file__).with_name("hostile_node.py"))})
     assert (run_dir / "metrics.jsonl").is_file(), stream[-2000:]
-    assert_finished_without_client_1(run_dir, load_config(None, [*overrides, "data.clients=3"]))
+    assert_finished_without_client_1(run_dir, load_config(None, [*overrides, "data.clients=3"]), said=stream)
     assert "Traceback" not in stream and not live_flower_processes(within=tmp_path)
 
 
