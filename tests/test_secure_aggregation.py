@@ -8,6 +8,7 @@ One round of FedAvg on digits, 3 clients, on Flower's simulation engine: a plain
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,23 @@ def test_recipes_whose_server_needs_only_the_mean_are_accepted(recipe: str) -> N
         [f"algorithm={recipe}"]
     config = load_config(None, [*TINY, *extra, SECURE])
     assert config.run.secure_aggregation["clipping_range"] == C
+
+
+@pytest.mark.slow
+def test_a_loopback_deployment_with_secagg_gives_the_plain_mean_within_the_bound(tmp_path: Path) -> None:
+    """`fedaccel deploy`: a real SuperLink and three SuperNode processes on 127.0.0.1, SecAgg+ between them."""
+    from fedaccel.cli import main
+
+    overrides = [*TINY[:-1], "run.timeout=120", SECURE]
+    argv = ["deploy", "--clients", "3", "--out", str(tmp_path / "deployed"), "--timeout", "400"]
+    for item in overrides:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    saved = load_checkpoint(tmp_path / "deployed")
+    assert saved is not None
+    w_plain, x, sizes = plain_round(build_setup(load_config(None, [*overrides, "run.runtime=flower-deployment"])),
+                                    [0, 1, 2])
+    error = np.abs(saved["state"].w.double().numpy() - w_plain.double().numpy())
+    assert (error <= bound(x, sizes) + 1e-6).all() and error.max() > 1e-5
+    rows = [json.loads(line) for line in (tmp_path / "deployed" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["uploaded"] == 3 and rows[-1]["diag"]["secure"] == {"summed": 3}, rows[-1]
