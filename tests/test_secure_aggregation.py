@@ -253,3 +253,22 @@ def test_a_loopback_deployment_with_secagg_gives_the_plain_mean_within_the_bound
     assert (error <= bound(x, sizes) + 1e-6).all() and error.max() > 1e-5
     rows = [json.loads(line) for line in (tmp_path / "deployed" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["uploaded"] == 3 and rows[-1]["diag"]["secure"] == {"summed": 3}, rows[-1]
+
+
+def test_a_client_never_answers_with_its_kept_delta_outside_secagg(monkeypatch) -> None:
+    """A FitIns asking for the kept update without SecAgg+'s configs (its mod never saw it) is refused: the
+    handler would otherwise answer with the delta unmasked."""
+    from flwr.common import FitIns, ndarrays_to_parameters
+    from flwr.compat.common import recorddict_compat as compat
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedaccel.flower.secure import WEIGHT
+
+    for name in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    context = Context(0, 0, {"partition-id": 0}, RecordDict(), {})
+    fedaccel_client.pack(torch.ones(3), into=context.state, prefix=fedaccel_client.KEPT)
+    ask = Message(compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters([]), {WEIGHT: 1}), True), 0, "train")
+    with pytest.raises(ValueError, match="outside SecAgg"):
+        secure_mod(ask, context, fedaccel_client.train)
+    assert fedaccel_client.KEPT + "packed" in context.state  # still kept, for the real masking stage

@@ -125,8 +125,13 @@ def integer_weights(coefficients: dict[int, float], sizes: dict[int, int]) -> di
 # --- the client side ---------------------------------------------------------------------------
 
 def masking_stage(message: Message) -> bool:
-    """Whether ``message`` is the workflow's masking stage (a legacy ``FitIns``), not fedaccel's train."""
-    return FIT_CONFIG in message.content.config_records
+    """Whether ``message`` is the workflow's masking stage (a legacy ``FitIns`` with SecAgg+'s configs,
+    which ``secaggplus_mod`` passes on), not fedaccel's train. A ``FitIns`` without them would have the
+    handler answer with its delta unmasked: it is refused."""
+    records = message.content.config_records
+    if FIT_CONFIG in records and RECORD_KEY_CONFIGS not in records:
+        raise ValueError("a request for the kept update outside SecAgg+: refused")
+    return FIT_CONFIG in records
 
 
 def fitres_content(delta: np.ndarray, message: Message) -> RecordDict:
