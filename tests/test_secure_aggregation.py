@@ -262,13 +262,14 @@ def test_a_client_never_answers_with_its_kept_delta_outside_secagg(monkeypatch) 
     from flwr.compat.common import recorddict_compat as compat
     from flwr.supercore.task_identity import TaskIdentity
 
-    from fedaccel.flower.secure import WEIGHT
+    from fedaccel.flower.secure import CLIP, RATIO, WEIGHT
 
     for name in ("_run_id", "_task_id", "_node_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
     context = Context(0, 0, {"partition-id": 0}, RecordDict(), {})
     fedaccel_client.pack(torch.ones(3), into=context.state, prefix=fedaccel_client.KEPT)
-    ask = Message(compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters([]), {WEIGHT: 1}), True), 0, "train")
+    fit = FitIns(ndarrays_to_parameters([]), {WEIGHT: 1, RATIO: 1.0, CLIP: 8.0})  # what the masking stage holds
+    ask = Message(compat.fitins_to_recorddict(fit, True), 0, "train")
     with pytest.raises(ValueError, match="outside SecAgg"):
         secure_mod(ask, context, fedaccel_client.train)
     assert fedaccel_client.KEPT + "packed" in context.state  # still kept, for the real masking stage
