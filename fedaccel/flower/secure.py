@@ -18,6 +18,7 @@ so the mean is the one the plain run computes, up to SecAgg+'s quantisation (doc
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -79,24 +80,27 @@ class OneRound(Strategy):
         return None
 
 
-class Exchanging:
-    """The grid as the workflow sees it: ``send_and_receive`` by fedaccel's :func:`exchange` (a pull
-    every 50 ms, not Flower's 3 s on a SuperLink), each stage waiting up to ``timeout`` s."""
+Exchange = Callable[[Any, list[Message], float], list[tuple[Message | None, float]]]
 
-    def __init__(self, grid: Any, timeout: float) -> None:
-        self.grid, self.timeout = grid, timeout
+
+class Exchanging:
+    """The grid as the workflow sees it: ``send_and_receive`` by the runtime's ``exchange``
+    (fedaccel.flower.server's: a pull every 50 ms, not Flower's 3 s on a SuperLink), each stage
+    waiting up to ``timeout`` s."""
+
+    def __init__(self, grid: Any, exchange: Exchange, timeout: float) -> None:
+        self.grid, self.exchange, self.timeout = grid, exchange, timeout
 
     def send_and_receive(self, messages: list[Message], *, timeout: float | None = None) -> list[Message]:
-        from fedaccel.flower.server import exchange
-
-        return [reply for reply, _ in exchange(self.grid, list(messages), self.timeout) if reply is not None]
+        return [reply for reply, _ in self.exchange(self.grid, list(messages), self.timeout) if reply is not None]
 
 
-def secure_mean(grid: Any, settings: SecureAggregation, weights: dict[int, int], round_: int,
+def secure_mean(grid: Any, exchange: Exchange, settings: SecureAggregation, weights: dict[int, int], round_: int,
                 timeout: float) -> OneRound:
     """Run SecAgg+ over the nodes of ``weights`` (node id -> integer weight n_i) for round ``round_``
-    (0-based); the returned strategy holds the weighted mean (None if the protocol halted: fewer
-    clients left than it needs), the nodes it sums and the failures."""
+    (0-based), its messages sent by ``exchange(grid, messages, timeout)``; the returned strategy holds
+    the weighted mean (None if the protocol halted: fewer clients left than it needs), the nodes it
+    sums and the failures."""
     run_id = 0  # the workflow reads neither the proxies' run nor the context's
     proxies = {node: GridClientProxy(node, grid, run_id) for node in weights}
     strategy = OneRound(proxies, weights, settings.clipping_range)
@@ -109,7 +113,7 @@ def secure_mean(grid: Any, settings: SecureAggregation, weights: dict[int, int],
         max_weight=float(max(weights.values())), clipping_range=settings.clipping_range,
         quantization_range=settings.quantization_range, modulus_range=settings.modulus_range, timeout=timeout,
     )
-    workflow(Exchanging(grid, timeout), context)  # type: ignore[arg-type]
+    workflow(Exchanging(grid, exchange, timeout), context)  # type: ignore[arg-type]
     return strategy
 
 

@@ -199,8 +199,8 @@ class FlowerClients:
         coefficients = {client: float(fold.coefficient(update)) for client, update in probe.items()}
         weights = integer_weights(coefficients, {i: len(federation.partition[i]) for i in coefficients})
         client_of = {self.nodes[client]: client for client in weights}
-        outcome = secure_mean(self.grid, self.secure, {self.nodes[c]: n for c, n in weights.items()}, round_,
-                              self.timeout)
+        outcome = secure_mean(self.grid, exchange, self.secure, {self.nodes[c]: n for c, n in weights.items()},
+                              round_, self.timeout)
         if outcome.mean is None:
             diag["secure"] = {"summed": 0, "halted": True}
             log(f"round {round_ + 1}: secure aggregation halted: too few of client(s) {sorted(weights)} took part "
