@@ -213,6 +213,7 @@ def test_too_many_dropouts_halt_secagg_and_leave_the_model(monkeypatch) -> None:
     (["algorithm=fedumf"], "chooses who uploads"),
     (["algorithm=grab-fedavg"], "adjusts"),
     (["algorithm.aggregate=median"], "median"),
+    (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0}"], "aggregates with dp"),  # clips each upload on the server
     (["eval.models=[broadcast, client_mean]"], "client_mean"),
     (["run.runtime=in-process"], "needs a Flower runtime"),
     (["run.runtime=stacked"], "needs a Flower runtime"),

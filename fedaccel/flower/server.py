@@ -201,6 +201,8 @@ class FlowerClients:
         client_of = {self.nodes[client]: client for client in weights}
         outcome = secure_mean(self.grid, exchange, self.secure, {self.nodes[c]: n for c, n in weights.items()},
                               round_, self.timeout)
+        for failure in outcome.failures:
+            log(f"round {round_ + 1}: secure aggregation: a client's error: {one_line(failure)}")
         if outcome.mean is None:
             diag["secure"] = {"summed": 0, "halted": True}
             log(f"round {round_ + 1}: secure aggregation halted: too few of client(s) {sorted(weights)} took part "
