@@ -178,6 +178,7 @@ def bound(x: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("overrides, silent", [
     ([], frozenset()),  # FedAvg, data-weighted
     (["algorithm=bherd", "algorithm.alpha=0.5"], frozenset()),  # its selection on the client
+    (["algorithm=fedavgm"], frozenset()),  # a server optimiser (momentum: linear in the step, so the bound holds)
     ([], frozenset({2})),  # client 2 drops out after sharing its keys: the others' sum, its masks removed
 ])
 def test_secagg_on_the_servers_code_path_gives_the_plain_mean_of_those_summed(overrides, silent, monkeypatch) -> None:
