@@ -201,6 +201,14 @@ def test_the_aggregators_coefficients_become_integer_weights() -> None:
     assert integer_weights({0: 1.0, 1: 1.0}, {0: 20, 1: 50}) == {0: 1, 1: 1}  # a uniform mean
 
 
+def test_a_sum_that_would_wrap_around_the_modulus_is_refused_in_one_line(monkeypatch) -> None:
+    from fedaccel.errors import UserError
+
+    wraps = "run.secure_aggregation={quantization_range: 2147483648, num_shares: 3, reconstruction_threshold: 2}"
+    with pytest.raises(UserError, match="3 clients' sum .* wraps around modulus_range 4294967296"):
+        secure_round([wraps], frozenset(), monkeypatch)
+
+
 def test_too_many_dropouts_halt_secagg_and_leave_the_model(monkeypatch) -> None:
     setup, state, _, report = secure_round([SECURE], frozenset({1, 2}), monkeypatch)
     assert report.diag["secure"] == {"summed": 0, "halted": True} and report.uploaded == 0

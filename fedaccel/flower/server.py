@@ -198,6 +198,11 @@ class FlowerClients:
                  for ctx in trained}  # the aggregator's coefficient c_i of each (p_i, or 1 for a uniform mean)
         coefficients = {client: float(fold.coefficient(update)) for client, update in probe.items()}
         weights = integer_weights(coefficients, {i: len(federation.partition[i]) for i in coefficients})
+        settings = self.secure
+        if len(weights) * settings.quantization_range >= settings.modulus_range:  # type: ignore[union-attr]
+            raise UserError(f"run.secure_aggregation: {len(weights)} clients' sum of values below quantization_range "
+                            f"{settings.quantization_range} wraps around modulus_range {settings.modulus_range}: "  # type: ignore[union-attr]
+                            "lower quantization_range")
         client_of = {self.nodes[client]: client for client in weights}
         outcome = secure_mean(self.grid, exchange, self.secure, {self.nodes[c]: n for c, n in weights.items()},
                               round_, self.timeout)
