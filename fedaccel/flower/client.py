@@ -37,6 +37,7 @@ from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.round import round_info, train_client
 from fedaccel.errors import UserError
 from fedaccel.flower.notices import quiet_notices
+from fedaccel.flower.secure import fitres_content, masking_stage, secure_mod
 from fedaccel.flower.wire import pack, unpack
 from fedaccel.runs.config import check_plugins, from_dict, parse_yaml
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain
@@ -46,6 +47,7 @@ STATE = "fedaccel.client."  # prefix of the client's part states in context.stat
 SHARED = "fedaccel.shared."  # prefix of the round's model and the parts' server states in a train message
 UPDATE = "fedaccel.update."  # prefix of an upload
 PLAN = "fedaccel.plan."  # prefix of a planning answer
+KEPT = "fedaccel.kept."  # prefix of a secure round's delta in context.state, until SecAgg+ masks it
 
 quiet_notices()  # in a simulation's Ray actor: no "Manually terminating ClientAppActor" as the run ends
 
@@ -171,17 +173,31 @@ def plan(message: Message, context: Context) -> Message:
     return Message(pack(answer, prefix=PLAN), reply_to=message)
 
 
-@app.train()
+@app.train(mods=[secure_mod])
 def train(message: Message, context: Context) -> Message:
+    if masking_stage(message):  # SecAgg+'s masking stage: the delta kept at this round's train, as a FitRes
+        return Message(fitres_content(kept_delta(context), message), reply_to=message)
     setup, ctx, w, server = _prepare(message, context)
     client_state = tuple(unpack(context.state, prefix=STATE))
     new_state, update = train_client(setup.algorithm, ctx, w, server, client_state, setup.federation)
     pack(new_state, into=context.state, prefix=STATE)
     save_states(context, setup, ctx.info.round + 1, new_state)
     reply = RecordDict()
-    if ctx.uploads:
+    if ctx.uploads and message.content["config"].get("secure", False):  # kept until SecAgg+ masks it
+        pack(update.delta, into=context.state, prefix=KEPT)
+    elif ctx.uploads:
         pack({"delta": update.delta, "extras": update.extras, "diag": update.diag}, into=reply, prefix=UPDATE)
     return Message(reply, reply_to=message)
+
+
+def kept_delta(context: Context) -> Any:
+    """The delta the secure round's train kept (taken: a repeated masking stage finds none)."""
+    if KEPT + "packed" not in context.state:
+        raise ValueError("no kept update: the masking stage came before this round's train")
+    delta = unpack(context.state, prefix=KEPT)
+    for key in [k for k in context.state if k.startswith(KEPT)]:
+        del context.state[key]
+    return delta.numpy()
 
 
 def shared_content(w: torch.Tensor, server: tuple[Any, ...]) -> RecordDict:
@@ -194,12 +210,13 @@ def plain_content(w: torch.Tensor) -> RecordDict:
     return RecordDict({"arrays": ArrayRecord({"w": Array(w.detach().numpy())})})
 
 
-def train_content(shared: RecordDict, ctx: ClientContext) -> RecordDict:
+def train_content(shared: RecordDict, ctx: ClientContext, secure: bool = False) -> RecordDict:
     """What the server sends one client with ``train`` and ``train.plan``: the round's shared
-    records (built once a round) and this client's instructions."""
+    records (built once a round) and this client's instructions; ``secure``: keep the upload for
+    SecAgg+ (:mod:`fedaccel.flower.secure`) and answer without it."""
     content = RecordDict(dict(shared.items()))
     content["config"] = ConfigRecord({
         "round": ctx.info.round, "steps": ctx.steps, "uploads": ctx.uploads,
-        "instructions": json.dumps(dict(ctx.instructions)),
+        "instructions": json.dumps(dict(ctx.instructions)), **({"secure": True} if secure else {}),
     })
     return content

@@ -60,6 +60,7 @@ from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config, plugin_note
 from fedaccel.runs.folder import CHECKPOINT
 from fedaccel.runs.loop import run_loop
+from fedaccel.runs.secure import parse_secure
 from fedaccel.runs.setup import Setup, build_setup
 from fedaccel.runs.stopping import STOP, Interrupted
 
@@ -75,9 +76,14 @@ class FlowerClients:
                  plain: frozenset[int] = frozenset()) -> None:
         self.grid, self.setup, self.nodes, self.timeout, self.plain = grid, setup, nodes, timeout, plain
         self.first_replies: list[float] = []  # seconds until the first reply, in the last exchanges
+        self.secure = parse_secure(setup.config.run.secure_aggregation)  # SecAgg+'s settings, or None
+        if self.secure is not None and plain:
+            raise UserError(f"run.secure_aggregation: client(s) {sorted(plain)} run a plain Flower ClientApp "
+                            "that keeps no update for SecAgg+; run fedaccel's ClientApp on every node")
 
     def _exchange(
-        self, message_type: str, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+        self, message_type: str, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...],
+        secure: bool = False,
     ) -> tuple[dict[int, Message], dict[str, Any]]:
         """Send to every context's client, wait up to the timeout; (answers by client, diag)."""
         clients = {ctx.client for ctx in contexts}
@@ -85,7 +91,7 @@ class FlowerClients:
                   else RecordDict())  # each built once; server state no client stage reads stays here
         model = plain_content(w) if clients & self.plain else RecordDict()
         messages = [
-            Message(train_content(model if ctx.client in self.plain else shared, ctx),
+            Message(train_content(model if ctx.client in self.plain else shared, ctx, secure),
                     self.nodes[ctx.client], message_type, group_id=str(ctx.info.round))
             for ctx in contexts
         ]
@@ -143,6 +149,8 @@ class FlowerClients:
     def train(
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        if self.secure is not None:
+            return self._secure_train(contexts, w, server)
         answers, diag = self._exchange("train", contexts, w, server)
         uploads: dict[int, dict[str, Any]] = {}
         for ctx in contexts:
@@ -169,6 +177,52 @@ class FlowerClients:
                 updates.append(ClientUpdate(ctx.client, weight, ctx.steps, upload["delta"], upload["extras"],
                                             upload["diag"]))
         return updates, diag
+
+    def _secure_train(
+        self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
+    ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        """The round with SecAgg+ (:mod:`fedaccel.flower.secure`): the clients train and keep their
+        uploads, then the workflow sums them; every summed client's update is their weighted mean (the
+        mean of identical updates is that mean, whatever the weights). The gate's per-upload checks
+        cannot run: the server never sees an upload (SecAgg+ clips each coordinate to its range instead)."""
+        from fedaccel.flower.secure import integer_weights, mean_of, secure_mean
+
+        answers, diag = self._exchange("train", contexts, w, server, secure=True)
+        trained = [ctx for ctx in contexts if ctx.client in answers and ctx.uploads]
+        if not trained:
+            return [], diag
+        federation, round_ = self.setup.federation, trained[0].info.round
+        _, part = self.setup.algorithm.single("aggregate")  # type: ignore[misc]
+        fold = part.aggregate_fold(trained[0].info, w)  # type: ignore[misc]
+        probe = {ctx.client: ClientUpdate(ctx.client, float(federation.weights[ctx.client]), ctx.steps, w[:0])
+                 for ctx in trained}  # the aggregator's coefficient c_i of each (p_i, or 1 for a uniform mean)
+        coefficients = {client: float(fold.coefficient(update)) for client, update in probe.items()}
+        weights = integer_weights(coefficients, {i: len(federation.partition[i]) for i in coefficients})
+        settings = self.secure
+        if len(weights) * settings.quantization_range >= settings.modulus_range:  # type: ignore[union-attr]
+            raise UserError(f"run.secure_aggregation: {len(weights)} clients' sum of values below quantization_range "
+                            f"{settings.quantization_range} wraps around modulus_range {settings.modulus_range}: "  # type: ignore[union-attr]
+                            "lower quantization_range")
+        client_of = {self.nodes[client]: client for client in weights}
+        outcome = secure_mean(self.grid, exchange, self.secure, {self.nodes[c]: n for c, n in weights.items()},
+                              round_, self.timeout)
+        for failure in outcome.failures:
+            log(f"round {round_ + 1}: secure aggregation: a client's error: {one_line(failure)}")
+        if outcome.mean is None:
+            diag["secure"] = {"summed": 0, "halted": True}
+            log(f"round {round_ + 1}: secure aggregation halted: too few of client(s) {sorted(weights)} took part "
+                "in every stage of SecAgg+ (reconstruction_threshold); the model stays")
+            return [], diag
+        summed = [client_of[node] for node in outcome.summed if node in client_of]
+        diag["secure"] = {"summed": len(summed)}
+        if dropped := sorted(set(weights) - set(summed)):
+            diag["lost"] = sorted({*diag.get("lost", []), *dropped})
+            log(f"round {round_ + 1}: secure aggregation without client(s) {dropped}: they dropped out during SecAgg+")
+        mean = torch.from_numpy(mean_of(outcome).reshape(w.shape)).to(w.dtype)  # type: ignore[union-attr]
+        # each summed client's update, as far as the server knows it: the round's mean (one tensor, shared);
+        # the aggregator's weighted mean of them is that mean, and uploaded and bytes_up count as in process
+        return [ClientUpdate(ctx.client, float(federation.weights[ctx.client]), ctx.steps, mean)
+                for ctx in trained if ctx.client in summed], diag
 
     def _out_of_bounds(self, uploads: dict[int, dict[str, Any]]) -> dict[int, str]:
         """The uploads that passed the gate but must not be aggregated, with the reason: a norm beyond

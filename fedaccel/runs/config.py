@@ -124,6 +124,7 @@ class RunConfig:
     on_divergence: str = "stop"  # a NaN/inf model or loss: stop (exit non-zero, last finite checkpoint kept) or continue
     norm_ratio: float | None = 100.0  # Flower runtimes: an upload whose norm is above this many times the median of the round's other uploads' is rejected; null: no such bound
     norm_ceiling: float | None = 1.0e6  # Flower runtimes: an upload (delta and extras) whose norm is above this is rejected; null: no ceiling
+    secure_aggregation: dict | None = None  # Flower runtimes: SecAgg+, the server sees only the round's weighted mean of the deltas; {} for its defaults or {clipping_range, quantization_range, modulus_range, num_shares, reconstruction_threshold}; null: off (docs: Secure aggregation)
 
 
 @dataclass
@@ -501,10 +502,22 @@ def validate(config: Config) -> None:
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
+    check_secure_aggregation(config)
     if config.run.runtime.startswith("flower") and config.run.device != "cpu":
         raise ConfigError(f"run.device {config.run.device}: the Flower runtimes run on the CPU; "
                           "use run.runtime=in-process for a GPU")
     del LocalOptions
+
+
+def check_secure_aggregation(config: Config) -> None:
+    """``run.secure_aggregation``'s settings, and whether the run may use it (one line if not)."""
+    from fedaccel.runs.secure import parse_secure, refusal
+
+    if parse_secure(config.run.secure_aggregation) is None:
+        return
+    reason = refusal(config.run.runtime, build_algorithm_from(config), list(config.eval.models))
+    if reason:
+        raise ConfigError(reason)
 
 
 def check_eval_models(models: list[Any]) -> None:
