@@ -209,6 +209,8 @@ def test_a_censored_rounds_claim_is_judged_on_its_own_restricted_differences() -
     from fedaccel.report.claims import numbers
 
     assert "restricted to the budget: never reached by 7 and 7 runs" in numbers(rounds)
+    # every run of both sides counted at the budget: no seed count would detect a difference (it said "0 rounds")
+    assert rounds.mde is None and "smallest" not in numbers(rounds) and loss.mde is None
 
 
 def test_an_equal_rounds_claim_pinned_at_the_budget_is_not_decided() -> None:

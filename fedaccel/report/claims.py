@@ -634,8 +634,8 @@ def minimum_detectable(j: Judgement) -> float | None:
     """The effect the claim's test detects with :data:`MDE_POWER` at its pairs and observed sd: a mean
     difference, a median beyond the margin, or for "equal" the margin it could show."""
     d = np.asarray(j.differences, dtype=float)
-    if d.size < 2:
-        return None
+    if d.size < 2 or (j.claim.measure.target is not None and min(j.censored) >= d.size):
+        return None  # every run of both sides counted at the budget: no seed count detects anything there
     sd = float(d.std(ddof=1))
     if j.claim.expect == "equal":
         return detectable_margin(sd, d.size, power=MDE_POWER)
