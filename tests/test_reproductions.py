@@ -23,7 +23,8 @@ MODULES = sorted(m.name for m in pkgutil.iter_modules(reproductions.__path__)  #
                  if hasattr(importlib.import_module(f"fedaccel.reproductions.{m.name}"), "CLAIMS"))
 EXPERIMENT_FILES = sorted(EXPERIMENTS.rglob("*.yaml"))
 # claims modules that are no paper's and so have no paper scale to mirror, and why
-QUICK_ONLY = {"field": "the field's baselines at each method's own quick setting; no paper sets a scale for them"}
+QUICK_ONLY = {"field": "the field's baselines at each method's own quick setting; no paper sets a scale for them",
+              "privacy": "issue 48's question at BHerd's quick setting; no paper sets a scale for it"}
 
 
 def _paper_folder(module: str) -> Path:
