@@ -41,6 +41,7 @@ from fedaccel.disk import refuse_planted_links, temp_name
 from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown, spelled
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
+from fedaccel.runs.names import values_named
 from fedaccel.runs.config import Config, check_name, from_dict, parse_overrides, read_yaml, set_path
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.folder import METRICS
@@ -281,7 +282,7 @@ def grid_cells(path: Path, grid: dict[str, list[Any]], base: dict[str, Any] | No
     first: dict[str, dict[str, Any]] = {}
     for name, (values, _) in zip(names, cells):
         if name in first:
-            raise ConfigError(f"{path}: grid cells {spelled(first[name], 100)} and {spelled(values, 100)} would "
+            raise ConfigError(f"{path}: grid cells {values_named(first[name])} and {values_named(values)} would "
                               f"share the folder {name!r}: give each cell values of its own")
         first[name] = values
     return [(name, raw_cell) for name, (_, raw_cell) in zip(names, cells)]
@@ -412,6 +413,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     own_report = report is None
     report = report or GridProgress(len(todo), bars=False if progress is False else None)
     report.experiment(experiment.name, len(experiment.cells))
+    report.name_cells(experiment.cells)
     for k, name in skipped:
         report.skip(k, name)
     try:

@@ -140,7 +140,15 @@ class Config:
 
     @property
     def label(self) -> str:
+        """What a run's own folder starts with (``fedavg-s0-...``): its name, else its algorithm's name."""
         return self.name or str(self.algorithm["name"])
+
+    @property
+    def display_name(self) -> str:
+        """What progress lines, tables and legends call the run (`fedaccel.runs.names.display_name`)."""
+        from fedaccel.runs.names import display_name
+
+        return display_name({"name": self.name, "algorithm": self.algorithm})
 
 
 ON_DIVERGENCE = ("stop", "continue")

@@ -143,7 +143,7 @@ def run_loop(
                 f"{federation.n_clients} clients")
         tqdm.write(run_line(config, path, state.round, what, f"runtime {shown}, device {federation.device}, "
                             f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
-    bar = progress_bar(rounds, state.round, config.label, show)
+    bar = progress_bar(rounds, state.round, config.display_name, show)
     checkpointed = state.round
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
@@ -309,7 +309,7 @@ def _last_round(metrics: Path) -> int | None:
 
 def run_line(config: Config, path: Path, done: int, what: str, how: str) -> str:
     """The first line a run prints: what runs, which rounds, where to, and how."""
-    return f"{config.label}: {what}, rounds {done + 1}-{config.train.rounds} -> {path} [{how}]"
+    return f"{config.display_name}: {what}, rounds {done + 1}-{config.train.rounds} -> {path} [{how}]"
 
 
 def _event_log(config: Config, path: Path, start_round: int) -> Any:
