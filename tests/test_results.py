@@ -441,7 +441,7 @@ def test_targets_are_dotted_labelled_lines_on_the_accuracy_panel(tmp_path):
     ax = _panel(fig, "test accuracy")
     dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
     assert sorted(line.get_ydata()[0] for line in dotted) == [0.93, 0.95]  # 0.99: no curve gets there
-    assert {t.get_text() for t in ax.texts} == {"0.93", "0.95"}
+    assert {t.get_text() for a in ax.artists for t in a.get_children()} == {"0.93", "0.95"}  # TargetLabels
     lo, hi = ax.get_ylim()
     assert lo < 0.93 and 0.95 < hi
     assert not [line for line in _panel(fig, "test loss").lines if line.get_linestyle() == ":"]

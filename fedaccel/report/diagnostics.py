@@ -150,19 +150,35 @@ def per_client_figure(run_dirs: list[str | Path], key: str, title: str = "") -> 
 
 def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
     """A per-round server diagnostic (e.g. the entropy of the local-step distribution)."""
+    from fedaccel.report.figures import grid_palette
+    from fedaccel.runs.names import display_name
+
     fig, axes = _figure(1, width=6.0, height=4.0)
     ax = axes[0]
-    for run_dir in run_dirs:
+    configs = [_config(run_dir) for run_dir in run_dirs]
+    palette = grid_palette(configs)  # each method in its colour (fedaccel.report.colors)
+    names = [display_name(config, Path(run_dir).name) for config, run_dir in zip(configs, run_dirs)]
+    for run_dir, config, name in zip(run_dirs, configs, names):
         rows = [r for r in read_diagnostics(run_dir) if isinstance(r.get(key), (int, float))]
         if not rows:
             raise UserError(f"{run_dir}: no '{key}' recorded")
-        ax.plot([r["round"] for r in rows], [r[key] for r in rows], label=Path(run_dir).name)
+        label = name if names.count(name) == 1 else f"{name} ({Path(run_dir).name})"
+        ax.plot([r["round"] for r in rows], [r[key] for r in rows], label=label, color=palette.color(config))
     ax.set_xlabel("round")
     ax.set_ylabel(key)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.suptitle(title or key)
     return fig
+
+
+def _config(run_dir: str | Path) -> dict[str, Any]:
+    """A run folder's config (``{}`` where it has none readable: the line is drawn in a fallback colour)."""
+    try:
+        config = read_yaml(Path(run_dir) / "config.yaml")
+    except (UserError, OSError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Path:
