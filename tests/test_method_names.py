@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedaccel.runs.names import display_name, method_name, value_name, values_named
+from fedaccel.runs.names import display_name, family_name, method_name, value_name, values_named
 
 
 def test_a_method_is_its_name_its_options_then_its_parts() -> None:
@@ -18,6 +18,8 @@ def test_a_method_is_its_name_its_options_then_its_parts() -> None:
     assert method_name({"name": "fedavg", "server_opt": {"name": "adam", "lr": 0.1}}) == "fedavg + adam lr=0.1"
     assert method_name({"name": "fedavg", "aggregate": "median", "server_opt": "avgm"}) == "fedavg + median + avgm"
     assert method_name({"name": "bherd", "alpha": 1.0, "server_opt": None}) == "bherd alpha=1.0"
+    assert method_name({"name": "fedavg", "dp": {"noise": 1.0, "clip": 0.08}}) == "fedavg + dp clip=0.08 noise=1.0"
+    assert family_name({"algorithm": {"name": "bherd", "alpha": 0.5, "dp": {"clip": 0.1}}}) == "bherd + dp"
     assert display_name({"name": "mine", "algorithm": "fedavg"}) == "mine"  # a config's own name wins
     assert display_name({"algorithm": {}}, "folder") == "folder"
 

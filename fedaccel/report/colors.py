@@ -45,8 +45,9 @@ METHOD_COLORS: dict[str, str] = {
 }
 
 #: Colours of other names (plugins, compositions), none of them a built-in method's.
-FALLBACK_COLORS: tuple[str, ...] = ("#d95f02", "#7570b3", "#e7298a", "#a6761d", "#31a354", "#3182bd",
-                                    "#756bb1", "#636363", "#fd8d3c", "#74c476", "#9e9ac8", "#6baed6")
+FALLBACK_COLORS: tuple[str, ...] = ("#7570b3", "#e7298a", "#a6761d", "#1a1a1a", "#00a087", "#3c5488",
+                                    "#f39b7f", "#8491b4", "#91d1c2", "#b09c85", "#6a3d9a", "#b15928")
+
 
 #: How far each further setting of one family is shaded: towards black (< 0) or white (> 0).
 SHADES: tuple[float, ...] = (0.0, -0.4, 0.45, -0.65, 0.7, -0.2, 0.25, -0.8, 0.85)

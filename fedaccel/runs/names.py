@@ -2,8 +2,9 @@
 ``judge`` and error lines call it.
 
 ``bherd`` is ``bherd``; ``{name: bherd, alpha: 0.5}`` is ``bherd alpha=0.5``; a part composed onto a
-method (``server_opt``, ``aggregate``, any option spelled ``{name: ...}``) follows it after ``+`` with its
-own options: ``{name: fedavg, server_opt: {name: adam, lr: 0.1}}`` is ``fedavg + adam lr=0.1``. Options
+method (``server_opt``, ``aggregate``, any option spelled as a mapping) follows it after ``+`` with its
+own options: ``{name: fedavg, server_opt: {name: adam, lr: 0.1}}`` is ``fedavg + adam lr=0.1``, and
+``{name: fedavg, dp: {clip: 0.08}}`` (a mapping without a name: by its key) is ``fedavg + dp clip=0.08``. Options
 come in key order, so two spellings of one setting are one name. The name shows what the config spells,
 not the method's defaults: ``bherd`` and ``bherd alpha=0.5`` are two names, as they are two groups of runs.
 
@@ -30,17 +31,7 @@ def method_name(algorithm: Any) -> str:
     """The display name of an ``algorithm`` config entry (a name or ``{name: ..., option: value}``)."""
     if not isinstance(algorithm, Mapping):
         return _value(algorithm)
-    head = [_value(algorithm.get("name", "?"))]
-    parts = []
-    for key in sorted((k for k in algorithm if k != "name"), key=str):
-        value = algorithm[key]
-        if value is None:  # an option set to none (server_opt: null): no part, no option
-            continue
-        if _is_part(key, value):
-            parts.append(method_name(value))
-        else:
-            head.append(f"{key}={_value(value)}")
-    return " + ".join([" ".join(head), *parts])
+    return _named(algorithm.get("name", "?"), algorithm, True)
 
 
 def display_name(config: Mapping[str, Any], fallback: str = "") -> str:
@@ -85,13 +76,24 @@ def values_named(values: Mapping[str, Any]) -> str:
 def _family(algorithm: Any) -> str:
     if not isinstance(algorithm, Mapping):
         return _value(algorithm)
-    parts = [_family(algorithm[k]) for k in sorted((k for k in algorithm if k != "name"), key=str)
-             if algorithm[k] is not None and _is_part(k, algorithm[k])]
-    return " + ".join([_value(algorithm.get("name", "?")), *parts])
+    return _named(algorithm.get("name", "?"), algorithm, False)
 
 
-def _is_part(key: Any, value: Any) -> bool:
-    return key in PART_KEYS and isinstance(value, str) or isinstance(value, Mapping) and "name" in value
+def _named(head: Any, mapping: Mapping[str, Any], options: bool) -> str:
+    """``head`` with the ``options`` of ``mapping`` (if asked), then its parts after ``+``: every option that is a
+    mapping (named by its ``name``, else by its key: ``dp clip=0.08``) and a part key spelled by a bare name."""
+    words, parts = [_value(head)], []
+    for key in sorted((k for k in mapping if k != "name"), key=str):
+        value = mapping[key]
+        if value is None:  # an option set to none (server_opt: null): no part, no option
+            continue
+        if isinstance(value, Mapping):
+            parts.append(_named(value.get("name", key), value, options))
+        elif key in PART_KEYS and isinstance(value, str):
+            parts.append(_value(value))
+        elif options:
+            words.append(f"{key}={_value(value)}")
+    return " + ".join([" ".join(words), *parts])
 
 
 def _value(value: Any) -> str:
