@@ -79,7 +79,7 @@ class TrainConfig:
     participation: list[list[int]] | None = None
     sampling: str = "fixed"  # fixed: round(C N) clients a round; bernoulli: each client joins with probability C
     # local work per selected client per round: fixed (E), uniform {min_epochs, max_epochs},
-    # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms.md "Systems heterogeneity")
+    # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms/fedavg.md "Systems heterogeneity")
     local_work: dict[str, Any] = named("fixed")
     partial_work: str = "auto"  # stragglers' updates: auto (the recipe's reference), drop or keep
 

@@ -65,7 +65,7 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
 
 #: On a CPU, per kernel kind (:func:`fedaccel.engine.stacked.kernel_kind`): stacked from this many clients a
 #: round, at batch sizes in this range; in process otherwise. Fitted to benchmarks/stacked.py's grid on the
-#: 2-core CPU (docs/architecture.md "Choosing the runtime"): the closed-form SVM step is dominated by per-client
+#: 2-core CPU (docs/architecture/client-side.md "Choosing the runtime"): the closed-form SVM step is dominated by per-client
 #: overhead until its batch grows; since the 2NN and softmax step through the fused chain in process too
 #: (fedaccel.models.chain), their per-client matmuls beat the batched ones at every K and batch measured
 #: (5 to 100 clients, batch 10 to 100: in process 0.74-0.91 of stacked's time); torch.func models (the CNN) never gained.
