@@ -62,3 +62,31 @@ def test_settings_of_one_method_are_shades_of_its_colour_the_first_its_own() -> 
     assert colours[0] == METHOD_COLORS["bherd"] and len(set(colours)) == 5
     assert colours[1] == shade(METHOD_COLORS["bherd"], -0.4) and colours[4] == METHOD_COLORS["fedavg"]
     assert shade("#808080", 0.5) == "#c0c0c0" and shade("#808080", -0.5) == "#404040"
+
+
+def test_a_diagnostics_figure_names_and_colours_each_run_by_its_method(tmp_path: Path) -> None:
+    """The scalar diagnostics (entropy, estimate error) drew each run in the colour cycle's next colour, labelled by
+    its folder name: now its method's colour and name, then what tells two runs of one method apart."""
+    import json
+
+    import yaml
+
+    from fedaccel.report.diagnostics import scalar_figure
+
+    folders = []
+    for name, algorithm, split in (("a", "fedavg", "iid"), ("b", {"name": "bherd", "alpha": 0.5}, "iid"),
+                                   ("c", {"name": "bherd", "alpha": 0.5}, "case2")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.yaml").write_text(yaml.safe_dump({"algorithm": algorithm, "data": {"split": split},
+                                                            "train": {"rounds": 3}, "run": {"seed": 0}}))
+        (folder / "diagnostics.jsonl").write_text("".join(json.dumps({"round": r, "entropy": 1.0 + r}) + "\n"
+                                                          for r in range(1, 4)))
+        folders.append(folder)
+    ax = scalar_figure(folders, "entropy").axes[0]
+    from matplotlib.colors import to_hex
+
+    drawn = {line.get_label(): (to_hex(line.get_color()), line.get_linestyle()) for line in ax.get_lines()}
+    assert drawn == {"fedavg split=iid": (METHOD_COLORS["fedavg"], "-"),
+                     "bherd alpha=0.5 split=iid": (METHOD_COLORS["bherd"], "--"),
+                     "bherd alpha=0.5 split=case2": (METHOD_COLORS["bherd"], ":")}
