@@ -161,7 +161,7 @@ def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
     configs = [_config(run_dir) for run_dir in run_dirs]
     palette = grid_palette(configs)  # each method in its colour (fedaccel.report.colors)
     runs = [Run(Path(run_dir), config, []) for run_dir, config in zip(run_dirs, configs)]
-    labels = legend_labels([(run.label, [run]) for run in runs])  # the method's name, then what tells runs apart
+    labels = legend_labels([(run.label, [run]) for run in runs], limit=64)  # the method's name, then what differs
     for k, (run_dir, config, label) in enumerate(zip(run_dirs, configs, labels)):
         rows = [r for r in read_diagnostics(run_dir) if isinstance(r.get(key), (int, float))]
         if not rows:
