@@ -45,7 +45,7 @@ METHOD_COLORS: dict[str, str] = {
 }
 
 #: Colours of other names (plugins, compositions), none of them a built-in method's.
-FALLBACK_COLORS: tuple[str, ...] = ("#7570b3", "#e7298a", "#a6761d", "#1a1a1a", "#00a087", "#3c5488",
+FALLBACK_COLORS: tuple[str, ...] = ("#7570b3", "#e7298a", "#a6761d", "#5f9ea0", "#00a087", "#3c5488",
                                     "#f39b7f", "#8491b4", "#91d1c2", "#b09c85", "#6a3d9a", "#b15928")
 
 
