@@ -104,7 +104,7 @@ def train(
     the order given, cut into consecutive batches), last_batch (``"drop"`` or ``"partial"``) and participation (the clients selected in each round,
     e.g. ``[[0, 1], [2, 3]]``; round t uses entry (t - 1) mod its length); sampling, local_work and
     partial_work for systems heterogeneity (``local_work={"name": "uniform", "max_epochs": 5}``;
-    docs/algorithms.md "Systems heterogeneity").
+    docs/algorithms/fedavg.md "Systems heterogeneity").
 
     A run folder is written to ``run_dir`` (default: a new one under ``runs/api``). A folder that
     holds a run already is refused, unless ``resume=True``: then its run continues from the last

@@ -252,7 +252,7 @@ def test_numbers_name_only_what_differs_and_the_speed_up() -> None:
     text = numbers(judge(claim, runs))
     # five seeds: the sign-flip test's smallest p is 2/32 > 0.05, so its interval is unbounded (a t interval
     # printed [-2, -2] here, beside a p that rejects nothing)
-    assert text.startswith("mean gsnr 2 vs gsnr plan random 4; mean a − b = -2 [too few seeds for a 95% interval], "
+    assert text.startswith("mean gsnr samples=64 2 vs gsnr plan=random samples=64 4; mean a − b = -2 [too few seeds for a 95% interval], "
                            "p = 0.0625, "
                            "q = 0.0625, 5/5 seeds the claimed way; speed-up 2.00×")
 

@@ -55,8 +55,9 @@ def test_a_method_has_one_colour_whichever_runs_a_figure_shows() -> None:
     palette = grid_palette(cells)
     assert list(palette.keys) == [method_of(c) for c in cells[::4]]
     colours = palette.colors()
-    assert list(colours.values()) == ["#1f77b4", "#ff7f0e", "#2ca02c"]  # tab10, in grid order
-    assert {palette.color(c) for c in cells if c["algorithm"]["name"] == "fedprox"} == {"#2ca02c"}
+    assert list(colours.values()) == ["#9467bd", "#1f77b4", "#8c564b"]  # each method's own, whatever the grid order
+    assert {palette.color(c) for c in cells if c["algorithm"]["name"] == "fedprox"} == {"#8c564b"}
+    assert grid_palette(cells[::-1]).colors() == colours  # another order, the same colours
     bherd = [{"algorithm": {"name": "bherd", "alpha": a}} for a in (0.5, 0.1)]  # hyperparameters: methods of their own
     assert len(set(map(grid_palette(bherd).color, bherd))) == 2
     one = [{"algorithm": {"name": "fedavg"}, "train": {"lr": lr}, "data": {"split": sp}}

@@ -26,14 +26,14 @@ def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Pa
     run_experiment(load_experiment(path), progress=False)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "== experiment tiny: 2 cells =="
-    assert re.fullmatch(r"\[tiny 1/2\] run\.seed=0: running \(0/2 cells done, \d+ s\)", err[1]), err
-    assert re.fullmatch(r"\[tiny 1/2\] run\.seed=0: done \(1/2 cells done, \d+ s, about \d+ s left\)", err[2]), err
-    assert err[3].startswith("[tiny 2/2] run.seed=1: running (1/2 cells done, ")
-    assert err[4].startswith("[tiny 2/2] run.seed=1: done (2/2 cells done, ") and err[4].endswith(", about 0 s left)")
+    assert re.fullmatch(r"\[tiny 1/2\] fedavg in run\.seed=0: running \(0/2 cells done, \d+ s\)", err[1]), err
+    assert re.fullmatch(r"\[tiny 1/2\] fedavg in run\.seed=0: done \(1/2 cells done, \d+ s, about \d+ s left\)", err[2]), err
+    assert err[3].startswith("[tiny 2/2] fedavg in run.seed=1: running (1/2 cells done, ")
+    assert err[4].startswith("[tiny 2/2] fedavg in run.seed=1: done (2/2 cells done, ") and err[4].endswith(", about 0 s left)")
 
     run_experiment(load_experiment(path), progress=False)
-    assert capsys.readouterr().err.splitlines()[1:] == ["[tiny 1/2] run.seed=0: finished earlier, skipped",
-                                                        "[tiny 2/2] run.seed=1: finished earlier, skipped"]
+    assert capsys.readouterr().err.splitlines()[1:] == ["[tiny 1/2] fedavg in run.seed=0: finished earlier, skipped",
+                                                        "[tiny 2/2] fedavg in run.seed=1: finished earlier, skipped"]
 
 
 def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:
@@ -91,10 +91,10 @@ def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_p
     reproduce_module.reproduce("bherd", out_root=tmp_path / "runs", docs=tmp_path / "docs", progress=False)
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("==", "["))]
     assert err[0] == "== experiment first (1/2): 1 cell =="
-    assert err[1].startswith("[first 1/1] run.seed=0: running (0/2 cells done, ")
-    assert err[2].startswith("[first 1/1] run.seed=0: done (1/2 cells done, ") and "left)" in err[2]
+    assert err[1].startswith("[first 1/1] fedavg in run.seed=0: running (0/2 cells done, ")
+    assert err[2].startswith("[first 1/1] fedavg in run.seed=0: done (1/2 cells done, ") and "left)" in err[2]
     assert err[3] == "== experiment second (2/2): 1 cell =="
-    assert err[4].startswith("[second 1/1] run.seed=0: running (1/2 cells done, ")
+    assert err[4].startswith("[second 1/1] fedavg in run.seed=0: running (1/2 cells done, ")
 
 
 def test_in_a_log_a_grid_prints_its_cells_lines_and_no_bar(tmp_path: Path, capsys) -> None:
@@ -109,7 +109,7 @@ def test_in_a_log_a_grid_prints_its_cells_lines_and_no_bar(tmp_path: Path, capsy
     assert "\r" not in err
     lines = err.splitlines()
     assert lines[0] == "== experiment tiny: 2 cells ==" and len(lines) == 1 + 2 * 2, lines
-    assert all(re.match(r"\[tiny [12]/2\] algorithm=fedprox|\[tiny [12]/2\] algorithm=fedavg", line) for line in lines[1:])
+    assert all(re.match(r"\[tiny [12]/2\] fedprox in algorithm=fedprox|\[tiny [12]/2\] fedavg in algorithm=fedavg", line) for line in lines[1:])
 
 
 def test_round_lines_come_every_half_minute_at_most() -> None:

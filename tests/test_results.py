@@ -202,7 +202,7 @@ def test_group_runs_by_seed_in_order_of_appearance(experiment):
     names = ["fedavg-s0", "fast-s0", "fedavg-s1", "fast-s1"]
     runs = load_runs([experiment / n for n in names])
     groups = group_runs(runs)
-    assert [label for label, _ in groups] == ["fedavg", "fast"]
+    assert [label for label, _ in groups] == ["fedavg", "fast mu=0.1"]
     assert [[r.path.name for r in g] for _, g in groups] == [
         ["fedavg-s0", "fedavg-s1"],
         ["fast-s0", "fast-s1"],
@@ -220,8 +220,8 @@ def test_shared_labels_are_disambiguated_by_differing_values(tmp_path):
     assert labels == [
         "fedavg (data.split=case1)",
         "fedavg (data.split=case2)",
-        "fedprox (algorithm.mu=0.01)",
-        "fedprox (algorithm.mu=0.1)",
+        "fedprox mu=0.01",  # the options the config spells are part of the method's name
+        "fedprox mu=0.1",
         "fedprox",  # mu unset: the default, not named
     ]
 
@@ -253,7 +253,7 @@ def test_series_uses_rounds_common_to_all_runs(tmp_path):
 
 def test_rounds_to_target(experiment):
     groups = group_runs(load_runs(experiment))  # folders in name order: fast-s*, fedavg-s*
-    fedavg, fast = dict(groups)["fedavg"], dict(groups)["fast"]
+    fedavg, fast = dict(groups)["fedavg"], dict(groups)["fast mu=0.1"]
     # single runs
     assert rounds_to_target(fedavg[0], 0.5) == 3.0
     assert rounds_to_target(fedavg[1], 0.3) == 1.0
@@ -288,7 +288,7 @@ def test_compare_table_speedups(experiment):
     assert len(lines) == 6  # header, separator, two groups, a blank line and the note on rounds
     assert lines[-1].startswith("Rounds to a target: each seed's interpolated crossing")
     rows = _rows(table)
-    fedavg, fast = rows["fedavg (baseline)"], rows["fast"]
+    fedavg, fast = rows["fedavg (baseline)"], rows["fast mu=0.1"]
     assert fedavg[1] == fast[1] == "2"
     # best (mean over seeds of each seed's best) and final (each seed's mean of its last 3 evaluations, as the
     # claims measure it): mean ± std over seeds. FedAvg (.5+.6+.7)/3 = .6 and (.5+.6+.9)/3 = .6667
@@ -305,10 +305,10 @@ def test_compare_table_speedups(experiment):
 
 def test_compare_table_baseline_choice(experiment):
     runs = load_runs(experiment)
-    rows = _rows(compare_table(runs, targets=[0.5], baseline="fast"))
-    assert rows["fast (baseline)"][4:] == ["1", "1.00×"]
+    rows = _rows(compare_table(runs, targets=[0.5], baseline="fast mu=0.1"))
+    assert rows["fast mu=0.1 (baseline)"][4:] == ["1", "1.00×"]
     assert rows["fedavg"][4:] == ["3", "0.33× ≈"]
-    with pytest.raises(UserError, match=r"unknown baseline 'scaffold'.*'fast', 'fedavg'"):
+    with pytest.raises(UserError, match=r"unknown baseline 'scaffold'.*'fast mu=0.1', 'fedavg'"):
         compare_table(runs, targets=[0.5], baseline="scaffold")
 
 
@@ -335,12 +335,13 @@ def test_each_row_is_measured_against_the_baseline_of_its_own_split(tmp_path):
         rows = _rows(compare_table(runs, targets=[0.5], baseline=baseline))
         assert rows["fedavg (data.split=case1) (baseline)"][4:] == ["4", "1.00×"]
         assert rows["fedavg (data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
-        assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00× ≈"]
-        assert rows["bherd (algorithm.alpha=0.5, data.split=case2)"][4:] == ["1", "2.00× ≈"]
+        assert rows["bherd alpha=0.5 (data.split=case1)"][4:] == ["2", "2.00× ≈"]
+        assert rows["bherd alpha=0.5 (data.split=case2)"][4:] == ["1", "2.00× ≈"]
     # a baseline named by some of its distinguishing values: one per split
-    rows = _rows(compare_table(runs, targets=[0.5], baseline="bherd (algorithm.alpha=1.0)"))
-    assert rows["bherd (algorithm.alpha=1.0, data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
-    assert rows["bherd (algorithm.alpha=0.5, data.split=case1)"][4:] == ["2", "2.00× ≈"]
+    for named in ("bherd (algorithm.alpha=1.0)", "bherd alpha=1.0"):  # as files spelled it before, and its name
+        rows = _rows(compare_table(runs, targets=[0.5], baseline=named))
+        assert rows["bherd alpha=1.0 (data.split=case2) (baseline)"][4:] == ["2", "1.00×"]
+    assert rows["bherd alpha=0.5 (data.split=case1)"][4:] == ["2", "2.00× ≈"]
     assert rows["fedavg (data.split=case2)"][4:] == ["2", "1.00× ≈"]
     with pytest.raises(UserError, match="unknown baseline 'bherd \\(algorithm.alpha=0.7\\)'"):
         compare_table(runs, targets=[0.5], baseline="bherd (algorithm.alpha=0.7)")
@@ -363,7 +364,7 @@ def test_figure_has_one_panel_per_metric(experiment):
     assert acc_ax.get_xlabel() == "round"
     assert acc_ax.get_ylabel() == "test accuracy"
     legend = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend, below the panels
-    assert legend[:2] == ["fast", "fedavg"] and legend[2].startswith("band: 95% CI")
+    assert legend[:2] == ["fast mu=0.1", "fedavg"] and legend[2].startswith("band: 95% CI")
     assert len(acc_ax.lines) == 2
     assert len(acc_ax.collections) == 2  # one std band per multi-seed group
     fig = _make_figure(runs[:1], ["test_acc", "test_loss", "train_loss"])
@@ -440,7 +441,7 @@ def test_targets_are_dotted_labelled_lines_on_the_accuracy_panel(tmp_path):
     ax = _panel(fig, "test accuracy")
     dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
     assert sorted(line.get_ydata()[0] for line in dotted) == [0.93, 0.95]  # 0.99: no curve gets there
-    assert {t.get_text() for t in ax.texts} == {"0.93", "0.95"}
+    assert {t.get_text() for a in ax.artists for t in a.get_children()} == {"0.93", "0.95"}  # TargetLabels
     lo, hi = ax.get_ylim()
     assert lo < 0.93 and 0.95 < hi
     assert not [line for line in _panel(fig, "test loss").lines if line.get_linestyle() == ":"]
@@ -474,7 +475,7 @@ def test_overlapping_curves_stay_visible_in_a_documented_order(tmp_path):
     runs = runs + load_runs(tmp_path / "e" / "c")
     fig = _make_figure(runs, ["test_acc"])
     lines = _curve_lines(_panel(fig, "test accuracy"))
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["fedavg", "bherd", "scaffold"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["fedavg", "bherd alpha=0.5", "scaffold"]
     widths = [line.get_linewidth() for line in lines]
     orders = [line.get_zorder() for line in lines]
     assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3
@@ -592,8 +593,8 @@ def test_labels_name_the_composed_robust_rule_and_server_optimiser() -> None:
             run("adam3", 0, server_opt={"name": "adam", "lr": 0.03}), run("krum", 0, aggregate={"name": "krum", "f": 3}),
             run("median-avgm", 0, aggregate="median", server_opt={"name": "avgm", "lr": 1.0})]
     assert [label for label, _ in group_runs(runs)] == [
-        "fedavg", "fedavg + adam (algorithm.server_opt.lr=0.01)", "fedavg + adam (algorithm.server_opt.lr=0.03)",
-        "fedavg + krum", "fedavg + median + avgm"]
+        "fedavg", "fedavg + adam lr=0.01", "fedavg + adam lr=0.03",
+        "fedavg + krum f=3", "fedavg + median + avgm lr=1.0"]
 
 
 def test_rounds_under_one_keep_two_decimals_so_they_match_their_speed_up() -> None:

@@ -132,7 +132,7 @@ def test_identity_server_sgd_leaves_every_method_as_it_is(name: str) -> None:
 
 def test_fednova_gmf_is_server_momentum_on_fednovas_step() -> None:
     """With a constant learning rate FedNova's reference momentum (buf = gmf buf + D/eta, w - eta buf) is
-    FedAvgM's m = beta m + Delta, w + m on FedNova's step (docs/algorithms.md "Server optimisers")."""
+    FedAvgM's m = beta m + Delta, w + m on FedNova's step (docs/algorithms/server.md "Server optimisers")."""
     got = run(build_algorithm("fednova", server_opt={"name": "avgm", "momentum": 0.6}))
     torch.testing.assert_close(got, run(build_algorithm("fednova", gmf=0.6)), atol=1e-6, rtol=0)
 

@@ -14,7 +14,7 @@ training, with ``Delta_i = theta_i - w``:
 - server: ``G += (1/N) sum_{i in S_t} w~_i dG_i`` and
   ``w_next = (aggregate of the uploaded theta_i) + (1/N) sum_{all N} h_i``.
 
-Choices (also in ``docs/algorithms.md``):
+Choices (also in ``docs/algorithms/fedumf.md``):
 
 - As in the reference: the drift mean is over all N clients (never-selected ones count as zero);
   the G update sums over the uploading clients only and divides by N; its client weights are

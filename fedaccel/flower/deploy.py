@@ -470,7 +470,7 @@ def deploy(
         print(run_line(config, run_dir, done, what, 'runtime flower-deployment' + (', TLS' if tls else '')),
               file=sys.stderr, flush=True)
         print(f"starting SuperLink and {n} SuperNodes", file=sys.stderr, flush=True)
-    bar = progress_bar(config.train.rounds, done, config.label, show)
+    bar = progress_bar(config.train.rounds, done, config.display_name, show)
     stream = Stream(flower / "flwr-run.log", bar, quiet=not show)
     with Interrupts(run_dir / STOP_FILE) as stop:
         try:

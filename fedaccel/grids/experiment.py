@@ -41,6 +41,8 @@ from fedaccel.disk import refuse_planted_links, temp_name
 from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown, spelled
 from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
+from fedaccel.grids.same_grid import check_same_grid
+from fedaccel.runs.names import values_named
 from fedaccel.runs.config import Config, check_name, from_dict, parse_overrides, read_yaml, set_path
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.folder import METRICS
@@ -281,7 +283,7 @@ def grid_cells(path: Path, grid: dict[str, list[Any]], base: dict[str, Any] | No
     first: dict[str, dict[str, Any]] = {}
     for name, (values, _) in zip(names, cells):
         if name in first:
-            raise ConfigError(f"{path}: grid cells {spelled(first[name], 100)} and {spelled(values, 100)} would "
+            raise ConfigError(f"{path}: grid cells {values_named(first[name])} and {values_named(values)} would "
                               f"share the folder {name!r}: give each cell values of its own")
         first[name] = values
     return [(name, raw_cell) for name, (_, raw_cell) in zip(names, cells)]
@@ -344,11 +346,14 @@ def check_grid_folder(experiment: Experiment) -> None:
     """An experiment goes into a new or empty folder, or into a grid folder of fedaccel's (one
     holding a run folder, or only this experiment's copy of its file): never into a folder of the
     user's files, whose ``table.md`` or ``experiment.yaml`` it would replace (as ``run --out``:
-    :func:`fedaccel.runs.folder.check_out_folder`)."""
+    :func:`fedaccel.runs.folder.check_out_folder`), nor into the folder of another grid
+    (:func:`fedaccel.grids.same_grid.check_same_grid`)."""
     out = experiment.out_dir
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder; give the experiment's out_dir a new or empty folder")
     refuse_planted_links(out, GRID_FILES)
+    if out.is_dir():  # a folder of another grid: its experiment.yaml would be replaced under its cells
+        check_same_grid(out, out / COPY, experiment.copy_bytes(), experiment.source)
     entries = sorted(p for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
     if not entries or any(is_run_folder(p) for p in entries):
         return
@@ -412,6 +417,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     own_report = report is None
     report = report or GridProgress(len(todo), bars=False if progress is False else None)
     report.experiment(experiment.name, len(experiment.cells))
+    report.name_cells(experiment.cells)
     for k, name in skipped:
         report.skip(k, name)
     try:

@@ -36,6 +36,7 @@ class GridProgress:
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
         self.began = time.perf_counter()
+        self.titles: dict[str, str] = {}  # cell (folder) name -> what its lines call it (see name_cells)
         self._running: dict[int, tuple[str, Path, Any]] = {}  # k -> (cell name, run folder, its line)
         self._queued: dict[int, tuple[str, Path, int, str]] = {}
         self._overall: Any = None
@@ -50,8 +51,18 @@ class GridProgress:
         if self._overall is not None:
             self._overall.set_description_str(self._overall_label())
 
+    def name_cells(self, cells: list[tuple[str, Any]]) -> None:
+        """Call each cell (folder name, config) by its method's display name, then its folder:
+        ``bherd alpha=0.5 in algorithm=bherd-0.5,run.seed=0`` (:func:`fedaccel.runs.names.display_name`,
+        the name tables, legends and ``judge`` give it)."""
+        from fedaccel.runs.names import display_name
+
+        for cell, config in cells:
+            method = display_name(config if isinstance(config, dict) else config.to_dict())
+            self.titles[cell] = f"{method} in {cell}" if method and method != cell else cell
+
     def skip(self, k: int, cell: str) -> None:
-        self._say(f"[{self.name} {k}/{self.grid_size}] {cell}: finished earlier, skipped")
+        self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: finished earlier, skipped")
 
     def queue(self, k: int, cell: str, run_dir: Path, rounds: int, *, verb: str = "running") -> None:
         """Cell ``k`` is handed to a worker; it counts as started once it holds its folder's lock
@@ -64,7 +75,7 @@ class GridProgress:
         (a cell run in this process draws its own, see :meth:`cell_bar`)."""
         self._queued.pop(k, None)
         if not self.bars:
-            self._say(f"[{self.name} {k}/{self.grid_size}] {cell}: {verb} ({self._tally()})")
+            self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: {verb} ({self._tally()})")
             return
         overall = self._bar_overall()
         if follow:
@@ -72,7 +83,7 @@ class GridProgress:
 
             used = {abs(line.pos) for _, _, line in self._running.values()}  # tqdm keeps -position
             position = next(p for p in itertools.count(1) if p not in used)
-            line = tqdm(total=rounds, initial=last_round(run_dir) or 0, desc=f"  {cell}", unit="round",
+            line = tqdm(total=rounds, initial=last_round(run_dir) or 0, desc=f"  {self._title(cell)}", unit="round",
                         position=position, leave=False, file=self.stream, dynamic_ncols=True)
             self._running[k] = (cell, run_dir, line)
         overall.refresh()
@@ -83,7 +94,7 @@ class GridProgress:
             self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
         self.ended += 1
         if not self.bars:
-            self._say(f"[{self.name} {k}/{self.grid_size}] {cell}: done ({self._tally()})")
+            self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: done ({self._tally()})")
             return
         _, _, line = self._running.pop(k, (None, None, None))
         if line is not None:
@@ -115,10 +126,10 @@ class GridProgress:
         if not self.bars:
             from fedaccel.runs.progress import RoundLines
 
-            stream, name = self.stream, self.name
+            stream, name, title = self.stream, self.name, self._title(cell)
 
             def lines(total: int, initial: int, desc: str) -> Any:
-                return RoundLines(total, initial, f"[{name}] {cell}", stream=stream)
+                return RoundLines(total, initial, f"[{name}] {title}", stream=stream)
 
             lines.announce = False  # type: ignore[attr-defined]  # run_loop's first line: the grid's start line says it
             return lines
@@ -128,7 +139,7 @@ class GridProgress:
         stream = self.stream
 
         def bar(total: int, initial: int, desc: str) -> Any:
-            return tqdm(total=total, initial=initial, desc=f"  {cell}", unit="round", position=1, leave=False,
+            return tqdm(total=total, initial=initial, desc=f"  {self._title(cell)}", unit="round", position=1, leave=False,
                         file=stream, dynamic_ncols=True)
 
         return bar
@@ -149,6 +160,9 @@ class GridProgress:
         if self.ended:
             text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
         return text
+
+    def _title(self, cell: str) -> str:
+        return self.titles.get(cell, cell)
 
     def _overall_label(self) -> str:
         return f"{self.name}" if self.name else "cells"

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from fedaccel.errors import ConfigError
+from fedaccel.runs.names import method_name
 from fedaccel.report.reading import Run, value_at
 from fedaccel.report.tuned import choice, tuned_swap_p
 from fedaccel.report.statistics import (
@@ -796,6 +797,8 @@ def describe(where: Mapping[str, Any] | None, other: Mapping[str, Any] | None, c
             parts.append(f"best {_short_key(key)} {chosen.get(prefix + key, '?')}")
         elif value == theirs and other is not None:
             continue
+        elif key == "algorithm" and (isinstance(value, str) or isinstance(value, Mapping) and "name" in value):
+            parts.append(method_name(value))  # the one name tables, legends and progress lines give it
         elif isinstance(value, Mapping):
             extra = [f"{k} {v}" for k, v in value.items()
                      if k != "name" and not (isinstance(theirs, Mapping) and theirs.get(k) == v)]

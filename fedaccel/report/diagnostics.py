@@ -148,21 +148,41 @@ def per_client_figure(run_dirs: list[str | Path], key: str, title: str = "") -> 
     return fig
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
     """A per-round server diagnostic (e.g. the entropy of the local-step distribution)."""
+    from fedaccel.report.figures import grid_palette, legend_labels
+    from fedaccel.report.reading import Run
+
     fig, axes = _figure(1, width=6.0, height=4.0)
     ax = axes[0]
-    for run_dir in run_dirs:
+    configs = [_config(run_dir) for run_dir in run_dirs]
+    palette = grid_palette(configs)  # each method in its colour (fedaccel.report.colors)
+    runs = [Run(Path(run_dir), config, []) for run_dir, config in zip(run_dirs, configs)]
+    labels = legend_labels([(run.label, [run]) for run in runs], limit=64)  # the method's name, then what differs
+    for k, (run_dir, config, label) in enumerate(zip(run_dirs, configs, labels)):
         rows = [r for r in read_diagnostics(run_dir) if isinstance(r.get(key), (int, float))]
         if not rows:
             raise UserError(f"{run_dir}: no '{key}' recorded")
-        ax.plot([r["round"] for r in rows], [r[key] for r in rows], label=Path(run_dir).name)
+        ax.plot([r["round"] for r in rows], [r[key] for r in rows], label=label, color=palette.color(config),
+                linestyle=LINE_STYLES[k % len(LINE_STYLES)])  # two setups of one method: one colour, two patterns
     ax.set_xlabel("round")
     ax.set_ylabel(key)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.suptitle(title or key)
     return fig
+
+
+def _config(run_dir: str | Path) -> dict[str, Any]:
+    """A run folder's config (``{}`` where it has none readable: the line is drawn in a fallback colour)."""
+    try:
+        config = read_yaml(Path(run_dir) / "config.yaml")
+    except (UserError, OSError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def plot_selection(run_dir: str | Path, out: str | Path, title: str = "") -> Path:

@@ -17,6 +17,7 @@ import numpy as np
 
 from fedaccel.disk import save_png
 from fedaccel.errors import UserError, check_png_output, listed, shown
+from fedaccel.report.colors import SHADES, family_color, family_colors, shade
 from fedaccel.report.reading import (
     METRIC_NAMES,  # noqa: F401 (read from here by callers)
     MISSING,
@@ -31,6 +32,7 @@ from fedaccel.report.reading import (
     mean_ci,
     metric_label,
 )
+from fedaccel.runs.names import family_name
 
 #: Longest legend label; the full key of a group is its label in :func:`compare_table`.
 LABEL_MAX = 40
@@ -184,37 +186,36 @@ def setup_of(config: Mapping[str, Any], ignore: Sequence[str] = ()) -> str:
 
 @dataclass(frozen=True)
 class Palette:
-    """A colour per method of a grid, in the grid's order: the same method has the same colour in
-    every figure of the grid (``experiment``'s curves.png, ``plot``, the reports' figures, one per
-    ``figures_by`` value). A grid of one method colours its setups instead (less the ``ignore`` keys,
-    the ``figures_by`` key of a report). Build it with :func:`grid_palette`."""
+    """A colour per method of a grid, keyed by the method's name (:mod:`fedaccel.report.colors`): FedAvg
+    is the same blue in every figure, of this grid or any other. Settings of one method (BHerd at two α)
+    are shades of its colour, the first in grid order its own; a grid of one method shades its setups
+    instead (less the ``ignore`` keys, the ``figures_by`` key of a report). The same method has the
+    same colour in every figure of the grid (``experiment``'s curves.png, ``plot``, the reports' figures,
+    one per ``figures_by`` value). Build it with :func:`grid_palette`."""
 
     keys: tuple[str, ...]
     by_method: bool = True
     ignore: tuple[str, ...] = ()
+    shades: tuple[str, ...] = ()  # the colour of each key (``#rrggbb``)
 
     def key(self, config: Mapping[str, Any]) -> str:
         return method_of(config) if self.by_method else setup_of(config, self.ignore)
 
     def index(self, config: Mapping[str, Any]) -> int:
-        """The colour's place in the grid; a config of no cell of the grid comes after them all."""
+        """The key's place in the grid (its line pattern's); a config of no cell of the grid comes after them all."""
         key = self.key(config)
         return self.keys.index(key) if key in self.keys else len(self.keys)
 
     def color(self, config: Mapping[str, Any]) -> str:
-        """The colour (``#rrggbb``): matplotlib's tab10 in grid order (tab20 beyond ten colours)."""
-        return self._color(self.index(config))
+        """The colour (``#rrggbb``) of the config's key; a config of no cell of the grid: its method's colour."""
+        key = self.key(config)
+        if key in self.keys and len(self.shades) == len(self.keys):
+            return self.shades[self.keys.index(key)]
+        return family_color(family_name(config, "?"))
 
     def colors(self) -> dict[str, str]:
         """key -> colour, for every key of the grid."""
-        return {key: self._color(i) for i, key in enumerate(self.keys)}
-
-    def _color(self, place: int) -> str:
-        import matplotlib
-        from matplotlib.colors import to_hex
-
-        cmap = matplotlib.colormaps["tab10" if len(self.keys) <= 10 else "tab20"]
-        return to_hex(cmap(place % cmap.N))
+        return dict(zip(self.keys, self.shades))
 
 
 def grid_palette(configs: Iterable[Mapping[str, Any]], ignore: Sequence[str] = ()) -> Palette:
@@ -222,10 +223,18 @@ def grid_palette(configs: Iterable[Mapping[str, Any]], ignore: Sequence[str] = (
     ``config`` dicts, or ``Config.to_dict()`` of cells not run yet): by method when the grid has
     several, else by setup less the ``ignore`` keys."""
     configs = list(configs)
-    methods = list(dict.fromkeys(method_of(c) for c in configs))
-    if len(methods) > 1:
-        return Palette(tuple(methods), True, tuple(ignore))
-    return Palette(tuple(dict.fromkeys(setup_of(c, ignore) for c in configs)), False, tuple(ignore))
+    by_method = len({method_of(c) for c in configs}) > 1
+    first: dict[str, Mapping[str, Any]] = {}
+    for config in configs:
+        first.setdefault(method_of(config) if by_method else setup_of(config, ignore), config)
+    families = [family_name(config, "?") for config in first.values()]
+    base = family_colors(families)
+    seen: dict[str, int] = {}
+    shades = []
+    for family in families:  # the n-th setting of a family in grid order: the n-th shade of its colour
+        place = seen[family] = seen.get(family, -1) + 1
+        shades.append(shade(base[family], SHADES[place % len(SHADES)]))
+    return Palette(tuple(first), by_method, tuple(ignore), tuple(shades))
 
 
 def _line_styles(groups: Sequence[tuple[str, Sequence[Run]]], palette: Palette) -> list[dict[str, Any]]:
@@ -290,7 +299,8 @@ def _make_figure(
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
+
+    from fedaccel.report.target_labels import TargetLabels  # matplotlib: imported when a figure is drawn
 
     metrics = list(metrics)
     if not metrics:
@@ -350,10 +360,10 @@ def _make_figure(
             ax.set_yscale("log")
         if plan["ylim"] is not None:
             ax.set_ylim(*plan["ylim"])
-        for t in plan["targets"]:  # labelled at the right, outside the data
+        for t in plan["targets"]:
             target_line = ax.axhline(t, linestyle=":", color="0.3", linewidth=1.0, zorder=2)
-            ax.text(1.01, t, f"{t:g}", transform=blended_transform_factory(ax.transAxes, ax.transData),
-                    ha="left", va="center", fontsize="x-small", color="0.3")
+        if plan["targets"]:  # labelled at the right, outside the data, spread apart where lines are close
+            ax.add_artist(TargetLabels(ax, plan["targets"]))
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(metric_label(metric))

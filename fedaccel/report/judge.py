@@ -63,6 +63,7 @@ from fedaccel.report.claims import (
 )
 from fedaccel.report.completeness import Gap, gaps_line, grid_gaps
 from fedaccel.report.identity import check_identity
+from fedaccel.runs.names import value_name, values_named
 from fedaccel.report.reading import Run
 from fedaccel.report.statistics import seeds_for_power
 
@@ -222,15 +223,15 @@ def _no_cell(setup: Mapping[str, Any], cells: Sequence[Cell]) -> str:
     """Which value of ``setup`` no cell has, and the grid's nearest values for that key."""
     for key, want in setup.items():
         if not any(selects({key: want}, spec, config, unknown=True) for _, spec, config in cells):
-            values: list[str] = []  # as the grid spells them, else as resolved
+            values: list[str] = []  # as the grid spells them, else as resolved (a method by its display name)
             for _, spec, config in cells:
                 got = at(spec, key)
                 got = at(config, key) if got is ABSENT else got
-                if got is not ABSENT and spelled(got) not in values:
-                    values.append(spelled(got))
-            nearest = listed(nearest_names(spelled(want), values))
-            return f"{key}: {spelled(want)} is none of its values; nearest: {nearest}"
-    return f"no cell has {spelled(dict(setup))} together"
+                if got is not ABSENT and value_name(key, got) not in values:
+                    values.append(value_name(key, got))
+            nearest = listed(nearest_names(value_name(key, want), values))
+            return f"{key}: {value_name(key, want)} is none of its values; nearest: {nearest}"
+    return f"no cell has {values_named(dict(setup))} together"
 
 
 #: Every metrics row's columns besides the scored models' (fedaccel.runs.loop._metrics); a dotted

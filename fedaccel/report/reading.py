@@ -25,6 +25,7 @@ import numpy as np
 
 from fedaccel.errors import UserError
 from fedaccel.runs.config import check_recorded, read_yaml_text, recorded_plugins, yaml_mapping
+from fedaccel.runs.names import display_name
 from fedaccel.runs.rows import check_no_gap, read_json, read_rows, rounds_of
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
@@ -68,17 +69,10 @@ class Run:
 
     @property
     def label(self) -> str:
-        """``config['name']`` if non-empty, else the algorithm name with the parts composed onto it
-        (``fedavg + median + adam``: its robust rule, then its server optimiser), else the folder name."""
-        name = self.config.get("name")
-        if name:
-            return str(name)
-        algorithm = self.config.get("algorithm")
-        if isinstance(algorithm, dict) and algorithm.get("name"):
-            parts = [algorithm.get(part) for part in ("aggregate", "server_opt")]
-            named = [part.get("name") if isinstance(part, dict) else part for part in parts]
-            return " + ".join(str(n) for n in [algorithm["name"], *named] if n)
-        return self.path.name
+        """The run's display name (:func:`fedaccel.runs.names.display_name`): ``config['name']`` if
+        non-empty, else its algorithm with its options and composed parts (``fedavg + adam lr=0.1``), else
+        the folder name."""
+        return display_name(self.config, self.path.name)
 
     @property
     def group_key(self) -> str:

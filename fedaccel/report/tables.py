@@ -18,6 +18,7 @@ from fedaccel.errors import UserError, listed, shown
 from fedaccel.report.claims import final, reached, rounds_to
 from fedaccel.report.claims import speed_up as speed_up_of
 from fedaccel.report.completeness import run_gap
+from fedaccel.runs.names import family_name
 from fedaccel.report.reading import (
     Run,
     available_metrics,
@@ -85,12 +86,13 @@ def _label_parts(label: str) -> tuple[str, set[str]]:
 def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None) -> list[int]:
     """For every group, the index of the group it is measured against.
 
-    ``baseline`` is a label, or a label with fewer distinguishing values than the groups have
-    (``fedavg`` when the grid also varies the split): every group matching it is a baseline,
-    and each group is measured against the matching one whose config agrees with its own in
-    the most values — FedAvg on the same split, say.
+    ``baseline`` is a label, or a method's name with config values in brackets that select among its
+    groups (``fedavg`` when the grid also varies the split, ``bherd (algorithm.alpha=1.0)``): every group
+    matching it is a baseline, and each group is measured against the matching one whose config agrees
+    with its own in the most values — FedAvg on the same split, say.
     """
     labels = [label for label, _ in groups]
+    flats = [{k: fmt_value(v) for k, v in flatten_config(grouping_config(g[0].config)).items()} for _, g in groups]
     if baseline is None:
         candidates = [i for i, (_, g) in enumerate(groups) if g[0].label == "fedavg"] or [0]
     elif baseline in labels:
@@ -99,12 +101,12 @@ def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None)
         name, wanted = _label_parts(baseline)
         candidates = [
             i for i, (label, g) in enumerate(groups)
-            if g[0].label == name and wanted <= _label_parts(label)[1]
+            if name in (g[0].label, family_name(g[0].config))
+            and wanted <= _label_parts(label)[1] | {f"{k}={v}" for k, v in flats[i].items()}
         ]
         if not candidates:
             raise UserError(f"unknown baseline {shown(baseline)}; the groups are: "
                             + listed([repr(s) for s in labels], near=repr(baseline)))
-    flats = [{k: fmt_value(v) for k, v in flatten_config(grouping_config(g[0].config)).items()} for _, g in groups]
 
     def agreement(i: int, j: int) -> int:
         return sum(flats[i].get(k) == v for k, v in flats[j].items())

@@ -26,7 +26,7 @@ DATA = VERDICTS / "data"
 COMMAND = "python -m fedaccel.reproductions.reference_grids"
 PAGE = DOCS / "reference-code.md"
 ORDER = ("control_variates", "evaluated_model", "training_recipe", "fednova_tau_eff", "grab", "systems_heterogeneity",
-         "defaults")  # the page's order: the differences as docs/algorithms.md numbers them
+         "defaults")  # the page's order: the differences as docs/algorithms/reference-code.md numbers them
 BEGIN, END = "<!-- verdicts: written by `python -m fedaccel.reproductions.reference_grids` -->", "<!-- end of verdicts -->"
 
 

@@ -83,7 +83,7 @@ class TrainConfig:
     # delta: 1.0e-5}: per-sample clipping and noise in each local step, each client's epsilon in the rows
     dp_sgd: dict | None = None
     # local work per selected client per round: fixed (E), uniform {min_epochs, max_epochs},
-    # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms.md "Systems heterogeneity")
+    # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms/fedavg.md "Systems heterogeneity")
     local_work: dict[str, Any] = named("fixed")
     partial_work: str = "auto"  # stragglers' updates: auto (the recipe's reference), drop or keep
 
@@ -145,7 +145,15 @@ class Config:
 
     @property
     def label(self) -> str:
+        """What a run's own folder starts with (``fedavg-s0-...``): its name, else its algorithm's name."""
         return self.name or str(self.algorithm["name"])
+
+    @property
+    def display_name(self) -> str:
+        """What progress lines, tables and legends call the run (`fedaccel.runs.names.display_name`)."""
+        from fedaccel.runs.names import display_name
+
+        return display_name({"name": self.name, "algorithm": self.algorithm})
 
 
 ON_DIVERGENCE = ("stop", "continue")

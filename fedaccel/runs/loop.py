@@ -65,7 +65,7 @@ def choose_threads(config: Config, n_params: int) -> tuple[int, str]:
 
 #: On a CPU, per kernel kind (:func:`fedaccel.engine.stacked.kernel_kind`): stacked from this many clients a
 #: round, at batch sizes in this range; in process otherwise. Fitted to benchmarks/stacked.py's grid on the
-#: 2-core CPU (docs/architecture.md "Choosing the runtime"): the closed-form SVM step is dominated by per-client
+#: 2-core CPU (docs/architecture/client-side.md "Choosing the runtime"): the closed-form SVM step is dominated by per-client
 #: overhead until its batch grows; since the 2NN and softmax step through the fused chain in process too
 #: (fedaccel.models.chain), their per-client matmuls beat the batched ones at every K and batch measured
 #: (5 to 100 clients, batch 10 to 100: in process 0.74-0.91 of stacked's time); torch.func models (the CNN) never gained.
@@ -151,7 +151,7 @@ def run_loop(
                 f"{federation.n_clients} clients")
         tqdm.write(run_line(config, path, state.round, what, f"runtime {shown}, device {federation.device}, "
                             f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
-    bar = progress_bar(rounds, state.round, config.label, show)
+    bar = progress_bar(rounds, state.round, config.display_name, show)
     checkpointed = state.round
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
@@ -317,7 +317,7 @@ def _last_round(metrics: Path) -> int | None:
 
 def run_line(config: Config, path: Path, done: int, what: str, how: str) -> str:
     """The first line a run prints: what runs, which rounds, where to, and how."""
-    return f"{config.label}: {what}, rounds {done + 1}-{config.train.rounds} -> {path} [{how}]"
+    return f"{config.display_name}: {what}, rounds {done + 1}-{config.train.rounds} -> {path} [{how}]"
 
 
 def _event_log(config: Config, path: Path, start_round: int) -> Any:
