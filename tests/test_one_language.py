@@ -16,7 +16,7 @@ from fedaccel.report.tables import compare_table
 
 def row_of(table: str, lr: float) -> list[str]:
     """The cells of the table row of the setup at learning rate ``lr``."""
-    rows = [line for line in table.splitlines() if line.startswith(f"| train.lr={lr},")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and f"(train.lr={lr})" in line.split("|")[1]]
     assert len(rows) == 1, table
     return [cell.strip() for cell in rows[0].strip("|").split("|")]
 
