@@ -553,7 +553,16 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from fedaccel.grids.experiment import COPY, experiment_cells
     from fedaccel.grids.gaps import copied_cells
     from fedaccel.report.completeness import gaps_line
-    from fedaccel.report.judge import claims_from_file, gather, judge_grid, plan, plan_table, table, write_claims
+    from fedaccel.report.judge import (
+        claims_from_file,
+        gather,
+        judge_grid,
+        looks_from_file,
+        plan,
+        plan_table,
+        table,
+        write_claims,
+    )
 
     grid = Path(args.grid)
     source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
@@ -561,6 +570,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")
     try:
         claims, tuning, out_dir = claims_from_file(source)
+        raised = looks_from_file(source)
     except (ValueError, TypeError, OverflowError) as exc:  # a claim's value its parser could not take
         raise UserError(f"{source}: a claim holds a value it cannot take ({exc})") from None
     folder = out_dir if grid.is_file() else grid
@@ -581,7 +591,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     if args.plan:
         print(plan_table(plan(claims, runs, tuning, args.power), args.power))
         return 0
-    judgements = judge_grid(claims, runs, tuning)
+    judgements = judge_grid(claims, runs, tuning, raised)
     print(table(judgements, left_out))
     written = write_claims(judgements, folder, left_out, Path(args.claims) if args.claims else None, runs)
     print(f"written: {written}")

@@ -269,3 +269,33 @@ def test_a_claim_added_after_the_runs_forms_its_own_family_and_says_so(tmp_path:
     assert later["q"] == later["p"] and later["post_hoc"] == "after the first verdicts" and "post_hoc" not in first
     table = capsys.readouterr().out.splitlines()
     assert POST_HOC in next(line for line in table if line.startswith("| noisy")) and POST_HOC not in table[2]
+
+
+def test_looks_in_the_experiment_file_judge_its_rows_by_the_stages_combination(tmp_path: Path, capsys) -> None:
+    """A user who raised seeds after a look says so in the file (`looks:`): every row is then judged by the
+    inverse-normal combination of its stages' own tests (the p of `claims.Raised`), never the pooled seeds'
+    (6 pairs all one way: pooled p = 2/64); a malformed `looks:` is one line."""
+    import yaml
+
+    from fedaccel.report.claims import Raised, judge
+    from fedaccel.report.judge import claims_from_file
+    from fedaccel.report.reading import load_runs
+
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    raw = yaml.safe_load((grid / "experiment.yaml").read_text())
+    raw["looks"] = [list(SEEDS[:3])]  # 3 seeds, a look at their verdicts, then the other 3
+    (grid / "experiment.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert main(["judge", str(grid)]) == 0
+    row = json.loads((grid / "claims.json").read_text())[0]
+    claims, _, _ = claims_from_file(grid / "experiment.yaml")
+    runs = load_runs([p for p in grid.iterdir() if p.is_dir()])
+    expected = judge(claims[0], runs, (), Raised("looks at 3 seeds", (tuple(SEEDS[:3]),)))
+    assert row["p"] == pytest.approx(expected.p) and row["p"] > 2 / 64  # the combination, not the pooled seeds
+    assert row["seeds_raised"] == "looks at 3 seeds" and row["stages"] == [list(SEEDS[:3]), list(SEEDS[3:])]
+    assert "p combines its stages' own tests" in capsys.readouterr().out
+    for bad in ([[0, 1], [1, 2]], [0, 1], {"seeds": [[0, 1]], "cap": 2}, [[]]):
+        raw["looks"] = bad
+        (grid / "experiment.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        assert main(["judge", str(grid)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "looks" in err[0], err

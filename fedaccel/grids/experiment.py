@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 
 EXPERIMENT_KEYS = {"name", "out_dir", "base", "grid", "targets", "baseline", "metrics", "description",
-                   "figures_by", "diagnostics", "claims", "tuning_seeds"}
+                   "figures_by", "diagnostics", "claims", "tuning_seeds", "looks"}
 COPY = "experiment.yaml"  # the experiment file, copied beside its runs (what `fedaccel judge GRID_DIR` reads)
 GRID_FILES = (COPY, "table.md", "curves.png", "claims.json")  # what fedaccel writes beside a grid's runs
 TABLE_TARGETS = (0.5,)  # the table's targets where the file gives none (compare of the grid folder as well)
@@ -152,9 +152,10 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     if diagnostics is not None and not isinstance(diagnostics, dict):
         raise ConfigError(f"{path}: diagnostics must map config keys to values (the cells whose diagnostics are drawn)")
     figures_by = raw.get("figures_by")
-    from fedaccel.report.judge import check_claims, claims_from_file
+    from fedaccel.report.judge import check_claims, claims_from_file, looks_from_file
 
     claims, tuning, _ = claims_from_file(path)
+    looks_from_file(path)  # a bad looks: section is one line when the file is loaded, not when it is judged
     check_claims(claims, [(cell, spec, config.to_dict()) for (cell, spec), (_, config) in zip(specs, cells)], str(path))
     as_ran = None
     if fixed:  # the copy beside the runs names the cells as they ran (the file's comments are not kept)

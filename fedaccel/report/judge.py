@@ -27,6 +27,8 @@ value)::
         why: ...
       - text: ...                         # a claim written after the runs had been seen says when and why:
         added: after the first verdicts   # it forms its own Benjamini-Hochberg family, and its row says so
+    looks: [[0, 1, 2, 3, 4]]              # seeds raised after a look at verdicts: the seeds run before each
+                                          # look; rows then combine their stages' tests (docs/raised-seeds.md)
 
 :func:`check_claims` fits them to the grid when the experiment is loaded, :func:`gather` finds the
 grid's runs and the incomplete cells each claim depends on (:mod:`fedaccel.report.completeness`),
@@ -50,9 +52,11 @@ from fedaccel.report.claims import (
     BEST,
     EXPECTATIONS,
     MIN_TUNING_SEEDS,
+    PLANNED_PAIRS,
     Claim,
     Judgement,
     Measure,
+    Raised,
     at,
     final,
     judge,
@@ -151,6 +155,38 @@ def claims_from_file(path: Path) -> tuple[list[Claim], tuple[Any, ...], Path]:
     if not isinstance(tuning, list):
         raise ConfigError(f"{path}: tuning_seeds must be a list of seeds")
     return claims, tuple(tuning), Path(raw.get("out_dir") or Path("runs") / name)
+
+
+def looks_from_file(path: Path) -> Raised | None:
+    """An experiment file's ``looks:``, where its seeds were raised after looks at verdicts: the seeds run
+    before each look (a list of lists; every later seed is the last stage), and optionally ``looks_cap``, the
+    most judged pairs the raising aimed at, fixed before the later stages (default: that of ``--plan``).
+    Each row is then judged by the inverse-normal combination of its stages' own tests (docs/raised-seeds.md)."""
+    from fedaccel.runs.config import read_yaml
+
+    raw = read_yaml(path)
+    looks = raw.get("looks")
+    if looks is None:
+        return None
+    shape = f"{path}: looks must be a list of lists of seeds, the seeds run before each look at verdicts"
+    if isinstance(looks, Mapping):
+        cap, looks = looks.get("cap", PLANNED_PAIRS), looks.get("seeds")
+    else:
+        cap = PLANNED_PAIRS
+    if not isinstance(looks, list) or not looks or not all(isinstance(s, list) and s for s in looks):
+        raise ConfigError(shape + f", got {spelled(looks)}")
+    seen = [seed for stage in looks for seed in stage]
+    if len(set(map(repr, seen))) != len(seen) or not all(isinstance(s, (int, str)) and not isinstance(s, bool)
+                                                         for s in seen):
+        raise ConfigError(shape + ", each seed (an integer or a name) in one stage only")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap <= len(seen):
+        raise ConfigError(f"{path}: looks.cap (the most judged pairs the raising aimed at) must be an integer above "
+                          f"the {len(seen)} seeds of the looks, got {spelled(cap)}")
+    counts, total = [], 0
+    for stage in looks:
+        total += len(stage)
+        counts.append(str(total))
+    return Raised("looks at " + " and ".join(counts) + " seeds", tuple(tuple(stage) for stage in looks), cap)
 
 
 Cell = tuple[str, Mapping[str, Any], Mapping[str, Any] | None]  # folder name, spec as spelled, resolved config
@@ -257,15 +293,17 @@ def _check_column(measure: Measure, cells: Sequence[Cell], where: str) -> None:
                           f"not have; nearest: {listed(columns, near=measure.metric)}")
 
 
-def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = ()) -> list[Judgement]:
-    """Every claim on the grid's runs, decided together (BH over the claims given)."""
+def judge_grid(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[Any] = (),
+               raised: Raised | None = None) -> list[Judgement]:
+    """Every claim on the grid's runs, decided together (BH over the claims given); ``raised``: the file's
+    ``looks:`` (:func:`looks_from_file`), its rows then judged by the combination of their stages' tests."""
     for claim in claims:
         tunes = any(v == BEST for side in (claim.a, claim.b or {}) for v in side.values())
         if tunes and len(tuning_seeds) < MIN_TUNING_SEEDS:
             raise ConfigError(f"claim {claim.text!r} picks a best value: list at least {MIN_TUNING_SEEDS} tuning_seeds "
                               f"in the experiment file (seeds used only to pick it, never judged), not "
                               f"{len(tuning_seeds)}")
-    return judge_family([judge(claim, runs, tuning_seeds) for claim in claims])
+    return judge_family([judge(claim, runs, tuning_seeds, raised) for claim in claims])
 
 
 @dataclass
