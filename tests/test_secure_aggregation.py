@@ -23,6 +23,8 @@ from flwr.common import bytes_to_ndarray  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from flwr.superlink.grid import InMemoryGrid  # noqa: E402
 
+from test_gate import LoopbackGrid  # noqa: E402
+
 from fedaccel.algorithms.base import ClientContext  # noqa: E402
 from fedaccel.engine.round import init_state, round_info, run_round, train_client  # noqa: E402
 from fedaccel.errors import ConfigError  # noqa: E402
@@ -100,23 +102,15 @@ def test_secagg_hides_every_update_and_gives_the_plain_mean_within_the_bound(tmp
     assert error.max() > 1e-5  # the quantisation did happen (2C/Q ~ 1e-3 here): the comparison is not vacuous
 
 
-class Loopback:
+class Loopback(LoopbackGrid):
     """A grid whose nodes are the fedaccel ClientApp's ``train`` handler behind its mods, called in this
-    process when the server pulls (node k is client k); ``silent`` nodes never answer the masking stage
-    (they drop out of SecAgg+ after their keys are shared); every reply is kept in ``seen``."""
+    process when the server pulls (node k is client k; messages pushed as test_gate's grid pushes them);
+    ``silent`` nodes never answer the masking stage (they drop out of SecAgg+ after their keys are shared);
+    every reply is kept in ``seen``."""
 
     def __init__(self, n: int, silent: frozenset[int] = frozenset()) -> None:
         self.contexts = [Context(0, k, {"partition-id": k}, RecordDict(), {}) for k in range(n)]
         self.silent, self.pending, self.count, self.seen = silent, {}, 0, []
-
-    def push_messages(self, messages: list[Message]) -> list[str]:
-        ids = []
-        for message in messages:
-            self.count += 1
-            message.metadata.__dict__["_message_id"] = f"m{self.count}"
-            self.pending[f"m{self.count}"] = message
-            ids.append(f"m{self.count}")
-        return ids
 
     def pull_messages(self, ids: set[str]) -> list[Message]:
         replies = []
@@ -167,9 +161,10 @@ def plain_round(setup: Any, clients: list[int]) -> tuple[torch.Tensor, np.ndarra
     return state.w, torch.stack(deltas).double().numpy(), sizes
 
 
-def bound(x: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """docs/secure-aggregation.md: (2Ck + 1/2 sum_i |x_i - m|) / sum_i q_i, per coordinate."""
-    q = np.round(sizes / sizes.max() * Q)
+def bound(x: np.ndarray, sizes: np.ndarray, top: float | None = None) -> np.ndarray:
+    """docs/secure-aggregation.md: (2Ck + 1/2 sum_i |x_i - m|) / sum_i q_i, per coordinate; q_i = round(Q n_i / top),
+    ``top`` SecAgg+'s max_weight: the largest weight of the round's clients, those that dropped out included."""
+    q = np.round(sizes / (top or sizes.max()) * Q)
     mean = (sizes[:, None] * x).sum(0) / sizes.sum()
     assert np.abs(x * (q / Q)[:, None]).max() < C  # nothing clipped: the bound's premise
     return (2 * C * len(x) + 0.5 * np.abs(x - mean).sum(0)) / q.sum()
@@ -186,7 +181,8 @@ def test_secagg_on_the_servers_code_path_gives_the_plain_mean_of_those_summed(ov
     summed = [i for i in range(3) if i not in silent]
     w_plain, x, sizes = plain_round(setup, summed)
     error = np.abs(state.w.double().numpy() - w_plain.double().numpy())
-    assert (error <= bound(x, sizes) + 1e-6).all() and error.max() > 1e-5
+    top = max(len(setup.federation.partition[i]) for i in range(3))  # client 2 trained, then dropped out of SecAgg+
+    assert (error <= bound(x, sizes, top) + 1e-6).all() and error.max() > 1e-5
     assert report.uploaded == len(summed) and report.diag["secure"] == {"summed": len(summed)}
     assert report.diag.get("lost") == (sorted(silent) or None)
     # nothing the server pulled holds a fedaccel upload or an array
@@ -260,7 +256,8 @@ def test_a_loopback_deployment_with_secagg_gives_the_plain_mean_within_the_bound
     w_plain, x, sizes = plain_round(build_setup(load_config(None, [*overrides, "run.runtime=flower-deployment"])),
                                     [0, 1, 2])
     error = np.abs(saved["state"].w.double().numpy() - w_plain.double().numpy())
-    assert (error <= bound(x, sizes) + 1e-6).all() and error.max() > 1e-5
+    top = max(len(setup.federation.partition[i]) for i in range(3))  # client 2 trained, then dropped out of SecAgg+
+    assert (error <= bound(x, sizes, top) + 1e-6).all() and error.max() > 1e-5
     rows = [json.loads(line) for line in (tmp_path / "deployed" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["uploaded"] == 3 and rows[-1]["diag"]["secure"] == {"summed": 3}, rows[-1]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fedaccel.errors import UserError, listed, spelled
@@ -113,25 +113,23 @@ def _weights_fingerprint(run: Run) -> str | None:
 def check_distinct(runs: Sequence[Run]) -> None:
     """No two of ``runs`` hold the same rows, clock included, or the same final weights file: one would be a
     copy of the other, and a copy is no independent seed or setup. A :class:`UserError` names both folders."""
+    _refuse_equal(runs, _fingerprint, "hold the same rows, clock (wall_s) included: one is a copy of the other, "
+                  "not a run of its own; delete the copy and run its cell again")
+    _refuse_equal(runs, _weights_fingerprint, f"hold the same final weights ({MODEL_FILE}, byte for byte, with the "
+                  "config it was saved with): one is a copy of the other, whatever their rows say; delete the copy "
+                  "and run its cell again")
+
+
+def _refuse_equal(runs: Sequence[Run], fingerprint: Callable[[Run], str | None], why: str) -> None:
+    """A :class:`UserError` naming the first two of ``runs`` whose ``fingerprint`` (not None) is equal."""
     first: dict[str, Run] = {}
     for run in runs:
-        key = _fingerprint(run)
+        key = fingerprint(run)
         if key is None:
             continue
         if key in first:
-            raise UserError(f"{first[key].path} and {run.path} hold the same rows, clock (wall_s) included: one is "
-                            "a copy of the other, not a run of its own; delete the copy and run its cell again")
+            raise UserError(f"{first[key].path} and {run.path} {why}")
         first[key] = run
-    weights: dict[str, Run] = {}
-    for run in runs:
-        key = _weights_fingerprint(run)
-        if key is None:
-            continue
-        if key in weights:
-            raise UserError(f"{weights[key].path} and {run.path} hold the same final weights ({MODEL_FILE}, byte for "
-                            "byte, with the config it was saved with): one is a copy of the other, whatever their rows "
-                            "say; delete the copy and run its cell again")
-        weights[key] = run
 
 
 def check_identity(cells: Sequence[tuple[str, Mapping[str, Any]]] | None, runs: Sequence[Run]) -> None:

@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Options composed onto a method as parts of their own (after ``+``), even when spelled by a bare name.
@@ -37,25 +37,24 @@ def method_name(algorithm: Any) -> str:
 def display_name(config: Mapping[str, Any], fallback: str = "") -> str:
     """A run's display name: its config's own ``name`` when set, else :func:`method_name` of its
     ``algorithm`` entry, else ``fallback`` (a folder name)."""
-    name = config.get("name") if isinstance(config, Mapping) else None
-    if name:
-        return str(name)
-    algorithm = config.get("algorithm") if isinstance(config, Mapping) else None
-    if algorithm in (None, "", {}):
-        return fallback
-    return method_name(algorithm)
+    return _config_named(config, fallback, method_name)
 
 
 def family_name(config: Mapping[str, Any], fallback: str = "") -> str:
     """The method without its options: the config's ``name``, else the algorithm's name with the names of
     its parts (``fedavg + adam``). A figure's colour is keyed by it (:mod:`fedaccel.report.colors`)."""
+    return _config_named(config, fallback, _family)
+
+
+def _config_named(config: Mapping[str, Any], fallback: str, of_algorithm: Callable[[Any], str]) -> str:
+    """The config's own ``name`` when set, else ``of_algorithm`` of its ``algorithm`` entry, else ``fallback``."""
     name = config.get("name") if isinstance(config, Mapping) else None
     if name:
         return str(name)
     algorithm = config.get("algorithm") if isinstance(config, Mapping) else None
     if algorithm in (None, "", {}):
         return fallback
-    return _family(algorithm)
+    return of_algorithm(algorithm)
 
 
 def value_name(key: str, value: Any) -> str:
