@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fedaccel.cli import main
 from fedaccel.errors import ConfigError
@@ -299,3 +301,26 @@ def test_looks_in_the_experiment_file_judge_its_rows_by_the_stages_combination(t
         assert main(["judge", str(grid)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "looks" in err[0], err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(looks=st.recursive(st.none() | st.booleans() | st.integers(-3, 30) | st.text(max_size=3) | st.floats(),
+                          lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["seeds", "cap", "x"]),
+                                                                                       inner, max_size=3),
+                          max_leaves=12))
+def test_any_hand_written_looks_is_taken_or_one_config_error_line(looks: object, tmp_path: Path) -> None:
+    """Whatever a file's `looks:` holds, reading it gives the stages or one ConfigError line, never a traceback."""
+    import yaml
+
+    from fedaccel.errors import ConfigError
+    from fedaccel.report.claims import Raised
+    from fedaccel.report.judge import looks_from_file
+
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump({"name": "toy", "looks": looks}))
+    try:
+        raised = looks_from_file(path)
+    except ConfigError as exc:
+        assert "looks" in str(exc) and "\n" not in str(exc)
+    else:
+        assert raised is None or (isinstance(raised, Raised) and raised.looks and raised.cap > sum(map(len, raised.looks)))
