@@ -128,6 +128,23 @@ def test_a_run_writes_each_clients_epsilon_for_the_steps_it_took(tmp_path: Path)
     assert rows[-1]["sample_epsilon"] > rows[1]["sample_epsilon"] > 0
 
 
+def test_compare_says_the_sample_level_budget_each_method_spent(tmp_path: Path) -> None:
+    """A run with DP-SGD beside one without: compare's column gives the largest client's last epsilon and its delta."""
+    from fedaccel.report.tables import compare_table
+
+    base = ["--set", "model=softmax", "--set", "data.dataset=digits", "--set", "data.subset=200", "--set",
+            "data.clients=4", "--set", "train.rounds=2", "--set", "train.batch_size=25", "--set", "run.progress=false"]
+    assert main(["run", *base, "--out", str(tmp_path / "plain")]) == 0
+    assert main(["run", *base, "--set", "train.dp_sgd={clip: 1.0, noise_multiplier: 1.3, delta: 0.001}",
+                 "--out", str(tmp_path / "private")]) == 0
+    last = json.loads((tmp_path / "private" / "metrics.jsonl").read_text().splitlines()[-1])
+    header, _, plain_row, private_row = compare_table([tmp_path / "plain", tmp_path / "private"], [0.5]).splitlines()[:4]
+    assert "sample ε (δ) spent" in header and "ε (δ) spent |" not in header.replace("sample ε (δ) spent |", "")
+    assert "| no DP-SGD |" in plain_row and f"| {last['sample_epsilon']:.3g} (0.001) |" in private_row
+    assert last["sample_epsilon"] == pytest.approx(max(last["sample_epsilon_clients"]), abs=1e-6)
+    assert last["sample_epsilon"] > 0
+
+
 def test_stacked_and_flower_runtimes_refuse_dp_sgd_in_one_line(tmp_path: Path) -> None:
     base = ["model=softmax", "data.dataset=digits", "data.subset=200", "data.clients=4", "train.rounds=1",
             "train.dp_sgd={clip: 1.0, noise_multiplier: 1.0}"]

@@ -233,8 +233,8 @@ def compare_table(
 
     header = ["method", "seeds", f"{best_word} {name}", f"final {name}"]
     privacy = [privacy_cell(group) for _, group in groups]  # client-level DP: the budget spent (algorithm.dp)
-    if any(privacy):
-        header.append("ε (δ) spent")
+    samples = [privacy_cell(group, SAMPLE_LEVEL) for _, group in groups]  # sample-level DP-SGD (train.dp_sgd)
+    header += ["ε (δ) spent"] * any(privacy) + ["sample ε (δ) spent"] * any(samples)
     for t in targets:
         header += [f"rounds to {t:g}", f"speed-up @{t:g}"]
     align = ["---"] + ["---:"] * (len(header) - 1)
@@ -255,7 +255,8 @@ def compare_table(
             best_cell = final_cell = "—"
         is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
         shown = label + (" (baseline)" if is_baseline else "")
-        row = [_md_cell(shown), str(len(group)), best_cell, final_cell] + ([privacy[i] or "no DP"] if any(privacy) else [])
+        row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
+        row += [privacy[i] or "no DP"] * any(privacy) + [samples[i] or "no DP-SGD"] * any(samples)
         diverged = diverged_at(group)
         for r, b in zip(rounds[i], rounds[base_of[i]]):
             row += [r.cell() if r.reached or diverged is None else _fmt_rounds(None, diverged), speed_up(r, b)]
@@ -264,19 +265,21 @@ def compare_table(
     return "\n".join(lines)
 
 
-def privacy_cell(group: Sequence[Run]) -> str:
-    """The largest epsilon a group's seeds spent by their last row, with its delta (``algorithm.dp``); '' without DP."""
-    spent = [run.metrics[-1]["epsilon"] for run in group if run.metrics and "epsilon" in run.metrics[-1]]
+CLIENT_LEVEL = ("epsilon", ("algorithm", "dp"))  # the row's column, and where its delta is set
+SAMPLE_LEVEL = ("sample_epsilon", ("train", "dp_sgd"))  # the largest client's epsilon under DP-SGD
+
+
+def privacy_cell(group: Sequence[Run], level: tuple[str, tuple[str, str]] = CLIENT_LEVEL) -> str:
+    """The largest epsilon a group's seeds spent by their last row, with its delta: client-level (``algorithm.dp``)
+    or sample-level (``train.dp_sgd``, :data:`SAMPLE_LEVEL`); '' where the runs have no such guarantee."""
+    column, (section, key) = level
+    spent = [run.metrics[-1][column] for run in group if run.metrics and column in run.metrics[-1]]
     if not spent:
         return ""
-    dp = run_config_dp(group[0])
+    settings = group[0].config.get(section) if isinstance(group[0].config, dict) else None
+    dp = settings.get(key) if isinstance(settings, dict) else None
     delta = dp.get("delta", 1e-5) if isinstance(dp, dict) else 1e-5
     return f"{max(spent):.3g} ({delta:g})"
-
-
-def run_config_dp(run: Run) -> object:
-    algorithm = run.config.get("algorithm") if isinstance(run.config, dict) else None
-    return algorithm.get("dp") if isinstance(algorithm, dict) else None
 
 
 ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the target, restricted to its last round "
