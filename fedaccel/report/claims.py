@@ -337,7 +337,45 @@ def seed_order(seed: Any) -> tuple[int, float, str]:
 
 def pick(runs: Iterable[Run], where: Mapping[str, Any]) -> list[Run]:
     """Runs whose config has every ``dotted.key: value`` of ``where`` (every seed): see :func:`selects`."""
-    return [r for r in runs if selects(where, r.spec, r.config)]
+    return [r for r in runs if run_selects(where, r)]
+
+
+SPENT = "epsilon"  # a claim side's key for the client-level budget a run reached: {epsilon: {at_most: 4}}
+
+
+def spent(run: Run) -> float | None:
+    """The client-level epsilon a run had spent by its last row (``algorithm.dp``); None without DP."""
+    last = run.metrics[-1] if run.metrics else {}
+    value = last.get(SPENT)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def run_selects(where: Mapping[str, Any], run: Run) -> bool:
+    """:func:`selects` for a run that has finished: its reached epsilon counts for :data:`SPENT`."""
+    return selects(where, run.spec, run.config, spent=spent(run))
+
+
+def within_budget(bound: float, reached: float | None, spec: Mapping[str, Any] | None,
+                  config: Mapping[str, Any] | None, unknown: bool) -> bool:
+    """Whether a cell's client-level epsilon is at most ``bound``: the one it ``reached``; before it has run, its
+    ``algorithm.dp.target_epsilon``; a cell without ``algorithm.dp`` spends none and is never selected, one given
+    a noise multiplier counts as ``unknown`` until it has run."""
+    if reached is not None:
+        return reached <= bound
+    dp = next((d for d in (at(config, "algorithm.dp"), at(spec, "algorithm.dp")) if isinstance(d, Mapping)), None)
+    if dp is None:
+        return False
+    target = dp.get("target_epsilon")
+    return unknown if target is None else float(target) <= bound
+
+
+def spent_bound(want: Any, where: str) -> float:
+    """The ``at_most`` of a claim side's ``epsilon: {at_most: X}``; one ConfigError line otherwise."""
+    bound = want.get("at_most") if isinstance(want, Mapping) and set(want) == {"at_most"} else None
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < math.inf:
+        raise ConfigError(f"{where}: epsilon selects runs by the client-level epsilon they reached and takes "
+                          "{at_most: X} with X > 0, e.g. {algorithm: fedavg, epsilon: {at_most: 4}}")
+    return float(bound)
 
 
 ABSENT = object()  # a key a config does not have
@@ -365,11 +403,15 @@ def same_value(got: Any, want: Any) -> bool:
 
 
 def selects(where: Mapping[str, Any], spec: Mapping[str, Any] | None, config: Mapping[str, Any] | None,
-            unknown: bool = False) -> bool:
+            unknown: bool = False, spent: float | None = None) -> bool:
     """Whether a cell has every ``dotted.key: value`` of ``where``, as the experiment file spells it
     (``spec``: presets and shorthand as written) or as resolved (``config``); :data:`BEST` takes any value.
-    A key that neither holds (no ``config``: a cell not run yet) counts as ``unknown``."""
+    A key that neither holds (no ``config``: a cell not run yet) counts as ``unknown``. :data:`SPENT`
+    (``epsilon: {at_most: X}``) holds where the run's reached epsilon, ``spent``, is at most X; before a run
+    (``spent`` None) it counts as ``unknown``."""
     def has(key: str, want: Any) -> bool:
+        if key == SPENT:
+            return within_budget(spent_bound(want, "claim"), spent, spec, config, unknown)
         got = [at(spec, key), at(config, key)]
         if want == BEST:
             return any(g is not ABSENT for g in got) or (config is None and unknown)

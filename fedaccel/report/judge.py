@@ -53,6 +53,7 @@ from fedaccel.report.claims import (
     EXPECTATIONS,
     MIN_TUNING_SEEDS,
     PLANNED_PAIRS,
+    SPENT,
     Claim,
     Judgement,
     Measure,
@@ -63,7 +64,10 @@ from fedaccel.report.claims import (
     judge_family,
     mean_over_rounds,
     rounds_to,
+    run_selects,
     selects,
+    spent_bound,
+    within_budget,
 )
 from fedaccel.report.completeness import Gap, gaps_line, grid_gaps
 from fedaccel.report.identity import check_identity
@@ -114,6 +118,8 @@ def parse_claims(entries: Any, experiment: str, source: str) -> list[Claim]:
         for side in ("a", "b"):
             if side in entry and not isinstance(entry[side], Mapping):
                 raise ConfigError(f"{where}: {side} must map config keys to values, e.g. {{algorithm: fedavg}}")
+            if side in entry and SPENT in entry[side]:
+                spent_bound(entry[side][SPENT], f"{where}: {side}")
         if entry["expect"] not in EXPECTATIONS:
             raise ConfigError(f"{where}: expect must be one of {', '.join(EXPECTATIONS)}, not {entry['expect']!r}")
         margin = entry.get("margin", 0.0)
@@ -204,7 +210,7 @@ def check_claims(claims: Sequence[Claim], cells: Sequence[Cell], source: str) ->
         where = f"{source}: claims[{k}]"
         for side, setup in (("a", claim.a), ("b", claim.b)):
             for key in setup or {}:
-                if key not in keys:
+                if key not in keys and key != SPENT:
                     raise ConfigError(f"{where}.{side}: {key!r} is not a config key of this grid; nearest: "
                                       f"{listed(keys, near=key)}")
             if setup is not None and not any(selects(setup, spec, config, unknown=True) for _, spec, config in cells):
@@ -221,7 +227,7 @@ def _one_cell_per_seed(setup: Mapping[str, Any], cells: Sequence[Cell], where: s
     seen: dict[str, Cell] = {}
     for cell in cells:
         _, spec, config = cell
-        if not selects(setup, spec, config, unknown=True):
+        if not selects(setup, spec, config, unknown=True) or not _surely_in_budget(setup, spec, config):
             continue
         seed = _value(cell, "run.seed")
         key = spelled([seed, *(_value(cell, k) for k, v in setup.items() if v == BEST)])
@@ -230,6 +236,13 @@ def _one_cell_per_seed(setup: Mapping[str, Any], cells: Sequence[Cell], where: s
             raise ConfigError(f"{where} selects two cells of seed {spelled(seed)}, {seen[key][0]} and {cell[0]}: "
                               f"add {listed(apart)} to it (one run per seed, or no pairing is meant)")
         seen[key] = cell
+
+
+def _surely_in_budget(setup: Mapping[str, Any], spec: Mapping[str, Any] | None,
+                      config: Mapping[str, Any] | None) -> bool:
+    """Whether a cell not yet run is known to be within a side's ``epsilon`` bound: a noise multiplier's epsilon is
+    known only after the run (judge then refuses a side with two runs of a seed)."""
+    return SPENT not in setup or within_budget(spent_bound(setup[SPENT], "claim"), None, spec, config, False)
 
 
 def _value(cell: Cell, key: str) -> Any:
@@ -259,6 +272,8 @@ def _no_cell(setup: Mapping[str, Any], cells: Sequence[Cell]) -> str:
     """Which value of ``setup`` no cell has, and the grid's nearest values for that key."""
     for key, want in setup.items():
         if not any(selects({key: want}, spec, config, unknown=True) for _, spec, config in cells):
+            if key == SPENT:
+                return f"no cell has algorithm.dp with a target_epsilon (or noise_multiplier) within {want}"
             values: list[str] = []  # as the grid spells them, else as resolved (a method by its display name)
             for _, spec, config in cells:
                 got = at(spec, key)
@@ -382,7 +397,7 @@ def claim_plugins(claim: Claim, runs: Sequence[Run]) -> list[dict[str, str]]:
     """The plugins (kind, name, distribution, version, entry point, module hash) that made the runs either
     side of ``claim`` selects, as their ``config.yaml`` records them; sorted, each once."""
     used = {json.dumps({"kind": kind, **record}, sort_keys=True)
-            for run in runs if any(side is not None and selects(side, run.spec, run.config)
+            for run in runs if any(side is not None and run_selects(side, run)
                                    for side in (claim.a, claim.b))
             for kind, record in run.plugins.items()}
     return [json.loads(text) for text in sorted(used)]
