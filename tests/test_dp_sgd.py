@@ -172,6 +172,8 @@ def test_a_model_opacus_cannot_take_per_sample_gradients_of_is_refused_in_one_li
     ({"clip": 0, "noise_multiplier": 1.0}, "must be > 0"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "delta": 2}, "delta must be in"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "sigma": 1}, "no option 'sigma'"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "batches": "fixed"}, "batches must be poisson or shuffled"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "batches": 1}, "batches must be poisson or shuffled"),
     ([1, 2], "must be a mapping"),
 ])
 def test_a_bad_dp_sgd_setting_is_one_line(spec: object, says: str) -> None:
@@ -179,3 +181,33 @@ def test_a_bad_dp_sgd_setting_is_one_line(spec: object, says: str) -> None:
         sample_dp(spec)
     assert "\n" not in str(err.value)
     assert replace(SampleDP(1.0, 1.0), delta=1e-6).delta == 1e-6
+
+
+def test_a_clients_batches_are_poisson_samples_at_the_accountants_rate() -> None:
+    """By default every step takes each of the client's samples with probability q = B / |D_i| on its own (the
+    sampling the accountant's epsilon is for): over 3,000 steps each sample's share of them is q within 5 standard
+    errors, batch sizes vary (an empty one included at q = 4/12), each batch lies within the client's data, and
+    the draws are seeded by (seed, round, client)."""
+    fed = federation(SampleDP(0.3, 1.0))
+    batches = fed.client_batches(1, 0, 3000)
+    assert all(set(b.tolist()) <= set(range(12, 24)) for b in batches)
+    share = np.bincount(np.concatenate(batches) - 12, minlength=12) / 3000
+    q = 4 / 12
+    assert np.abs(share - q).max() < 5 * math.sqrt(q * (1 - q) / 3000)
+    sizes = np.array([len(b) for b in batches])
+    assert sizes.min() == 0 and sizes.max() >= 9 and abs(sizes.mean() - 4) < 0.2
+    again = fed.client_batches(1, 0, 3000)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(batches[:20], fed.client_batches(1, 1, 20)))
+    shuffled = federation(SampleDP(0.3, 1.0, batches="shuffled"))
+    assert [len(b) for b in shuffled.client_batches(1, 0, 6)] == [4] * 6  # the run's own fixed-size slices
+
+
+def test_an_empty_poisson_batch_steps_by_the_noise_alone() -> None:
+    """A batch that took no sample: its gradient is N(0, (sigma C / B)^2) a coordinate, finite; without noise, 0."""
+    for sigma in (0.0, 2.0):
+        fed = federation(SampleDP(0.3, sigma))
+        gradient = fed.batch_gradient(0, 0)
+        empty = gradient(*gradient.gather(torch.tensor([], dtype=torch.long))).clone()
+        assert torch.isfinite(empty).all()
+        assert (float(empty.abs().max()) == 0.0) == (sigma == 0.0)

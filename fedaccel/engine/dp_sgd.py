@@ -7,10 +7,13 @@ size, by Opacus's ``DPOptimizer.pre_step`` (its noise from a generator seeded by
 fedaccel's own step then applies that gradient as it applies any (momentum, weight decay and local terms after it).
 
 Each client's epsilon(delta) is Opacus's RDP accountant for the steps it has taken, at sampling rate
-q_i = B / |D_i|. That accountant assumes each batch is a Poisson sample of the client's data; fedaccel's batches
-are fixed-size slices of a shuffled order, so the figure is the customary approximation Opacus's own examples
-make with shuffled batches, not a proof (docs/privacy.md). The guarantee is per client, for its own samples,
-against anyone who sees its uploads (the server too).
+q_i = B / |D_i|. That accountant is for Poisson-sampled batches, and so are the batches by default
+(``batches: poisson``, as Opacus's ``DPDataLoader``): every step takes each of the client's samples with
+probability q_i, independently (from (seed, "dp-sgd-batches", round, client)), so a batch holds B samples on
+average and may be empty (its gradient is then the noise alone, over B). ``batches: shuffled`` trains on the
+run's usual fixed-size slices of ``train.order`` instead, for which the figure is the customary approximation,
+not a proof (docs/privacy.md). The guarantee is per client, for its own samples, against anyone who sees its
+uploads (the server too).
 
 In process only: the stacked runtime batches clients' steps in a form Opacus does not hook into, and says so.
 """
@@ -31,6 +34,7 @@ from fedaccel.algorithms.base import Part, make_rng
 from fedaccel.errors import ConfigError, shown
 
 KEYS = ("clip", "noise_multiplier", "delta")
+BATCHES = ("poisson", "shuffled")  # train.dp_sgd.batches: what the accountant assumes, or the run's own slices
 PART_NAME = "dp_sgd"  # the part that counts each client's DP-SGD steps (its client state)
 
 
@@ -41,6 +45,7 @@ class SampleDP:
     clip: float
     noise_multiplier: float
     delta: float = 1e-5
+    batches: str = "poisson"  # poisson (the accountant's sampling) or shuffled (train.order's slices)
 
 
 def sample_dp(spec: Any) -> SampleDP | None:
@@ -49,9 +54,12 @@ def sample_dp(spec: Any) -> SampleDP | None:
         return None
     if not isinstance(spec, Mapping):
         raise ConfigError(f"train.dp_sgd must be a mapping such as {{clip: 1.0, noise_multiplier: 1.0}}, got {shown(spec)}")
-    unknown = sorted(set(spec) - set(KEYS), key=str)
+    unknown = sorted(set(spec) - {*KEYS, "batches"}, key=str)
     if unknown:
-        raise ConfigError(f"train.dp_sgd has no option {shown(unknown[0])}; known: {', '.join(KEYS)}")
+        raise ConfigError(f"train.dp_sgd has no option {shown(unknown[0])}; known: {', '.join(KEYS)}, batches")
+    batches = spec.get("batches", "poisson")
+    if not isinstance(batches, str) or batches not in BATCHES:
+        raise ConfigError(f"train.dp_sgd.batches must be {' or '.join(BATCHES)}, got {shown(batches)}")
     values = {key: spec.get(key, 1e-5 if key == "delta" else None) for key in KEYS}
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
@@ -60,7 +68,14 @@ def sample_dp(spec: Any) -> SampleDP | None:
         raise ConfigError("train.dp_sgd: clip and noise_multiplier must be > 0 (train.clip clips without noise)")
     if not 0 < values["delta"] < 1:
         raise ConfigError(f"train.dp_sgd.delta must be in (0, 1), got {shown(values['delta'])}")
-    return SampleDP(*(float(values[key]) for key in KEYS))
+    return SampleDP(*(float(values[key]) for key in KEYS), batches)
+
+
+def poisson_batches(index: np.ndarray, steps: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``steps`` batches of ``index``, each taking every sample with probability B / |index| on its own (Poisson
+    sampling, as the accountant assumes): B samples a batch on average, in the client's own order."""
+    rate = min(1.0, batch_size / max(len(index), 1))
+    return [index[rng.random(len(index)) < rate] for _ in range(steps)]
 
 
 def _opacus() -> Any:

@@ -127,6 +127,16 @@ class Federation:
         return batch_positions(self._round_order(client, round_), steps, self.options.batch_size,
                                self.options.last_batch)
 
+    def private_batches(self, client: int, round_: int, steps: int) -> list[np.ndarray]:
+        """A DP-SGD client's batches: Poisson samples of its data (``train.dp_sgd.batches: poisson``, drawn from
+        (seed, "dp-sgd-batches", round, client)), or :meth:`batches` (``shuffled``)."""
+        from fedaccel.engine.dp_sgd import poisson_batches
+
+        if self.options.dp_sgd.batches != "poisson":
+            return self.batches(client, round_, steps)
+        rng = make_rng(self.seed, "dp-sgd-batches", round_, client)
+        return poisson_batches(self.partition[client], steps, self.options.batch_size, rng)
+
     def batch_table(self, client: int, round_: int, steps: int) -> tuple[np.ndarray, np.ndarray | None]:
         """:meth:`batches` as one (steps, b) table and the batch sizes where some is short (:func:`batch_table`)."""
         return batch_table(self._round_order(client, round_), steps, self.options.batch_size, self.options.last_batch)
@@ -187,8 +197,9 @@ class Federation:
         the client's part (no gather per step: the same rows, so the same numbers); otherwise index
         arrays (:meth:`batches`), gathered step by step.
         """
-        if (self.x_train.nbytes > self.layout_bytes or self.options.order in REORDERED  # nothing to reuse
-                or self.options.dp_sgd is not None):  # DP-SGD gathers raw labels itself
+        if self.options.dp_sgd is not None:  # DP-SGD gathers raw labels itself
+            return self.private_batches(client, round_, steps)
+        if self.x_train.nbytes > self.layout_bytes or self.options.order in REORDERED:  # nothing to reuse
             return self.batches(client, round_, steps)
         order = self.order(client, round_)
         if not self._layouts:

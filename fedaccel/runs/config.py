@@ -80,7 +80,8 @@ class TrainConfig:
     participation: list[list[int]] | None = None
     sampling: str = "fixed"  # fixed: round(C N) clients a round; bernoulli: each client joins with probability C
     # null (off), or sample-level DP-SGD on every client through Opacus, e.g. {clip: 1.0, noise_multiplier: 1.0,
-    # delta: 1.0e-5}: per-sample clipping and noise in each local step, each client's epsilon in the rows
+    # delta: 1.0e-5, batches: poisson}: per-sample clipping and noise in each local step on Poisson-sampled batches
+    # (batches: shuffled trains on train.order's slices, an approximation), each client's epsilon in the rows
     dp_sgd: dict | None = None
     # local work per selected client per round: fixed (E), uniform {min_epochs, max_epochs},
     # stragglers {fraction, min_epochs, max_epochs} (docs/algorithms/fedavg.md "Systems heterogeneity")
