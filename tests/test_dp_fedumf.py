@@ -20,9 +20,11 @@ from fedaccel.algorithms.fedumf import fedumf
 from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.algorithms.sampling import sample_clients
-from fedaccel.engine.round import init_state, round_info, run_round
+from fedaccel.engine.federation import Federation
+from fedaccel.engine.round import FLState, init_state, round_info, run_round
 from fedaccel.errors import ConfigError
 from fedaccel.runs.config import build_algorithm_from, dp_with_population, load_config
+from test_fedumf import naive_local
 from tiny_models import linear_federation
 
 dp_accounting = pytest.importorskip("dp_accounting")  # the privacy extra (make install has it)
@@ -153,35 +155,37 @@ def test_without_noise_and_a_clip_nobody_reaches_it_is_fedumf_with_uniform_weigh
     assert float((states[2].w - states[0].w).abs().max()) > 1e-4  # the weighting matters here: uniform is the one
 
 
-def _state_before_a_fusing_round(fed: object, fraction: float) -> tuple[object, object]:
+def _state_before_a_fusing_round(fed: Federation, fraction: float) -> FLState:
     """FedUMF (uniform) run until the next round's uploader is newly authorised with a stored update."""
-    plain = build_algorithm("fedumf", fraction=fraction, weighting="uniform")
+    plain = build_algorithm("fedumf", fraction=fraction, alpha=0.7, weighting="uniform")
     state = init_state(plain, fed.model.theta.clone(), 4)
     for _ in range(20):
         state, _ = run_round(plain, state, fed)
         (uploader,) = sample_clients(round_info(fed, state.round), fraction)
         stored = state.clients[uploader][0]
         if stored.update is not None and stored.authorised_round != state.round - 1:
-            return plain, state
+            return state
     raise AssertionError("no fusing round in 20")
 
 
 def test_the_fused_upload_is_clipped_as_a_whole() -> None:
-    """One uploader a round (C N = 1): without DP the step is its upload u = w - theta_end, theta_end trained from
-    w + alpha g (its stored update fused in); with DP it is u clipped to S: w - u min(1, S / ||u||)."""
-    fed = linear_federation(SIZES, momentum=0.5)
-    plain, state = _state_before_a_fusing_round(fed, 0.25)
-    (uploader,) = sample_clients(round_info(fed, state.round), 0.25)
-    fused = state.clients[uploader][0].update
-    u = state.w - run_round(plain, state, fed)[0].w  # the whole upload, fused part included
-    clip = 0.5 * float(u.norm())
-    private = with_dp(build_algorithm("fedumf", fraction=0.25), noiseless(clip=clip, fraction=0.25))
-    step = state.w - run_round(private, state, fed)[0].w
-    torch.testing.assert_close(step, u * (clip / float(u.norm())), atol=1e-7, rtol=0)
-    assert float(step.norm()) <= clip * (1 + 1e-6)
-    unfused = build_algorithm("fedumf", fraction=0.25, alpha=1e-9, weighting="uniform")  # the same round, no fusion
-    u_alone = state.w - run_round(unfused, state, fed)[0].w
-    assert float((u - u_alone).norm()) > 0.1 * float(fused.norm())  # u holds the fused move
+    """One uploader a round (C N = 1), newly authorised with a stored update g: by hand, it trains from
+    w + alpha (eta_t / eta_{t-1}) g (plain torch SGD), uploads u = w - theta_end, and the DP step (no noise) is u
+    clipped to S: w - u min(1, S / ||u||)."""
+    fed = linear_federation(SIZES, momentum=0.5, lr_decay=0.9)
+    state = _state_before_a_fusing_round(fed, 0.25)
+    info = round_info(fed, state.round)
+    (uploader,) = sample_clients(info, 0.25)
+    stored = state.clients[uploader][0]
+    start = state.w + 0.7 * (info.lr / stored.update_lr) * stored.update
+    u = state.w - naive_local(fed, uploader, state.round, start)  # the whole upload, fused part included
+    unfused = state.w - naive_local(fed, uploader, state.round, state.w)
+    assert float((u - unfused).norm()) > 0.1 * float(stored.update.norm())  # the fused move is in u
+    for clip in (0.5 * float(u.norm()), 2 * float(u.norm())):
+        private = with_dp(build_algorithm("fedumf", fraction=0.25, alpha=0.7), noiseless(clip=clip, fraction=0.25))
+        step = state.w - run_round(private, state, fed)[0].w
+        torch.testing.assert_close(step, u * min(1.0, clip / float(u.norm())), atol=1e-6, rtol=0)
+        assert float(step.norm()) <= clip * (1 + 1e-6)
 
 
 def test_a_client_that_is_not_authorised_adds_nothing_to_the_round() -> None:
