@@ -1,10 +1,11 @@
-"""Privacy (issue 48, item 6): do BHerd and FedAdam keep their speed-up over FedAvg under client-level DP?
+"""Privacy (issue 48, item 6): do BHerd, FedAdam and FedUMF keep their speed-up over FedAvg under client-level DP?
 
-One setting, BHerd's Case 2 quick one (the field report's, where FedAdam's η_s was chosen), run without DP and
-under DP-FedAvg at ε 8, 4 and 1 (δ = 1e-5); at each level, each method against FedAvg at the same level, as two
-rows (rounds to 93%, and the training loss averaged over the rounds), and what DP costs FedAvg's final accuracy.
-FedGSNR and FedUMF cannot be run under client-level DP here: their parts send or decide more than the guarantee
-covers (fedaccel.algorithms.dp), which the report says.
+Two settings, each run without DP and under DP-FedAvg at ε 8, 4 and 1 (δ = 1e-5); at each level, each method
+against FedAvg at the same level, as two rows (rounds to the target, and the training loss averaged over the
+rounds), and what DP costs FedAvg's final accuracy. BHerd and FedAdam at BHerd's Case 2 quick setting (the field
+report's, where FedAdam's η_s was chosen; ``CLAIMS`` before ``FEDUMF_CLAIMS``), FedUMF at its own IID quick
+setting (the field report's fedumf_iid base; ``FEDUMF_CLAIMS``). FedGSNR cannot be run under client-level DP here:
+its part sends more than the guarantee covers (fedaccel.algorithms.dp), which the report says.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ TARGET = 0.93
 PAPER = "issue 48: DP-FedAvg (McMahan et al., ICLR 2018) with each method"
 
 
-def _with_dp(algorithm: dict[str, Any], epsilon: float | None) -> dict[str, Any]:
+def _with_dp(algorithm: dict[str, Any], epsilon: float | None, clip: float = CLIP) -> dict[str, Any]:
     if epsilon is None:
         return {"algorithm": algorithm}
-    return {"algorithm": {**algorithm, "dp": {"clip": CLIP, "target_epsilon": epsilon, "delta": DELTA}}}
+    return {"algorithm": {**algorithm, "dp": {"clip": clip, "target_epsilon": epsilon, "delta": DELTA}}}
 
 
 def _level(epsilon: float | None) -> str:
@@ -44,6 +45,26 @@ CLAIMS = [
     *(Claim(f"DP at ε = {epsilon:g} costs FedAvg final test accuracy", EXPERIMENT, _with_dp(FEDAVG, epsilon),
             _with_dp(FEDAVG, None), final(), "less", PAPER) for epsilon in LEVELS if epsilon is not None),
 ]
+
+# FedUMF at its own quick setting (the field report's fedumf_iid base: IID, C = 0.1, 2NN), which client-level DP
+# admits: experiments/privacy/quick/dp_fedumf.yaml, S = FedAvg's median round-1 upload norm on tuning seed 100;
+# the target is the field report's for this setting.
+FEDUMF_EXPERIMENT = "dp_fedumf"
+FEDUMF_CLIP, FEDUMF_TARGET = 0.31, 0.80
+FEDUMF = {"name": "fedumf", "alpha": 1.0}
+FEDUMF_SETTING = "at FedUMF's IID setting (C = 0.1)"
+
+FEDUMF_CLAIMS = [
+    *(claim for epsilon in LEVELS
+      for claim in speed(f"FedUMF reaches {FEDUMF_TARGET:.0%} sooner than FedAvg {FEDUMF_SETTING} {_level(epsilon)}",
+                         FEDUMF_EXPERIMENT, _with_dp(FEDUMF, epsilon, FEDUMF_CLIP),
+                         _with_dp(FEDAVG, epsilon, FEDUMF_CLIP), FEDUMF_TARGET, PAPER)),
+    *(Claim(f"{FEDUMF_SETTING[0].upper()}{FEDUMF_SETTING[1:]}, DP at ε = {epsilon:g} lowers FedAvg's final test "
+            "accuracy", FEDUMF_EXPERIMENT, _with_dp(FEDAVG, epsilon, FEDUMF_CLIP), _with_dp(FEDAVG, None), final(),
+            "less", PAPER) for epsilon in LEVELS if epsilon is not None),
+]
+
+CLAIMS += FEDUMF_CLAIMS
 
 OPENING = Opening("Do BHerd and FedAdam keep their speed-up over FedAvg under client-level DP?", (
     Finding("Without DP, FedAdam reaches 93% about three times sooner than FedAvg (7.8 against 23.5 rounds), with a "
