@@ -238,3 +238,18 @@ def test_a_fedumf_run_under_dp_writes_its_epsilon(tmp_path: object) -> None:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     dp = DPSettings(0.5, 2.0, 1e-5, 10, 0.2, "fixed", 2)
     assert [row["epsilon"] for row in rows] == [epsilon(dp, row["round"]) for row in rows] and rows[-1]["epsilon"] > 0
+
+
+def test_the_stacked_runtime_gives_the_numbers_of_in_process(tmp_path: object) -> None:
+    """The privacy grid stacks its seeds: FedUMF under DP gives the same rows there as in process."""
+    from fedaccel.cli import main
+
+    rows = {}
+    for runtime in ("in-process", "stacked"):
+        out = tmp_path / runtime  # type: ignore[operator]
+        overrides = _config("train.rounds=3", "data.subset=400", "run.progress=false", f"run.runtime={runtime}",
+                            "algorithm={name: fedumf, dp: {clip: 0.5, noise_multiplier: 1.0}}")
+        assert main(["run", *[a for o in overrides for a in ("--set", o)], "--out", str(out)]) == 0
+        rows[runtime] = [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
+                         for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows["in-process"] == rows["stacked"]
