@@ -6,6 +6,7 @@ weighting; the fused upload is clipped as a whole; and a client that is not auth
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -253,3 +254,28 @@ def test_the_stacked_runtime_gives_the_numbers_of_in_process(tmp_path: object) -
         rows[runtime] = [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
                          for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows["in-process"] == rows["stacked"]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_non_finite_upload_counts_as_zero_so_one_client_still_moves_the_sum_by_at_most_s(
+        bad: float, adaptive: bool) -> None:
+    """A client whose local training overflowed (seen under DP in the privacy grid): its upload would pass the clip
+    unclipped (a NaN norm is never above S). It counts as zero, as a zero upload would, whatever the others send."""
+    from fedaccel.algorithms.dp import AdaptiveClip
+
+    dp = DPSettings(1.0, 0.0, 1e-5, 2, 1.0, "fixed", 10, adaptive=AdaptiveClip() if adaptive else None)
+    part = dp_mean(dp)
+    info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, weights=np.full(2, 0.5), seed=0)
+    w = torch.zeros(3, dtype=torch.float64)
+    other = ClientUpdate(1, 0.5, 1, torch.tensor([0.03, 0.0, 0.04], dtype=torch.float64))
+    broken = ClientUpdate(0, 0.5, 1, torch.tensor([bad, 1.0, 2.0], dtype=torch.float64))
+    zero = replace(broken, delta=torch.zeros(3, dtype=torch.float64))
+
+    def step(updates: list[ClientUpdate]) -> tuple[torch.Tensor, object]:
+        if not adaptive:
+            return part.aggregate(info, w, updates), None
+        return part.server_end(info, w, w, updates, 0.1)
+
+    (got, clip), (expected, expected_clip) = step([broken, other]), step([zero, other])
+    assert torch.equal(got, expected) and clip == expected_clip and bool(torch.isfinite(got).all())

@@ -4,7 +4,7 @@
 uploads (McMahan, Ramage, Talwar and Zhang, "Learning Differentially Private Recurrent Language Models",
 ICLR 2018, Algorithm 1 with the fixed denominator):
 
-    delta_i <- delta_i * min(1, S / ||delta_i||)                  each upload clipped to norm S
+    delta_i <- delta_i * min(1, S / ||delta_i||)                  each upload clipped to norm S (0 if not finite)
     w_{t+1} = w_t - server_lr * (sum_i delta_i + N(0, (z S)^2 I)) / m
 
 m is the round's expected number of uploads, public and data-independent: round(C N) with ``train.sampling:
@@ -288,8 +288,16 @@ def calibrate(settings: DPSettings, target: float) -> float:
 
 def clipped(delta: Tensor, clip: float) -> Tensor:
     """``delta`` scaled down to norm ``clip`` where it is longer (float64 norm; a zero vector stays)."""
-    norm = float(torch.linalg.vector_norm(delta.to(torch.float64)))
+    delta, norm = finite_or_zero(delta)
     return delta * (clip / norm) if norm > clip else delta
+
+
+def finite_or_zero(delta: Tensor) -> tuple[Tensor, float]:
+    """(``delta``, its float64 norm), or zero and 0 for a non-finite ``delta`` (local training that overflowed):
+    a rule that reads no data, so one client still moves the sum by at most the clip norm (a NaN norm is never
+    above it, and would pass unclipped)."""
+    norm = float(torch.linalg.vector_norm(delta.to(torch.float64)))
+    return (delta, norm) if math.isfinite(norm) else (torch.zeros_like(delta), 0.0)
 
 
 def standard_normal(info: RoundInfo, shape: torch.Size) -> Tensor:
@@ -366,9 +374,9 @@ def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
                    clip: float) -> tuple[Tensor, float]:
         total, within = torch.zeros_like(w), 0
         for update in updates:
-            norm = float(torch.linalg.vector_norm(update_only(update).to(torch.float64)))
+            delta, norm = finite_or_zero(update_only(update))
             within += norm <= clip
-            total.add_(update.delta * (clip / norm) if norm > clip else update.delta)
+            total.add_(delta * (clip / norm) if norm > clip else delta)
         if settings.noise_multiplier > 0:
             total.add_(noise(info, w, settings.sum_noise_multiplier * clip))
         counted = (within + settings.count_noise * count_normal(info)) / m if settings.noise_multiplier > 0 \
