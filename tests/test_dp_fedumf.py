@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedaccel.algorithms.base import ClientUpdate, Part, Participation, RoundInfo, compose
-from fedaccel.algorithms.dp import DPSettings, dp_mean, epsilon, with_dp
-from fedaccel.algorithms.fedumf import fedumf
+from fedaccel.algorithms.dp import AdaptiveClip, DPSettings, dp_mean, dp_settings, epsilon, with_dp
 from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.algorithms.registry import build_algorithm
 from fedaccel.algorithms.sampling import sample_clients
@@ -120,8 +119,6 @@ def test_the_accountants_q_is_the_fraction_of_clients_that_upload() -> None:
     clients the run's own rounds authorised, of N; another q gives another epsilon."""
     config = load_config(None, _config("algorithm={name: fedumf, dp: {clip: 1.0, noise_multiplier: 1.5}}",
                                        "train.rounds=6"))
-    from fedaccel.algorithms.dp import dp_settings
-
     dp = dp_settings(dp_with_population(config))
     algorithm = build_algorithm_from(config)
     fed = linear_federation((3,) * 10)
@@ -262,8 +259,6 @@ def test_a_non_finite_upload_counts_as_zero_so_one_client_still_moves_the_sum_by
         bad: float, adaptive: bool) -> None:
     """A client whose local training overflowed (seen under DP in the privacy grid): its upload would pass the clip
     unclipped (a NaN norm is never above S). It counts as zero, as a zero upload would, whatever the others send."""
-    from fedaccel.algorithms.dp import AdaptiveClip
-
     dp = DPSettings(1.0, 0.0, 1e-5, 2, 1.0, "fixed", 10, adaptive=AdaptiveClip() if adaptive else None)
     part = dp_mean(dp)
     info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, weights=np.full(2, 0.5), seed=0)
