@@ -19,7 +19,7 @@ holds every client's state and hands it in and out explicitly. One round, in sta
    called with that state, the order and the batches, and the ``next_state`` it leaves becomes the
    part's client state (before ``client_end``). At most one per algorithm.
 6. ``client_end``  the client's state after training and extra tensors to upload
-   (SCAFFOLD's control delta, FedUMF's stored update, FedDyn/FedDC drift).
+   (SCAFFOLD's control delta, FedDyn/FedDC drift; FedUMF keeps its stored update and uploads nothing extra).
    ``upload``  the last thing a client does to its update before it leaves (client-side DP: clip and
    add the client's share of the noise).
 7. ``server_adjust``  server-side rescaling of the uploaded updates (GraB's 1/alpha_t).
@@ -243,6 +243,9 @@ class Part:
     server_end_fold: Callable[[RoundInfo, State], ServerEndFold] | None = None
     upload: Callable[..., Tensor] | None = None
     releases_every_round: bool = False  # server_end runs in a round nobody uploads too (module docstring, 9.)
+    # what client-level DP (fedaccel.algorithms.dp) reads to admit a part with these stages:
+    upload_fraction: float | None = None  # C: participation uploads exactly sample_clients(info, C)
+    no_extras: bool = False  # client_end never returns extras: the part's client state stays on the client
 
 
 # the stages that run on a client and are given the part's server state ``ss``

@@ -4,7 +4,7 @@
 uploads (McMahan, Ramage, Talwar and Zhang, "Learning Differentially Private Recurrent Language Models",
 ICLR 2018, Algorithm 1 with the fixed denominator):
 
-    delta_i <- delta_i * min(1, S / ||delta_i||)                  each upload clipped to norm S
+    delta_i <- delta_i * min(1, S / ||delta_i||)                  each upload clipped to norm S (0 if not finite)
     w_{t+1} = w_t - server_lr * (sum_i delta_i + N(0, (z S)^2 I)) / m
 
 m is the round's expected number of uploads, public and data-independent: round(C N) with ``train.sampling:
@@ -27,10 +27,22 @@ docs/privacy.md states both guarantees, and where Flower's adaptive strategies d
 
 What the guarantee does not cover, and so is refused: a part that sends the server more than the update
 (FedGSNR's planning statistics, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
-``client_end``), a part that chooses who takes part (FedUMF's ``participation``: the accountant's sampling would
-not be the run's), a server rule other than the mean (FedNova's normalised average, robust rules) and GraB's
-``server_adjust``. Server optimisers (``server_opt``) are post-processing of the noised mean: allowed. Client
-diagnostics written to the run folder (BHerd's selected steps, for example) are outside the guarantee.
+``client_end``), a part that chooses who uploads other than as the accountant samples, a server rule other than
+the mean (FedNova's normalised average, robust rules) and GraB's ``server_adjust``. Server optimisers
+(``server_opt``) are post-processing of the noised mean: allowed. Client diagnostics written to the run folder
+(BHerd's selected steps, for example) are outside the guarantee.
+
+A part with those stages is admitted when it declares what keeps it inside (``Part.upload_fraction``,
+``Part.no_extras``), checked against the settings: FedUMF (and fedumf-fedprox). Its ``participation`` uploads
+exactly ``sample_clients(info, C)``, FedAvg's fixed-size sampling, so it is admitted when round(C N) is the
+accountant's m under ``train.sampling: fixed`` (no ``train.participation`` schedule: the config refuses one
+under DP). Its ``client_end`` returns no extras: the stored update stays on the client and is fused into the
+start of the client's next authorised round, whose upload, the whole fused movement, is clipped to S. A round's
+release depends on a client's data only through its clipped upload when it is sampled, and the sampling is
+independent of the data; that the upload also depends on the client's data from earlier rounds and on the
+earlier public models is adaptive composition, which the accountant's per-round composition covers. So FedUMF's
+mechanism is the fixed-size subsampled Gaussian at q = m / N, the same as FedAvg's. The DP mean checks this at
+run time too: an upload that carries extras is refused in one line.
 """
 
 from __future__ import annotations
@@ -276,8 +288,16 @@ def calibrate(settings: DPSettings, target: float) -> float:
 
 def clipped(delta: Tensor, clip: float) -> Tensor:
     """``delta`` scaled down to norm ``clip`` where it is longer (float64 norm; a zero vector stays)."""
-    norm = float(torch.linalg.vector_norm(delta.to(torch.float64)))
+    delta, norm = finite_or_zero(delta)
     return delta * (clip / norm) if norm > clip else delta
+
+
+def finite_or_zero(delta: Tensor) -> tuple[Tensor, float]:
+    """(``delta``, its float64 norm), or zero and 0 for a non-finite ``delta`` (local training that overflowed):
+    a rule that reads no data, so one client still moves the sum by at most the clip norm (a NaN norm is never
+    above it, and would pass unclipped)."""
+    norm = float(torch.linalg.vector_norm(delta.to(torch.float64)))
+    return (delta, norm) if math.isfinite(norm) else (torch.zeros_like(delta), 0.0)
 
 
 def standard_normal(info: RoundInfo, shape: torch.Size) -> Tensor:
@@ -301,7 +321,7 @@ def dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
     def aggregate(info: RoundInfo, w: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
         total = torch.zeros_like(w)
         for update in updates:
-            total.add_(update.delta if on_client else clipped(update.delta, settings.clip))
+            total.add_(update_only(update) if on_client else clipped(update_only(update), settings.clip))
         if settings.noise_multiplier > 0 and not on_client:
             total.add_(noise(info, w, settings.noise_multiplier * settings.clip))
         return torch.sub(w, total, alpha=server_lr / settings.expected_uploads)
@@ -312,6 +332,14 @@ def dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
         return clipped(delta, settings.clip) + client_noise(ctx.info, ctx.client, delta, share)
 
     return Part(name=PART_NAME, aggregate=aggregate, upload=upload if on_client else None)
+
+
+def update_only(update: ClientUpdate) -> Tensor:
+    """The upload's update; an upload that carries extras beside it is outside the guarantee: one line."""
+    if update.extras:
+        raise ConfigError(f"algorithm.dp: client {update.client}'s upload carries {sorted(update.extras)[0]!r} "
+                          "beside its update, which the guarantee does not cover")
+    return update.delta
 
 
 def client_noise(info: RoundInfo, client: int, like: Tensor, std: float) -> Tensor:
@@ -346,9 +374,9 @@ def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
                    clip: float) -> tuple[Tensor, float]:
         total, within = torch.zeros_like(w), 0
         for update in updates:
-            norm = float(torch.linalg.vector_norm(update.delta.to(torch.float64)))
+            delta, norm = finite_or_zero(update_only(update))
             within += norm <= clip
-            total.add_(update.delta * (clip / norm) if norm > clip else update.delta)
+            total.add_(delta * (clip / norm) if norm > clip else delta)
         if settings.noise_multiplier > 0:
             total.add_(noise(info, w, settings.sum_noise_multiplier * clip))
         counted = (within + settings.count_noise * count_normal(info)) / m if settings.noise_multiplier > 0 \
@@ -360,16 +388,34 @@ def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
                 releases_every_round=True)
 
 
+def outside(part: Part, settings: DPSettings) -> str | None:
+    """Why ``part`` is outside the guarantee of ``settings`` (None: inside). A ``client_end`` that declares
+    ``no_extras`` and a ``participation`` that declares its ``upload_fraction`` are inside when that fraction's
+    fixed-size sample is the accountant's (module docstring)."""
+    for stage, why in OUTSIDE.items():
+        if getattr(part, stage, None) is None or (stage == "client_end" and part.no_extras):
+            continue
+        if stage != "participation" or part.upload_fraction is None:
+            return why
+        if settings.sampling != "fixed":
+            return (f"samples its uploaders by train.sampling, which the guarantee covers for fixed-size sampling "
+                    f"only, got {settings.sampling}")
+        own = replace(settings, fraction=part.upload_fraction).expected_uploads
+        if own != settings.expected_uploads:
+            return (f"uploads {own:g} clients a round (its fraction C = {part.upload_fraction:g}) where the "
+                    f"accountant samples {settings.expected_uploads:g} of {settings.clients} (train.client_fraction "
+                    f"= {settings.fraction:g}): give both the same C")
+    return None
+
+
 def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.0) -> Algorithm:
     """``algorithm`` with its mean replaced by the DP mean; a part outside the guarantee is one line."""
     for part in algorithm.parts:
-        if part.name == "mean":
-            continue
-        for stage, why in OUTSIDE.items():
-            if getattr(part, stage, None) is not None:
-                raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its part {part.name!r} {why}; "
-                                  "client-level DP composes with recipes whose server takes the mean of the uploads "
-                                  "(fedavg, fedprox, bherd, grab-reorder, server optimisers)")
+        why = None if part.name == "mean" else outside(part, settings)
+        if why is not None:
+            raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its part {part.name!r} {why}; "
+                              "client-level DP composes with recipes whose server takes the mean of the uploads "
+                              "(fedavg, fedprox, bherd, grab-reorder, fedumf, server optimisers)")
     if not any(part.name == "mean" for part in algorithm.parts):
         raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its server takes no mean of the uploads")
     names = [part.name for part in algorithm.parts]

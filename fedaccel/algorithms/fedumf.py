@@ -25,6 +25,9 @@ SCAFFOLD, FedDC) and aggregator. Choices where the paper is silent (also in
 - S_t is drawn exactly as FedAvg's sampling (:func:`~fedaccel.algorithms.sampling.sample_clients`,
   stream "sampling"): with the same seed and C, FedAvg and FedUMF authorise the same clients; a
   participation schedule (``train.participation``) fixes S_t for both alike.
+- Under client-level DP (``algorithm.dp``) the part declares what keeps it inside the guarantee: its
+  uploaders are FedAvg's fixed-size sample at C (``upload_fraction``) and its stored update never goes
+  up (``no_extras``); the fused upload is clipped as a whole (:mod:`fedaccel.algorithms.dp`).
 """
 
 from __future__ import annotations
@@ -91,4 +94,6 @@ def fedumf(*, fraction: float = 0.1, alpha: float = 1.0) -> Part:
         participation=participation,
         start=start,
         client_end=client_end,
+        upload_fraction=fraction,  # who uploads is FedAvg's sampling at C: client-level DP's accountant checks it
+        no_extras=True,
     )
