@@ -45,6 +45,37 @@ CLAIMS = [
             _with_dp(FEDAVG, None), final(), "less", PAPER) for epsilon in LEVELS if epsilon is not None),
 ]
 
+# --- FedGSNR (issue 48, item 6): its private plan against FedAvg at its own quick setting ------------------------
+# experiments/privacy/quick/dp_fedgsnr.yaml; written with that file, before any of its judged runs.
+
+GSNR_EXPERIMENT = "dp_fedgsnr"
+GSNR_CLIP, GSNR_PLAN_CLIP = 0.93, {"g": 1.05, "s": 0.51, "n": 0.2}  # S, C_g, C_s, n_max: seed 100's round-1 medians
+GSNR_TARGET = 0.75
+FEDGSNR = {"name": "fedgsnr", "samples": 64, "e_const": 20}
+GSNR_PAPER = "issue 48: FedGSNR (paper 003) with a private plan (fedaccel.algorithms.dp_plan) and DP-FedAvg"
+
+
+def _gsnr_dp(algorithm: dict[str, Any], epsilon: float | None) -> dict[str, Any]:
+    """A cell of dp_fedgsnr: ``algorithm`` without DP, or under DP at ``epsilon`` (FedGSNR with its plan's clips)."""
+    if epsilon is None:
+        return {"algorithm": algorithm}
+    dp: dict[str, Any] = {"clip": GSNR_CLIP, "target_epsilon": epsilon, "delta": DELTA}
+    if algorithm["name"] == "fedgsnr":
+        dp["plan_clip"] = GSNR_PLAN_CLIP
+    return {"algorithm": {**algorithm, "dp": dp}}
+
+
+FEDGSNR_CLAIMS = [
+    *(claim for epsilon in LEVELS
+      for claim in speed(f"FedGSNR reaches {GSNR_TARGET:.0%} sooner than FedAvg at FedGSNR's setting, "
+                         f"{_level(epsilon)}", GSNR_EXPERIMENT, _gsnr_dp(FEDGSNR, epsilon), _gsnr_dp(FEDAVG, epsilon),
+                         GSNR_TARGET, GSNR_PAPER)),
+    *(Claim(f"At FedGSNR's setting, DP at ε = {epsilon:g} lowers FedAvg's final test accuracy", GSNR_EXPERIMENT,
+            _gsnr_dp(FEDAVG, epsilon), _gsnr_dp(FEDAVG, None), final(), "less", GSNR_PAPER)
+      for epsilon in LEVELS if epsilon is not None),
+]
+CLAIMS += FEDGSNR_CLAIMS
+
 OPENING = Opening("Do BHerd and FedAdam keep their speed-up over FedAvg under client-level DP?", (
     Finding("Without DP, FedAdam reaches 93% about three times sooner than FedAvg (7.8 against 23.5 rounds), with a "
             "lower training loss averaged over the rounds.",
