@@ -25,9 +25,14 @@ quantile of the update norms through a noised count (`adaptive_dp_mean`); ``nois
 clip and add its share N(0, (z S)^2 / m) before its update leaves (the ``upload`` stage), the server only summing.
 docs/privacy.md states both guarantees, and where Flower's adaptive strategies differ from the paper.
 
+``plan_clip: {g: C_g, s: C_s, n: n_max}`` makes FedGSNR's plan private (:mod:`fedaccel.algorithms.dp_plan`, put
+in place of FedGSNR's planning part): three more noised releases a round at the same z, so the accountant's event
+is one Gaussian of z / 2 (:meth:`DPSettings.round_noise_multiplier`) and ``target_epsilon`` calibrates a z twice
+as large. It takes server noise and a fixed clip.
+
 What the guarantee does not cover, and so is refused: a part that sends the server more than the update
-(FedGSNR's planning statistics, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
-``client_end``), a part that chooses who takes part (FedUMF's ``participation``: the accountant's sampling would
+(FedGSNR's planning statistics without ``plan_clip``, SCAFFOLD's, FedDyn's and FedDC's control variates and states
+in ``client_end``), a part that chooses who takes part (FedUMF's ``participation``: the accountant's sampling would
 not be the run's), a server rule other than the mean (FedNova's normalised average, robust rules) and GraB's
 ``server_adjust``. Server optimisers (``server_opt``) are post-processing of the noised mean: allowed. Client
 diagnostics written to the run folder (BHerd's selected steps, for example) are outside the guarantee.
