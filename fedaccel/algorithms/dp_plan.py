@@ -16,12 +16,14 @@ number of uploads and z the run's noise multiplier (``algorithm.dp.plan_clip: {g
 E_k depends on client k's data and the three releases only; another client's upload depends on k only through
 the releases (FedGSNR's largest-remainder rounding would couple the clients again: here each rounds half up).
 The cap m E_const is the most FedGSNR gives one client; a noised n^ near or below 0 gives every client with
-n_k > 0 the cap. With the model's noised sum, a round is four Gaussian
-releases of the same sampled clients, each of sensitivity 1 once normalised by its clip: together one Gaussian
-whose noise multiplier z_eff has 1 / z_eff^2 = 1 / z^2 + 3 / z^2, z_eff = z / 2 (the accountant's event:
-:func:`fedaccel.algorithms.dp.round_noise_multiplier`). The releases go to the round's diag (``plan_release``);
-the per-client n_k, r_k and E_k there are outside the guarantee (each E_k is told to client k alone: the
-guarantee is joint, for the models and the other clients' steps).
+n_k > 0 the cap. With the model's noised sum, a round is four Gaussian releases of the same sampled clients, each
+of sensitivity 1 once normalised by its clip (2 under replace-one, as dp.py accounts; for s^ and n^, whose inputs
+are >= 0, that is on the safe side). Their adaptive composition is one Gaussian whose noise multiplier z_eff has
+1 / z_eff^2 = 1 / z^2 + 3 / z^2, z_eff = z / 2, and the round's sampling amplifies it as it does one Gaussian (the
+composition's dominating pair is a single Gaussian's): the accountant's event is that one
+(:meth:`fedaccel.algorithms.dp.DPSettings.round_noise_multiplier`). The releases go to the round's diag
+(``plan_release``); the per-client n_k, r_k and E_k there are outside the guarantee (each E_k is told to client k
+alone: the guarantee is joint, for the models and the other clients' steps).
 """
 
 from __future__ import annotations
@@ -44,13 +46,13 @@ def clipped_vector(x: np.ndarray, clip: float) -> np.ndarray:
     return x * (clip / norm) if norm > clip else x
 
 
+RELEASES = ("g", "s", "n")  # the plan's noised releases: g^, s^ and n^
+
+
 def plan_normal(info: RoundInfo, release: str, size: int) -> np.ndarray:
     """N(0, I) of ``size`` from (seed, "dp-plan", round, release index): each plan release its own draw."""
     seed = int(make_rng(info.seed, "dp-plan", info.round, RELEASES.index(release)).integers(2**63 - 1))
     return torch.randn(size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).numpy()
-
-
-RELEASES = ("g", "s", "n")
 
 
 def noised_mean_of_clipped(vectors: list[np.ndarray], clip: float, std: float, m: float, draw: np.ndarray
