@@ -25,8 +25,13 @@ quantile of the update norms through a noised count (`adaptive_dp_mean`); ``nois
 clip and add its share N(0, (z S)^2 / m) before its update leaves (the ``upload`` stage), the server only summing.
 docs/privacy.md states both guarantees, and where Flower's adaptive strategies differ from the paper.
 
+``plan_clip: {g: C_g, s: C_s, n: n_max}`` makes FedGSNR's plan private (:mod:`fedaccel.algorithms.dp_plan`, put
+in place of FedGSNR's planning part): three more noised releases a round at the same z, so the accountant's event
+is one Gaussian of z / 2 (:meth:`DPSettings.round_noise_multiplier`) and ``target_epsilon`` calibrates a z twice
+as large. It takes server noise and a fixed clip.
+
 What the guarantee does not cover, and so is refused: a part that sends the server more than the update
-(FedGSNR's planning statistics, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
+(FedGSNR's planning statistics without ``plan_clip``, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
 ``client_end``), a part that chooses who uploads other than as the accountant samples, a server rule other than
 the mean (FedNova's normalised average, robust rules) and GraB's ``server_adjust``. Server optimisers
 (``server_opt``) are post-processing of the noised mean: allowed. Client diagnostics written to the run folder
@@ -62,7 +67,8 @@ from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Par
 from fedaccel.errors import ConfigError, shown
 
 PART_NAME = "dp"
-SETTINGS = ("clip", "noise_multiplier", "target_epsilon", "delta", "noise")
+SETTINGS = ("clip", "noise_multiplier", "target_epsilon", "delta", "noise", "plan_clip")
+PLAN_CLIP = ("g", "s", "n")  # plan_clip's keys: C_g, C_s and n_max of FedGSNR's private plan (dp_plan.py)
 ADAPTIVE = ("initial_clip", "target_quantile", "clip_lr", "count_noise")  # with clip: adaptive (Andrew et al.)
 POPULATION = ("clients", "fraction", "sampling", "rounds")  # filled from the run's config, never by hand
 # stages whose presence puts a part outside the guarantee, and why (see the module docstring)
@@ -86,6 +92,15 @@ class AdaptiveClip:
 
 
 @dataclass(frozen=True)
+class PlanClip:
+    """``plan_clip: {g: C_g, s: C_s, n: n_max}``: the clips of a private FedGSNR plan's releases (dp_plan.py)."""
+
+    g: float  # C_g, the norm each client's mean gradient g_k is clipped to
+    s: float  # C_s, the norm each client's second moment s_k = v_k + g_k^2 is clipped to
+    n: float  # n_max, each client's step ratio n_k is capped at
+
+
+@dataclass(frozen=True)
 class DPSettings:
     """What ``algorithm.dp`` asks for, with the population it applies to (from the config). With ``adaptive``,
     ``clip`` is the initial clip norm; ``noise`` says who adds the noise (``server``, or each ``client`` its share)."""
@@ -99,6 +114,7 @@ class DPSettings:
     rounds: int
     noise: str = "server"
     adaptive: AdaptiveClip | None = None
+    plan_clip: PlanClip | None = None
 
     @property
     def expected_uploads(self) -> float:
@@ -122,6 +138,12 @@ class DPSettings:
         if self.adaptive is None or z == 0:
             return z
         return (z ** -2 - (2 * self.count_noise) ** -2) ** -0.5
+
+    def round_noise_multiplier(self, z: float) -> float:
+        """The noise multiplier of a round's one Gaussian at the releases' z: z itself, or with a private plan
+        (three more releases of multiplier z on the same clients, each of sensitivity 1 once normalised by its
+        clip) z_eff with 1 / z_eff^2 = 1 / z^2 + 3 / z^2: z / 2."""
+        return z if self.plan_clip is None else z / math.sqrt(1 + len(PLAN_CLIP))
 
 
 def _number(spec: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -167,8 +189,12 @@ def dp_settings(spec: Any) -> DPSettings:
     clients, fraction, sampling, rounds = (spec[key] for key in POPULATION)
     if sampling not in ("fixed", "bernoulli"):
         raise ConfigError(f"algorithm.dp: train.sampling must be fixed or bernoulli, got {shown(sampling)}")
+    plan_clip = _plan_clip(spec["plan_clip"]) if "plan_clip" in spec else None
+    if plan_clip is not None and (noise == "client" or adaptive):
+        raise ConfigError("algorithm.dp.plan_clip (a private FedGSNR plan) takes noise: server and a fixed clip: "
+                          "the server plans from the clients' raw statistics, and the plan's noise is z times its clips")
     settings = DPSettings(float(clip), 0.0 if z is None else float(z), float(delta), int(clients), float(fraction),
-                          sampling, int(rounds), noise, _adaptive_clip(spec) if adaptive else None)
+                          sampling, int(rounds), noise, _adaptive_clip(spec) if adaptive else None, plan_clip)
     if noise == "client" and adaptive:
         raise ConfigError("algorithm.dp: noise: client takes a fixed clip (with clip: adaptive each client's "
                           "clipped-or-not bit would reach the server un-noised)")
@@ -181,6 +207,17 @@ def dp_settings(spec: Any) -> DPSettings:
         raise ConfigError(f"algorithm.dp: clip: adaptive needs noise_multiplier z < 2 count_noise (sigma_b = "
                           f"{settings.count_noise:g}): the sum's share of the noise is (z^-2 - (2 sigma_b)^-2)^-1/2")
     return settings
+
+
+def _plan_clip(spec: Any) -> PlanClip:
+    """``plan_clip: {g: C_g, s: C_s, n: n_max}``, each a finite number > 0."""
+    if not isinstance(spec, Mapping) or set(spec) != set(PLAN_CLIP):
+        raise ConfigError(f"algorithm.dp.plan_clip must be {{g: C_g, s: C_s, n: n_max}} (each > 0), got {shown(spec)}")
+    bad = [key for key in PLAN_CLIP if isinstance(spec[key], bool) or not isinstance(spec[key], (int, float))
+           or not math.isfinite(spec[key]) or not spec[key] > 0]
+    if bad:
+        raise ConfigError(f"algorithm.dp.plan_clip.{bad[0]} must be a finite number > 0, got {shown(spec[bad[0]])}")
+    return PlanClip(*(float(spec[key]) for key in PLAN_CLIP))
 
 
 def _adaptive_clip(spec: Mapping[str, Any]) -> AdaptiveClip:
@@ -210,8 +247,11 @@ def _library() -> Any:
 
 
 def _event(settings: DPSettings, noise_multiplier: float, rounds: int) -> Any:
+    """The run's event at the releases' noise multiplier: one sampled Gaussian a round (of the round's one
+    multiplier, :meth:`DPSettings.round_noise_multiplier`), self-composed ``rounds`` times."""
     dp_accounting = _library()
 
+    noise_multiplier = settings.round_noise_multiplier(noise_multiplier)
     q = min(1.0, settings.fraction)
     if settings.sampling == "bernoulli":
         step = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise_multiplier))
@@ -396,7 +436,9 @@ def outside(part: Part, settings: DPSettings) -> str | None:
         if getattr(part, stage, None) is None or (stage == "client_end" and part.no_extras):
             continue
         if stage != "participation" or part.upload_fraction is None:
-            return why
+            hint = " (give algorithm.dp.plan_clip: {g: C_g, s: C_s, n: n_max} to make its plan private)" \
+                if part.name == "fedgsnr" and stage == "plan_client" else ""
+            return why + hint
         if settings.sampling != "fixed":
             return (f"samples its uploaders by train.sampling, which the guarantee covers for fixed-size sampling "
                     f"only, got {settings.sampling}")
@@ -408,22 +450,49 @@ def outside(part: Part, settings: DPSettings) -> str | None:
     return None
 
 
-def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.0) -> Algorithm:
-    """``algorithm`` with its mean replaced by the DP mean; a part outside the guarantee is one line."""
+def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.0,
+            planning: Mapping[str, Any] | None = None) -> Algorithm:
+    """``algorithm`` with its mean replaced by the DP mean, and FedGSNR's plan (``planning``: its recipe's
+    ``samples``, ``e_const`` and ``plan``) by the private plan where ``settings.plan_clip`` is given; a part
+    outside the guarantee is one line."""
+    private_plan = _private_plan(algorithm, settings, planning)
     for part in algorithm.parts:
-        why = None if part.name == "mean" else outside(part, settings)
+        why = None if part.name == "mean" or part is private_plan[0] else outside(part, settings)
         if why is not None:
             raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its part {part.name!r} {why}; "
                               "client-level DP composes with recipes whose server takes the mean of the uploads "
-                              "(fedavg, fedprox, bherd, grab-reorder, fedumf, server optimisers)")
+                              "(fedavg, fedprox, bherd, grab-reorder, fedumf, fedgsnr with plan_clip, server "
+                              "optimisers)")
     if not any(part.name == "mean" for part in algorithm.parts):
         raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its server takes no mean of the uploads")
     names = [part.name for part in algorithm.parts]
     before = [part.name for part in algorithm.parts[:names.index("mean")] if part.server_end is not None]
     if settings.adaptive is not None and before:  # the adaptive step is a server_end: one before it would not see it
         raise ConfigError(f"algorithm.dp: clip: adaptive cannot follow the server step of {before[0]!r}")
-    parts = tuple(dp_mean(settings, server_lr=server_lr) if p.name == "mean" else p for p in algorithm.parts)
+    parts = tuple(dp_mean(settings, server_lr=server_lr) if p.name == "mean" else
+                  private_plan[1] if p is private_plan[0] else p for p in algorithm.parts)
     return Algorithm(algorithm.name, parts)
+
+
+def _private_plan(algorithm: Algorithm, settings: DPSettings, planning: Mapping[str, Any] | None
+                  ) -> tuple[Part | None, Part | None]:
+    """(FedGSNR's planning part, the private plan that replaces it) with ``plan_clip``; (None, None) without."""
+    planners = [part for part in algorithm.parts if part.plan_server is not None]
+    if settings.plan_clip is None:
+        return None, None
+    if not planners or planners[0].name != "fedgsnr":
+        raise ConfigError(f"algorithm.dp.plan_clip makes FedGSNR's plan private; {algorithm.name} has no FedGSNR "
+                          "plan (leave plan_clip out)")
+    if planning is None or planning.get("plan", "gsnr") != "gsnr":
+        raise ConfigError(f"algorithm.dp.plan_clip covers FedGSNR's own plan (plan: gsnr), not plan: "
+                          f"{shown(None if planning is None else planning.get('plan'))}")
+    from fedaccel.algorithms.dp_plan import private_planning
+
+    clip = settings.plan_clip
+    return planners[0], private_planning(
+        planners[0], clip_g=clip.g, clip_s=clip.s, n_max=clip.n, noise_multiplier=settings.noise_multiplier,
+        expected_uploads=settings.expected_uploads, samples=int(planning["samples"]),
+        e_const=int(planning["e_const"]))
 
 
 def epsilon_column(settings: DPSettings | None, rounds: int) -> dict[str, float]:

@@ -428,5 +428,6 @@ def build_algorithm(name: str, **params: Any) -> Algorithm:
         opt_name, options = named_spec(server_opt, "server_opt", SERVER_OPTIMISERS)
         algorithm = with_server_opt(algorithm, SERVER_OPTIMISERS[opt_name](**options))
     if dp is not None:  # after the rest: it checks every part against its guarantee
-        algorithm = with_dp(algorithm, dp_settings(dp), server_lr=server_lr)
+        planning = {key: params.get(key, known[key]) for key in ("samples", "e_const", "plan") if key in known}
+        algorithm = with_dp(algorithm, dp_settings(dp), server_lr=server_lr, planning=planning or None)
     return algorithm

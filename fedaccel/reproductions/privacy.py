@@ -1,11 +1,12 @@
-"""Privacy (issue 48, item 6): do BHerd, FedAdam and FedUMF keep their speed-up over FedAvg under client-level DP?
+"""Privacy (issue 48, item 6): do BHerd, FedAdam, FedUMF and FedGSNR keep their speed-up over FedAvg under
+client-level DP?
 
-Two settings, each run without DP and under DP-FedAvg at ε 8, 4 and 1 (δ = 1e-5); at each level, each method
+Three settings, each run without DP and under DP-FedAvg at ε 8, 4 and 1 (δ = 1e-5); at each level, each method
 against FedAvg at the same level, as two rows (rounds to the target, and the training loss averaged over the
 rounds), and what DP costs FedAvg's final accuracy. BHerd and FedAdam at BHerd's Case 2 quick setting (the field
-report's, where FedAdam's η_s was chosen; ``CLAIMS`` before ``FEDUMF_CLAIMS``), FedUMF at its own IID quick
-setting (the field report's fedumf_iid base; ``FEDUMF_CLAIMS``). FedGSNR cannot be run under client-level DP here:
-its part sends more than the guarantee covers (fedaccel.algorithms.dp), which the report says.
+report's, where FedAdam's η_s was chosen; ``CLAIMS``), FedUMF at its own IID quick setting (the field report's
+fedumf_iid base; ``FEDUMF_CLAIMS``), FedGSNR at its own quick setting with its plan made private
+(fedaccel.algorithms.dp_plan; ``FEDGSNR_CLAIMS``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from fedaccel.report.claims import Claim, final, speed
 from fedaccel.reproductions.opening import Finding, Opening
 
-TITLE = "Privacy — BHerd, FedAdam and FedUMF against FedAvg under client-level differential privacy"
+TITLE = "Privacy — BHerd, FedAdam, FedUMF and FedGSNR against FedAvg under client-level differential privacy"
 
 EXPERIMENT = "dp_case2"
 CLIP, DELTA = 0.043, 1e-5
@@ -67,7 +68,39 @@ FEDUMF_CLAIMS = [
 CLAIMS += FEDUMF_CLAIMS
 _FEDUMF_ROW = f"FedUMF reaches {FEDUMF_TARGET:.0%} sooner than FedAvg {FEDUMF_SETTING}"  # the opening cites its rows
 
-OPENING = Opening("Do BHerd, FedAdam and FedUMF keep their speed-up over FedAvg under client-level DP?", (
+
+# --- FedGSNR (issue 48, item 6): its private plan against FedAvg at its own quick setting ------------------------
+# experiments/privacy/quick/dp_fedgsnr.yaml; written with that file, before any of its judged runs.
+
+GSNR_EXPERIMENT = "dp_fedgsnr"
+GSNR_CLIP, GSNR_PLAN_CLIP = 0.93, {"g": 1.05, "s": 0.51, "n": 0.2}  # S, C_g, C_s, n_max: seed 100's round-1 medians
+GSNR_TARGET = 0.75
+FEDGSNR = {"name": "fedgsnr", "samples": 64, "e_const": 20}
+GSNR_PAPER = "issue 48: FedGSNR (paper 003) with a private plan (fedaccel.algorithms.dp_plan) and DP-FedAvg"
+
+
+def _gsnr_dp(algorithm: dict[str, Any], epsilon: float | None) -> dict[str, Any]:
+    """A cell of dp_fedgsnr: ``algorithm`` without DP, or under DP at ``epsilon`` (FedGSNR with its plan's clips)."""
+    if epsilon is None:
+        return {"algorithm": algorithm}
+    dp: dict[str, Any] = {"clip": GSNR_CLIP, "target_epsilon": epsilon, "delta": DELTA}
+    if algorithm["name"] == "fedgsnr":
+        dp["plan_clip"] = GSNR_PLAN_CLIP
+    return {"algorithm": {**algorithm, "dp": dp}}
+
+
+FEDGSNR_CLAIMS = [
+    *(claim for epsilon in LEVELS
+      for claim in speed(f"FedGSNR reaches {GSNR_TARGET:.0%} sooner than FedAvg at FedGSNR's setting, "
+                         f"{_level(epsilon)}", GSNR_EXPERIMENT, _gsnr_dp(FEDGSNR, epsilon), _gsnr_dp(FEDAVG, epsilon),
+                         GSNR_TARGET, GSNR_PAPER)),
+    *(Claim(f"At FedGSNR's setting, DP at ε = {epsilon:g} lowers FedAvg's final test accuracy", GSNR_EXPERIMENT,
+            _gsnr_dp(FEDAVG, epsilon), _gsnr_dp(FEDAVG, None), final(), "less", GSNR_PAPER)
+      for epsilon in LEVELS if epsilon is not None),
+]
+CLAIMS += FEDGSNR_CLAIMS
+
+OPENING = Opening("Do BHerd, FedAdam, FedUMF and FedGSNR keep their speed-up over FedAvg under client-level DP?", (
     Finding("Without DP, FedAdam reaches 93% about three times sooner than FedAvg (7.8 against 23.5 rounds), with a "
             "lower training loss averaged over the rounds.",
             ("FedAdam (η_s 0.03) reaches 93% sooner than FedAvg without DP",), "agrees"),
@@ -108,6 +141,15 @@ OPENING = Opening("Do BHerd, FedAdam and FedUMF keep their speed-up over FedAvg 
             "FedAvg run diverged, leaving 3 pairs).",
             (f"{_FEDUMF_ROW} under client-level DP at ε = 8 (", f"{_FEDUMF_ROW} under client-level DP at ε = 1 ("),
             "could not tell", measure="train loss"),
+    Finding("At FedGSNR's own setting, without DP FedGSNR reaches 75% about 2.6 times sooner than FedAvg (12.6 "
+            "against 32.7 rounds), with a lower training loss averaged over the rounds (0.68 against 0.84).",
+            ("FedGSNR reaches 75% sooner than FedAvg at FedGSNR's setting, without DP",), "agrees"),
+    Finding("Under client-level DP at ε = 8, 4 and 1 every run there, of either method, diverges within 2 to 32 "
+            "rounds: FedAvg ends at 9-11% test accuracy, against 78% without DP.",
+            ("At FedGSNR's setting, DP at ε",), "agrees"),
+    Finding("So no run under DP reaches 75% and we could not tell FedGSNR's rounds from FedAvg's at any ε; nor "
+            "their training loss averaged over the rounds, which no diverged run has finite.",
+            ("FedGSNR reaches 75% sooner than FedAvg at FedGSNR's setting, under client-level DP",), "could not tell"),
 ))
 
 INTRO = """
@@ -125,29 +167,31 @@ same ε (fixed-size sampling of 2 of 20 clients). The experiment files (`experim
 `dp_fedumf.yaml`) say what was fixed before any run of each: settings, S, seeds 1-10, and these claims; nothing
 changed after the runs.
 
-FedGSNR is not run: client-level DP as fedaccel implements it refuses it in one line, because its clients send
-the server planning statistics besides the clipped update (docs/privacy.md). FedUMF is admitted: the clients it
+FedUMF is admitted: the clients it
 authorises are FedAvg's fixed-size sample, and the update a client keeps stays on it until it is fused into the
 client's next upload, which is clipped whole, so its guarantee is FedAvg's (docs/privacy.md). Both settings put
 the noise on the mean of few uploads: its standard deviation per coordinate is z·S/5 against an update of norm at
 most S over 785 coordinates at Case 2, and z·S/2 (0.39 at ε = 8) against at most 0.31 over 79,510 coordinates at
 FedUMF's. These are the regimes the quick settings fix, not tuned private settings.
 
-**Runs that diverged.** Under DP some runs' parameters became non-finite before round 60, and the run stopped
-there (the table says at which round; a rounds row counts such a run at the budget, a loss row leaves its seed
-out and says so): FedUMF's on 1, 1 and 6 of 10 seeds at ε = 8, 4 and 1, FedAvg's on 1 of 10 at ε = 1. The noise
-drives the model's weights far from any trained value, and every FedUMF client trains from that model every
-round, so one client's local SGD overflowing is enough. Such an upload reached the noised mean un-clipped (a
-non-finite norm is never above S), which the guarantee does not allow; found in these runs, after the grid was
-fixed: the DP mean now counts a non-finite upload as zero, a rule that looks at no data, so it keeps the bound
-(docs/privacy.md). The runs here were made before that change, and were not run again.
+FedGSNR runs at its own quick setting (`experiments/privacy/quick/dp_fedgsnr.yaml`: Fashion-MNIST, 2NN of 100
+units, 10 clients, NonBalance, client η 0.05, 20 local steps, 50 rounds, every client every round) against FedAvg,
+without DP and under DP at the same ε, with its plan made private (`algorithm.dp.plan_clip`, docs/privacy.md):
+the server releases noised means of the clipped g_k, second moments and step ratios, so a round is one Gaussian of
+z/2 for the accountant and its z is twice FedAvg's at the same ε (FedAvg z = 9.0, 16.4 and 57.2; FedGSNR 18.0,
+32.7 and 114.4). S = 0.93 (FedAvg's median round-1 upload norm), C_g = 1.05, C_s = 0.51 and n_max = 0.2 are the
+medians of round 1 on tuning seed 100 (`scripts/dp_fedgsnr_clips.py`), fixed with the claims before the runs.
+Under DP both weight the clients uniformly. With ten clients the noise on the mean, z·S/10 a coordinate (0.84 for
+FedAvg at ε = 8) over 89,610 parameters, sends every private run's model to NaN within 32 rounds; a diverged run
+counts as never reaching 75% in the 50. The private plan is itself mostly noise: at ε = 8 the noised mean step
+ratio n̄ fell to 0 or below in 75 of its 145 rounds, giving every client with n_k > 0 the cap of 200 steps.
 
 **How the runs were made.** On this project's 2-core CPU machine (torch 2.13.0, Python 3.11), with the seeds of
 each arm stacked (the same per-seed numbers as unstacked runs): `fedaccel experiment
 experiments/privacy/quick/dp_case2.yaml --stack-seeds --out runs/reproduce/privacy-quick/dp_case2` (120 runs,
-48 minutes beside other work) and the same for `dp_fedumf` (80 runs, 35 minutes beside other work, 16 core-minutes), then
-`fedaccel reproduce privacy --only dp_fedumf` packed the new runs and drew this report; without the first
-commands it runs the 200 cells one by one (`-j 2`: about 50 core-minutes).
+48 minutes beside other work); the same for `dp_fedumf` (80 runs, 35 minutes beside other work) and
+`dp_fedgsnr` (80 runs, 26 minutes beside other work); then `fedaccel reproduce privacy` packed the runs and drew this
+report; without the first commands it runs the 280 cells one by one.
 
 Verdicts come from the exact paired sign-flip test with Benjamini–Hochberg across this report's claims
 (docs/statistics.md). Rows are in the direction the methods' authors would hope for; "disagrees" means the
