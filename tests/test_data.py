@@ -400,6 +400,16 @@ def test_digits() -> None:
     assert not torch.equal(ds.y_test, load_dataset("digits", seed=2).y_test)
 
 
+def test_digits_read_once_are_handed_out_as_copies() -> None:
+    """The parsed digits are kept for the process: a run that changes its tensors in place changes no later load."""
+    first = load_dataset("digits", seed=1)
+    kept = first.x_train.clone(), first.y_train.clone()
+    first.x_train.mul_(-1.0)
+    first.y_train.fill_(0)
+    again = load_dataset("digits", seed=1)
+    assert torch.equal(again.x_train, kept[0]) and torch.equal(again.y_train, kept[1])
+
+
 def test_synthetic_deterministic_with_natural_partition() -> None:
     a = load_dataset("synthetic", seed=5, alpha=0.5, beta=0.5, clients=12)
     b = load_dataset("synthetic", seed=5, alpha=0.5, beta=0.5, clients=12)

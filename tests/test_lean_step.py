@@ -14,7 +14,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.flat import FlatModel
 from fedaccel.engine.local import BatchGradient, LocalOptions, train_local
 from fedaccel.engine.round import init_state, run_round
-from fedaccel.algorithms.registry import RECIPES
+from fedaccel.algorithms.registry import RECIPES, hyperparameters
 from fedaccel.models import MLP2NN, SquaredSVM, build_model, chain_gradient, closed_form_gradient
 from fedaccel.models.chain import ChainGradient, chain_layers
 from fedaccel.models.conv_gradient import bherd_cnn_gradient
@@ -126,6 +126,11 @@ def test_index_select_gathers_leave_autograd_models_bit_identical(name: str, siz
     assert torch.equal(x.index_select(0, torch.from_numpy(batches[0])), x[torch.from_numpy(batches[0])])
 
 
+# FedGSNR's planning at a small size: its per-sample statistics and the steps it plans take both paths all the
+# same (at its defaults, 40 per-sample gradients and 80 steps a round, the CNN cases took minutes on 2 cores)
+SMALL_PLANNING = {"samples": 8, "e_const": 5}
+
+
 @pytest.mark.parametrize("model,algorithm", [*((m, a) for m in ("svm", "softmax")
                                                  for a in ("fedavg", "fedprox", "scaffold", "bherd-fedavg")),
                                               *((m, a) for m in ("2nn", "cnn") for a in sorted(RECIPES))])  # every recipe's local terms
@@ -133,11 +138,12 @@ def test_a_whole_run_with_the_closed_form_matches_the_autograd_path(model: str, 
     x, y = data(160)
     parts = [np.arange(k, 160, 4) for k in range(4)]
     options = LocalOptions(lr=0.05, batch_size=8, momentum=0.5, weight_decay=1e-3, clip=2.0)
+    small = {k: v for k, v in SMALL_PLANNING.items() if k in hyperparameters(algorithm)}
     finals = []
     for closed_form in (True, False):
         fed = Federation(build_model(model, (1, 6, 6), 10, seed=0), x, y, parts, x, y, options,
                          closed_form=closed_form)
-        algo = build_algorithm(algorithm)
+        algo = build_algorithm(algorithm, **small)
         state = init_state(algo, fed.model.theta.clone(), fed.n_clients)
         for _ in range(3):
             state, _ = run_round(algo, state, fed)

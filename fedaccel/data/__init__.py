@@ -23,6 +23,7 @@ Every user mistake (missing/damaged file, unknown name or option) raises
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -219,14 +220,23 @@ def _cifar_loader(name: str) -> Loader:
     return load
 
 
-def _load_digits(root: Path | None, seed: int, test_frac: float = 0.2) -> Dataset:
+@functools.cache
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as (images in [0, 1], labels), read once per process (its CSV parse: 70 ms,
+    every digits run); read-only, so what a caller gets is always a copy (fancy indexing)."""
     from sklearn.datasets import load_digits
 
-    if not 0.0 < test_frac < 1.0:
-        raise DataError(f"digits: test_frac must be in (0, 1) (got {test_frac})")
     bunch = load_digits()
     x = np.asarray(bunch.images, dtype=np.float32)[:, None] / 16.0
     y = np.asarray(bunch.target, dtype=np.int64)
+    x.flags.writeable = y.flags.writeable = False
+    return x, y
+
+
+def _load_digits(root: Path | None, seed: int, test_frac: float = 0.2) -> Dataset:
+    if not 0.0 < test_frac < 1.0:
+        raise DataError(f"digits: test_frac must be in (0, 1) (got {test_frac})")
+    x, y = _digits_arrays()
     order = np.random.default_rng((seed, 0xD161)).permutation(len(y))
     n_test = int(round(test_frac * len(y)))
     te, tr = np.sort(order[:n_test]), np.sort(order[n_test:])
