@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fedaccel.algorithms.base import ClientUpdate, RoundInfo
@@ -198,6 +198,7 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(al
 @given(st.dictionaries(st.sampled_from(["clip", "noise_multiplier", "delta", "sigma", "", "clients", "noise",
                                         "count_noise", "target_quantile", "clip_lr", "initial_clip"]), _VALUES,
                        max_size=5))
+@example({"clip": "adaptive", "noise_multiplier": None, "target_quantile": None})  # a TypeError, once (null = default)
 def test_any_dp_mapping_builds_or_is_one_line(spec: dict) -> None:
     """A hand-written algorithm.dp (any keys, any values) gives a DP algorithm or one ConfigError line, never
     another exception (target_epsilon, whose calibration takes a second, is covered by the cases above)."""

@@ -147,7 +147,9 @@ class DPSettings:
 
 
 def _number(spec: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    value = spec.get(key, default)
+    """``spec[key]`` checked as a finite number; absent or null (YAML's ``~``) is ``default``."""
+    value = spec.get(key)
+    value = default if value is None else value
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                               or not math.isfinite(value)):
         raise ConfigError(f"algorithm.dp.{key} must be a finite number, got {shown(value)}")
