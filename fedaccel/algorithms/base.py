@@ -82,6 +82,13 @@ def make_rng(seed: int, stream: str, *keys: int) -> np.random.Generator:
     return np.random.default_rng([seed, tag, *keys])
 
 
+def seeded_normal(shape: torch.Size | int, seed: int, stream: str, *keys: int) -> Tensor:
+    """N(0, I) of ``shape`` drawn on the CPU in float64 from (seed, stream, *keys): the same vector on every
+    runtime and device (every DP noise of this package is one such draw)."""
+    generator = torch.Generator().manual_seed(int(make_rng(seed, stream, *keys).integers(2**63 - 1)))
+    return torch.randn(shape, generator=generator, dtype=torch.float64)
+
+
 @dataclass(frozen=True)
 class Participation:
     """Clients that train this round, and the subset of them whose update is uploaded."""

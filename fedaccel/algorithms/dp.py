@@ -63,7 +63,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Part, RoundInfo, make_rng
+from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Part, RoundInfo, make_rng, seeded_normal
 from fedaccel.errors import ConfigError, shown
 
 PART_NAME = "dp"
@@ -343,9 +343,8 @@ def finite_or_zero(delta: Tensor) -> tuple[Tensor, float]:
 
 
 def standard_normal(info: RoundInfo, shape: torch.Size) -> Tensor:
-    """N(0, I) of ``shape`` from (seed, "dp-noise", round), drawn on the CPU in float64: the round's one draw."""
-    seed = int(make_rng(info.seed, "dp-noise", info.round).integers(2**63 - 1))
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    """N(0, I) of ``shape`` from (seed, "dp-noise", round): the round's one draw."""
+    return seeded_normal(shape, info.seed, "dp-noise", info.round)
 
 
 def noise(info: RoundInfo, like: Tensor, std: float) -> Tensor:
@@ -386,8 +385,7 @@ def update_only(update: ClientUpdate) -> Tensor:
 
 def client_noise(info: RoundInfo, client: int, like: Tensor, std: float) -> Tensor:
     """N(0, std^2 I) of ``like``'s shape from (seed, "dp-share", round, client), drawn on the CPU in float64."""
-    seed = int(make_rng(info.seed, "dp-share", info.round, client).integers(2**63 - 1))
-    draw = torch.randn(like.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    draw = seeded_normal(like.shape, info.seed, "dp-share", info.round, client)
     return draw.mul_(std).to(device=like.device, dtype=like.dtype)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedaccel.algorithms.base import Part, RoundInfo, State, make_rng
+from fedaccel.algorithms.base import Part, RoundInfo, State, seeded_normal
 from fedaccel.algorithms.fedgsnr import entropy, scores_from_sums, steps_summary
 
 
@@ -51,8 +51,7 @@ RELEASES = ("g", "s", "n")  # the plan's noised releases: g^, s^ and n^
 
 def plan_normal(info: RoundInfo, release: str, size: int) -> np.ndarray:
     """N(0, I) of ``size`` from (seed, "dp-plan", round, release index): each plan release its own draw."""
-    seed = int(make_rng(info.seed, "dp-plan", info.round, RELEASES.index(release)).integers(2**63 - 1))
-    return torch.randn(size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).numpy()
+    return seeded_normal(size, info.seed, "dp-plan", info.round, RELEASES.index(release)).numpy()
 
 
 def noised_mean_of_clipped(vectors: list[np.ndarray], clip: float, std: float, m: float, draw: np.ndarray
