@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.cli import main
 from fedaccel.engine.federation import Federation
@@ -211,3 +213,20 @@ def test_an_empty_poisson_batch_steps_by_the_noise_alone() -> None:
         empty = gradient(*gradient.gather(torch.tensor([], dtype=torch.long))).clone()
         assert torch.isfinite(empty).all()
         assert (float(empty.abs().max()) == 0.0) == (sigma == 0.0)
+
+
+_ANY = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
+                 st.text(max_size=8), st.sampled_from(["poisson", "shuffled"]), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(_ANY, st.dictionaries(st.sampled_from(["clip", "noise_multiplier", "delta", "batches", "sigma"]),
+                                       _ANY, max_size=5)))
+def test_any_hand_written_dp_sgd_is_taken_or_one_config_error_line(spec: object) -> None:
+    try:
+        settings_ = sample_dp(spec)
+    except ConfigError as err:
+        assert "\n" not in str(err) and str(err).startswith("train.dp_sgd")
+    else:
+        assert spec is None or (settings_ is not None and settings_.batches in ("poisson", "shuffled")
+                                and settings_.clip > 0 and settings_.noise_multiplier > 0 and 0 < settings_.delta < 1)
