@@ -276,3 +276,42 @@ def test_a_killed_pool_leaves_neither_worker_nor_manager_thread_behind() -> None
     assert len(handles.processes) == 2 and not any(p.is_alive() for p in handles.processes)
     assert handles.manager is not None and not handles.manager.is_alive()
     assert all(f.done() for f in futures)
+
+
+@pytest.mark.slow
+def test_a_second_signal_stops_a_stacked_experiment_at_once(tmp_path: Path) -> None:
+    """`experiment --stack-seeds`: the first SIGTERM asks every seed to finish its round, a second stops them at
+    their next local step (the seeds run in threads, which the interpreter's exit would otherwise wait for). A round
+    here takes ~20 s on a quiet core; the experiment must be gone within 8 s of the second signal."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": 3, "lr": 0.1, "batch_size": 20, "local_steps": 60_000}, "run": {"progress": False}}
+    path.write_text(yaml.safe_dump({"name": "stacked", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"run.seed": [0, 1]}}))
+    cells = [tmp_path / "out" / f"run.seed={seed}" for seed in (0, 1)]
+    parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "--stack-seeds"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and parent.poll() is None:
+            if all((c / "metrics.jsonl").is_file() and rounds(c) == [0] for c in cells):
+                break  # round 0 (the start's evaluation) written: round 1 trains
+            time.sleep(0.05)
+        assert parent.poll() is None, parent.communicate()[1]
+        time.sleep(1.0)  # well inside round 1's local steps
+        os.kill(parent.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        second = time.monotonic()
+        os.kill(parent.pid, signal.SIGTERM)
+        _, err = parent.communicate(timeout=60)
+        took = time.monotonic() - second
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait()
+    assert took < 8, f"the stacked experiment lived {took:.1f} s after the second signal: {err}"
+    assert parent.returncode == 130, err
+    assert err.strip().splitlines()[-1] == f"interrupted; `fedaccel experiment {path} --stack-seeds` continues", err
+    assert "terminate called" not in err, err  # no thread left running into the interpreter's exit
+    for cell in cells:
+        assert rounds(cell) == [0] and not (cell / "summary.json").exists(), cell.name

@@ -185,10 +185,11 @@ def _kernel_for(federation: Federation) -> Kernel | None:
     return cached
 
 
-def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap: int | None = None) -> None:
+def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap: int | None = None,
+               stop_now: threading.Event | None = None) -> None:
     """Train every job's clients, stacked in chunks of at most ``stack_size`` rows (and what fits
     ``memory_cap``, by default :func:`memory_cap_of` the device); jobs whose model has no stacked form run
-    one client after another."""
+    one client after another. ``stop_now`` set: ``KeyboardInterrupt`` before the next local step (or client)."""
     from fedaccel.engine.round import train_client
 
     rows: list[_Row] = []
@@ -198,6 +199,7 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
                    else f"{type(job.federation.model.module).__name__} has buffers (no batched form)")
             say_once(f"note: stacked runtime: {why}: its clients train one after another")
             for ctx in job.contexts:
+                _check(stop_now)
                 job.states[ctx.client], update = train_client(
                     job.algorithm, ctx, job.w, job.server, job.states[ctx.client], job.federation)
                 if ctx.uploads:
@@ -218,7 +220,7 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
     for group in groups.values():
         size = _chunk_size(group, stack_size, memory_cap)
         for lo in range(0, len(group), size):
-            _train_chunk(group[lo : lo + size])
+            _train_chunk(group[lo : lo + size], stop_now)
     for job in jobs:  # uploads in the order of the job's contexts, as in process
         order = {ctx.client: n for n, ctx in enumerate(job.contexts)}
         job.updates.sort(key=lambda u: order[u.client])
@@ -291,7 +293,13 @@ def _segments(rows: Sequence[_Row]) -> list[tuple[Job, int, int]]:
     return out
 
 
-def _train_chunk(rows: Sequence[_Row]) -> None:
+def _check(stop_now: threading.Event | None) -> None:
+    """A second stop request stops the seeds' round between two steps (:meth:`SeedStack.stop_now`)."""
+    if stop_now is not None and stop_now.is_set():
+        raise KeyboardInterrupt
+
+
+def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None) -> None:
     first = rows[0].job
     fed, options, lr = first.federation, first.federation.options, rows[0].ctx.info.lr
     kernel = _kernel_for(fed)
@@ -351,6 +359,7 @@ def _train_chunk(rows: Sequence[_Row]) -> None:
         grad = torch.zeros_like(theta)
         buffer: Tensor | None = None
         for step in range(tau_max):
+            _check(stop_now)
             live = None if steps is None else steps > step
             all_live = step < tau_min
             alive = None if all_live else [k for k in range(K) if counts[k] > step]
@@ -518,11 +527,18 @@ class SeedStack:
         self.generation = 0
         self.errors: dict[int, BaseException] = {}
         self.cond = threading.Condition()
+        self.stopping = threading.Event()
 
     def member(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> StackedMember:
         return StackedMember(self, algorithm, federation, states)
 
+    def stop_now(self) -> None:
+        """Every run's round stops before its next local step with ``KeyboardInterrupt`` (the second stop request:
+        nothing since the last checkpoint is kept, as a run in the main thread stops)."""
+        self.stopping.set()
+
     def train(self, job: Job) -> None:
+        _check(self.stopping)
         with self.cond:
             self.pending.append(job)
             generation = self.generation
@@ -542,7 +558,7 @@ class SeedStack:
     def _run(self) -> None:  # holding the lock; the waiting runs are woken when it is done
         jobs, self.pending = self.pending, []
         try:
-            train_jobs(jobs, stack_size=self.stack_size)
+            train_jobs(jobs, stack_size=self.stack_size, stop_now=self.stopping)
         except BaseException as exc:  # every run of this round raises it
             self.errors[self.generation] = exc
         self.generation += 1

@@ -493,8 +493,14 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
     with stop_signals():  # SIGINT/SIGTERM: every seed finishes its round, checkpoints and stops
         for thread in threads:
             thread.start()
-        while alive := [thread for thread in threads if thread.is_alive()]:
-            alive[0].join(0.1)  # short waits: the signal handlers run in this thread
+        try:
+            while alive := [thread for thread in threads if thread.is_alive()]:
+                alive[0].join(0.1)  # short waits: the signal handlers run in this thread
+        except KeyboardInterrupt:  # the second request: the seeds stop at their next step, not at their round's end
+            stack.stop_now()
+            for thread in threads:
+                thread.join()
+            raise
     clear_stop()  # the seeds' runs leave a stop request to this, their owner
     if errors:
         raise errors[0]
