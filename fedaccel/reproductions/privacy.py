@@ -100,6 +100,29 @@ FEDGSNR_CLAIMS = [
 ]
 CLAIMS += FEDGSNR_CLAIMS
 
+
+# --- Many clients (issue 48, item 6, beyond the methods' own settings): a setting where DP leaves FedAvg learning --
+# experiments/privacy/quick/dp_many.yaml (Case 2's SVM over 1,000 clients, 100 a round); written with that file, before
+# any of its judged runs.
+
+MANY_EXPERIMENT = "dp_many"
+MANY_CLIP, MANY_TARGET = 0.19, 0.92  # S: FedAvg's median round-1 upload norm on tuning seed 100
+MANY_SETTING = "with 1,000 clients, 100 a round"
+MANY_METHODS = {"BHerd": {"name": "bherd", "alpha": 0.5},
+                "FedAdam (η_s 0.01)": {"name": "fedavg", "server_opt": {"name": "adam", "lr": 0.01}},
+                "FedUMF": {"name": "fedumf", "fraction": 0.1, "alpha": 1.0}}
+
+MANY_CLAIMS = [
+    *(claim for epsilon in LEVELS for label, method in MANY_METHODS.items()
+      for claim in speed(f"{label} reaches {MANY_TARGET:.0%} sooner than FedAvg {MANY_SETTING}, {_level(epsilon)}",
+                         MANY_EXPERIMENT, _with_dp(method, epsilon, MANY_CLIP), _with_dp(FEDAVG, epsilon, MANY_CLIP),
+                         MANY_TARGET, PAPER)),
+    *(Claim(f"{MANY_SETTING[0].upper()}{MANY_SETTING[1:]}, DP at ε = {epsilon:g} lowers FedAvg's final test accuracy",
+            MANY_EXPERIMENT, _with_dp(FEDAVG, epsilon, MANY_CLIP), _with_dp(FEDAVG, None), final(), "less", PAPER)
+      for epsilon in LEVELS if epsilon is not None),
+]
+CLAIMS += MANY_CLAIMS
+
 OPENING = Opening("Do BHerd, FedAdam, FedUMF and FedGSNR keep their speed-up over FedAvg under client-level DP?", (
     Finding("Without DP, FedAdam reaches 93% about three times sooner than FedAvg (7.8 against 23.5 rounds), with a "
             "lower training loss averaged over the rounds.",
