@@ -1,5 +1,5 @@
 """FedUMF under client-level DP (fedaccel.algorithms.dp): admitted when its authorisation is the accountant's
-fixed-size sample and nothing but the update goes up; refused, in one line, when either differs; the accountant's
+sample (fixed-size or Bernoulli) and nothing but the update goes up; refused, in one line, when either differs; the accountant's
 q is the fraction of clients that upload; with no noise and a clip nobody reaches it is FedUMF with uniform
 weighting; the fused upload is clipped as a whole; and a client that is not authorised adds nothing to the round."""
 
@@ -58,7 +58,9 @@ def test_control_variates_and_states_that_go_up_stay_refused(name: str, part: st
 
 @pytest.mark.parametrize("fraction, spec, says", [
     (0.2, population(), r"uploads 4 clients a round \(its fraction C = 0.2\) where the accountant samples 2 of 20"),
-    (0.1, population(sampling="bernoulli"), "fixed-size sampling only, got bernoulli"),
+    (0.2, population(sampling="bernoulli"),
+     r"upload with probability C = 0.2 where the accountant's Bernoulli rate is 0.1 \(train.client_fraction\)"),
+    (0.12, population(sampling="bernoulli"), "probability C = 0.12 where the accountant's Bernoulli rate is 0.1"),
 ])
 def test_an_authorisation_other_than_the_accountants_is_one_line(fraction: float, spec: dict, says: str) -> None:
     with pytest.raises(ConfigError, match=says) as err:
@@ -79,8 +81,8 @@ def _config(*overrides: str) -> list[str]:
     (["algorithm={name: fedumf, fraction: 0.5, dp: {clip: 1.0, noise_multiplier: 1.0}}"], "its fraction C = 0.5"),
     (["train.participation=[[0, 1]]", "train.client_fraction=1",
       "algorithm={name: fedumf, dp: {clip: 1.0, noise_multiplier: 1.0}}"], "train.participation fixes them"),
-    (["train.sampling=bernoulli", "algorithm={name: fedumf, dp: {clip: 1.0, noise_multiplier: 1.0}}"],
-     "fixed-size sampling only"),
+    (["train.sampling=bernoulli", "algorithm={name: fedumf, fraction: 0.5, dp: {clip: 1.0, noise_multiplier: 1.0}}"],
+     "the accountant's Bernoulli rate is 0.2"),
 ])
 def test_from_a_config_each_difference_is_named_in_one_line(overrides: list[str], says: str) -> None:
     with pytest.raises(ConfigError, match=says) as err:
@@ -101,10 +103,11 @@ def test_a_participation_or_client_end_that_declares_nothing_is_refused() -> Non
 @given(st.integers(1, 60), st.floats(0.001, 1.0), st.floats(0.001, 1.0), st.sampled_from(["fixed", "bernoulli"]))
 def test_fedumf_is_admitted_exactly_when_its_sample_is_the_accountants(clients: int, own: float, accounted: float,
                                                                       sampling: str) -> None:
-    """Any population, any pair of fractions: admitted iff fixed-size and both draw the same number of clients,
-    else one ConfigError line."""
+    """Any population, any pair of fractions: admitted iff both draw the same sample (fixed-size: the same number
+    of clients; Bernoulli: the same probability), else one ConfigError line."""
     settings_ = DPSettings(1.0, 1.0, 1e-5, clients, accounted, sampling, 10)
-    same = sampling == "fixed" and replace(settings_, fraction=own).expected_uploads == settings_.expected_uploads
+    same = own == accounted if sampling == "bernoulli" else \
+        replace(settings_, fraction=own).expected_uploads == settings_.expected_uploads
     algorithm = build_algorithm("fedumf", fraction=own)
     try:
         with_dp(algorithm, settings_)
@@ -139,6 +142,36 @@ def test_the_accountants_q_is_the_fraction_of_clients_that_upload() -> None:
 
     assert epsilon(dp, 6) == pytest.approx(accounted(m), rel=1e-9)
     assert abs(accounted(m + 1) - accounted(m)) > 0.05 * accounted(m)  # the test tells another q apart
+
+
+def test_under_bernoulli_sampling_fedavgs_sample_uploads_and_the_accountant_is_poisson_at_c() -> None:
+    """``train.sampling: bernoulli``: everybody trains, the clients FedAvg's Bernoulli sampling draws upload (their
+    number varies, a round may have none), and the epsilon is dp-accounting's Poisson-subsampled Gaussian at q = C
+    under add-or-remove-one; another q gives another epsilon."""
+    config = load_config(None, _config("algorithm={name: fedumf, dp: {clip: 1.0, noise_multiplier: 1.5}}",
+                                       "train.sampling=bernoulli", "train.rounds=8"))
+    dp = dp_settings(dp_with_population(config))
+    algorithm = build_algorithm_from(config)
+    fed = linear_federation((3,) * 10, sampling="bernoulli")
+    state = init_state(algorithm, fed.model.theta.clone(), 10)
+    counts = set()
+    for _ in range(8):
+        info = round_info(fed, state.round)
+        assert info.sampling == "bernoulli"
+        state, report = run_round(algorithm, state, fed)
+        assert report.participation.train == tuple(range(10))
+        assert report.participation.upload == sample_clients(info, 0.2)
+        counts.add(len(report.participation.upload))
+    assert len(counts) > 1  # Bernoulli: the number of uploaders varies
+
+    def accounted(q: float) -> float:
+        accountant = dp_accounting.rdp.RdpAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        step = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.5))
+        return accountant.compose(dp_accounting.SelfComposedDpEvent(step, 8)).get_epsilon(dp.delta)
+
+    assert epsilon(dp, 8) == pytest.approx(accounted(0.2), rel=1e-9)
+    assert abs(accounted(0.25) - accounted(0.2)) > 0.05 * accounted(0.2)  # the test tells another q apart
 
 
 def test_without_noise_and_a_clip_nobody_reaches_it_is_fedumf_with_uniform_weighting() -> None:

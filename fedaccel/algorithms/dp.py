@@ -39,14 +39,14 @@ the mean (FedNova's normalised average, robust rules) and GraB's ``server_adjust
 
 A part with those stages is admitted when it declares what keeps it inside (``Part.upload_fraction``,
 ``Part.no_extras``), checked against the settings: FedUMF (and fedumf-fedprox). Its ``participation`` uploads
-exactly ``sample_clients(info, C)``, FedAvg's fixed-size sampling, so it is admitted when round(C N) is the
-accountant's m under ``train.sampling: fixed`` (no ``train.participation`` schedule: the config refuses one
-under DP). Its ``client_end`` returns no extras: the stored update stays on the client and is fused into the
+exactly ``sample_clients(info, C)``, FedAvg's sampling of the run, so it is admitted when that sample is the
+accountant's: round(C N) = m under ``train.sampling: fixed``, C = ``train.client_fraction`` under ``bernoulli`` (each
+client with probability C; no ``train.participation`` schedule: the config refuses one under DP). Its ``client_end`` returns no extras: the stored update stays on the client and is fused into the
 start of the client's next authorised round, whose upload, the whole fused movement, is clipped to S. A round's
 release depends on a client's data only through its clipped upload when it is sampled, and the sampling is
 independent of the data; that the upload also depends on the client's data from earlier rounds and on the
 earlier public models is adaptive composition, which the accountant's per-round composition covers. So FedUMF's
-mechanism is the fixed-size subsampled Gaussian at q = m / N, the same as FedAvg's. The DP mean checks this at
+mechanism is FedAvg's: the fixed-size subsampled Gaussian at q = m / N, or the Poisson-subsampled one at q = C. The DP mean checks this at
 run time too: an upload that carries extras is refused in one line.
 """
 
@@ -431,7 +431,7 @@ def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
 def outside(part: Part, settings: DPSettings) -> str | None:
     """Why ``part`` is outside the guarantee of ``settings`` (None: inside). A ``client_end`` that declares
     ``no_extras`` and a ``participation`` that declares its ``upload_fraction`` are inside when that fraction's
-    fixed-size sample is the accountant's (module docstring)."""
+    sample is the accountant's (module docstring)."""
     for stage, why in OUTSIDE.items():
         if getattr(part, stage, None) is None or (stage == "client_end" and part.no_extras):
             continue
@@ -439,9 +439,11 @@ def outside(part: Part, settings: DPSettings) -> str | None:
             hint = " (give algorithm.dp.plan_clip: {g: C_g, s: C_s, n: n_max} to make its plan private)" \
                 if part.name == "fedgsnr" and stage == "plan_client" else ""
             return why + hint
-        if settings.sampling != "fixed":
-            return (f"samples its uploaders by train.sampling, which the guarantee covers for fixed-size sampling "
-                    f"only, got {settings.sampling}")
+        if settings.sampling == "bernoulli":
+            if part.upload_fraction == settings.fraction:
+                continue
+            return (f"has each client upload with probability C = {part.upload_fraction:g} where the accountant's "
+                    f"Bernoulli rate is {settings.fraction:g} (train.client_fraction): give both the same C")
         own = replace(settings, fraction=part.upload_fraction).expected_uploads
         if own != settings.expected_uploads:
             return (f"uploads {own:g} clients a round (its fraction C = {part.upload_fraction:g}) where the "

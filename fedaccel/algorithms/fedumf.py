@@ -26,7 +26,7 @@ SCAFFOLD, FedDC) and aggregator. Choices where the paper is silent (also in
   stream "sampling"): with the same seed and C, FedAvg and FedUMF authorise the same clients; a
   participation schedule (``train.participation``) fixes S_t for both alike.
 - Under client-level DP (``algorithm.dp``) the part declares what keeps it inside the guarantee: its
-  uploaders are FedAvg's fixed-size sample at C (``upload_fraction``) and its stored update never goes
+  uploaders are FedAvg's sample at C (``upload_fraction``; fixed-size or Bernoulli) and its stored update never goes
   up (``no_extras``); the fused upload is clipped as a whole (:mod:`fedaccel.algorithms.dp`).
 """
 
