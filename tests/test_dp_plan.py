@@ -253,3 +253,52 @@ def test_plan_clip_is_a_setting_of_dp_settings() -> None:
     dp = dp_settings(PLAN_DP)
     assert dp.plan_clip == PlanClip(1.0, 1.0, 1.0) and isinstance(dp, DPSettings)
     assert dp.round_noise_multiplier(2.0) == 1.0 and replace(dp, plan_clip=None).round_noise_multiplier(2.0) == 2.0
+
+
+@pytest.mark.parametrize("r", [0.5, 1.0, 3.0])
+def test_plan_noise_splits_the_budget_between_plan_and_model(r: float) -> None:
+    """``plan_noise: r``: the plan's releases at r z, the model's sum at z; the accountant is handed one Gaussian
+    with 1 / z_eff^2 = 1 / z^2 + 3 / (r z)^2 (halved again under replace-one), and target_epsilon calibrates the z
+    whose z_eff is plain DP-FedAvg's at the same epsilon."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    dp = dp_settings({**PLAN_DP, "plan_noise": r})
+    z_eff = 1 / math.sqrt(1 / 2.0**2 + 3 / (r * 2.0) ** 2)
+    direct = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z_eff / 2), 50))
+    assert math.isclose(epsilon(dp, 50), direct.get_epsilon(dp.delta), rel_tol=1e-9)
+
+    spec = {key: value for key, value in PLAN_DP.items() if key != "noise_multiplier"}
+    calibrated = dp_settings({**spec, "plan_noise": r, "target_epsilon": 4.0})
+    plain = dp_settings({**{k: v for k, v in spec.items() if k != "plan_clip"}, "target_epsilon": 4.0})
+    assert epsilon(calibrated, 50) <= 4.0
+    assert math.isclose(calibrated.round_noise_multiplier(calibrated.noise_multiplier), plain.noise_multiplier,
+                        rel_tol=1e-3)
+
+
+def test_the_plans_releases_are_noised_at_plan_noise_times_z() -> None:
+    """Built from ``algorithm.dp``: with every statistic 0 the release g^ is r z C_g draw / m, the model's z untouched."""
+    parts = build_algorithm("fedgsnr", samples=2, dp={**PLAN_DP, "plan_clip": {"g": 0.5, "s": 1.0, "n": 1.0},
+                                                      "plan_noise": 3.0}).parts
+    clients = {k: message([0.0] * 50, [0.0] * 50) for k in range(10)}
+    _, diag = parts[0].plan_server(info(10), clients, None)
+    draw = dp_plan.plan_normal(info(10), "g", 50)
+    assert math.isclose(diag["plan_release"]["g_norm"], float(np.linalg.norm(3.0 * 2.0 * 0.5 * draw / 10)),
+                        rel_tol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_VALUES, st.booleans())
+def test_any_plan_noise_builds_or_is_one_line(plan_noise: object, with_plan: bool) -> None:
+    spec = {**PLAN_DP, "plan_noise": plan_noise}
+    if not with_plan:
+        del spec["plan_clip"]
+    try:
+        dp = dp_settings(spec)
+    except ConfigError as err:
+        assert "\n" not in str(err) and "plan_noise" in str(err)
+    else:
+        assert with_plan and (plan_noise is None or (isinstance(plan_noise, (int, float))
+                                                     and not isinstance(plan_noise, bool) and plan_noise > 0))
+        assert dp.plan_noise == (1.0 if plan_noise is None else plan_noise)

@@ -26,9 +26,10 @@ clip and add its share N(0, (z S)^2 / m) before its update leaves (the ``upload`
 docs/privacy.md states both guarantees, and where Flower's adaptive strategies differ from the paper.
 
 ``plan_clip: {g: C_g, s: C_s, n: n_max}`` makes FedGSNR's plan private (:mod:`fedaccel.algorithms.dp_plan`, put
-in place of FedGSNR's planning part): three more noised releases a round at the same z, so the accountant's event
-is one Gaussian of z / 2 (:meth:`DPSettings.round_noise_multiplier`) and ``target_epsilon`` calibrates a z twice
-as large. It takes server noise and a fixed clip.
+in place of FedGSNR's planning part): three more noised releases a round at r z (``plan_noise: r``, 1 unless
+given), so the accountant's event is one Gaussian of z / sqrt(1 + 3 / r^2), z / 2 at r = 1
+(:meth:`DPSettings.round_noise_multiplier`), and ``target_epsilon`` calibrates z for that. A larger r puts more of
+the budget on the model and less on the plan. It takes server noise and a fixed clip.
 
 What the guarantee does not cover, and so is refused: a part that sends the server more than the update
 (FedGSNR's planning statistics without ``plan_clip``, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
@@ -67,7 +68,7 @@ from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Par
 from fedaccel.errors import ConfigError, shown
 
 PART_NAME = "dp"
-SETTINGS = ("clip", "noise_multiplier", "target_epsilon", "delta", "noise", "plan_clip")
+SETTINGS = ("clip", "noise_multiplier", "target_epsilon", "delta", "noise", "plan_clip", "plan_noise")
 PLAN_CLIP = ("g", "s", "n")  # plan_clip's keys: C_g, C_s and n_max of FedGSNR's private plan (dp_plan.py)
 ADAPTIVE = ("initial_clip", "target_quantile", "clip_lr", "count_noise")  # with clip: adaptive (Andrew et al.)
 POPULATION = ("clients", "fraction", "sampling", "rounds")  # filled from the run's config, never by hand
@@ -115,6 +116,7 @@ class DPSettings:
     noise: str = "server"
     adaptive: AdaptiveClip | None = None
     plan_clip: PlanClip | None = None
+    plan_noise: float = 1.0  # r: the private plan's releases are noised at r z (the model's sum at z)
 
     @property
     def expected_uploads(self) -> float:
@@ -140,10 +142,12 @@ class DPSettings:
         return (z ** -2 - (2 * self.count_noise) ** -2) ** -0.5
 
     def round_noise_multiplier(self, z: float) -> float:
-        """The noise multiplier of a round's one Gaussian at the releases' z: z itself, or with a private plan
-        (three more releases of multiplier z on the same clients, each of sensitivity 1 once normalised by its
-        clip) z_eff with 1 / z_eff^2 = 1 / z^2 + 3 / z^2: z / 2."""
-        return z if self.plan_clip is None else z / math.sqrt(1 + len(PLAN_CLIP))
+        """The noise multiplier of a round's one Gaussian at the model's z: z itself, or with a private plan
+        (three more releases of multiplier r z on the same clients, each of sensitivity 1 once normalised by its
+        clip) z_eff with 1 / z_eff^2 = 1 / z^2 + 3 / (r z)^2: z / 2 at r = 1."""
+        if self.plan_clip is None:
+            return z
+        return z / math.sqrt(1 + len(PLAN_CLIP) / self.plan_noise ** 2)
 
 
 def _number(spec: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -195,8 +199,16 @@ def dp_settings(spec: Any) -> DPSettings:
     if plan_clip is not None and (noise == "client" or adaptive):
         raise ConfigError("algorithm.dp.plan_clip (a private FedGSNR plan) takes noise: server and a fixed clip: "
                           "the server plans from the clients' raw statistics, and the plan's noise is z times its clips")
+    plan_noise = _number(spec, "plan_noise", 1.0)
+    if "plan_noise" in spec and plan_clip is None:
+        raise ConfigError("algorithm.dp.plan_noise is the noise of a private FedGSNR plan's releases: give it with "
+                          "plan_clip, or leave it out")
+    if not (math.isfinite(plan_noise) and plan_noise > 0):
+        raise ConfigError(f"algorithm.dp.plan_noise (r: the plan's releases are noised at r z) must be a finite number "
+                          f"> 0, got {shown(spec.get('plan_noise'))}")
     settings = DPSettings(float(clip), 0.0 if z is None else float(z), float(delta), int(clients), float(fraction),
-                          sampling, int(rounds), noise, _adaptive_clip(spec) if adaptive else None, plan_clip)
+                          sampling, int(rounds), noise, _adaptive_clip(spec) if adaptive else None, plan_clip,
+                          float(plan_noise))
     if noise == "client" and adaptive:
         raise ConfigError("algorithm.dp: noise: client takes a fixed clip (with clip: adaptive each client's "
                           "clipped-or-not bit would reach the server un-noised)")
@@ -492,7 +504,8 @@ def _private_plan(algorithm: Algorithm, settings: DPSettings, planning: Mapping[
 
     clip = settings.plan_clip
     return planners[0], private_planning(
-        planners[0], clip_g=clip.g, clip_s=clip.s, n_max=clip.n, noise_multiplier=settings.noise_multiplier,
+        planners[0], clip_g=clip.g, clip_s=clip.s, n_max=clip.n,
+        noise_multiplier=settings.noise_multiplier * settings.plan_noise,
         expected_uploads=settings.expected_uploads, samples=int(planning["samples"]),
         e_const=int(planning["e_const"]))
 
