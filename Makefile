@@ -20,7 +20,7 @@ demo: install
 	$(BIN)/fedaccel experiment experiments/demo.yaml
 
 test: install
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow" -n $(WORKERS) --dist worksteal
