@@ -7,6 +7,7 @@ FedAvg) and composition-equals-manual, where the manual side is written with pla
 from __future__ import annotations
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -452,3 +453,24 @@ def test_selection_heat_map_spans_all_steps_and_rounds() -> None:
     expected[0, [0, 3]] = expected[1, 1] = expected[3, 4] = 1.0
     np.testing.assert_array_equal(image, expected)
     assert selection_image([1], [[0, 2]], tau=None).shape == (1, 3)  # older runs: no tau recorded
+
+
+def test_a_selection_heat_map_of_many_clients_draws_the_first_twenty_and_says_so(tmp_path: pathlib.Path) -> None:
+    """1,000 clients would be 1,000 panels (minutes to draw, unreadable): the first MAX_SELECTION_PANELS are drawn,
+    and the title says how many trained; a run with fewer clients draws every one, its title unchanged."""
+    from fedaccel.report.diagnostics import MAX_SELECTION_PANELS, selection_figure
+
+    def run(clients: int) -> pathlib.Path:
+        folder = tmp_path / f"clients-{clients}"
+        folder.mkdir()
+        rows = [{"round": r, "clients": {str(c): {"selected": [0, 2], "tau": 4} for c in range(clients)}}
+                for r in (1, 2)]
+        (folder / "diagnostics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return folder
+
+    many = selection_figure(run(60))
+    assert sum(ax.get_visible() for ax in many.axes) == MAX_SELECTION_PANELS == 20
+    assert [ax.get_title() for ax in many.axes if ax.get_visible()][-1] == "client 19"
+    assert many._suptitle.get_text().endswith(": the first 20 of 60 clients that trained")
+    few = selection_figure(run(7))
+    assert sum(ax.get_visible() for ax in few.axes) == 7 and few._suptitle.get_text().endswith("(clients-7)")

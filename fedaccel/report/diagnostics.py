@@ -110,14 +110,19 @@ def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None)
     return image
 
 
+MAX_SELECTION_PANELS = 20  # clients drawn in a selection heat map: 1,000 panels would be one unreadable, slow figure
+
+
 def selection_figure(run_dir: str | Path, title: str = "") -> Any:
-    """Heat map of selected local steps: rounds (y) x step index (x), one panel per client."""
+    """Heat map of selected local steps: rounds (y) x step index (x), one panel per client (the first
+    :data:`MAX_SELECTION_PANELS` clients of a run with more, as its title says)."""
     selected = per_client(read_diagnostics(run_dir), "selected")
     if not selected:
         raise UserError(f"{run_dir}: no 'selected' steps recorded (not a BHerd/GraB run)")
     taus = per_client(read_diagnostics(run_dir), "tau")
-    fig, axes = _figure(len(selected), height=3.6)
-    for ax, (client, (rounds, chosen)) in zip(axes, selected.items()):
+    shown_clients = list(selected.items())[:MAX_SELECTION_PANELS]
+    fig, axes = _figure(len(shown_clients), height=3.6)
+    for ax, (client, (rounds, chosen)) in zip(axes, shown_clients):
         image = selection_image(rounds, chosen, max(taus[client][1]) if client in taus else None)
         width = image.shape[1]
         ax.imshow(image, aspect="auto", interpolation="nearest", cmap="Greys",
@@ -125,7 +130,9 @@ def selection_figure(run_dir: str | Path, title: str = "") -> Any:
         ax.set_title(f"client {client}")
         ax.set_xlabel("local step index")
         ax.set_ylabel("round")
-    fig.suptitle(title or f"selected local gradients ({Path(run_dir).name})")
+    some = (f": the first {len(shown_clients)} of {len(selected):,} clients that trained"
+            if len(shown_clients) < len(selected) else "")
+    fig.suptitle((title or f"selected local gradients ({Path(run_dir).name})") + some)
     return fig
 
 
