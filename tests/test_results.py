@@ -604,3 +604,23 @@ def test_rounds_under_one_keep_two_decimals_so_they_match_their_speed_up() -> No
     assert SeedRounds({0: 0.951}, 0).cell() == "0.95"
     assert SeedRounds({0: 2.54}, 0).cell() == "2.5"
     assert SeedRounds({0: 1.0}, 0).cell() == "1"
+
+
+def test_long_names_lose_the_options_every_name_shares_so_the_legend_shows_what_differs() -> None:
+    """DP cells (``fedavg + dp clip=0.19 delta=1e-05 target_epsilon=8``) were cut to ``... ta… #5``: when a name
+    is longer than the limit, the options one value throughout are left out of every name, and names that would
+    become equal keep them."""
+    from fedaccel.report.figures import without_constant_options
+
+    names = ["fedavg", "bherd alpha=0.5", "fedavg + adam lr=0.01",
+             "fedavg + dp clip=0.19 delta=1e-05 target_epsilon=8", "fedavg + dp clip=0.19 delta=1e-05 target_epsilon=4",
+             "bherd alpha=0.5 + dp clip=0.19 delta=1e-05 target_epsilon=8",
+             "fedavg + dp clip=0.19 delta=1e-05 target_epsilon=8 + adam lr=0.01"]
+    assert without_constant_options(names) == [
+        "fedavg", "bherd", "fedavg + adam", "fedavg + dp target_epsilon=8", "fedavg + dp target_epsilon=4",
+        "bherd + dp target_epsilon=8", "fedavg + dp target_epsilon=8 + adam"]
+    assert without_constant_options(names[:3]) == names[:3]  # all short: unchanged
+    assert without_constant_options(["bherd alpha=0.5 beta=1", "bherd alpha=0.5 beta=1 + dp clip=0.2 delta=1e-05"],
+                                    limit=20) == ["bherd", "bherd + dp"]
+    clash = ["fedavg + dp clip=0.19 delta=1e-05", "fedavg + dp delta=1e-05"]  # both would be "fedavg + dp"
+    assert without_constant_options(clash, limit=20) == clash

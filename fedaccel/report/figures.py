@@ -100,7 +100,7 @@ def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABE
     """
     if not groups:
         return []
-    names = [members[0].label for _, members in groups]
+    names = without_constant_options([members[0].label for _, members in groups], limit)
     flats = [flatten_config(grouping_config(m[0].config)) for _, m in groups]
     keys: list[str] = []
     for flat in flats:
@@ -131,6 +131,33 @@ def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABE
         if labels.count(label) > 1:
             labels[i] = _clip(label, limit - len(f" #{i + 1}")) + f" #{i + 1}"
     return labels
+
+
+def without_constant_options(names: Sequence[str], limit: int = LABEL_MAX) -> list[str]:
+    """``names`` (``fedavg + dp clip=0.19 delta=1e-05 target_epsilon=8``), when one is longer than ``limit``, without
+    the ``key=value`` options that every name spelling that part and key gives one value (``clip=0.19``,
+    ``delta=1e-05``): the legend then shows what differs (``fedavg + dp target_epsilon=8``) where cutting would
+    have kept the constant options and cut the one that differs. Names that would become equal stay whole."""
+    def options(name: str) -> list[list[str]]:
+        return [segment.split(" ") for segment in name.split(" + ")]
+
+    values: dict[tuple[str, str], set[str]] = {}
+    for name in names:
+        for part, *tokens in options(name):
+            for token in tokens:
+                key, eq, value = token.partition("=")
+                if eq:
+                    values.setdefault((part, key), set()).add(value)
+
+    def short(name: str) -> str:
+        return " + ".join(" ".join([part, *(t for t in tokens if "=" not in t
+                                              or len(values[(part, t.partition("=")[0])]) > 1)])
+                          for part, *tokens in options(name))
+
+    if all(len(name) <= limit for name in names):
+        return list(names)
+    shortened = [short(name) for name in names]
+    return shortened if len(set(shortened)) == len(set(names)) else list(names)
 
 
 def _is_name_key(key: str) -> bool:
