@@ -41,14 +41,15 @@ the mean (FedNova's normalised average, robust rules) and GraB's ``server_adjust
 A part with those stages is admitted when it declares what keeps it inside (``Part.upload_fraction``,
 ``Part.no_extras``), checked against the settings: FedUMF (and fedumf-fedprox). Its ``participation`` uploads
 exactly ``sample_clients(info, C)``, FedAvg's sampling of the run, so it is admitted when that sample is the
-accountant's: round(C N) = m under ``train.sampling: fixed``, C = ``train.client_fraction`` under ``bernoulli`` (each
-client with probability C; no ``train.participation`` schedule: the config refuses one under DP). Its ``client_end`` returns no extras: the stored update stays on the client and is fused into the
-start of the client's next authorised round, whose upload, the whole fused movement, is clipped to S. A round's
+accountant's: round(C N) = m under ``train.sampling: fixed``, C = ``train.client_fraction`` under ``bernoulli``
+(each client with probability C; no ``train.participation`` schedule: the config refuses one under DP). Its
+``client_end`` returns no extras: the stored update stays on the client and is fused into the start of the
+client's next authorised round, whose upload, the whole fused movement, is clipped to S. A round's
 release depends on a client's data only through its clipped upload when it is sampled, and the sampling is
 independent of the data; that the upload also depends on the client's data from earlier rounds and on the
 earlier public models is adaptive composition, which the accountant's per-round composition covers. So FedUMF's
-mechanism is FedAvg's: the fixed-size subsampled Gaussian at q = m / N, or the Poisson-subsampled one at q = C. The DP mean checks this at
-run time too: an upload that carries extras is refused in one line.
+mechanism is FedAvg's: the fixed-size subsampled Gaussian at q = m / N, or the Poisson-subsampled one at q = C.
+The DP mean checks this at run time too: an upload that carries extras is refused in one line.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ The cap m E_const is the most FedGSNR gives one client; a noised n^ near or belo
 n_k > 0 the cap. With the model's noised sum, a round is four Gaussian releases of the same sampled clients, each
 of sensitivity 1 once normalised by its clip (2 under replace-one, as dp.py accounts; for s^ and n^, whose inputs
 are >= 0, that is on the safe side). Their adaptive composition is one Gaussian whose noise multiplier z_eff has
-1 / z_eff^2 = 1 / z^2 + 3 / z^2, z_eff = z / 2 (with ``algorithm.dp.plan_noise: r`` the releases here are handed r z:
-1 / z_eff^2 = 1 / z^2 + 3 / (r z)^2), and the round's sampling amplifies it as it does one Gaussian (the
+1 / z_eff^2 = 1 / z^2 + 3 / z^2, z_eff = z / 2 (with ``algorithm.dp.plan_noise: r`` the releases here are
+handed r z: 1 / z_eff^2 = 1 / z^2 + 3 / (r z)^2), and the round's sampling amplifies it as it does one Gaussian (the
 composition's dominating pair is a single Gaussian's): the accountant's event is that one
 (:meth:`fedaccel.algorithms.dp.DPSettings.round_noise_multiplier`). The releases go to the round's diag
 (``plan_release``); the per-client n_k, r_k and E_k there are outside the guarantee (each E_k is told to client k

@@ -138,6 +138,9 @@ def without_constant_options(names: Sequence[str], limit: int = LABEL_MAX) -> li
     the ``key=value`` options that every name spelling that part and key gives one value (``clip=0.19``,
     ``delta=1e-05``): the legend then shows what differs (``fedavg + dp target_epsilon=8``) where cutting would
     have kept the constant options and cut the one that differs. Names that would become equal stay whole."""
+    if all(len(name) <= limit for name in names):
+        return list(names)
+
     def options(name: str) -> list[list[str]]:
         return [segment.split(" ") for segment in name.split(" + ")]
 
@@ -154,8 +157,6 @@ def without_constant_options(names: Sequence[str], limit: int = LABEL_MAX) -> li
                                               or len(values[(part, t.partition("=")[0])]) > 1)])
                           for part, *tokens in options(name))
 
-    if all(len(name) <= limit for name in names):
-        return list(names)
     shortened = [short(name) for name in names]
     return shortened if len(set(shortened)) == len(set(names)) else list(names)
 
