@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import json
 import math
 import sys
@@ -253,6 +254,15 @@ def check(paper: str, scale: str = "quick", *, docs: Path = DOCS, redraw: bool =
     return problems
 
 
+def claims_module_of(paper: str, scale: str) -> Any:
+    """The module of the paper's claims at ``scale``: ``fedaccel.reproductions.<paper>_<scale>`` where the scale
+    has its own (targets sized for its rounds, its own seeds' history), else ``<paper>``'s."""
+    name = f"fedaccel.reproductions.{paper.replace('-', '_')}"
+    if scale != "quick" and importlib.util.find_spec(f"{name}_{scale}") is not None:
+        name += f"_{scale}"
+    return importlib.import_module(name)
+
+
 def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path,
                 say: Callable[[str], None] | None = None) -> Report:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
@@ -268,7 +278,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
-    claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
+    claims_module = claims_module_of(paper, scale)
     figures = _figures_folder(paper, scale, docs)
     say = say or (lambda line: None)
     sections, drawings, runs_by_experiment = [], [], {}
@@ -334,7 +344,7 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
     from fedaccel.reproductions.snapshot import SUFFIX, unpack
 
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
-    claims_module = importlib.import_module(f"fedaccel.reproductions.{paper.replace('-', '_')}")
+    claims_module = claims_module_of(paper, scale)
     figures = _figures_folder(paper, scale, docs)
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,71 @@
+"""Claims of the BHerd paper at its own scale (T = 500): the quick scale's rows, and each speed row again at a target
+sized for 500 rounds, judged by ``fedaccel reproduce bherd --scale paper``."""
+
+from __future__ import annotations
+
+from fedaccel.report.claims import Claim, rounds_to, speed
+from fedaccel.reproductions import bherd as quick
+
+TITLE = quick.TITLE
+TUNING_SEEDS = quick.TUNING_SEEDS
+
+# Sized before any judged run, on tuning seed 100 alone: FedAvg at the paper's η (Case 1, 2 and 3 of this scale's
+# settings), the median of its test accuracy over rounds 200-300, rounded down to half a point (0.951, 0.951 and
+# 0.948): a target FedAvg reaches about half-way, where the quick scale's targets are reached by round ~30.
+LATE_TARGET = 0.95  # Cases 1 and 2
+LATE_CASE3_TARGET = 0.945
+
+ALPHA = {a: {"algorithm": {"name": "bherd", "alpha": a}} for a in (1.0, 0.7, 0.5, 0.3, 0.1)}
+STEP = {a: {"algorithm": {"name": "fedavg", "server_lr": s}} for a, s in ((0.5, 2.0), (0.3, 3.3333333333))}
+CASE1, CASE3 = {"data.split.name": "case1"}, {"data.split.name": "case3"}
+
+
+def late(text: str, experiment: str, a: dict, b: dict, target: float, paper: str) -> Claim:
+    """The rounds row of a speed claim at a target sized for the paper's 500 rounds."""
+    return Claim(f"{text} (to {target:g}, a target for 500 rounds)", experiment, a, b, rounds_to(target), "less", paper)
+
+
+CLAIMS = [
+    *quick.CLAIMS,
+    late("BHerd-FedAvg converges faster than FedAvg (SVM, Case 2, paper's η)", "svm_case2", quick._at(quick.BHERD),
+         quick._at(quick.FEDAVG), LATE_TARGET, "Fig. 2a: faster"),
+    late("BHerd's herding beats FedAvg taking the same server step 1/α = 2 (SVM, Case 2, paper's η; control)",
+         "svm_case2", quick._at(quick.BHERD), quick._at(quick.STEP2), LATE_TARGET, "implied: the selection accelerates"),
+    late("BHerd's herding beats a random α-subset with the same rescaling (SVM, Case 2, paper's η; control)",
+         "svm_case2", quick._at(quick.BHERD), quick._at(quick.RANDOM), LATE_TARGET, "implied: the selection accelerates"),
+    late("BHerd-FedAvg converges faster than FedAvg (SVM, Case 1, paper's η)", "svm_cases", {**quick.BHERD, **CASE1},
+         {**quick.FEDAVG, **CASE1}, LATE_TARGET, "Fig. 2a: faster"),
+    late("BHerd-FedAvg converges faster than FedAvg (SVM, Case 3, paper's η)", "svm_cases", {**quick.BHERD, **CASE3},
+         {**quick.FEDAVG, **CASE3}, LATE_CASE3_TARGET, "Fig. 2a: faster"),
+    late("BHerd's herding beats FedAvg with server step 1/α (SVM, Case 3, paper's η; control)", "svm_cases",
+         {**quick.BHERD, **CASE3}, {**quick.STEP2, **CASE3}, LATE_CASE3_TARGET, "implied: the selection accelerates"),
+    # Fig. 3a: the paper's α = 0.7, which the quick scale leaves out, and the α rows at the late target
+    *speed("Lowering α from 1.0 to 0.7 accelerates convergence", "fig3_alpha", ALPHA[0.7], ALPHA[1.0], quick.TARGET,
+           "Fig. 3a: smaller α, faster"),
+    late("Lowering α from 1.0 to 0.7 accelerates convergence", "fig3_alpha", ALPHA[0.7], ALPHA[1.0], LATE_TARGET,
+         "Fig. 3a: smaller α, faster"),
+    late("Lowering α from 1.0 to 0.3 accelerates convergence", "fig3_alpha", ALPHA[0.3], ALPHA[1.0], LATE_TARGET,
+         "Fig. 3a: about 3x"),
+    late("At α = 0.3, herding beats FedAvg taking the same server step 1/α (control)", "fig3_alpha", ALPHA[0.3],
+         STEP[0.3], LATE_TARGET, "implied: the selection accelerates"),
+]
+
+INTRO = f"""
+The paper's scale: the quick scale's task (the squared-SVM on Fashion-MNIST's even/odd classes, the full 60,000
+training samples over N = 5 clients, B = 100, E = 1, so τ_i = 120 local steps a round; η = 1e-4, the paper's) run
+for the paper's T = 500 rounds instead of 60. Fashion-MNIST replaces the paper's MNIST, which no registry this
+project reaches holds. Every round is evaluated on the full test set and 5,000 training samples, as at the quick
+scale, so a verdict that differs from the quick scale's comes from the 440 more rounds, not from the evaluation.
+
+**Claims.** The quick scale's rows, with their targets (93.5%; 92.5% on Case 3), and each speed row's rounds
+again at a target FedAvg reaches about half-way through 500 rounds: {LATE_TARGET:.1%} on Cases 1-2 and
+{LATE_CASE3_TARGET:.1%} on Case 3, sized on tuning seed 100 of FedAvg alone and written down before any judged
+run (`fedaccel/reproductions/bherd_paper.py`). Fig. 3a's α = 0.7, which the quick scale leaves out, has its rows.
+
+**Seeds.** 0-9 in every experiment, fixed before running and never raised. Best-η rows choose η on seeds 0, 100
+and 101 (`svm_case2_tuning`) and judge seeds 1-9. Verdicts come from the exact paired sign-flip test (the exact
+sign test for rows with a margin) with Benjamini–Hochberg across the report's claims (docs/statistics.md).
+
+**What ran.** Experiments without data are "not run": their rows are inconclusive with no seeds. Each experiment
+file gives its cost; `benchmarks/paper_estimate.py` estimates a grid's time before it runs.
+"""
