@@ -27,8 +27,13 @@ QUICK_ONLY = {"field": "the field's baselines at each method's own quick setting
               "privacy": "issue 48's question at BHerd's and FedUMF's quick settings; no paper sets a scale for it"}
 
 
+# claims modules of one scale only (fedaccel.reproductions.<paper>_<scale>: its own targets and seeds' history)
+SCALE_MODULES = {m: m.rpartition("_")[2] for m in MODULES if m.endswith("_paper")}
+
+
 def _paper_folder(module: str) -> Path:
-    """experiments/<paper>/ for the claims module fedaccel.reproductions.<paper, '-' as '_'>."""
+    """experiments/<paper>/ for the claims module fedaccel.reproductions.<paper, '-' as '_'>[_<scale>]."""
+    module = module.removesuffix("_" + SCALE_MODULES.get(module, ""))
     for name in (module, module.replace("_", "-")):
         if (EXPERIMENTS / name).is_dir():
             return EXPERIMENTS / name
@@ -85,7 +90,7 @@ def test_claims_refer_to_quick_experiment_files(module_name: str) -> None:
     assert not missing, f"{module_name}: claims name experiments with no file in {folder}/quick or /paper: {missing}"
     for claim in module.CLAIMS:
         assert isinstance(claim, Claim) and claim.text.strip(), claim
-    problems = _unmatched_sides(module, folder, "quick")
+    problems = _unmatched_sides(module, folder, SCALE_MODULES.get(module_name, "quick"))
     assert not problems, "\n".join(problems)
 
 
@@ -184,11 +189,12 @@ def test_the_best_values_section_shows_every_candidate_the_choice_and_the_first_
 # --- the committed reports are what the code draws from their committed data --------------------
 
 DOCS = ROOT / "docs" / "reproductions"
-REPORTS = sorted(p.stem for p in DOCS.glob("*.md") if p.stem in MODULES)  # the papers' reports (not reference-code.md)
+# the papers' reports (not reference-code.md): <paper>.md, and <paper>-<scale>.md where a scale has its own claims
+REPORTS = sorted(p.stem for p in DOCS.glob("*.md") if p.stem.replace("-", "_") in MODULES)
 
 
 def test_every_committed_report_has_its_data() -> None:
-    assert REPORTS == MODULES  # every paper has its report
+    assert [r.replace("-", "_") for r in REPORTS] == MODULES  # every paper (and scale with its own claims) has its report
     for paper in REPORTS:
         assert (DOCS / paper / "data" / "figures.json").is_file(), f"{paper}.md has no data: run `fedaccel reproduce`"
 
@@ -396,3 +402,40 @@ def test_a_raised_rows_p_recomputes_from_claims_json_alone(paper: str) -> None:
             bounds = censored_bounds(d, *flags)
         p = staged_test(claim, d, stage, row["stage_weights"], bounds, row.get("swapped_differences"))[0]
         assert p == pytest.approx(row["p"], rel=1e-12, abs=0.0), (paper, row["text"])
+
+
+def test_a_scale_with_its_own_claims_is_judged_by_them() -> None:
+    """``fedaccel reproduce bherd --scale paper`` judges bherd_paper's claims (its targets sized for 500 rounds);
+    a scale without a module of its own, the paper's."""
+    from fedaccel.reproductions import bherd, bherd_paper, fedgsnr
+    from fedaccel.reproductions.reproduce import claims_module_of
+
+    assert claims_module_of("bherd", "quick") is bherd
+    assert claims_module_of("bherd", "paper") is bherd_paper
+    assert claims_module_of("fedgsnr", "paper") is fedgsnr
+    late = [c for c in bherd_paper.CLAIMS if c not in bherd.CLAIMS]
+    assert late and all(c.experiment in ("svm_case2", "svm_cases", "fig3_alpha") for c in late)
+    assert {c.text for c in bherd.CLAIMS} < {c.text for c in bherd_paper.CLAIMS}  # every quick row is judged again
+
+
+def test_a_paper_scale_report_names_the_verdicts_that_differ_from_the_quick_scale(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from fedaccel.reproductions.reproduce import against_quick
+
+    def row(text: str, verdict: str, measure: str = "rounds to 0.935") -> SimpleNamespace:
+        return SimpleNamespace(claim=SimpleNamespace(text=text, measure=SimpleNamespace(name=measure)), verdict=verdict)
+
+    quick = tmp_path / "bherd.claims.json"
+    quick.write_text(json.dumps([{"text": t, "measure": m, "verdict": v} for t, m, v in (
+        ("same", "rounds to 0.935", "agrees"), ("moved", "rounds to 0.935", "inconclusive"),
+        ("moved", "final test_acc", "agrees"), ("unrun here", "rounds to 0.935", "agrees"),
+        ("unrun there", "rounds to 0.935", "not run"))]))
+    judged = [row("same", "agrees"), row("moved", "disagrees"), row("moved", "agrees", "final test_acc"),
+              row("unrun here", "not run"), row("unrun there", "agrees"), row("paper only", "agrees")]
+    lines = against_quick(judged, quick)
+    assert lines[3].startswith("3 rows were judged at both scales") and lines[3].endswith("1 of them have another verdict here:")
+    assert lines[5:] == ["| # | claim | measure | quick scale | this scale |", "|---|---|---|---|---|",
+                         "| 2 | moved | rounds to 0.935 | inconclusive | **disagrees** |"]
+    assert against_quick(judged[:1], quick)[-1].endswith("none has another verdict here.")
+    assert against_quick(judged, tmp_path / "absent.json")[-1].startswith("0 rows were judged at both scales")

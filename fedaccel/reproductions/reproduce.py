@@ -329,6 +329,8 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     ]
     lines += claims_section(judgements)
     lines += tuning_section(judgements)
+    if scale != "quick":
+        lines += against_quick(judgements, docs / f"{paper}.claims.json")
     lines += ["", *sections]
     report = docs / f"{figures.name}.md"
     claims = json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
@@ -449,6 +451,23 @@ def claims_section(judgements: Sequence[Any]) -> list[str]:
     for row, j in enumerate(judgements, start=1):
         c = j.claim
         lines.append(f"| {row} | {c.text} | {c.measure.name} | **{j.verdict}** | {numbers(j)} | {c.paper} |")
+    return lines
+
+
+def against_quick(judgements: Sequence[Any], quick_claims: Path) -> list[str]:
+    """Which verdicts differ from the quick scale's (its committed claims.json): the rows judged at both scales,
+    matched by claim and measure; a row this scale did not run is left out."""
+    quick = ({(r["text"], r["measure"]): r["verdict"] for r in json.loads(quick_claims.read_text())}
+             if quick_claims.is_file() else {})
+    both = [(n, j, quick[j.claim.text, j.claim.measure.name]) for n, j in enumerate(judgements, start=1)
+            if j.verdict != "not run" and quick.get((j.claim.text, j.claim.measure.name), "not run") != "not run"]
+    moved = [(n, j, was) for n, j, was in both if j.verdict != was]
+    lines = ["", "## Against the quick scale", "",
+             f"{len(both)} rows were judged at both scales (the quick scale's verdicts: `{_shown(quick_claims)}`); "
+             + (f"{len(moved)} of them have another verdict here:" if moved else "none has another verdict here.")]
+    if moved:
+        lines += ["", "| # | claim | measure | quick scale | this scale |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {j.claim.text} | {j.claim.measure.name} | {was} | **{j.verdict}** |" for n, j, was in moved]
     return lines
 
 
