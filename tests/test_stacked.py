@@ -377,3 +377,29 @@ def test_a_local_term_without_batched_form_runs_row_by_row(
     own = dataclasses.replace(feddc(alpha=0.3), name="my-feddc", batched_local_term=None)
     run_both(compose("mine", own, mean_aggregate(weighting="uniform")), lambda: federation("2nn", momentum=0.5))
     assert "my-feddc's local term has no batched form: applied row by row" in capsys.readouterr().err
+
+
+def test_a_stacked_seed_group_tells_its_rounds_in_a_log(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a terminal a seed group is not silent until its end: its first seed's rounds are the group's progress
+    (a line every EVERY_S seconds; 0 here), and only the first seed's, since the seeds step together."""
+    import io
+
+    import yaml
+
+    import fedaccel.runs.progress as progress
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.grids.progress import GridProgress
+
+    spec = {"name": "told", "out_dir": str(tmp_path / "out"),
+            "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+                     "train": {"rounds": 4, "lr": 0.1, "batch_size": 40}},
+            "grid": {"run.seed": [0, 1, 2]}}
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    log = io.StringIO()
+    report = GridProgress(3, bars=False, stream=log)
+    run_experiment(load_experiment(path), stack_seeds=True, report=report)
+    rounds = [line for line in log.getvalue().splitlines() if ": round " in line]
+    assert [line.split(": round ")[1].split(",")[0].split(" ")[0] for line in rounds] == ["1/4", "2/4", "3/4"]
+    assert all("run.seed=0" in line for line in rounds), rounds

@@ -480,10 +480,12 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
     for k, name, config, run_dir in group:
         report.start(k, name, run_dir, config.train.rounds, verb=f"{verb(run_dir)} (seeds stacked: {len(group)})",
                      follow=False)
+        # the seeds step together: the first one's rounds are the group's progress (a log's line every half minute)
+        progress = report.cell_bar(name) if k == group[0][0] else False
 
-        def one(config: Config = config, run_dir: Path = run_dir) -> None:
+        def one(config: Config = config, run_dir: Path = run_dir, progress: Any = progress) -> None:
             try:
-                run_cell(config, run_dir, False)
+                run_cell(config, run_dir, progress)
             except BaseException as exc:
                 errors.append(exc)
 

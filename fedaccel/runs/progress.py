@@ -33,12 +33,12 @@ class RoundLines:
     """Rounds (or another ``unit``) as plain lines: ``DESC: round 20/60, acc 0.9312 (31 s)`` at most
     every ``every_s`` seconds."""
 
-    def __init__(self, total: int, initial: int = 0, desc: str = "", *, every_s: float = EVERY_S,
+    def __init__(self, total: int, initial: int = 0, desc: str = "", *, every_s: float | None = None,
                  stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic, unit: str = "round",
                  say: Callable[[str], None] | None = None) -> None:
         self.total, self.n, self.desc, self.unit = total, initial, desc, unit
         self.say = say or self.write  # where its lines go (default: ``stream``, else stderr)
-        self.every_s, self.stream, self.clock = every_s, stream, clock
+        self.every_s, self.stream, self.clock = EVERY_S if every_s is None else every_s, stream, clock
         self.began = self.said = clock()
         self.postfix: dict[str, Any] = {}
 
