@@ -222,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--stack-seeds", action="store_true",
                    help="train the seeds of each cell as one stacked computation (same per-seed results)")
+    p.add_argument("--stack-arms", action="store_true",
+                   help="with the seeds, a grid's algorithms too: cells that differ only in run.seed and algorithm "
+                        "as one stacked computation (same per-run results; every run's data in memory at once)")
     add_workers_option(p)
     add_ray_options(p)
     add_tensorboard_option(p)
@@ -480,7 +483,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.out:
         experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
     result = run_experiment(experiment, progress=False if args.no_progress else None,
-                            workers=args.workers, stack_seeds=args.stack_seeds, ray=ray_options(args))
+                            workers=args.workers, stack_seeds=args.stack_seeds,
+                            stack_arms=args.stack_arms, ray=ray_options(args))
     print()
     print(result.table)
     print()

@@ -403,3 +403,39 @@ def test_a_stacked_seed_group_tells_its_rounds_in_a_log(tmp_path: Any, monkeypat
     rounds = [line for line in log.getvalue().splitlines() if ": round " in line]
     assert [line.split(": round ")[1].split(",")[0].split(" ")[0] for line in rounds] == ["1/4", "2/4", "3/4"]
     assert all("run.seed=0" in line for line in rounds), rounds
+
+
+def test_stacked_arms_give_every_run_the_numbers_of_its_seeds_stacked_alone(tmp_path: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--stack-arms``: a grid's algorithms and seeds as one stacked computation (BHerd's estimator, FedProx's
+    local term and FedAvg's plain steps in one chunk) change no run's numbers against stacking each cell's seeds."""
+    import json
+
+    import yaml
+
+    import fedaccel.engine.stacked as stacked
+    from fedaccel.cli import main
+    from fedaccel.grids.experiment import _seed_groups, load_experiment
+
+    spec = {"name": "arms", "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+                                     "train": {"rounds": 3, "lr": 0.1, "batch_size": 40}},
+            "grid": {"algorithm": ["fedavg", {"name": "bherd", "alpha": 0.5}, {"name": "fedprox", "mu": 0.1}],
+                     "train.lr": [0.1, 0.05], "run.seed": [0, 1]}}
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    experiment = load_experiment(path)
+    todo = [(k, n, c, tmp_path / n) for k, (n, c) in enumerate(experiment.cells, start=1)]
+    assert [len(g) for g in _seed_groups(todo)] == [2] * 6
+    assert [len(g) for g in _seed_groups(todo, ("run.seed", "algorithm"))] == [6, 6]  # one group per step size
+    batched: list[int] = []  # how many runs each stacked computation trained
+    train_jobs = stacked.train_jobs
+    monkeypatch.setattr(stacked, "train_jobs", lambda jobs, **kw: (batched.append(len(jobs)), train_jobs(jobs, **kw)))
+    metrics = {}
+    for flag in ("--stack-seeds", "--stack-arms"):
+        assert main(["experiment", str(path), "--no-progress", "--out", str(tmp_path / flag), flag]) == 0
+        metrics[flag] = {name: [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
+                                for line in (tmp_path / flag / name / "metrics.jsonl").read_text().splitlines()]
+                         for name, _ in experiment.cells}
+    assert batched == [2] * 18 + [6] * 6  # 6 groups of 2 seeds, then 2 of 6 runs, 3 rounds each
+    assert metrics["--stack-arms"] == metrics["--stack-seeds"]
+    assert len({json.dumps(m[-1]["test_loss"]) for m in metrics["--stack-arms"].values()}) == 12  # 12 distinct runs

@@ -30,7 +30,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -375,7 +375,7 @@ def is_run_folder(path: Path) -> bool:
 
 
 def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1,
-                   stack_seeds: bool = False, ray: RayOptions | None = None,
+                   stack_seeds: bool = False, stack_arms: bool = False, ray: RayOptions | None = None,
                    report: GridProgress | None = None) -> ExperimentResult:
     """Run (or resume) every cell, then write the curves and the rounds-to-target table.
 
@@ -385,7 +385,9 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     (`fedaccel.grids.ray_tasks`). The numbers are those of the cell's own seed either way.
     ``stack_seeds`` runs the cells that differ only in ``run.seed`` as one stacked computation
     (`fedaccel.engine.stacked.SeedStack`): every seed's own run folder and numbers, the
-    client steps of all seeds batched together.
+    client steps of all seeds batched together; ``stack_arms`` (implies ``stack_seeds``) stacks the cells that
+    differ only in ``run.seed`` and ``algorithm``: a grid's methods and seeds in one computation (on a GPU, more
+    rows a step; every run's data in memory at once).
     ``report`` shows where the grid is (default: a `fedaccel.grids.progress.GridProgress` over this grid).
     """
     from fedaccel.grids.progress import GridProgress
@@ -413,8 +415,10 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
             todo.append((k, name, config, run_dir))
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
+    stack_seeds = stack_seeds or stack_arms
     if stack_seeds and (workers > 1 or ray is not None):
-        raise ConfigError("--stack-seeds trains a cell's seeds together in one process; use it without -j or --ray")
+        flag = "--stack-arms" if stack_arms else "--stack-seeds"
+        raise ConfigError(f"{flag} trains a cell's seeds together in one process; use it without -j or --ray")
     own_report = report is None
     report = report or GridProgress(len(todo), bars=False if progress is False else None)
     report.experiment(experiment.name, len(experiment.cells))
@@ -427,7 +431,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
 
             run_cells_on_ray(todo, ray, report)
         elif stack_seeds:
-            for group in _seed_groups(todo):
+            for group in _seed_groups(todo, ("run.seed", "algorithm") if stack_arms else ("run.seed",)):
                 _run_seed_group(group, report)
         elif workers == 1 or len(todo) <= 1:
             for k, name, config, run_dir in todo:
@@ -459,12 +463,18 @@ def cell_palette(experiment: Experiment, runs: list[Any], ignore: tuple[str, ...
     return grid_palette([ran.get(name) or config.to_dict() for name, config in experiment.cells], ignore)
 
 
-def _seed_groups(todo: list[tuple[int, str, Config, Path]]) -> list[list[tuple[int, str, Config, Path]]]:
-    """The cells to run, grouped by their config without ``run.seed`` (in order of first appearance)."""
+def _seed_groups(todo: list[tuple[int, str, Config, Path]], free: Sequence[str] = ("run.seed",)
+                 ) -> list[list[tuple[int, str, Config, Path]]]:
+    """The cells to run, grouped by their config without the ``free`` keys (dotted; in order of first appearance)."""
     groups: dict[str, list[tuple[int, str, Config, Path]]] = {}
     for cell in todo:
         key = cell[2].to_dict()
-        key["run"] = {k: v for k, v in key["run"].items() if k != "seed"}
+        for dotted in free:
+            *parents, last = dotted.split(".")
+            inner = key
+            for part in parents:
+                inner = inner.get(part, {})
+            inner.pop(last, None)
         groups.setdefault(yaml.safe_dump(key, sort_keys=True), []).append(cell)
     return list(groups.values())
 
@@ -475,10 +485,11 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
     from fedaccel.engine.stacked import SeedStack, in_seed_stack
 
     stack = SeedStack(len(group), stack_size=group[0][2].run.stack_size)
+    what = "seeds" if len({yaml.safe_dump(c.algorithm) for _, _, c, _ in group}) == 1 else "runs"
     errors: list[BaseException] = []
     threads = []
     for k, name, config, run_dir in group:
-        report.start(k, name, run_dir, config.train.rounds, verb=f"{verb(run_dir)} (seeds stacked: {len(group)})",
+        report.start(k, name, run_dir, config.train.rounds, verb=f"{verb(run_dir)} ({what} stacked: {len(group)})",
                      follow=False)
         # the seeds step together: the first one's rounds are the group's progress (a log's line every half minute)
         progress = report.cell_bar(name) if k == group[0][0] else False
