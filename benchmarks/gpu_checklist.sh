@@ -32,6 +32,7 @@ step floor-cnn 60 python3 benchmarks/gpu_floor.py --models cnn --ks 100
 step scale 80 python3 benchmarks/scale.py --device cuda --runtimes stacked --models 2nn --clients 100,1000,10000 \
   --stored-at ""
 step paper-estimate 130 python3 benchmarks/paper_estimate.py --device cuda --grids svm_case2,svm_cases,fig3_alpha,cnn_case2
+step paper-estimate-arms 150 python3 benchmarks/paper_estimate.py --device cuda --stack-arms --grids fig3_alpha,svm_cases,svm_case2
 step recipes 110 python3 benchmarks/gpu_recipes.py --rounds 3 --cnn-rounds 4 --runtimes in-process,stacked --composed
 step stacked-cuda 60 python3 benchmarks/stacked.py --device cuda --ks 10,100 --seeds 0 --repeats 2
 if [ "${SUITE:-1}" = 1 ] && [ $(( ${DEADLINE:-600} - SECONDS )) -gt 60 ]; then
