@@ -68,10 +68,13 @@ def test_device_that_is_not_here_is_one_line_at_start_and_leaves_nothing(tmp_pat
     assert not out.exists()
 
 
-def test_the_runs_first_line_names_its_device(tmp_path: Path, capsys) -> None:
+def test_the_runs_first_line_and_its_summary_name_its_device(tmp_path: Path, capsys) -> None:
     run(load_config(None, [*SMALL, "train.rounds=1", "run.device=auto"]), tmp_path / "r", progress=True)
     first = capsys.readouterr().err.splitlines()[0]
     assert f"device {resolve_device('auto')}, " in first
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())  # where run.device auto ran, kept
+    assert summary["device"] == str(resolve_device("auto")) and summary["runtime"].split(" ")[0] in (
+        "in-process", "stacked")
 
 
 def test_flower_runtimes_refuse_another_device_in_one_line() -> None:

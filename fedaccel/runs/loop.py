@@ -152,6 +152,7 @@ def run_loop(
         tqdm.write(run_line(config, path, state.round, what, f"runtime {shown}, device {federation.device}, "
                             f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
     bar = progress_bar(rounds, state.round, config.display_name, show)
+    ran_on = {"device": str(federation.device), "runtime": shown}  # run.device auto: where it was
     checkpointed = state.round
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
@@ -186,7 +187,7 @@ def run_loop(
                     diverged = (state.round, cause)
                     message = divergence_message(config, state.round, cause, report, path, checkpointed)
                     if config.run.on_divergence == "stop":  # no checkpoint of this round: the last finite one stays
-                        write_summary(path, rounds, last, finished=False, diverged=state.round)
+                        write_summary(path, rounds, last, finished=False, diverged=state.round, ran_on=ran_on)
                         raise Diverged(message)
                     _say(f"warning: {message}")
                 stopping = STOP.is_set() and state.round < rounds
@@ -205,7 +206,7 @@ def run_loop(
         events.close()
     save_plain(path / "model.pt", {"w": state.w.cpu(), "config": config.to_dict()})
     write_summary(path, rounds, last or _last_metrics(path / METRICS), finished=True,
-                  diverged=diverged[0] if diverged else None)
+                  diverged=diverged[0] if diverged else None, ran_on=ran_on)
     return state
 
 
@@ -267,10 +268,11 @@ def divergence_message(
             f"(train.lr = {config.train.lr:g}){keeps}")
 
 
-def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: bool, diverged: int | None) -> None:
-    """``summary.json``, atomically: whether the run finished, its last metrics row, and the round
-    it diverged at (if it did)."""
-    summary: dict[str, Any] = {"finished": finished, "rounds": rounds, "final": final}
+def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: bool, diverged: int | None,
+                  ran_on: dict[str, str] | None = None) -> None:
+    """``summary.json``, atomically: whether the run finished, its last metrics row, the round it diverged at (if
+    it did), and the device and runtime of its last part (``ran_on``)."""
+    summary: dict[str, Any] = {"finished": finished, "rounds": rounds, "final": final, **(ran_on or {})}
     if diverged is not None:
         summary.update(diverged=True, diverged_round=diverged)
     write_atomic(path / "summary.json", json.dumps(summary, indent=1))
