@@ -252,16 +252,31 @@ class BatchedHerding:
             raise RuntimeError(f"batched BHerd saw {seen} local steps, expected {self.steps}")
         element, t = z.element_size(), z.shape[1]
         estimates = torch.empty(len(self.steps), self.dim, dtype=updates.dtype, device=z.device)
-        selected: list[list[int]] = []
+        counts = [selected_count(self.alpha, tau_i) for tau_i in self.steps]
+        # A block of clients at a time: on the CPU blocks whose stored rows stay in cache through each pass
+        # below (one client at d = 100k), on an accelerator all of them at once. The greedy selection runs once
+        # for every client of the chunk between the two passes (block by block, its per-pick work was per client).
+        blocks = row_blocks(len(self.steps), (t + 2) * self.dim * element, z.device)
+        means, grams = [], []
+        for rows in blocks:
+            means.append(self._centre(z[rows], rows))
+            if self.picks is None:
+                grams.append(torch.bmm(z[rows], z[rows].transpose(1, 2)))  # (B, T, T): the only O(B T^2 d) work
+        if self.picks is None:
+            chosen = herd_select_batched(torch.cat(grams), self._tau, torch.tensor(counts),
+                                         tie_tolerance(z.dtype, self.dim))
+        else:
+            chosen = torch.zeros(len(self.steps), t, dtype=torch.bool)
+            for n, picked in enumerate(self.picks):
+                chosen[n, picked] = True
         distances: list[float] = []
         errors: list[float | None] = []
-        # A block of clients at a time: on the CPU blocks whose stored rows stay in cache through the passes
-        # below (one client at d = 100k), on an accelerator all of them at once.
-        for rows in row_blocks(len(self.steps), (t + 2) * self.dim * element, z.device):
-            block_selected, block_distances, block_errors = self._herd(z[rows], rows, estimates[rows], updates[rows])
-            selected += block_selected
+        for rows, mu in zip(blocks, means, strict=True):
+            block_distances, block_errors = self._estimate(z[rows], rows, mu, chosen[rows], estimates[rows],
+                                                           updates[rows])
             distances += block_distances
             errors += block_errors
+        selected = [torch.nonzero(row).flatten().tolist() for row in chosen]
         self._workspace.give(self._flat)
         return [
             (
@@ -278,45 +293,40 @@ class BatchedHerding:
             for i, tau_i in enumerate(self.steps)
         ]
 
-    def _herd(
-        self, z: Tensor, rows: slice, out: Tensor, full: Tensor
-    ) -> tuple[list[list[int]], list[float], list[float | None]]:
-        """Herd the clients ``rows`` (their store z, (B, T, d), is centred in place); their estimates go to ``out``,
-        their errors are relative to their full updates ``full``.
-
-        Two (B, d) allocations (mu, g): everything else is in place or in the store, since fresh large
-        temporaries cost page faults on the CPU and count against ``chunk_bytes``.
-        """
-        steps, lrs = self.steps[rows], self.lrs[rows]
-
-        def column(values: list[float]) -> Tensor:
-            return torch.tensor(values, dtype=z.dtype, device=z.device)[:, None]
-
-        mu = z.sum(dim=1).div_(column([float(tau_i) for tau_i in steps]))  # mu_i (Eq. 5); padding is zero
-        z.sub_(mu[:, None, :])  # centre in place
-        if min(steps) < z.shape[1]:  # padding back to zero
+    def _centre(self, z: Tensor, rows: slice) -> Tensor:
+        """Centre the clients ``rows`` (their store z, (B, T, d)) in place, padding kept at zero; their means mu_i."""
+        mu = z.sum(dim=1).div_(self._column([float(tau_i) for tau_i in self.steps[rows]], z))  # mu_i (Eq. 5)
+        z.sub_(mu[:, None, :])
+        if min(self.steps[rows]) < z.shape[1]:  # padding back to zero
             valid = torch.arange(z.shape[1], device=z.device)[None, :] < self._tau[rows, None]  # (B, T)
             z.masked_fill_(~valid[:, :, None], 0.0)
+        return mu
+
+    def _estimate(
+        self, z: Tensor, rows: slice, mu: Tensor, chosen: Tensor, out: Tensor, full: Tensor
+    ) -> tuple[list[float], list[float | None]]:
+        """The estimates of the clients ``rows`` (centred store z, means mu, selections ``chosen``) into ``out``;
+        their distances to the local means and errors relative to their full updates ``full``.
+
+        One (B, d) allocation (g): everything else is in place or in the store, since fresh large temporaries
+        cost page faults on the CPU and count against ``chunk_bytes``.
+        """
+        steps, lrs = self.steps[rows], self.lrs[rows]
         counts = [selected_count(self.alpha, tau_i) for tau_i in steps]
-        if self.picks is None:
-            gram = torch.bmm(z, z.transpose(1, 2))  # (B, T, T): the only O(B T^2 d) work
-            rtol = tie_tolerance(z.dtype, self.dim)
-            chosen = herd_select_batched(gram, self._tau[rows], torch.tensor(counts), rtol)
-        else:
-            chosen = torch.zeros(len(steps), z.shape[1], dtype=torch.bool)
-            for n, picked in enumerate(self.picks[rows]):
-                chosen[n, picked] = True
         mask = chosen.to(device=z.device, dtype=z.dtype)
         g = torch.bmm(mask[:, None, :], z).squeeze(1)  # sum of the selected centred rows
-        g.addcmul_(mu, column([float(k) for k in counts]))  # + k_i mu_i: the raw directions (Eq. 6)
-        gap = torch.div(g, column([self.alpha * tau_i for tau_i in steps]), out=z[:, 0]).sub_(mu)
+        g.addcmul_(mu, self._column([float(k) for k in counts], z))  # + k_i mu_i: the raw directions (Eq. 6)
+        gap = torch.div(g, self._column([self.alpha * tau_i for tau_i in steps], z), out=z[:, 0]).sub_(mu)
         distances = torch.linalg.vector_norm(gap, dim=1).tolist()  # ||g_i/(alpha tau_i) - mu_i||
-        out.copy_(g.mul_(column([lr / self.alpha for lr in lrs])))
+        out.copy_(g.mul_(self._column([lr / self.alpha for lr in lrs], z)))
         gap = z[:, 0].copy_(out).sub_(full)  # estimate - full update, in the store
         gaps = torch.linalg.vector_norm(gap, dim=1).tolist()
         bases = torch.linalg.vector_norm(full, dim=1).tolist()
-        errors = [relative(a, b) for a, b in zip(gaps, bases, strict=True)]
-        return [torch.nonzero(row).flatten().tolist() for row in chosen], distances, errors
+        return distances, [relative(a, b) for a, b in zip(gaps, bases, strict=True)]
+
+    @staticmethod
+    def _column(values: list[float], like: Tensor) -> Tensor:
+        return torch.tensor(values, dtype=like.dtype, device=like.device)[:, None]
 
 
 @dataclass(frozen=True)
