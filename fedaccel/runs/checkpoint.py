@@ -56,7 +56,8 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
         check_no_gap(path / METRICS, [row for row in rows if row["round"] <= loaded["state"].round],
                      setup.config.eval.every, through=loaded["state"].round - 1)
         state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
-        print(f"resuming {path} from round {state.round}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"resuming {path} from round {state.round}\n")  # one write: stacked seeds resume in threads
+        sys.stderr.flush()
         kept = state.round
     else:
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
