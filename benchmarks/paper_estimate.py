@@ -37,7 +37,7 @@ def timed_group(path: Path, group_index: int, rounds: int, device: str, seeds: i
     group = group[:: max(1, len(group) // seeds)][:seeds] if seeds else group  # spread over the group's arms
     report = GridProgress(len(group), bars=False)
     started = time.perf_counter()
-    _run_seed_group(group, report)
+    _run_seed_group(group, report, False)
     report.close()
     return time.perf_counter() - started
 
@@ -115,7 +115,7 @@ def arms_estimates(args: argparse.Namespace, more: tuple[str, ...] = ()) -> None
         runs = min(len(groups[0]), args.seeds or len(groups[0]))
         print(f"  {grid}: {runs} runs stacked: {rate:.3f} s a round (fixed {fixed:.1f} s) x {len(groups)} "
               f"group(s)", flush=True)
-        print(f"estimate: {grid}, arms stacked: {len(groups)} groups, T = {T}: "
+        print(f"estimate: {grid}, arms stacked: {len(groups)} groups of {runs} runs, T = {T}: "
               f"{len(groups) * (fixed + T * rate) / 60:.1f} min on {args.device}", flush=True)
 
 

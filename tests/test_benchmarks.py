@@ -97,7 +97,7 @@ def test_engine_overhead_on_the_2nn_prints_its_rates_and_its_products_floor() ->
 def test_paper_estimate_with_arms_stacked_times_one_group_of_every_algorithm() -> None:
     _assert_smoke_prints(ROOT / "benchmarks" / "paper_estimate.py",
                          [r"fig3_alpha: 8 runs stacked: [\d.]+ s a round \(fixed [\d.]+ s\) x 1 group\(s\)",
-                          r"estimate: fig3_alpha, arms stacked: 1 groups, T = 500: [\d.]+ min on cpu"], "--stack-arms")
+                          r"estimate: fig3_alpha, arms stacked: 1 groups of 8 runs, T = 500: [\d.]+ min on cpu"], "--stack-arms")
 
 
 def _fedgsnr_overhead() -> object:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -315,3 +316,39 @@ def test_a_second_signal_stops_a_stacked_experiment_at_once(tmp_path: Path) -> N
     assert "terminate called" not in err, err  # no thread left running into the interpreter's exit
     for cell in cells:
         assert rounds(cell) == [0] and not (cell / "summary.json").exists(), cell.name
+
+
+@pytest.mark.parametrize("stack", [False, True], ids=["one-by-one", "stacked-seeds"])
+def test_a_stop_in_a_cells_last_round_starts_no_next_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          stack: bool) -> None:
+    """SIGINT while a cell (or seed group) runs its last round: that run ends by itself, and the grid stops there
+    with Interrupted instead of starting the next cell (only a kill would have stopped it, losing a round's work)."""
+    import signal
+
+    import yaml
+
+    import fedaccel.runs.loop as loop
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.runs.stopping import Interrupted
+
+    spec = {"name": "last", "out_dir": str(tmp_path / "out"),
+            "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+                     "train": {"rounds": 3, "lr": 0.1, "batch_size": 40}},
+            "grid": {"algorithm": ["fedavg", "fedprox"], "run.seed": [0, 1]}}
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    real = loop.run_round
+
+    def stopping_in_round_3(*args: Any, **kwargs: Any) -> Any:
+        state, report = real(*args, **kwargs)
+        if state.round == 3:
+            signal.raise_signal(signal.SIGINT)  # to the main thread, as Ctrl-C would be
+        return state, report
+
+    monkeypatch.setattr(loop, "run_round", stopping_in_round_3)
+    with pytest.raises(Interrupted):
+        run_experiment(load_experiment(path), progress=False, stack_seeds=stack)
+    done = sorted(d.name for d in (tmp_path / "out").iterdir() if (d / "summary.json").is_file())
+    started = sorted(d.name for d in (tmp_path / "out").iterdir() if (d / "config.yaml").is_file())
+    assert done == started == (["algorithm=fedavg,run.seed=0", "algorithm=fedavg,run.seed=1"] if stack
+                               else ["algorithm=fedavg,run.seed=0"])

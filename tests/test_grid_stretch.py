@@ -1,13 +1,17 @@
 """scripts/grid_stretch.sh: a grid run in stretches on machines that start bare, carried between them as one archive,
-ends with the numbers of one uninterrupted run."""
+resumes every run from its checkpoint and ends with every round's row once."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -16,44 +20,53 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _stretch(tmp_path: Path, experiment: Path, limit: int) -> str:
+def _stretch(tmp_path: Path, experiment: Path, limit: int, stop_at_round: int | None = None) -> tuple[int, str]:
+    """The script's status and output; ``stop_at_round``: once every run has a row of that round, SIGINT to its
+    ``timeout`` (which hands it to the grid, as the limit would): a stop mid-training on any machine's speed."""
     env = {**os.environ, "EXPERIMENT": str(experiment), "LIMIT": str(limit), "FOLDER": str(tmp_path / "grid"),
            "STRETCH_IN": str(tmp_path / "carried.tar.xz"), "OUT": str(tmp_path / "out"),
-           "FEDACCEL": f"{sys.executable} -m fedaccel.cli"}
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "grid_stretch.sh")], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
-def _rows(folder: Path) -> dict[str, list[dict]]:
-    return {run.name: [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
-                       for line in (run / "metrics.jsonl").read_text().splitlines()]
-            for run in sorted(folder.iterdir()) if run.is_dir()}
+           "FEDACCEL": f"{sys.executable} -m fedaccel.cli", "STACK": "--stack-arms"}
+    script = subprocess.Popen(["bash", str(ROOT / "scripts" / "grid_stretch.sh")], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if stop_at_round is not None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and script.poll() is None:
+            rows = [run / "metrics.jsonl" for run in (tmp_path / "grid").glob("*") if run.is_dir()]
+            if len(rows) == 4 and all(f'"round": {stop_at_round},' in r.read_text() for r in rows if r.is_file()):
+                break
+            time.sleep(0.1)
+        children = Path(f"/proc/{script.pid}/task/{script.pid}/children").read_text().split()
+        os.kill(int(children[0]), signal.SIGINT)  # the script's one child: timeout
+    out, _ = script.communicate(timeout=600)
+    return script.returncode, out
 
 
 @pytest.mark.slow
-def test_a_grid_run_in_stretches_from_a_carried_archive_ends_as_one_run(tmp_path: Path) -> None:
-    from fedaccel.grids.experiment import load_experiment, run_experiment
-
+def test_a_grid_run_in_stretches_from_a_carried_archive_resumes_and_ends_whole(tmp_path: Path) -> None:
     spec = {"name": "long", "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
-                                     "train": {"rounds": 1500, "lr": 0.05, "batch_size": 40, "local_steps": 2},
-                                     "eval": {"every": 100}, "run": {"checkpoint_every": 1000}},
+                                     "train": {"rounds": 1000, "lr": 0.05, "batch_size": 40, "local_steps": 2},
+                                     "eval": {"every": 100}, "run": {"checkpoint_every": 500}},
             "grid": {"algorithm": ["fedavg", {"name": "bherd", "alpha": 0.5}], "run.seed": [0, 1]}}
     experiment = tmp_path / "experiments" / "mine" / "paper" / "long.yaml"
     experiment.parent.mkdir(parents=True)
     experiment.write_text(yaml.safe_dump(spec))
 
-    first = _stretch(tmp_path, experiment, 4)  # stopped part-way: no run has all its rounds
-    assert "stretch: exit 124" in first and "0 cells done" in first, first
+    status, first = _stretch(tmp_path, experiment, 600, stop_at_round=100)  # every run checkpoints its round
+    assert status == 130 and "stretch: exit 130" in first and "0 cells done" in first, first
+    with tarfile.open(tmp_path / "out" / "long.tar.xz") as archive:
+        checkpoints = [n for n in archive.getnames() if n.endswith("/checkpoint.pt")]
+    assert len(checkpoints) == 4, checkpoints
     shutil.move(tmp_path / "out" / "long.tar.xz", tmp_path / "carried.tar.xz")
     shutil.rmtree(tmp_path / "grid")  # the next stretch starts bare: only the archive is carried
-    rounds = [len(rows) for rows in _rows(tmp_path / "out").values()] if (tmp_path / "out").is_dir() else []
-    assert not rounds
-    last = _stretch(tmp_path, experiment, 300)
-    assert f"unpacked {tmp_path / 'carried.tar.xz'}" in last and "stretch: exit 0" in last and "4 cells done" in last
 
-    alone = load_experiment(experiment)
-    alone.out_dir = tmp_path / "alone"
-    run_experiment(alone, progress=False, stack_seeds=True)
-    assert _rows(tmp_path / "grid") == _rows(tmp_path / "alone")
+    status, last = _stretch(tmp_path, experiment, 300)
+    assert status == 0 and f"unpacked {tmp_path / 'carried.tar.xz'}" in last and "stretch: exit 0" in last and "4 cells done" in last
+    resumed = re.findall(r"resuming \S+ from round (\d+)", last)
+    assert len(resumed) == 4 and all(0 < int(r) < 1000 for r in resumed), last
+    for run in (tmp_path / "grid").iterdir():
+        if run.is_dir():
+            rounds = [json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+            assert rounds == list(range(0, 1001, 100)), (run.name, rounds)  # no row lost or repeated
+
+    status, kept = _stretch(tmp_path, experiment, 60)  # a folder already there is newer than the archive: kept
+    assert status == 0 and "is not empty: it is kept" in kept and "4 cells done" in kept

@@ -348,7 +348,7 @@ class BatchedHerdingFactory:
         return BatchedHerding(steps, dim, self.alpha, lrs, dtype, device, self.workspace, picks)
 
     def chunk_bytes(self, clients: int, steps: int, dim: int, dtype: torch.dtype) -> int:
-        """The (K, T, d) store (kept for the next round), the (K, d) estimates, a block's two (B, d) vectors and
+        """The (K, T, d) store (kept for the next round), the (K, d) estimates and means, a block's (B, d) sum and
         the Gram matrices (with their float64 copies)."""
         element = torch.empty((), dtype=dtype).element_size()
         return clients * ((steps + 3) * dim * element + steps * steps * (element + 4 * 8) + SMALL_BYTES)

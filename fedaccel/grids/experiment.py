@@ -396,6 +396,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     from fedaccel.report.identity import check_distinct
     from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
+    from fedaccel.runs.stopping import stop_requests
 
     check_grid_folder(experiment)  # before anything is written, and before any cell runs
     experiment.out_dir.mkdir(parents=True, exist_ok=True)
@@ -420,6 +421,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
         flag = "--stack-arms" if stack_arms else "--stack-seeds"
         raise ConfigError(f"{flag} trains a cell's seeds together in one process; use it without -j or --ray")
     own_report = report is None
+    requests = stop_requests()
     report = report or GridProgress(len(todo), bars=False if progress is False else None)
     report.experiment(experiment.name, len(experiment.cells))
     report.name_cells(experiment.cells)
@@ -432,9 +434,11 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
             run_cells_on_ray(todo, ray, report)
         elif stack_seeds:
             for group in _seed_groups(todo, ("run.seed", "algorithm") if stack_arms else ("run.seed",)):
-                _run_seed_group(group, report)
+                _no_stop_since(requests, experiment.out_dir)
+                _run_seed_group(group, report, progress)
         elif workers == 1 or len(todo) <= 1:
             for k, name, config, run_dir in todo:
+                _no_stop_since(requests, experiment.out_dir)
                 report.start(k, name, run_dir, config.train.rounds, verb=verb(run_dir), follow=False)
                 run_cell(config, run_dir, report.cell_bar(name, progress))
                 report.end(k, name)
@@ -479,7 +483,16 @@ def _seed_groups(todo: list[tuple[int, str, Config, Path]], free: Sequence[str] 
     return list(groups.values())
 
 
-def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress) -> None:
+def _no_stop_since(requests: int, out_dir: Path) -> None:
+    """A stop asked for in the last round of a cell (or seed group), which that run ended by itself: no next one."""
+    from fedaccel.runs.stopping import Interrupted, stop_requests
+
+    if stop_requests() > requests:
+        raise Interrupted(out_dir, None)
+
+
+def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress, progress: bool | None = None
+                    ) -> None:
     """The group's runs in threads of one process, their client steps trained as one stacked
     computation every round; a failing run stops the experiment with its own error."""
     from fedaccel.engine.stacked import SeedStack, in_seed_stack
@@ -492,11 +505,11 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
         report.start(k, name, run_dir, config.train.rounds, verb=f"{verb(run_dir)} ({what} stacked: {len(group)})",
                      follow=False)
         # the seeds step together: the first one's rounds are the group's progress (a log's line every half minute)
-        progress = report.cell_bar(name) if k == group[0][0] else False
+        shown = report.cell_bar(name, progress) if k == group[0][0] else False
 
-        def one(config: Config = config, run_dir: Path = run_dir, progress: Any = progress) -> None:
+        def one(config: Config = config, run_dir: Path = run_dir, shown: Any = shown) -> None:
             try:
-                run_cell(config, run_dir, progress)
+                run_cell(config, run_dir, shown)
             except BaseException as exc:
                 errors.append(exc)
 
