@@ -424,6 +424,23 @@ def test_y_range_comes_from_the_rounds_after_the_first_with_all_values_above(tmp
     assert over.get_ylim()[0] <= 0.0 and over.get_position().height < ax.get_position().height / 2
 
 
+def test_a_diverged_group_leaves_the_others_readable_and_shows_whole_in_the_overview(tmp_path):
+    """A loss reaching 1e33 set the panel's scale and range for every group: the others were a flat line at the bottom.
+    The range follows the groups that did not diverge; the overview above shows the diverged one whole."""
+    rounds = np.arange(1, 21)
+    write_run(tmp_path / "e" / "a", make_config("fedavg"), list(0.6 + 0.01 * rounds), losses=list(0.5 - 0.02 * rounds))
+    write_run(tmp_path / "e" / "b", make_config("fedavg", server_lr=10.0), [0.5] * 20, losses=list(10.0 ** rounds))
+    summary = json.loads((tmp_path / "e" / "b" / "summary.json").read_text())
+    (tmp_path / "e" / "b" / "summary.json").write_text(json.dumps({**summary, "diverged": True, "diverged_round": 3}))
+    fig = _make_figure(load_runs(tmp_path / "e"), ["test_loss", "test_acc"])
+    loss, acc = _panel(fig, "test loss"), _panel(fig, "test accuracy")
+    assert loss.get_yscale() == "linear" and loss.get_ylim()[1] < 0.6  # fedavg's 0.48 -> 0.1, not 1e20
+    assert acc.get_ylim()[0] > 0.55  # fedavg's 0.61 -> 0.8, not the diverged run's 0.5
+    overviews = [a for a in fig.axes if a not in (loss, acc)]
+    assert len(overviews) == 2 and max(a.get_ylim()[1] for a in overviews) >= 1e20
+    assert any(t.get_text().endswith("(diverged)") for t in fig.legends[0].get_texts())
+
+
 def test_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path):
     rounds = np.arange(1, 21)
     write_run(tmp_path / "e" / "a", make_config("fedavg"), [0.5] * 20, losses=list(2.0 * 0.7 ** rounds))  # 3 decades

@@ -348,7 +348,9 @@ def _make_figure(
     palette = palette or grid_palette(r.config for r in runs)
     styles = _line_styles(groups, palette)
 
-    plans = [_panel_plan(metric, curves[metric], targets if metric == target_metric else ()) for metric in metrics]
+    diverged = [diverged_at(g) is not None for _, g in groups]
+    plans = [_panel_plan(metric, curves[metric], targets if metric == target_metric else (), diverged)
+             for metric in metrics]
     overview = any(p["overview"] for p in plans)
 
     n = len(metrics)
@@ -420,11 +422,16 @@ def _make_figure(
     return fig
 
 
-def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarray]], targets: Sequence[float]) -> dict:
-    """The y-scale, y-range, target lines and whether an overview is needed for one panel."""
+def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarray]], targets: Sequence[float],
+                diverged: Sequence[bool] = ()) -> dict:
+    """The y-scale, y-range, target lines and whether an overview is needed for one panel. The scale and range follow
+    the groups that did not diverge (where one did): a loss of 1e33 leaves the others readable, and the overview
+    above shows every group whole."""
     present = [(x, m, h) for x, m, h in curves if x.size]
     every = np.concatenate([np.concatenate([m - h, m + h]) for _, m, h in present])
     every = every[np.isfinite(every)]
+    kept = [(x, m, h) for (x, m, h), gone in zip(curves, list(diverged) + [False] * len(curves)) if x.size and not gone]
+    present = kept or present
     means = np.concatenate([m for _, m, _ in present])
     means = means[np.isfinite(means)]
     plan: dict[str, Any] = {"log": False, "ylim": None, "overview": False, "targets": []}

@@ -68,6 +68,12 @@ run (`fedaccel/reproductions/bherd_paper.py`). Fig. 3a's α = 0.7, which the qui
 and 101 (`svm_case2_tuning`) and judge seeds 1-9. Verdicts come from the exact paired sign-flip test (the exact
 sign test for rows with a margin) with Benjamini–Hochberg across the report's claims (docs/statistics.md).
 
-**What ran.** Experiments without data are "not run": their rows are inconclusive with no seeds. Each experiment
+**What ran.** Experiments without data are "not run": their rows have no seeds and no verdict. Each experiment
 file gives its cost; `benchmarks/paper_estimate.py` estimates a grid's time before it runs.
+
+**Why a verdict can move without the evidence turning.** At the quick scale the fig3_alpha rows were judged by the
+test that counts the looks at which their seeds were raised (5, 10, 11 seeds): the last stage, one seed, carries half
+the weight, so a row whose 11 seeds all point one way has p = 0.0625 at best. Here seeds 0-9 were fixed before the
+runs and the same exact test on 10 pairs can reach p = 0.002: a row whose seeds all point one way at both scales is
+decided here and was not there.
 """
