@@ -272,8 +272,8 @@ class BatchedHerding:
         distances: list[float] = []
         errors: list[float | None] = []
         for rows, mu in zip(blocks, means, strict=True):
-            block_distances, block_errors = self._estimate(z[rows], rows, mu, chosen[rows], estimates[rows],
-                                                           updates[rows])
+            block_distances, block_errors = self._estimate(z[rows], rows, mu, chosen[rows], counts[rows],
+                                                           estimates[rows], updates[rows])
             distances += block_distances
             errors += block_errors
         selected = [torch.nonzero(row).flatten().tolist() for row in chosen]
@@ -303,16 +303,15 @@ class BatchedHerding:
         return mu
 
     def _estimate(
-        self, z: Tensor, rows: slice, mu: Tensor, chosen: Tensor, out: Tensor, full: Tensor
+        self, z: Tensor, rows: slice, mu: Tensor, chosen: Tensor, counts: list[int], out: Tensor, full: Tensor
     ) -> tuple[list[float], list[float | None]]:
-        """The estimates of the clients ``rows`` (centred store z, means mu, selections ``chosen``) into ``out``;
-        their distances to the local means and errors relative to their full updates ``full``.
+        """The estimates of the clients ``rows`` (centred store z, means mu, selections ``chosen`` of ``counts`` steps)
+        into ``out``; their distances to the local means and errors relative to their full updates ``full``.
 
         One (B, d) allocation (g): everything else is in place or in the store, since fresh large temporaries
         cost page faults on the CPU and count against ``chunk_bytes``.
         """
         steps, lrs = self.steps[rows], self.lrs[rows]
-        counts = [selected_count(self.alpha, tau_i) for tau_i in steps]
         mask = chosen.to(device=z.device, dtype=z.dtype)
         g = torch.bmm(mask[:, None, :], z).squeeze(1)  # sum of the selected centred rows
         g.addcmul_(mu, self._column([float(k) for k in counts], z))  # + k_i mu_i: the raw directions (Eq. 6)

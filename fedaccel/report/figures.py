@@ -343,12 +343,11 @@ def _make_figure(
                 f"metric {shown(metric)} is in none of the runs; available: "
                 + listed(available_metrics(runs), near=metric)
             )
-    labels = [label + (" (diverged)" if diverged_at(g) is not None else "") for label, (_, g) in
-              zip(legend_labels(groups), groups)]
+    diverged = [diverged_at(g) is not None for _, g in groups]
+    labels = [label + (" (diverged)" if gone else "") for label, gone in zip(legend_labels(groups), diverged)]
     palette = palette or grid_palette(r.config for r in runs)
     styles = _line_styles(groups, palette)
 
-    diverged = [diverged_at(g) is not None for _, g in groups]
     plans = [_panel_plan(metric, curves[metric], targets if metric == target_metric else (), diverged)
              for metric in metrics]
     overview = any(p["overview"] for p in plans)
@@ -423,14 +422,14 @@ def _make_figure(
 
 
 def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarray]], targets: Sequence[float],
-                diverged: Sequence[bool] = ()) -> dict:
+                diverged: Sequence[bool]) -> dict:
     """The y-scale, y-range, target lines and whether an overview is needed for one panel. The scale and range follow
     the groups that did not diverge (where one did): a loss of 1e33 leaves the others readable, and the overview
     above shows every group whole."""
     present = [(x, m, h) for x, m, h in curves if x.size]
     every = np.concatenate([np.concatenate([m - h, m + h]) for _, m, h in present])
     every = every[np.isfinite(every)]
-    kept = [(x, m, h) for (x, m, h), gone in zip(curves, list(diverged) + [False] * len(curves)) if x.size and not gone]
+    kept = [(x, m, h) for (x, m, h), gone in zip(curves, diverged, strict=True) if x.size and not gone]
     present = kept or present
     means = np.concatenate([m for _, m, _ in present])
     means = means[np.isfinite(means)]
