@@ -410,6 +410,27 @@ def test_digits_read_once_are_handed_out_as_copies() -> None:
     assert torch.equal(again.x_train, kept[0]) and torch.equal(again.y_train, kept[1])
 
 
+def test_digits_are_scikit_learns_read_without_importing_it() -> None:
+    """The CSV read from scikit-learn's folder gives load_digits' images / 16 and labels, in its order; a fresh
+    process that builds a digits run's setup imports neither scikit-learn nor sympy (3 s of every process's start
+    on 2 cores: each Flower ClientApp and SuperNode, each grid worker)."""
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from fedaccel.data import _digits_arrays
+
+    x, y = _digits_arrays()
+    reference = load_digits()
+    assert np.array_equal(x, np.asarray(reference.images, dtype=np.float32)[:, None] / 16.0)
+    assert np.array_equal(y, reference.target) and y.dtype == np.int64
+    probe = ("import sys; from fedaccel.runs.config import load_config; from fedaccel.runs.setup import build_setup; "
+             "build_setup(load_config(None, ['data.dataset=digits', 'model=cnn', 'data.clients=2'])); "
+             "print(sorted({'sklearn', 'sympy'} & {m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
+
+
 def test_synthetic_deterministic_with_natural_partition() -> None:
     a = load_dataset("synthetic", seed=5, alpha=0.5, beta=0.5, clients=12)
     b = load_dataset("synthetic", seed=5, alpha=0.5, beta=0.5, clients=12)
