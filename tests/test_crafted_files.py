@@ -585,6 +585,9 @@ def test_a_write_past_the_file_size_limit_is_one_line(
     def too_big(*args: object, **kwargs: object) -> str:
         raise OSError(errno.EFBIG, "File too large", "/runs/x/metrics.jsonl")
 
+    # imported before the patch: imported under it (compare's first), figures would keep the patched load_runs
+    # for the rest of the process (`fedaccel plot` failed in a later test of the same worker)
+    import fedaccel.report.figures  # noqa: F401
     monkeypatch.setattr(reading, "load_runs", too_big)  # the first thing compare does
     capsys.readouterr()
     assert main(["compare", "x"]) == 1
