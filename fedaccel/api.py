@@ -133,8 +133,9 @@ def train(
         models[state.round] = state.w.clone()
 
     with lock_run_dir(path):  # one writer per run folder, as for the CLI
-        state, wall = _start_or_resume(setup, path, resume)
-        final = run_loop(setup, state, path, wall=wall, progress=progress, on_eval=keep if keep_models else None)
+        state, wall, parts = _start_or_resume(setup, path, resume)
+        final = run_loop(setup, state, path, wall=wall, progress=progress, parts=parts,
+                         on_eval=keep if keep_models else None)
     return History(load_run(path).metrics, final, path, models)
 
 
@@ -169,9 +170,9 @@ def _config(
     return config
 
 
-def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, float]:
-    """The state to start from and the wall time so far: everything train() does with its
-    (locked) folder before the rounds happens here."""
+def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, float, list[dict[str, Any]]]:
+    """The state to start from, the wall time so far and where its rounds ran: everything train() does
+    with its (locked) folder before the rounds happens here."""
     config = setup.config
     if (path / METRICS).exists():
         if not resume:
@@ -180,7 +181,7 @@ def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, f
         return restore_state(setup, path)
     dump_config(config, path / "config.yaml")
     fed = setup.federation
-    return init_state(setup.algorithm, fed.model.theta.clone(), fed.n_clients), 0.0
+    return init_state(setup.algorithm, fed.model.theta.clone(), fed.n_clients), 0.0, []
 
 
 def _check_same_settings(path: Path, config: Config) -> None:

@@ -92,6 +92,6 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
         if config.run.runtime not in LOCAL_RUNTIMES:
             return _run_on_flower(config, path, progress)
         setup = build_setup(config)
-        state, wall = restore_state(setup, path)
-        run_loop(setup, state, path, wall=wall, progress=progress)
+        state, wall, parts = restore_state(setup, path)
+        run_loop(setup, state, path, wall=wall, progress=progress, parts=parts)
     return path

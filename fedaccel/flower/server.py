@@ -502,13 +502,13 @@ def serve(
         # the nodes build the run's setup on the hello while this process builds its own
         sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round)
         setup = build_setup(config)
-        state, wall = restore_state(setup, path, saved)
+        state, wall, parts = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():
             log(f"resuming {path} from round {state.round}")
         nodes, plain = connect(sent, node_ids, setup.federation.n_clients, timeout, start_round=state.round)
         runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
         try:
-            run_loop(setup, state, path, wall=wall, progress=progress, runtime=runtime)
+            run_loop(setup, state, path, wall=wall, progress=progress, parts=parts, runtime=runtime)
         except Interrupted as stopped:
             runtime.keep_states(stopped.round)
             raise

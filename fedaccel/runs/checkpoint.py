@@ -39,10 +39,11 @@ from fedaccel.runs.setup import Setup
 _LOAD = object()
 
 
-def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLState, float]:
+def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLState, float, list[dict[str, Any]]]:
     """The state of the newest checkpoint in ``path`` that loads (or the initial one), metrics
-    cut to match; says on stderr which round the run continues from. ``loaded``: what
-    :func:`load_checkpoint` gave for ``path`` already (None: no checkpoint)."""
+    cut to match, its wall time and its parts (where each stretch of it ran: :func:`continued_parts`);
+    says on stderr which round the run continues from. ``loaded``: what :func:`load_checkpoint` gave
+    for ``path`` already (None: no checkpoint)."""
     if loaded is _LOAD:
         loaded = load_checkpoint(path)
     rounds = setup.config.train.rounds
@@ -55,16 +56,26 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
         # every round left (the checkpoint's own row may be missing: a kill between the two; it is written again)
         check_no_gap(path / METRICS, [row for row in rows if row["round"] <= loaded["state"].round],
                      setup.config.eval.every, through=loaded["state"].round - 1)
-        state, wall = to_device(loaded["state"], setup.federation.device), loaded["wall_s"]
+        state, wall, parts = to_device(loaded["state"], setup.federation.device), loaded["wall_s"], loaded["parts"]
         sys.stderr.write(f"resuming {path} from round {state.round}\n")  # one write: stacked seeds resume in threads
         sys.stderr.flush()
         kept = state.round
     else:
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
-        wall, kept = 0.0, -1  # from scratch: run_loop writes round 0 again
+        wall, kept, parts = 0.0, -1, []  # from scratch: run_loop writes round 0 again
     for name in (METRICS, DIAGNOSTICS):
         truncate_metrics(path / name, kept, last_round=rounds)
-    return state, wall
+    return state, wall, parts
+
+
+def continued_parts(before: list[dict[str, Any]], start_round: int, ran_on: dict[str, str]) -> list[dict[str, Any]]:
+    """A run's parts once it (re)starts at ``start_round`` on ``ran_on`` (device, runtime): each part says from
+    which round on it ran where (``{"from_round", "device", "runtime"}``). Parts after the checkpoint resumed
+    from are dropped (their rounds are run again); a part where the last one ran continues it."""
+    kept = [part for part in before if part["from_round"] < start_round]
+    if kept and all(kept[-1].get(key) == value for key, value in ran_on.items()):
+        return kept
+    return [*kept, {"from_round": start_round, **ran_on}]
 
 
 #: Config keys that say where and how a run is carried out, not what it computes: a resume may differ here.
@@ -164,7 +175,8 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
 
 
 def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
-    """``{"state": FLState, "wall_s": float}`` from what :func:`save_checkpoint` wrote."""
+    """``{"state": FLState, "wall_s": float, "config": dict | None, "parts": list}`` from what
+    :func:`save_checkpoint` wrote."""
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or not isinstance(saved.get("state"), dict):
         raise ValueError("not a fedaccel checkpoint")
     plain = saved["state"]
@@ -181,7 +193,29 @@ def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.evaluated.items()):
         raise ValueError("not a fedaccel checkpoint")
     config = saved.get("config")  # absent in checkpoints of fedaccel before it was recorded
-    return {"state": state, "wall_s": float(saved["wall_s"]), "config": config if isinstance(config, dict) else None}
+    parts = saved.get("parts", [])  # absent in checkpoints of fedaccel before parts were recorded
+    if not _parts_fit(parts, state.round):
+        raise ValueError("not a fedaccel checkpoint")
+    return {"state": state, "wall_s": float(saved["wall_s"]), "config": config if isinstance(config, dict) else None,
+            "parts": [dict(part) for part in parts]}
+
+
+def _parts_fit(parts: Any, last_round: int) -> bool:
+    """Whether ``parts`` is a list of parts as :func:`continued_parts` makes them, in order, none after
+    ``last_round``."""
+    if not isinstance(parts, list) or len(parts) > 10_000:
+        return False
+    previous = -1
+    for part in parts:
+        if not isinstance(part, dict) or set(part) != {"from_round", "device", "runtime"}:
+            return False
+        start = part["from_round"]
+        if isinstance(start, bool) or not isinstance(start, int) or not previous < start <= last_round:
+            return False
+        if not all(isinstance(part[key], str) and 0 < len(part[key]) <= 100 for key in ("device", "runtime")):
+            return False
+        previous = start
+    return True
 
 
 def truncate_metrics(path: Path, kept_round: int, *, last_round: int | None = None) -> None:
@@ -200,13 +234,16 @@ def truncate_metrics(path: Path, kept_round: int, *, last_round: int | None = No
 FORMAT = "fedaccel-checkpoint/2"  # plain data; version 1 pickled FLState and is refused (it would run code)
 
 
-def save_checkpoint(path: Path, state: FLState, wall: float, config: dict[str, Any] | None = None) -> None:
+def save_checkpoint(path: Path, state: FLState, wall: float, config: dict[str, Any] | None = None,
+                    parts: list[dict[str, Any]] | None = None) -> None:
     """Write atomically and keep the one before as ``checkpoint.prev.pt``: a kill during the write
     leaves the previous checkpoint intact, and a damaged newest one still has a predecessor.
     Tensors are saved on the CPU, so the run resumes on any device; the state as plain data, with
-    ``config`` (``Config.to_dict()``) that a resume must match (:func:`check_same_config`)."""
+    ``config`` (``Config.to_dict()``) that a resume must match (:func:`check_same_config`) and the run's
+    ``parts`` (:func:`continued_parts`)."""
     state = to_device(state, "cpu")
     plain = {"round": state.round, "w": state.w, "server": to_plain(state.server),
              "clients": to_plain(state.clients), "totals": dict(state.totals), "evaluated": dict(state.evaluated)}
-    saved = {"format": FORMAT, "state": plain, "wall_s": wall, **({"config": config} if config is not None else {})}
+    saved = {"format": FORMAT, "state": plain, "wall_s": wall, **({"config": config} if config is not None else {}),
+             **({"parts": parts} if parts is not None else {})}
     save_plain(path, saved, previous=path.with_name(PREVIOUS_CHECKPOINT))

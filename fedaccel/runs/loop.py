@@ -34,7 +34,7 @@ from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
 from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
 from fedaccel.errors import ConfigError, UserError
-from fedaccel.runs.checkpoint import save_checkpoint
+from fedaccel.runs.checkpoint import continued_parts, save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS
@@ -126,12 +126,14 @@ def run_loop(
     *,
     wall: float,
     progress: Any,
+    parts: list[dict[str, Any]] | None = None,
     runtime: ClientRuntime | None = None,
     on_eval: Callable[[FLState, dict[str, Any]], None] | None = None,
 ) -> FLState:
     """Rounds until the configured number, with metrics, diagnostics and checkpoints written as
     they come; ``runtime`` runs the client side (default: in this process); ``on_eval(state, row)``
-    is called after every metrics row written (round 0 included)."""
+    is called after every metrics row written (round 0 included); ``parts``: where the run's earlier
+    rounds ran (:func:`~fedaccel.runs.checkpoint.restore_state`), kept in its checkpoints and summary."""
     config, federation = setup.config, setup.federation
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
@@ -153,6 +155,7 @@ def run_loop(
                             f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
     bar = progress_bar(rounds, state.round, config.display_name, show)
     ran_on = {"device": str(federation.device), "runtime": shown}  # run.device auto: where it was
+    parts = continued_parts(parts or [], state.round, ran_on)  # a run resumed elsewhere: each part's device
     checkpointed = state.round
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
@@ -187,12 +190,13 @@ def run_loop(
                     diverged = (state.round, cause)
                     message = divergence_message(config, state.round, cause, report, path, checkpointed)
                     if config.run.on_divergence == "stop":  # no checkpoint of this round: the last finite one stays
-                        write_summary(path, rounds, last, finished=False, diverged=state.round, ran_on=ran_on)
+                        write_summary(path, rounds, last, finished=False, diverged=state.round, ran_on=ran_on,
+                                      parts=parts)
                         raise Diverged(message)
                     _say(f"warning: {message}")
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
-                    save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict())
+                    save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict(), parts)
                     checkpointed = state.round
                 bar.update(1)
                 if stopping:
@@ -206,7 +210,7 @@ def run_loop(
         events.close()
     save_plain(path / "model.pt", {"w": state.w.cpu(), "config": config.to_dict()})
     write_summary(path, rounds, last or _last_metrics(path / METRICS), finished=True,
-                  diverged=diverged[0] if diverged else None, ran_on=ran_on)
+                  diverged=diverged[0] if diverged else None, ran_on=ran_on, parts=parts)
     return state
 
 
@@ -269,10 +273,13 @@ def divergence_message(
 
 
 def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: bool, diverged: int | None,
-                  ran_on: dict[str, str] | None = None) -> None:
+                  ran_on: dict[str, str] | None = None, parts: list[dict[str, Any]] | None = None) -> None:
     """``summary.json``, atomically: whether the run finished, its last metrics row, the round it diverged at (if
-    it did), and the device and runtime of its last part (``ran_on``)."""
+    it did), and the device and runtime of its last part (``ran_on``); ``parts`` where a run resumed on another
+    device or runtime ran each stretch of its rounds (:func:`~fedaccel.runs.checkpoint.continued_parts`)."""
     summary: dict[str, Any] = {"finished": finished, "rounds": rounds, "final": final, **(ran_on or {})}
+    if parts is not None and len(parts) > 1:
+        summary["parts"] = parts
     if diverged is not None:
         summary.update(diverged=True, diverged_round=diverged)
     write_atomic(path / "summary.json", json.dumps(summary, indent=1))
