@@ -46,6 +46,7 @@ FIGURES = {
                    for m in ("svm", "2nn") for r, a in (("in-process", "streamed"), ("stacked", "streamed"),
                                                         ("in-process", "stored"))),
                  r"2nn in-process: memory the rounds add at 4 clients minus at 2: -?[\d.]+ MB"],
+    "start_up.py": [r"fedaccel: [\d.]+ s \(median of 1", r"as before: [\d.]+ s", r"ratio fedaccel/as before: [\d.]+"],
     "stacked.py": [r"\| svm \| 100 \| 2 \| \d+ \| \d+ \([\d.]+x\)", r"\| cnn \| 50 \| 2 seeds x 2 \|",
                    r"auto against the faster runtime: worst [\d.]+x", r"load average \(1, 5, 15 min\) after: \d",
                    r"fedaccel/plain speed-up \(svm, K=\d+\): \d"],
