@@ -441,6 +441,31 @@ def test_a_diverged_group_leaves_the_others_readable_and_shows_whole_in_the_over
     assert any(t.get_text().endswith("(diverged)") for t in fig.legends[0].get_texts())
 
 
+def test_a_run_without_a_summary_diverged_at_its_first_loss_that_is_not_finite(tmp_path):
+    """Packed data keeps no summary for runs it did not see diverge (BHerd's quick fig3_alpha: FedAvg with server step
+    10 reached inf at round 41, unmarked, and its 1e33 set the loss panels' scale). Such a run diverged at its first
+    row with a NaN or infinite loss; one with a summary is what its summary says."""
+    from fedaccel.report.reading import Run
+
+    rows = [{"round": r, "test_acc": 0.5, "test_loss": 10.0 ** r, "train_loss": 1.0} for r in range(4)]
+    rows += [{"round": 4, "test_acc": 0.5, "test_loss": 1.0, "client_mean/train_loss": float("nan")},
+             {"round": 5, "test_acc": 0.5, "test_loss": float("inf"), "train_loss": float("inf")}]
+    assert Run(tmp_path, {}, rows).diverged_round == 4
+    assert Run(tmp_path, {}, rows[:4]).diverged_round is None
+    assert Run(tmp_path, {}, rows, summary={"finished": True}).diverged_round is None
+    assert Run(tmp_path, {}, rows, summary={"diverged": True, "diverged_round": 5}).diverged_round == 5
+    rounds = np.arange(1, 21)
+    write_run(tmp_path / "e" / "a", make_config("fedavg"), list(0.6 + 0.01 * rounds), losses=list(0.5 - 0.02 * rounds))
+    write_run(tmp_path / "e" / "b", make_config("fedavg", server_lr=10.0), [0.5] * 20,
+              losses=[*(10.0 ** rounds[:10]), *[float("inf")] * 10])
+    runs = load_runs(tmp_path / "e")
+    for run in runs:
+        run.summary = None  # as unpacked: no summary.json
+    fig = _make_figure(runs, ["test_loss", "test_acc"])
+    assert _panel(fig, "test loss").get_ylim()[1] < 0.6  # fedavg's 0.48 -> 0.1, not 1e10
+    assert any(t.get_text().endswith("(diverged)") for t in fig.legends[0].get_texts())
+
+
 def test_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path):
     rounds = np.arange(1, 21)
     write_run(tmp_path / "e" / "a", make_config("fedavg"), [0.5] * 20, losses=list(2.0 * 0.7 ** rounds))  # 3 decades

@@ -57,6 +57,18 @@ def test_rows_that_are_not_the_runners_layout_are_kept_verbatim(tmp_path: Path) 
     assert not (no_diag / "diagnostics.jsonl").exists()
 
 
+def test_a_run_its_rows_alone_say_diverged_is_packed_diverged(tmp_path: Path) -> None:
+    """A run folder without a summary whose loss became infinite (as unpacked from older data) keeps its
+    divergence through pack and unpack: the record says so, not an empty summary that would drop it."""
+    rows = [{"round": 1, "test_acc": 0.5, "test_loss": 1e30}, {"round": 2, "test_acc": 0.5, "test_loss": float("inf")}]
+    folder = _write_run(tmp_path / "gone", rows, None)
+    assert load_run(folder).diverged_round == 2
+    pack([folder], tmp_path / "d.jsonl.xz")
+    (copy,) = unpack(tmp_path / "d.jsonl.xz", tmp_path / "out")
+    assert json.loads((copy / "summary.json").read_text()) == {"diverged": True, "diverged_round": 2}
+    assert load_run(copy).diverged_round == 2
+
+
 def test_unpack_of_a_file_that_is_not_xz_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl.xz").write_text("{}")
     with pytest.raises(UserError, match="not an xz file"):

@@ -92,11 +92,22 @@ class Run:
 
     @property
     def diverged_round(self) -> int | None:
-        """The round ``summary.json`` says the run diverged at (a NaN or infinite model or loss), else None."""
-        if not (self.summary and self.summary.get("diverged")):
+        """The round ``summary.json`` says the run diverged at (a NaN or infinite model or loss), else None.
+        A run without a summary (packed data keeps none for runs it did not see diverge: a run of a fedaccel
+        that did not yet mark divergence, or one that continued past it) diverged at its first row with a
+        NaN or infinite loss, as the rounds' own check would have said."""
+        if self.summary is None:
+            return next((row["round"] for row in self.metrics if _loss_not_finite(row)), None)
+        if not self.summary.get("diverged"):
             return None
         rnd = self.summary.get("diverged_round")
         return int(rnd) if isinstance(rnd, (int, float)) and not isinstance(rnd, bool) else -1
+
+
+def _loss_not_finite(row: dict) -> bool:
+    """Whether a metrics row holds a loss (of any scored model) that is NaN or infinite."""
+    return any(key.rpartition("/")[2] in ("test_loss", "train_loss") and isinstance(value, float)
+               and not math.isfinite(value) for key, value in row.items())
 
 
 def load_run(path: str | Path) -> Run:

@@ -52,7 +52,8 @@ def pack(run_dirs: Sequence[str | Path], out: str | Path) -> bool:
         diagnostics = read_diagnostics(run_dir) if (run_dir / "diagnostics.jsonl").is_file() else None
         record: dict[str, Any] = {"cell": run_dir.name, "config": run.config, "diagnostics": diagnostics}
         if run.diverged_round is not None:  # counts as its whole budget, not its stop round
-            record["summary"] = {k: run.summary[k] for k in DIVERGED if run.summary and k in run.summary}
+            record["summary"] = ({k: run.summary[k] for k in DIVERGED if k in run.summary} if run.summary else
+                                 {"diverged": True, "diverged_round": run.diverged_round})  # said by its rows alone
         slim = [{k: v for k, v in row.items() if k != "diag"} for row in run.metrics]
         if _with_diag(slim, diagnostics) == run.metrics:
             record["metrics"] = slim
