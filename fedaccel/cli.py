@@ -505,6 +505,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     check_output_folder(out)
+    check_accuracy_targets(args.targets or [], "--targets (lines on the test accuracy panel)")
     view = grid_view(args.runs, load_runs(args.runs))
     warn_incomplete(args.runs, view.runs)
     figures = diagnostic_figures([r.path for r in view.runs]) if args.diagnostics else []  # all read before one is drawn
@@ -520,6 +521,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_accuracy_targets(targets: Sequence[float], what: str) -> None:
+    """Accuracy targets are fractions: 90 (a percentage) or a NaN is one line, not a table of dashes."""
+    wrong = [t for t in targets if not 0.0 <= t <= 1.0]
+    if wrong:
+        hint = f" (as a fraction: {wrong[0] / 100:g})" if 1.0 < wrong[0] <= 100.0 else ""
+        raise UserError(f"{what}: {wrong[0]:g} is not an accuracy between 0 and 1{hint}")
+
+
 def check_output_folder(out: Path) -> None:
     """A PNG asked for with ``-o`` goes into a folder that exists: a mistyped path is one line,
     never a tree of new folders."""
@@ -533,6 +542,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from fedaccel.report.reading import check_installed, load_runs
     from fedaccel.report.tables import compare_table
 
+    if args.targets and args.metric.rpartition("/")[2].endswith("_acc"):
+        check_accuracy_targets(args.targets, f"--targets (of {args.metric})")
     runs = load_runs(args.runs)
     check_installed(runs)  # a table of a plugin's runs is for the version that made them
     view = grid_view(args.runs, runs)
@@ -569,6 +580,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
     )
 
     grid = Path(args.grid)
+    if not grid.exists():
+        raise UserError(f"grid folder not found: {grid}")
     source = Path(args.claims) if args.claims else grid if grid.is_file() else grid / COPY
     if not source.is_file():
         raise UserError(f"no claims to judge: {source} not found (give --claims EXPERIMENT.yaml)")

@@ -79,7 +79,9 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
     path = Path(run_dir)
     refuse_planted_links(path, RUN_FILES)  # a folder from someone else: before anything is read or written
     if not (path / "config.yaml").is_file():
-        raise UserError(f"{path} is not a run folder (no config.yaml)")
+        what = " but an experiment's folder: `fedaccel experiment` with its file resumes every cell" if (
+            path / "experiment.yaml").is_file() else ""
+        raise UserError(f"{path} is not a run folder (no config.yaml){what}")
     config = read_run_config(path / "config.yaml")
     if device is not None:
         check_device_name(device)

@@ -249,12 +249,12 @@ def test_seeds_without_a_partner_are_named_in_the_row_and_claims_json(tmp_path: 
 
 def test_plan_does_not_plan_seeds_for_an_effect_against_the_claim(tmp_path: Path, capsys) -> None:
     """"slow reaches 0.8 sooner than fast": the pilot's rounds differ by about +2.8 the other way; --plan says the
-    data point the other way instead of a seed count to 'detect' it."""
+    pilot seeds leaning the other way instead of a seed count to 'detect' it."""
     grid = write_grid(tmp_path / "toy", CLAIMS[:2])
     assert main(["judge", str(grid), "--plan"]) == 0
     lines = {line.split(" |")[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
     assert lines["| fast reaches 0.8 sooner than slow"].rstrip(" |").endswith("| 6")
-    assert "the data point the other way" in lines["| slow reaches 0.8 sooner than fast"]
+    assert "the pilot seeds lean the other way" in lines["| slow reaches 0.8 sooner than fast"]
 
 
 def test_a_claim_added_after_the_runs_forms_its_own_family_and_says_so(tmp_path: Path, capsys) -> None:

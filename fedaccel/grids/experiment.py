@@ -145,6 +145,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     specs = grid_cells(path, grid, base, overridden)
     cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
     targets = [float(t) for t in _listed(path, raw, "targets", (int, float), "accuracies such as [0.8, 0.85]")]
+    if any(not 0.0 <= t <= 1.0 for t in targets):
+        raise ConfigError(f"{path}: targets must be accuracies between 0 and 1, such as [0.8, 0.85], not "
+                          f"{spelled(raw['targets'])}")
     metrics = tuple(_listed(path, raw, "metrics", str, "metric names such as [test_acc, train_loss]",
                             Experiment.metrics))
     out_dir = Path(raw.get("out_dir") or Path("runs") / name)

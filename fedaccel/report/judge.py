@@ -458,7 +458,7 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
     for r in rows:
         needed = (r["seeds_needed"] if r["seeds_needed"] is not None else
                   "— (the pilot's difference is outside the margin)" if r.get("outside") else
-                  "— (the data point the other way: more seeds would not show the claim)" if r.get("against") else
+                  "— (the pilot seeds lean the other way: more seeds would not show the claim)" if r.get("against") else
                   "— (no effect, or > 1000)")
         effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else "")
         lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {effect} | {r['sd']:.4g} | {needed} |")

@@ -1,0 +1,68 @@
+"""Mistakes a new user made walking through the README (2026-11-29), each one line that says what to do
+instead of a table of dashes or another command's error."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_crafted_files import refused
+
+from fedaccel.cli import check_accuracy_targets
+from fedaccel.errors import ConfigError, UserError
+from fedaccel.grids.experiment import load_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@given(target=st.floats(allow_nan=True, allow_infinity=True))
+def test_an_accuracy_target_is_a_fraction_or_one_line(target: float) -> None:
+    try:
+        check_accuracy_targets([0.5, target], "--targets")
+    except UserError as refusal:
+        assert not 0.0 <= target <= 1.0 and "\n" not in str(refusal)
+        assert ("as a fraction" in str(refusal)) == (1.0 < target <= 100.0)
+    else:
+        assert 0.0 <= target <= 1.0 and not math.isnan(target)
+
+
+@pytest.mark.parametrize("argv", [["compare", "runs/demo", "--targets", "90"],
+                                  ["plot", "runs/demo", "--targets", "93", "-o", "curves.png"]])
+def test_targets_given_as_percentages_are_refused_before_anything_is_read(argv: list[str], tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    argv = [str(tmp_path / a) if a in ("runs/demo", "curves.png") else a for a in argv]
+    line = refused(argv, tmp_path, capsys)
+    assert "is not an accuracy between 0 and 1 (as a fraction: 0.9" in line, line
+
+
+def test_a_loss_target_above_one_is_taken(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    line = refused(["compare", str(tmp_path / "none"), "--targets", "2.5", "--metric", "test_loss"], tmp_path, capsys)
+    assert "not found" in line and "accuracy" not in line
+
+
+def test_an_experiment_with_percentage_targets_is_one_line(tmp_path: Path) -> None:
+    file = tmp_path / "e.yaml"
+    file.write_text("base: {model: svm}\ngrid: {run.seed: [0, 1]}\ntargets: [93, 95]\n")
+    with pytest.raises(ConfigError, match=r"targets must be accuracies between 0 and 1, such as \[0.8, 0.85\], not "):
+        load_experiment(file)
+
+
+def test_run_on_an_experiment_file_names_the_command_that_runs_it(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    file = ROOT / "experiments" / "demo.yaml"
+    line = refused(["run", str(file)], tmp_path, capsys)
+    assert f"is an experiment file, not a run config: `fedaccel experiment {file}`" in line, line
+
+
+def test_judge_of_a_folder_that_does_not_exist_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert refused(["judge", str(tmp_path / "nope")], tmp_path, capsys).endswith(f"grid folder not found: {tmp_path / 'nope'}")
+
+
+def test_resume_of_an_experiment_folder_names_what_resumes_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "grid" / "experiment.yaml").write_text("base: {}\n")
+    line = refused(["run", "--resume", str(tmp_path / "grid")], tmp_path, capsys)
+    assert "is not a run folder (no config.yaml) but an experiment's folder: `fedaccel experiment`" in line, line
