@@ -466,6 +466,25 @@ def test_a_run_without_a_summary_diverged_at_its_first_loss_that_is_not_finite(t
     assert any(t.get_text().endswith("(diverged)") for t in fig.legends[0].get_texts())
 
 
+def test_variants_around_one_setting_are_labelled_by_what_each_changes(tmp_path):
+    """BHerd's fig3_hyper: every label "bherd alpha=0.5 clients=5 batch=100 epo…", the values that told the
+    variants apart cut off. Labels too long to show whole name what each group changes from the common setting;
+    the shared name heads the legend; the common setting's group shows all its values."""
+    from fedaccel.report.figures import legend_heading_and_labels, legend_labels
+    from fedaccel.report.reading import Run
+    from fedaccel.runs.config import load_config
+
+    base = ["model=svm", "algorithm=bherd", "algorithm.alpha=0.5", "data.clients=5", "train.batch_size=100"]
+    variants = [[], ["train.local_epochs=0.5"], ["train.batch_size=10"], ["data.clients=20"]]
+    groups = [(str(k), [Run(tmp_path / str(k), load_config(None, [*base, *v]).to_dict(), [])])
+              for k, v in enumerate(variants)]
+    heading, labels = legend_heading_and_labels(groups)
+    assert heading == "bherd alpha=0.5"
+    assert labels == ["clients=5 batch=100 epochs=1", "epochs=0.5", "batch=10", "clients=20"]
+    assert legend_labels(groups)[1] == "bherd alpha=0.5 epochs=0.5"
+    assert legend_heading_and_labels(groups[:2]) == (None, ["bherd alpha=0.5 epochs=1", "bherd alpha=0.5 epochs=0.5"])
+
+
 def test_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path):
     rounds = np.arange(1, 21)
     write_run(tmp_path / "e" / "a", make_config("fedavg"), [0.5] * 20, losses=list(2.0 * 0.7 ** rounds))  # 3 decades

@@ -88,7 +88,15 @@ KEY_ABBREVIATIONS: dict[str, str] = {
 
 
 def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABEL_MAX) -> list[str]:
-    """Short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them.
+    """Short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them
+    (:func:`legend_heading_and_labels`, the heading it takes out put back in front of each label)."""
+    heading, labels = legend_heading_and_labels(groups, limit)
+    return [f"{heading} {label}" for label in labels] if heading else labels
+
+
+def legend_heading_and_labels(groups: Sequence[tuple[str, Sequence[Run]]],
+                              limit: int = LABEL_MAX) -> tuple[str | None, list[str]]:
+    """A heading and short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them.
 
     A label is the group's name (``Run.label``) and, for the config values that differ between
     the groups shown, ``key=value`` (a ``...name`` entry, e.g. the split's, by its value alone,
@@ -97,9 +105,11 @@ def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABE
     ``alpha`` next to the split's name), unset values, and a key's path (``train.client_fraction``
     is ``frac``, see :data:`KEY_ABBREVIATIONS`). Attack lists are named by their kinds; long
     values are cut until the label has at most ``limit`` characters; labels stay distinct.
+    Labels too long to show whole name each group's values where they differ from the most common ones
+    (:func:`_apart_from_the_common`); the name they all share is then the heading (None: none taken out).
     """
     if not groups:
-        return []
+        return None, []
     names = without_constant_options([members[0].label for _, members in groups], limit)
     flats = [flatten_config(grouping_config(m[0].config)) for _, m in groups]
     keys: list[str] = []
@@ -122,15 +132,36 @@ def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABE
             short = [None if v == "unset" else v for v in full[k]]
         shown[k] = short
     short_keys = _short_keys(kept)
-    labels = []
-    for i, name in enumerate(names):
-        parts = [("" if _is_name_key(k) else f"{short_keys[k]}=", shown[k][i])
-                 for k in kept if shown[k][i] is not None]
-        labels.append(_fit(name, parts, limit))
+    parts = [[("" if _is_name_key(k) else f"{short_keys[k]}=", shown[k][i]) for k in kept if shown[k][i] is not None]
+             for i in range(len(names))]
+    heading = None
+    if any(len(_fit(name, p, 10**6)) > limit for name, p in zip(names, parts)):
+        parts = _apart_from_the_common(names, parts)
+        if len(set(names)) == 1 and all(parts):
+            heading, names = names[0], [""] * len(names)
+    labels = [_fit(name, p, limit).strip() for name, p in zip(names, parts)]
     for i, label in enumerate(labels):  # still equal (cut, or differing only in unset values)
         if labels.count(label) > 1:
             labels[i] = _clip(label, limit - len(f" #{i + 1}")) + f" #{i + 1}"
-    return labels
+    return heading, labels
+
+
+def _apart_from_the_common(names: Sequence[str], parts: list[list[tuple[str, str]]]) -> list[list[tuple[str, str]]]:
+    """Labels too long to show whole, as in a grid of variants around one setting (``epochs=0.5``, ``batch=10``,
+    ``clients=20`` around ``clients=5 batch=100 epochs=1``): each group's values where they differ from the
+    most common one, the group at the common setting with all of its values. ``parts`` as they were where
+    that would leave two labels equal."""
+    counts: dict[tuple[str, str], int] = {}
+    for group in parts:
+        for part in group:
+            counts[part] = counts.get(part, 0) + 1
+    common = {}
+    for (key, value), count in counts.items():
+        if count > 1 and count > counts.get((key, common.get(key, "")), 0):
+            common[key] = value
+    apart = [[(k, v) for k, v in group if common.get(k) != v] or group for group in parts]
+    labels = [" ".join([name, *(k + v for k, v in group)]) for name, group in zip(names, apart)]
+    return apart if len(set(labels)) == len(labels) else parts
 
 
 def without_constant_options(names: Sequence[str], limit: int = LABEL_MAX) -> list[str]:
@@ -344,7 +375,8 @@ def _make_figure(
                 + listed(available_metrics(runs), near=metric)
             )
     diverged = [diverged_at(g) is not None for _, g in groups]
-    labels = [label + (" (diverged)" if gone else "") for label, gone in zip(legend_labels(groups), diverged)]
+    heading, labels = legend_heading_and_labels(groups)
+    labels = [label + (" (diverged)" if gone else "") for label, gone in zip(labels, diverged)]
     palette = palette or grid_palette(r.config for r in runs)
     styles = _line_styles(groups, palette)
 
@@ -415,7 +447,7 @@ def _make_figure(
         legend_handles.append(target_line)
         legend_texts.append(f"target ({targets_from})" if targets_from else "target")
     fig.legend(legend_handles, legend_texts, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False,
-               handlelength=3.2)
+               handlelength=3.2, title=heading, title_fontsize="small")
     if title:
         fig.suptitle(title)
     return fig
