@@ -513,9 +513,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UserError(f"--diagnostics: none of the {len(view.runs)} runs recorded diagnostics to draw (BHerd, "
                         "GraB and FedGSNR do, in diagnostics.jsonl); nothing written: plot without --diagnostics")
     targets, source = ((args.targets, "--targets") if args.targets is not None else (view.targets, "grid's targets"))
+    existed = out.is_file()  # a PNG is redrawn in place (plot_curves refuses any other file): said, not silent
     print(plot_curves(view.runs, out, metrics=tuple(args.metrics or view.metrics or PLOT_METRICS),
                       title=view.name if args.title is None else args.title, targets=targets, targets_from=source,
                       palette=view.palette, force=args.force))
+    if existed:
+        print(f"(drawn over the PNG that was at {out.resolve()})", file=sys.stderr)
     for path in draw_diagnostics(figures, out.with_suffix(""), force=args.force):
         print(path)
     return 0

@@ -34,6 +34,11 @@ def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Pa
     run_experiment(load_experiment(path), progress=False)
     assert capsys.readouterr().err.splitlines()[1:] == ["[tiny 1/2] fedavg in run.seed=0: finished earlier, skipped",
                                                         "[tiny 2/2] fedavg in run.seed=1: finished earlier, skipped"]
+    # one cell to run again: its count is over the cells to run, and says the others finished earlier ([2/2]: of all)
+    (tmp_path / "out" / "run.seed=1" / "summary.json").unlink()
+    run_experiment(load_experiment(path), progress=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[2].startswith("[tiny 2/2] fedavg in run.seed=1: ") and "(0/1 cells to run done (1 finished earlier), " in err[2]
 
 
 def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:

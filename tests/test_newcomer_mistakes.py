@@ -66,3 +66,19 @@ def test_resume_of_an_experiment_folder_names_what_resumes_it(tmp_path: Path, ca
     (tmp_path / "grid" / "experiment.yaml").write_text("base: {}\n")
     line = refused(["run", "--resume", str(tmp_path / "grid")], tmp_path, capsys)
     assert "is not a run folder (no config.yaml) but an experiment's folder: `fedaccel experiment`" in line, line
+
+
+def test_plot_over_an_earlier_picture_says_it_replaced_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`fedaccel plot runs/demo` twice wrote ./curves.png over the first one without a word."""
+    from fedaccel.cli import main
+
+    argv = ["run", "--out", str(tmp_path / "r"), "--no-progress"]
+    for item in ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=1"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    picture = tmp_path / "curves.png"
+    capsys.readouterr()
+    assert main(["plot", str(tmp_path / "r"), "-o", str(picture)]) == 0
+    assert "drawn over" not in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "r"), "-o", str(picture)]) == 0
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"(drawn over the PNG that was at {picture.resolve()})"

@@ -32,7 +32,7 @@ class GridProgress:
     def __init__(self, cells: int, *, bars: bool | None = None, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.bars = on_terminal(self.stream) if bars is None else bars
-        self.cells, self.ended = cells, 0
+        self.cells, self.ended, self.skipped = cells, 0, 0
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
         self.began = time.perf_counter()
@@ -62,6 +62,7 @@ class GridProgress:
             self.titles[cell] = f"{method} in {cell}" if method and method != cell else cell
 
     def skip(self, k: int, cell: str) -> None:
+        self.skipped += 1
         self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: finished earlier, skipped")
 
     def queue(self, k: int, cell: str, run_dir: Path, rounds: int, *, verb: str = "running") -> None:
@@ -154,9 +155,11 @@ class GridProgress:
 
     # -- helpers --------------------------------------------------------------------------------
     def _tally(self) -> str:
-        """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before the first cell ends)."""
+        """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before the first cell ends); where cells finished
+        earlier were skipped, ``2/6 cells to run done (3 finished earlier)``: the line's [k/N] counts every cell."""
         elapsed = time.perf_counter() - self.began
-        text = f"{self.ended}/{self.cells} cells done, {_minutes(elapsed)}"
+        earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
+        text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"
         if self.ended:
             text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
         return text
