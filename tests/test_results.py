@@ -444,14 +444,17 @@ def test_a_diverged_group_leaves_the_others_readable_and_shows_whole_in_the_over
 def test_a_run_without_a_summary_diverged_at_its_first_loss_that_is_not_finite(tmp_path):
     """Packed data keeps no summary for runs it did not see diverge (BHerd's quick fig3_alpha: FedAvg with server step
     10 reached inf at round 41, unmarked, and its 1e33 set the loss panels' scale). Such a run diverged at its first
-    row with a NaN or infinite loss; one with a summary is what its summary says."""
+    row with a NaN or infinite loss of the global model, as the rounds' check says; one with a summary is what its
+    summary says, and one cut short before its summary (killed) is not finished for that."""
+    from fedaccel.report.completeness import finished
     from fedaccel.report.reading import Run
 
     rows = [{"round": r, "test_acc": 0.5, "test_loss": 10.0 ** r, "train_loss": 1.0} for r in range(4)]
     rows += [{"round": 4, "test_acc": 0.5, "test_loss": 1.0, "client_mean/train_loss": float("nan")},
              {"round": 5, "test_acc": 0.5, "test_loss": float("inf"), "train_loss": float("inf")}]
-    assert Run(tmp_path, {}, rows).diverged_round == 4
+    assert Run(tmp_path, {}, rows).diverged_round == 5  # round 4's NaN is an extra model's loss: not divergence
     assert Run(tmp_path, {}, rows[:4]).diverged_round is None
+    assert not finished(Run(tmp_path, {"train": {"rounds": 9}}, rows))  # rows to round 5 of 9, no summary: cut short
     assert Run(tmp_path, {}, rows, summary={"finished": True}).diverged_round is None
     assert Run(tmp_path, {}, rows, summary={"diverged": True, "diverged_round": 5}).diverged_round == 5
     rounds = np.arange(1, 21)

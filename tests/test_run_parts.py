@@ -35,6 +35,10 @@ def test_a_resume_drops_the_parts_after_its_checkpoint_and_continues_a_part_wher
     assert continued_parts(before, 50, here) == [*before[:2], part(50, "cuda:0")]  # round 75's part is run again
     assert continued_parts(before, 40, here) == [part(0, "cuda:0")]  # rounds 41- run again where 1-40 ran
     assert continued_parts(before, 100, {"device": "cpu", "runtime": "stacked"}) == [*before, part(100, "cpu", "stacked")]
+    assert continued_parts([], 7, here) == [part(0, "unknown", "unknown"), part(7, "cuda:0")]  # an older checkpoint's
+    long = {"device": "cpu", "runtime": "x" * 150}
+    assert continued_parts([], 0, long) == [part(0, "cpu", "x" * 100)]  # what a checkpoint's parts may hold
+    assert continued_parts(continued_parts([], 0, long), 5, long) == [part(0, "cpu", "x" * 100)]
 
 
 def _raise_rounds(path: Path, rounds: int) -> None:

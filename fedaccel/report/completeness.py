@@ -45,7 +45,7 @@ def last_recorded(run: Run) -> int:
 def finished(run: Run) -> bool:
     """Whether the run ended: it recorded its last configured round, or it diverged (which counts as its
     whole budget). A folder without ``train.rounds`` is finished unless its summary says otherwise."""
-    if run.diverged_round is not None:
+    if run.summary and run.summary.get("diverged"):  # not a run without one whose rows went NaN: it may be cut short
         return True
     rounds = budget(run)
     if rounds is None:

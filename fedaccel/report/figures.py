@@ -89,7 +89,8 @@ KEY_ABBREVIATIONS: dict[str, str] = {
 
 def legend_labels(groups: Sequence[tuple[str, Sequence[Run]]], limit: int = LABEL_MAX) -> list[str]:
     """Short labels for ``groups`` (from :func:`group_runs`) naming only what differs between them
-    (:func:`legend_heading_and_labels`, the heading it takes out put back in front of each label)."""
+    (:func:`legend_heading_and_labels`, the heading it takes out put back in front of each label: such a label
+    may pass ``limit``)."""
     heading, labels = legend_heading_and_labels(groups, limit)
     return [f"{heading} {label}" for label in labels] if heading else labels
 

@@ -26,7 +26,7 @@ import numpy as np
 from fedaccel.errors import UserError
 from fedaccel.runs.config import check_recorded, read_yaml_text, recorded_plugins, yaml_mapping
 from fedaccel.runs.names import display_name
-from fedaccel.runs.rows import check_no_gap, read_json, read_rows, rounds_of
+from fedaccel.runs.rows import LOSSES, check_no_gap, read_json, read_rows, rounds_of
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
 NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
@@ -105,9 +105,9 @@ class Run:
 
 
 def _loss_not_finite(row: dict) -> bool:
-    """Whether a metrics row holds a loss (of any scored model) that is NaN or infinite."""
-    return any(key.rpartition("/")[2] in ("test_loss", "train_loss") and isinstance(value, float)
-               and not math.isfinite(value) for key, value in row.items())
+    """Whether a metrics row holds a NaN or infinite loss of the global model (the rounds' own check's
+    :data:`~fedaccel.runs.rows.LOSSES`; an extra scored model's loss is not divergence)."""
+    return any(isinstance(row.get(name), float) and not math.isfinite(row[name]) for name in LOSSES)
 
 
 def load_run(path: str | Path) -> Run:

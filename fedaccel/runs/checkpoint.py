@@ -71,11 +71,19 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
 def continued_parts(before: list[dict[str, Any]], start_round: int, ran_on: dict[str, str]) -> list[dict[str, Any]]:
     """A run's parts once it (re)starts at ``start_round`` on ``ran_on`` (device, runtime): each part says from
     which round on it ran where (``{"from_round", "device", "runtime"}``). Parts after the checkpoint resumed
-    from are dropped (their rounds are run again); a part where the last one ran continues it."""
+    from are dropped (their rounds are run again); a part where the last one ran continues it. Names are cut
+    to :data:`NAME_MAX` characters; a run resumed from a checkpoint that holds no parts (an earlier fedaccel's)
+    begins with an ``unknown`` part from round 0."""
+    ran_on = {key: value[:NAME_MAX] for key, value in ran_on.items()}  # as a checkpoint's parts may hold them
     kept = [part for part in before if part["from_round"] < start_round]
+    if not kept and start_round > 0:  # a checkpoint of a fedaccel before parts: where its rounds ran is not known
+        kept = [{"from_round": 0, "device": "unknown", "runtime": "unknown"}]
     if kept and all(kept[-1].get(key) == value for key, value in ran_on.items()):
         return kept
     return [*kept, {"from_round": start_round, **ran_on}]
+
+
+NAME_MAX = 100  # characters of a part's device or runtime
 
 
 #: Config keys that say where and how a run is carried out, not what it computes: a resume may differ here.
@@ -212,7 +220,7 @@ def _parts_fit(parts: Any, last_round: int) -> bool:
         start = part["from_round"]
         if isinstance(start, bool) or not isinstance(start, int) or not previous < start <= last_round:
             return False
-        if not all(isinstance(part[key], str) and 0 < len(part[key]) <= 100 for key in ("device", "runtime")):
+        if not all(isinstance(part[key], str) and 0 < len(part[key]) <= NAME_MAX for key in ("device", "runtime")):
             return False
         previous = start
     return True

@@ -38,7 +38,7 @@ from fedaccel.runs.checkpoint import continued_parts, save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS
-from fedaccel.runs.rows import read_rows
+from fedaccel.runs.rows import LOSSES, read_rows
 from fedaccel.runs.setup import Setup, apply_attacks
 from fedaccel.runs.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
@@ -235,9 +235,6 @@ class Diverged(UserError):
 def non_finite_model(state: FLState) -> str | None:
     """Why the model after this round cannot go on (NaN or infinite parameters), or None."""
     return None if bool(torch.isfinite(state.w).all()) else "the model's parameters became NaN or infinite"
-
-
-LOSSES = ("test_loss", "train_loss")
 
 
 def non_finite_losses(row: dict[str, Any]) -> str | None:

@@ -22,6 +22,8 @@ MAX_DEPTH = 32  # levels of nesting a value may have (a metrics row with its dia
 MAX_INT_DIGITS = 30  # digits of an integer (a byte count of a long run has 15)
 #: Columns a metrics row holds as numbers (NaN and infinities included: a diverged run's losses),
 #: plain or per scored model (``client_mean/test_acc``).
+#: The losses whose NaN or infinity in a metrics row is divergence (the rounds' own check, and readers of rows).
+LOSSES = ("test_loss", "train_loss")
 NUMBER_COLUMNS = ("test_acc", "test_loss", "train_acc", "train_loss", "wall_s", "bytes_up", "bytes_down",
                   "local_steps")
 
