@@ -168,7 +168,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml(path)
-        if {"base", "grid"} & set(raw) and not {"base", "grid"} & {f.name for f in dataclasses.fields(Config)}:
+        if {"base", "grid"} & set(raw):  # an experiment file's keys, none of them a run config's
             raise ConfigError(f"{path} is an experiment file, not a run config: `fedaccel experiment {path}` runs its "
                               "grid (a run config is what its base: holds, e.g. configs/demo.yaml)")
     for key, value in parse_overrides(overrides or []):
