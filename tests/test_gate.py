@@ -48,7 +48,8 @@ from fedaccel.flower.gate import (  # noqa: E402
     read_reply,
 )
 from fedaccel.flower.server import REASON_LIMIT, FlowerClients, one_line  # noqa: E402
-from fedaccel.flower.wire import MAX_DEPTH, BadMessage, could_nest_deeper, nesting_depth, pack, unpack  # noqa: E402
+from fedaccel.flower.wire import MAX_DEPTH, BadMessage, pack, unpack  # noqa: E402
+from fedaccel.nesting import could_nest_deeper, nesting_depth  # noqa: E402
 from fedaccel.runs.config import load_config  # noqa: E402
 from fedaccel.runs.setup import Setup, build_setup  # noqa: E402
 

@@ -25,6 +25,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from torch import Tensor
 
 from fedaccel.algorithms.states import from_plain, to_plain
+from fedaccel.nesting import could_nest_deeper, nesting_depth
 
 PACKED, ARRAYS = "packed", "arrays"
 INLINE_LIMIT = 1 << 20  # bytes: larger tensors travel as Flower Arrays (chunked)
@@ -97,27 +98,3 @@ def unpack(records: RecordDict, prefix: str = "") -> Any:
         return None
 
     return from_plain(skeleton, tensor, BadMessage)
-
-
-def could_nest_deeper(text: str, depth: int) -> bool:
-    """Whether ``text`` holds more than ``depth`` opening brackets at all (if not, it cannot nest
-    deeper; counting is cheaper than :func:`nesting_depth` on the short skeletons of a round)."""
-    return text.count("[") + text.count("{") > depth
-
-
-def nesting_depth(text: str) -> int:
-    """How deep the arrays and objects of the JSON ``text`` nest, outside its strings, found
-    without parsing it (so without recursion) in one vectorised pass."""
-    code = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-    if code.size == 0:
-        return 0
-    position = np.arange(code.size)
-    slash = code == ord("\\")
-    last_other = np.maximum.accumulate(np.where(slash, -1, position))  # the last non-backslash up to here
-    escaped = np.zeros(code.size, dtype=bool)  # a character after an odd run of backslashes
-    escaped[1:] = (position[:-1] - last_other[:-1]) % 2 == 1
-    quote = (code == ord('"')) & ~escaped
-    outside = np.cumsum(quote) % 2 == 0  # not inside a string
-    opens = np.isin(code, (ord("["), ord("{"))) & outside
-    closes = np.isin(code, (ord("]"), ord("}"))) & outside
-    return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))

@@ -17,6 +17,7 @@ from typing import Any
 
 from fedaccel.disk import read_regular
 from fedaccel.errors import UserError, shown
+from fedaccel.nesting import could_nest_deeper, nesting_depth
 
 MAX_DEPTH = 32  # levels of nesting a value may have (a metrics row with its diagnostics has 4)
 MAX_INT_DIGITS = 30  # digits of an integer (a byte count of a long run has 15)
@@ -35,13 +36,13 @@ def parse_json(text: str) -> Any:
     The bounds cost little where a text cannot break them: an integer is one run of ASCII digits, so a text
     without a longer run than :data:`MAX_INT_DIGITS` (found in one C pass) is parsed without a check per integer;
     and a text with at most :data:`MAX_DEPTH` opening brackets (strings' included) cannot nest deeper, so only
-    the others are walked (the reports read tens of thousands of rows)."""
+    the others are counted, on the text in one vectorised pass (the reports read tens of thousands of rows)."""
     try:
         long_digits = text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO).find(_TOO_MANY_DIGITS) >= 0
         value = json.loads(text, parse_int=_bounded_int) if long_digits else json.loads(text)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
+    if could_nest_deeper(text, MAX_DEPTH) and nesting_depth(text) > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     return value
 
@@ -54,20 +55,6 @@ def _bounded_int(digits: str) -> int:
     if len(digits.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"an integer of {len(digits.lstrip('-')):,} digits (at most {MAX_INT_DIGITS})")
     return int(digits)
-
-
-def _too_deep(value: Any) -> bool:
-    """Whether an array or object in ``value`` lies more than :data:`MAX_DEPTH` levels deep (level by level,
-    no recursion; only containers are carried to the next level)."""
-    level, depth = ([value] if isinstance(value, (dict, list)) else []), 1
-    while level:
-        if depth > MAX_DEPTH:
-            return True
-        below: list[Any] = []
-        for node in level:
-            below.extend(c for c in (node.values() if isinstance(node, dict) else node) if isinstance(c, (dict, list)))
-        level, depth = below, depth + 1
-    return False
 
 
 def rounds_of(config: Any) -> int | None:
