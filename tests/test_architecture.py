@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "fedaccel"
 
 #: Bottom to top, as in docs/architecture.md: each may import only those before it (and itself).
-LAYERS = ("errors", "disk", "plugins", "algorithms", "models", "data", "engine", "runs", "flower", "launch", "report", "grids",
+LAYERS = ("errors", "nesting", "disk", "plugins", "algorithms", "models", "data", "engine", "runs", "flower", "launch", "report", "grids",
           "reproductions", "api", "cli", "__init__")
 
 

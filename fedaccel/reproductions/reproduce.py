@@ -158,10 +158,12 @@ def render(paper: str, scale: str = "quick", *, docs: Path = DOCS, say: Callable
     if say is None:
         return _render(paper, scale, docs, None)
     with Heartbeat(say, lambda s: f"{paper} report: still working ({s:.0f} s in all)", every_s=SAY_EVERY_S) as beat:
-        return _render(paper, scale, docs, beat.say)
+        return _render(paper, scale, docs, beat.say, began=beat.began)
 
 
-def _render(paper: str, scale: str, docs: Path, say: Callable[[str], None] | None) -> Path:
+def _render(paper: str, scale: str, docs: Path, say: Callable[[str], None] | None, *,
+            began: float | None = None) -> Path:
+    """``began``: the heartbeat's start, which the figures' lines count from too (one clock in all lines)."""
     from fedaccel.reproductions.snapshot import fingerprint, pixels
     from fedaccel.runs.progress import RoundLines
 
@@ -174,6 +176,7 @@ def _render(paper: str, scale: str, docs: Path, say: Callable[[str], None] | Non
             say(f"{paper} report: drawing {len(report.drawings)} figures into {_shown(report.figures)}")
         drawn = RoundLines(len(report.drawings), 0, f"{paper} report", every_s=SAY_EVERY_S, unit="figure",
                            say=say or (lambda line: None))
+        drawn.began = drawn.began if began is None else began
         for drawing in report.drawings:
             png = drawing.save(report.figures / drawing.name)
             manifest[drawing.name] = {"fingerprint": fingerprint(drawing.build()), "pixels": pixels(png)}
