@@ -16,19 +16,28 @@ def could_nest_deeper(text: str, depth: int) -> bool:
     return text.count("[") + text.count("{") > depth
 
 
+_MARKS = np.zeros(256, dtype=bool)  # the bytes the count reads: brackets and quotes
+_MARKS[[ord(c) for c in '[]{}"']] = True
+_STEP = np.zeros(256, dtype=np.int64)  # what each changes the depth by
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
+
+
 def nesting_depth(text: str) -> int:
     """How deep the arrays and objects of the JSON ``text`` nest, outside its strings, found
-    without parsing it (so without recursion) in one vectorised pass."""
-    code = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-    if code.size == 0:
-        return 0
-    position = np.arange(code.size)
-    slash = code == ord("\\")
-    last_other = np.maximum.accumulate(np.where(slash, -1, position))  # the last non-backslash up to here
-    escaped = np.zeros(code.size, dtype=bool)  # a character after an odd run of backslashes
-    escaped[1:] = (position[:-1] - last_other[:-1]) % 2 == 1
-    quote = (code == ord('"')) & ~escaped
-    outside = np.cumsum(quote) % 2 == 0  # not inside a string
-    opens = np.isin(code, (ord("["), ord("{"))) & outside
-    closes = np.isin(code, (ord("]"), ord("}"))) & outside
-    return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))
+    without parsing it (so without recursion) in vectorised passes over its brackets and quotes
+    (a quote after an odd run of backslashes is inside a string)."""
+    data = text.encode("utf-8", "surrogatepass")
+    code = np.frombuffer(data, dtype=np.uint8)
+    at = np.flatnonzero(_MARKS[code])
+    marks = code[at]
+    quote = marks == ord('"')
+    if b"\\" in data:
+        position = np.arange(code.size)
+        last_other = np.maximum.accumulate(np.where(code == ord("\\"), -1, position))  # the last non-backslash
+        quoted = at[quote]
+        run = quoted - 1 - last_other[np.maximum(quoted - 1, 0)]  # backslashes just before each quote
+        run[quoted == 0] = 0
+        quote[quote] = run % 2 == 0
+    outside = np.cumsum(quote) % 2 == 0  # an even number of string quotes before it
+    return int(np.cumsum(_STEP[marks] * outside).max(initial=0))

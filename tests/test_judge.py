@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedaccel.cli import main
-from fedaccel.errors import ConfigError
+from fedaccel.errors import ConfigError, UserError
 from fedaccel.grids.experiment import cell_name, load_experiment
 
 SEEDS = range(6)
@@ -191,6 +191,32 @@ def test_a_run_copied_into_another_seeds_folder_is_refused(tmp_path: Path, capsy
     assert main(["compare", str(grid)]) == 2
 
 
+ROWS = st.lists(st.fixed_dictionaries({"round": st.integers(0, 2), "test_acc": st.sampled_from([0.5, 0.75]),
+                                        "wall_s": st.sampled_from([0.0, 1.0, 1.5, 2])}), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(metrics=st.lists(ROWS, max_size=6))
+def test_copies_are_found_as_a_comparison_of_every_pair_would_find_them(metrics: list[list[dict]]) -> None:
+    """Runs drawn from few values (clocks that coincide, rows that differ only past the clock, clocks that never
+    ran): check_distinct, which compares whole rows only among runs sharing a clock, refuses exactly when two runs
+    with a running clock hold the same rows, naming the same first pair as comparing every run with every other."""
+    from fedaccel.report.identity import check_distinct
+    from fedaccel.report.reading import Run
+
+    runs = [Run(Path(f"run{k}"), {}, rows) for k, rows in enumerate(metrics)]
+    ran = [k for k, rows in enumerate(metrics) if any(row["wall_s"] > 0 for row in rows)]
+    canonical = {k: json.dumps(metrics[k], sort_keys=True) for k in ran}
+    pairs = [(j, k) for k in ran for j in ran if j < k and canonical[j] == canonical[k]]
+    want = min(pairs, key=lambda pair: (pair[1], pair[0])) if pairs else None
+    try:
+        check_distinct(runs)
+        got = None
+    except UserError as exc:
+        got = tuple(int(word.removeprefix("run")) for word in str(exc).split()[:3:2])
+    assert got == want
+
+
 def test_a_run_copied_with_its_rows_touched_up_is_refused_by_its_final_weights(tmp_path: Path, capsys) -> None:
     """Seed 0's run copied into seed 1's folder, its rows changed in the last digit of one clock reading (no longer
     the same rows) but its model.pt kept: the same final weights, byte for byte, so judge and compare still
@@ -312,7 +338,7 @@ def test_any_hand_written_looks_is_taken_or_one_config_error_line(looks: object,
     """Whatever a file's `looks:` holds, reading it gives the stages or one ConfigError line, never a traceback."""
     import yaml
 
-    from fedaccel.errors import ConfigError
+    from fedaccel.errors import ConfigError, UserError
     from fedaccel.report.claims import Raised
     from fedaccel.report.judge import looks_from_file
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -114,16 +115,28 @@ def check_distinct(runs: Sequence[Run]) -> None:
     """No two of ``runs`` hold the same rows, clock included, or the same final weights file: one would be a
     copy of the other, and a copy is no independent seed or setup. A :class:`UserError` names both folders."""
     _refuse_equal(runs, _fingerprint, "hold the same rows, clock (wall_s) included: one is a copy of the other, "
-                  "not a run of its own; delete the copy and run its cell again")
+                  "not a run of its own; delete the copy and run its cell again", alike=_clock)
     _refuse_equal(runs, _weights_fingerprint, f"hold the same final weights ({MODEL_FILE}, byte for byte, with the "
                   "config it was saved with): one is a copy of the other, whatever their rows say; delete the copy "
                   "and run its cell again")
 
 
-def _refuse_equal(runs: Sequence[Run], fingerprint: Callable[[Run], str | None], why: str) -> None:
-    """A :class:`UserError` naming the first two of ``runs`` whose ``fingerprint`` (not None) is equal."""
+def _clock(run: Run) -> str:
+    """The run's ``wall_s`` column: rows equal clock included have equal clocks, so only runs sharing one are
+    compared whole (a report checks hundreds of runs of hundreds of rows)."""
+    return json.dumps([row.get("wall_s") for row in run.metrics], default=str)
+
+
+def _refuse_equal(runs: Sequence[Run], fingerprint: Callable[[Run], str | None], why: str,
+                  alike: Callable[[Run], str] | None = None) -> None:
+    """A :class:`UserError` naming the first two of ``runs`` whose ``fingerprint`` (not None) is equal.
+    ``alike``: a cheaper key that runs of equal fingerprints share (a run alone with its key is not compared)."""
+    cheap = [alike(run) for run in runs] if alike is not None else [""] * len(runs)
+    shared = Counter(cheap)
     first: dict[str, Run] = {}
-    for run in runs:
+    for run, cheap_key in zip(runs, cheap, strict=True):
+        if shared[cheap_key] == 1:
+            continue
         key = fingerprint(run)
         if key is None:
             continue
