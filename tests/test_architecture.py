@@ -10,8 +10,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "fedaccel"
 
 #: Bottom to top, as in docs/architecture.md: each may import only those before it (and itself).
-LAYERS = ("errors", "nesting", "disk", "plugins", "algorithms", "models", "data", "engine", "runs", "flower", "launch", "report", "grids",
-          "reproductions", "api", "cli", "__init__")
+LAYERS = ("errors", "nesting", "disk", "plugins", "algorithms", "models", "data", "engine", "runs", "flower", "launch",
+          "report", "grids", "reproductions", "api", "cli", "__init__")
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:

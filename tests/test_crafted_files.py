@@ -297,7 +297,8 @@ JSON_LEAVES = (st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(
        wrap=st.integers(0, MAX_DEPTH + 2), outer=st.sampled_from(["[", '{"k": ']))
 def test_parse_json_accepts_and_refuses_what_the_slow_definition_does(value: Any, wrap: int, outer: str) -> None:
     """Any value (long integers, digits and brackets in strings and keys, long float mantissas), wrapped in up to
-    MAX_DEPTH + 2 more levels: the quick checks give the value, or refuse, exactly as the plain definition."""
+    MAX_DEPTH + 2 more levels: the quick checks give the value, or refuse, exactly as the plain definition (on
+    texts without a duplicate key: see the next test)."""
     text = outer * wrap + json.dumps(value) + ("]" if outer == "[" else "}") * wrap
     try:
         want: Any = bounded_the_slow_way(text)
@@ -308,6 +309,15 @@ def test_parse_json_accepts_and_refuses_what_the_slow_definition_does(value: Any
     except ValueError:
         got = ValueError
     assert got == want or (got is not ValueError and json.dumps(got) == json.dumps(want))
+
+
+@pytest.mark.parametrize("dropped", ["[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "1" * (MAX_INT_DIGITS + 1)])
+def test_a_duplicate_keys_dropped_value_is_held_to_the_bounds_too(dropped: str) -> None:
+    """json.loads keeps a duplicate key's last value; the bounds are checked on the whole text, so a deep or long
+    value is refused even where the parsed object would no longer hold it."""
+    with pytest.raises(ValueError):
+        parse_json('{"a": ' + dropped + ', "a": 1}')
+    assert parse_json('{"a": [], "a": 1}') == {"a": 1}
 
 
 @given(values=st.lists(st.integers(-3, 12) | st.booleans() | st.none() | st.floats(0, 12) | st.text(max_size=2),

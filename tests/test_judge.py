@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fedaccel.cli import main
@@ -195,8 +195,12 @@ ROWS = st.lists(st.fixed_dictionaries({"round": st.integers(0, 2), "test_acc": s
                                         "wall_s": st.sampled_from([0.0, 1.0, 1.5, 2])}), max_size=3)
 
 
+A_ROWS, B_ROWS = [{"round": 1, "test_acc": 0.5, "wall_s": 1.0}], [{"round": 1, "test_acc": 0.5, "wall_s": 2}]
+
+
 @settings(max_examples=200, deadline=None)
 @given(metrics=st.lists(ROWS, max_size=6))
+@example(metrics=[A_ROWS, B_ROWS, A_ROWS, B_ROWS])  # two clocks, each copied: the first copy found is run2's
 def test_copies_are_found_as_a_comparison_of_every_pair_would_find_them(metrics: list[list[dict]]) -> None:
     """Runs drawn from few values (clocks that coincide, rows that differ only past the clock, clocks that never
     ran): check_distinct, which compares whole rows only among runs sharing a clock, refuses exactly when two runs
@@ -338,7 +342,7 @@ def test_any_hand_written_looks_is_taken_or_one_config_error_line(looks: object,
     """Whatever a file's `looks:` holds, reading it gives the stages or one ConfigError line, never a traceback."""
     import yaml
 
-    from fedaccel.errors import ConfigError, UserError
+    from fedaccel.errors import ConfigError
     from fedaccel.report.claims import Raised
     from fedaccel.report.judge import looks_from_file
 

@@ -175,8 +175,7 @@ def _render(paper: str, scale: str, docs: Path, say: Callable[[str], None] | Non
         if say is not None:
             say(f"{paper} report: drawing {len(report.drawings)} figures into {_shown(report.figures)}")
         drawn = RoundLines(len(report.drawings), 0, f"{paper} report", every_s=SAY_EVERY_S, unit="figure",
-                           say=say or (lambda line: None))
-        drawn.began = drawn.began if began is None else began
+                           say=say or (lambda line: None), began=began)
         for drawing in report.drawings:
             png = drawing.save(report.figures / drawing.name)
             manifest[drawing.name] = {"fingerprint": fingerprint(drawing.build()), "pixels": pixels(png)}

@@ -35,11 +35,12 @@ class RoundLines:
 
     def __init__(self, total: int, initial: int = 0, desc: str = "", *, every_s: float | None = None,
                  stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic, unit: str = "round",
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None, began: float | None = None) -> None:
         self.total, self.n, self.desc, self.unit = total, initial, desc, unit
         self.say = say or self.write  # where its lines go (default: ``stream``, else stderr)
         self.every_s, self.stream, self.clock = EVERY_S if every_s is None else every_s, stream, clock
-        self.began = self.said = clock()
+        self.said = clock()
+        self.began = self.said if began is None else began  # ``clock``'s time its seconds count from
         self.postfix: dict[str, Any] = {}
 
     def update(self, n: int = 1) -> None:

@@ -36,7 +36,8 @@ def parse_json(text: str) -> Any:
     The bounds cost little where a text cannot break them: an integer is one run of ASCII digits, so a text
     without a longer run than :data:`MAX_INT_DIGITS` (found in one C pass) is parsed without a check per integer;
     and a text with at most :data:`MAX_DEPTH` opening brackets (strings' included) cannot nest deeper, so only
-    the others are counted, on the text in one vectorised pass (the reports read tens of thousands of rows)."""
+    the others are counted, on the text in one vectorised pass (the reports read tens of thousands of rows). Both
+    bounds hold for the whole text: a value that a duplicate key drops counts too."""
     try:
         long_digits = text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO).find(_TOO_MANY_DIGITS) >= 0
         value = json.loads(text, parse_int=_bounded_int) if long_digits else json.loads(text)
