@@ -6,7 +6,8 @@ The reports (``fedaccel reproduce --render-only``, ``judge``, ``compare``) read 
 BHerd's committed grids alone hold 60,000 rows, 107 MB of JSON. The rows here are those of the committed
 reproduction data (``docs/reproductions/<paper>/data``, unpacked into a temporary folder), each parsed by
 both, alternated over ``--repeats``; the script checks that both give the same values and prints the time
-ratio quick / plain (the median of the per-repeat ratios) with the load average; then the same for the check of
+ratio quick / plain (the median of the per-repeat ratios) with the load average; then the same for the packed
+records themselves (one line a run, up to megabytes each, read before anything is unpacked), and for the check of
 every ``selected`` list of the diagnostics rows.
 
     python benchmarks/row_reading.py [--paper bherd] [--repeats 5] [--smoke]
@@ -22,10 +23,11 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedaccel.reproductions.snapshot import unpack
+from fedaccel.reproductions.snapshot import _read, unpack
 from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, MAX_STEPS, _count, _counts, parse_json
 from stacked import load  # benchmarks/: the load average, as the other scripts print it
 
@@ -53,8 +55,30 @@ def plain(text: str) -> Any:
     return value
 
 
+def packed_files(paper: str, smoke: bool) -> list[Path]:
+    return sorted((ROOT / "docs" / "reproductions" / paper / "data").glob("*.jsonl.xz"))[: 1 if smoke else None]
+
+
+def records_of(paper: str, smoke: bool) -> list[str]:
+    """The packed grids' lines, one a run (what ``read_records`` parses before anything is unpacked)."""
+    return [line for file in packed_files(paper, smoke) for line in _read(file).decode("utf-8").splitlines()
+            if line.strip()]
+
+
+def alternated(readers: dict[str, Callable[[str], Any]], lines: list[str], repeats: int) -> dict[str, list[float]]:
+    """Seconds each reader takes over ``lines``, per repeat, the readers alternated."""
+    times: dict[str, list[float]] = {name: [] for name in readers}
+    for _ in range(repeats):
+        for name, reader in readers.items():
+            started = time.perf_counter()
+            for line in lines:
+                reader(line)
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
 def rows_of(paper: str, smoke: bool) -> list[str]:
-    packed = sorted((ROOT / "docs" / "reproductions" / paper / "data").glob("*.jsonl.xz"))[: 1 if smoke else None]
+    packed = packed_files(paper, smoke)
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for file in packed:
@@ -76,17 +100,19 @@ def main() -> None:
     print(f"load average (1, 5, 15 min) before: {load()}")
     print(f"{len(lines):,} rows of docs/reproductions/{args.paper}/data, {sum(map(len, lines)) / 2**20:.1f} MB of JSON")
     assert all(parse_json(line) == plain(line) for line in lines[:: max(1, len(lines) // 2000)]), "they disagree"
-    times: dict[str, list[float]] = {"quick": [], "plain": []}
-    for _ in range(args.repeats):
-        for name, reader in (("quick", parse_json), ("plain", plain)):
-            started = time.perf_counter()
-            for line in lines:
-                reader(line)
-            times[name].append(time.perf_counter() - started)
+    times = alternated({"quick": parse_json, "plain": plain}, lines, args.repeats)
     quick, slow = (statistics.median(times[name]) for name in ("quick", "plain"))
     ratio = statistics.median(q / p for q, p in zip(times["quick"], times["plain"]))
     print(f"quick {quick:.2f} s, plain {slow:.2f} s (medians of {args.repeats} alternated repeats)")
     print(f"ratio quick/plain: {ratio:.3f}; load average (1, 5, 15 min) after: {load()}")
+
+    records = records_of(args.paper, args.smoke)
+    assert all(parse_json(line) == plain(line) for line in records[:: max(1, len(records) // 100)]), "they disagree"
+    times = alternated({"quick": parse_json, "plain": plain}, records, args.repeats)
+    ratio = statistics.median(q / p for q, p in zip(times["quick"], times["plain"]))
+    print(f"{len(records):,} packed records, {sum(map(len, records)) / 2**20:.1f} MB: quick "
+          f"{statistics.median(times['quick']):.2f} s, plain {statistics.median(times['plain']):.2f} s; "
+          f"ratio quick/plain (records): {ratio:.3f}")
 
     clients = [row["clients"] for row in map(parse_json, lines) if isinstance(row.get("clients"), dict)]
     selected = [value["selected"] for each in clients for value in each.values()

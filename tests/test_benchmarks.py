@@ -55,7 +55,9 @@ FIGURES = {
     "paper_estimate.py": [r"fig3_alpha: svm/bherd: [\d.]+ s a round \(fixed [\d.]+ s\) x 5 group\(s\)",
                           r"estimate: fig3_alpha: 8 groups of 2 stacked seeds, T = 500: [\d.]+ min on cpu"],
     "row_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"[\d,]+ rows of docs/reproductions/bherd/data",
-                       r"ratio quick/plain: [\d.]+; load average", r"lists of selected steps .*ratio list/items: [\d.]+"],
+                       r"ratio quick/plain: [\d.]+; load average",
+                       r"packed records, .*ratio quick/plain \(records\): [\d.]+",
+                       r"lists of selected steps .*ratio list/items: [\d.]+"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],
 }
 
