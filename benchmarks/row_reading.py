@@ -7,8 +7,9 @@ BHerd's committed grids alone hold 60,000 rows, 107 MB of JSON. The rows here ar
 reproduction data (``docs/reproductions/<paper>/data``, unpacked into a temporary folder), each parsed by
 both, alternated over ``--repeats``; the script checks that both give the same values and prints the time
 ratio quick / plain (the median of the per-repeat ratios) with the load average; then the same for the packed
-records themselves (one line a run, up to megabytes each, read before anything is unpacked), and for the check of
-every ``selected`` list of the diagnostics rows.
+records themselves (one line a run, up to megabytes each, read before anything is unpacked); then, on both, the
+depth check alone as it is (counted on the text) against as it was before 2026-11-29 (a walk of the parsed value);
+and the check of every ``selected`` list of the diagnostics rows.
 
     python benchmarks/row_reading.py [--paper bherd] [--repeats 5] [--smoke]
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaccel.reproductions.snapshot import _read, unpack
+from fedaccel.nesting import could_nest_deeper, nesting_depth
 from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, MAX_STEPS, _count, _counts, parse_json
 from stacked import load  # benchmarks/: the load average, as the other scripts print it
 
@@ -77,6 +79,31 @@ def alternated(readers: dict[str, Callable[[str], Any]], lines: list[str], repea
     return times
 
 
+def walked(text: str) -> bool:
+    """Whether ``text`` nests too deep, as fedaccel's reader checked it before 2026-11-29: parsed, then a walk of the
+    value (where the text has more than MAX_DEPTH opening brackets). :func:`counted` is the check now."""
+    value = json.loads(text)
+    return could_nest_deeper(text, MAX_DEPTH) and _too_deep(value)
+
+
+def counted(text: str) -> bool:
+    """The same answer, the depth counted on the text (:func:`fedaccel.nesting.nesting_depth`), and parsed."""
+    deep = could_nest_deeper(text, MAX_DEPTH) and nesting_depth(text) > MAX_DEPTH
+    json.loads(text)
+    return deep
+
+
+def _too_deep(value: Any) -> bool:
+    level, depth = ([value] if isinstance(value, (dict, list)) else []), 1
+    while level:
+        if depth > MAX_DEPTH:
+            return True
+        level = [c for node in level for c in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(c, (dict, list))]
+        depth += 1
+    return False
+
+
 def rows_of(paper: str, smoke: bool) -> list[str]:
     packed = packed_files(paper, smoke)
     lines: list[str] = []
@@ -113,6 +140,12 @@ def main() -> None:
     print(f"{len(records):,} packed records, {sum(map(len, records)) / 2**20:.1f} MB: quick "
           f"{statistics.median(times['quick']):.2f} s, plain {statistics.median(times['plain']):.2f} s; "
           f"ratio quick/plain (records): {ratio:.3f}")
+    for name, texts in (("packed records", records), ("rows", lines)):
+        assert all(counted(text) == walked(text) for text in texts[:: max(1, len(texts) // 500)]), "they disagree"
+        times = alternated({"counted": counted, "walked": walked}, texts, args.repeats)
+        ratio = statistics.median(c / w for c, w in zip(times["counted"], times["walked"]))
+        print(f"{name}: parsed with the depth counted on the text {statistics.median(times['counted']):.2f} s, "
+              f"walked on the value {statistics.median(times['walked']):.2f} s; ratio counted/walked: {ratio:.3f}")
 
     clients = [row["clients"] for row in map(parse_json, lines) if isinstance(row.get("clients"), dict)]
     selected = [value["selected"] for each in clients for value in each.values()

@@ -57,6 +57,7 @@ FIGURES = {
     "row_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"[\d,]+ rows of docs/reproductions/bherd/data",
                        r"ratio quick/plain: [\d.]+; load average",
                        r"packed records, .*ratio quick/plain \(records\): [\d.]+",
+                       r"packed records: parsed .*ratio counted/walked: [\d.]+", r"rows: parsed .*ratio counted/walked",
                        r"lists of selected steps .*ratio list/items: [\d.]+"],
     "threads.py": [r"svm, machine as it is: .*ratio 1/\d+ threads \d", r"busy processes beside: .*ratio 1/\d+ threads \d"],
 }
