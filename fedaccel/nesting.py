@@ -2,7 +2,7 @@
 
 Readers of untrusted JSON (a peer's message, a packed grid, a run folder from someone else) bound
 its nesting with these, cheaply: a count of opening brackets rules most texts out, and the depth
-itself is one vectorised pass.
+itself is counted in vectorised passes over the text's brackets and quotes.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ def check_distinct(runs: Sequence[Run]) -> None:
 
 
 def _clock(run: Run) -> str:
-    """The run's ``wall_s`` column: rows equal clock included have equal clocks, so only runs sharing one are
-    compared whole (a report checks hundreds of runs of hundreds of rows)."""
+    """The run's ``wall_s`` column: runs with equal rows have equal clocks, so only runs sharing one are compared
+    whole (a report checks hundreds of runs of hundreds of rows)."""
     return json.dumps([row.get("wall_s") for row in run.metrics], sort_keys=True, default=str)
 
 
