@@ -41,6 +41,22 @@ def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Pa
     assert err[2].startswith("[tiny 2/2] fedavg in run.seed=1: ") and "(0/1 cells to run done (1 finished earlier), " in err[2]
 
 
+def test_a_stacked_group_ends_together_and_promises_no_time_for_its_own_cells(tmp_path: Path, capsys) -> None:
+    """--stack-seeds: the seeds of a group end at once; every one of their done lines counts the whole group
+    (before, the first said "1/3 cells done, about 2 min left" for two cells already finished)."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 2}, "model": "svm", "train": {"rounds": 2, "batch_size": 20},
+            "run": {"progress": False}}
+    path.write_text(yaml.safe_dump({"name": "tiny", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"train.lr": [0.1, 0.05], "run.seed": [0, 1, 2]}}))
+    run_experiment(load_experiment(path), progress=False, stack_seeds=True)
+    done = [line for line in capsys.readouterr().err.splitlines() if ": done (" in line]
+    assert len(done) == 6
+    assert all("(3/6 cells done, " in line for line in done[:3]), done
+    assert all("(6/6 cells done, " in line and line.endswith(", about 0 s left)") for line in done[3:]), done
+    assert len({re.search(r"about (.+) left", line)[1] for line in done[:3]}) == 1  # one estimate for the group
+
+
 def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:
     """A cell folder as a worker leaves it mid-run: its PID in the lock, rounds 0..last written."""
     folder.mkdir(parents=True)

@@ -533,5 +533,4 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
     clear_stop()  # the seeds' runs leave a stop request to this, their owner
     if errors:
         raise errors[0]
-    for k, name, _, _ in group:
-        report.end(k, name)
+    report.end_together([(k, name) for k, name, _, _ in group])

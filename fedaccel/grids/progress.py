@@ -91,16 +91,24 @@ class GridProgress:
 
     def end(self, k: int, cell: str) -> None:
         """Cell ``k`` finished."""
-        if k in self._queued:  # started and ended between two looks
-            self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
-        self.ended += 1
-        if not self.bars:
-            self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: done ({self._tally()})")
-            return
-        _, _, line = self._running.pop(k, (None, None, None))
-        if line is not None:
-            line.close()
-        self._bar_overall().update(1)
+        self.end_together([(k, cell)])
+
+    def end_together(self, cells: list[tuple[int, str]]) -> None:
+        """Cells that finished at once (a stacked group): counted before any line is printed, so
+        no line of the group promises time left for cells already done."""
+        for k, cell in cells:
+            if k in self._queued:  # started and ended between two looks
+                self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
+        self.ended += len(cells)
+        for k, cell in cells:
+            if not self.bars:
+                self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: done ({self._tally()})")
+                continue
+            _, _, line = self._running.pop(k, (None, None, None))
+            if line is not None:
+                line.close()
+        if self.bars:
+            self._bar_overall().update(len(cells))
 
     def poll(self) -> None:
         """Start the queued cells whose worker took their folder, redraw the running cells' lines
