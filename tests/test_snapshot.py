@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import lzma
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,8 +15,8 @@ from hypothesis import strategies as st
 from fedaccel.errors import ConfigError, UserError
 from fedaccel.launch import run
 from fedaccel.report.diagnostics import read_diagnostics, selection_figure
-from fedaccel.report.reading import load_run
-from fedaccel.reproductions.snapshot import fingerprint, pack, pixels, unpack
+from fedaccel.report.reading import load_run, load_runs
+from fedaccel.reproductions.snapshot import fingerprint, pack, pixels, read_packed, unpack, write_folder
 from fedaccel.runs.config import load_config
 
 TINY_BHERD = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=case2", "algorithm=bherd",
@@ -103,7 +104,7 @@ def _packed(tmp: Path, lines: list[str] | bytes) -> Path:
 def hostile_pack(draw: st.DrawFn) -> tuple[str, list[str]]:
     """A packed grid with one fault of the issue's kinds: nesting too deep, a field of the wrong type (a
     non-list ``metrics``), a row readers refuse, too many cells; returned with words the refusal says."""
-    kind = draw(st.sampled_from(["deep", "type", "row", "cells"]))
+    kind = draw(st.sampled_from(["deep", "type", "row", "rounds", "cells"]))
     if kind == "deep":
         depth = draw(st.integers(40, 100_000))
         where = draw(st.sampled_from(["config", "metrics", "top"]))
@@ -124,23 +125,57 @@ def hostile_pack(draw: st.DrawFn) -> tuple[str, list[str]]:
             return words, [json.dumps({**GOOD, draw(st.sampled_from(["metrics", "diagnostics"])): rows})]
         return "not what fedaccel writes there", [json.dumps({**GOOD, "diagnostics": [
             {"round": 1, "clients": {"0": {"tau": draw(st.sampled_from(["x", -1, 2**63 - 1]))}}}]})]
+    if kind == "rounds":  # a row past train.rounds, or an evaluation round missing: what a folder's reader refuses
+        rounds = draw(st.integers(2, 50))
+        config = {**GOOD["config"], "train": {"rounds": rounds}, "eval": {"every": 1}}
+        if draw(st.booleans()):
+            return f"is outside 0..{rounds}", [json.dumps({**GOOD, "config": config, "diagnostics": None,
+                                                          "metrics": [{"round": rounds + draw(st.integers(1, 10))}]})]
+        lost = draw(st.integers(1, rounds - 1))  # a row after it (rows that end early: a run not finished)
+        metrics = [{"round": r, "test_acc": 0.5} for r in range(1, rounds + 1) if r != lost]
+        return f"round {lost} is missing", [json.dumps({**GOOD, "config": config, "metrics": metrics, "diagnostics": None})]
     return "more than 5", [json.dumps({**GOOD, "cell": f"c{k}"}) for k in range(draw(st.integers(6, 40)))]
 
 
 @settings(max_examples=40, deadline=None)
-@given(case=hostile_pack())
+@given(case=hostile_pack(), reader=st.sampled_from([unpack, read_packed]))
 def test_a_hostile_packed_grid_is_one_line_and_unpacks_nothing(
-        case: tuple[str, list[str]], tmp_path_factory: pytest.TempPathFactory) -> None:
+        case: tuple[str, list[str]], reader: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Issue 47, item 4: deep JSON was a RecursionError, a non-list ``metrics`` an AttributeError, 100,000 cells
-    made 100,000 folders; each is now one line before a folder is made (here the cell limit is 5)."""
+    made 100,000 folders; each is now one line before a folder is made (here the cell limit is 5), whether the
+    runs are unpacked into folders or read in memory (the reports)."""
     words, lines = case
     tmp = tmp_path_factory.mktemp("pack")
     with pytest.MonkeyPatch.context() as patch, pytest.raises(UserError) as refused:
         patch.setenv("FEDACCEL_MAX_CELLS", "5")
-        unpack(_packed(tmp, lines), tmp / "out")
+        reader(_packed(tmp, lines), tmp / "out")
     message = str(refused.value)
     assert "\n" not in message and len(message) < 600 and words in message, message
     assert not (tmp / "out").exists()
+
+
+def test_runs_read_in_memory_are_the_unpacked_folders_read_back(tmp_path: Path) -> None:
+    """:func:`read_packed` (the reports' reader) gives what :func:`unpack` then :func:`load_runs` give: configs,
+    rows, summaries and diagnostics, for the runner's layout, verbatim rows, a run without diagnostics and one
+    diverged; and :func:`write_folder` writes the folder :func:`unpack` writes, file for file."""
+    bherd = run(load_config(None, TINY_BHERD), tmp_path / "runs" / "cell-a")
+    odd = _write_run(tmp_path / "runs" / "odd", [{"round": 1, "test_acc": 0.5, "diag": {"x": 1}}, {"round": 2}],
+                     [{"round": 1, "x": 2}, {"round": 2, "x": 3}])
+    plain = _write_run(tmp_path / "runs" / "no-diag", [{"round": 1, "test_acc": 0.5}], None)
+    gone = _write_run(tmp_path / "runs" / "gone", [{"round": 1, "test_loss": float("inf")}], None)
+    data = tmp_path / "d.jsonl.xz"
+    pack([bherd, odd, plain, gone], data)
+    folders = load_runs(unpack(data, tmp_path / "unpacked"))
+    in_memory = read_packed(data, tmp_path / "in-memory")
+    assert not (tmp_path / "in-memory").exists()
+    assert [r.path.name for r in in_memory] == [r.path.name for r in folders] == ["cell-a", "odd", "no-diag", "gone"]
+    for a, b in zip(folders, in_memory):
+        assert (b.config, b.metrics, b.summary, b.diverged_round) == (a.config, a.metrics, a.summary, a.diverged_round)
+        assert b.diagnostics_rows() == (read_diagnostics(a.path) if a.path.name in ("cell-a", "odd") else [])
+        written = write_folder(b)
+        assert sorted(f.name for f in written.iterdir()) == sorted(f.name for f in a.path.iterdir())
+        assert all((written / f.name).read_bytes() == f.read_bytes() for f in a.path.iterdir())
+    assert in_memory[0].diagnostics_rows() and any("selected" in str(row) for row in in_memory[0].diagnostics_rows())
 
 
 def test_a_good_packed_grid_still_unpacks(tmp_path: Path) -> None:

@@ -328,19 +328,23 @@ def full_value(value: Any) -> str:
     return str(value)
 
 
+def same_config(stored: Any, config: Config) -> bool:
+    """Whether ``stored`` (a run folder's config, as read) is ``config``, both through the current defaults (a key
+    added since the run was made is no difference) and whatever ``run.progress`` said."""
+    try:
+        resolved = from_dict(copy.deepcopy(stored)).to_dict()
+    except ConfigError:
+        return False
+    wanted = config.to_dict()
+    for c in (resolved, wanted):
+        c.get("run", {}).pop("progress", None)
+    return resolved == wanted
+
+
 def check_same_config(run_dir: Path, config: Config) -> None:
     """A cell folder from an earlier, different grid must not pass for this one."""
     stored_path = run_dir / "config.yaml"
-    if not stored_path.is_file():
-        return
-    try:  # through the current defaults: a key added since the run was made is not a difference
-        stored = from_dict(read_yaml(stored_path)).to_dict()
-    except ConfigError:
-        stored = {}
-    wanted = config.to_dict()
-    for c in (stored, wanted):
-        c.get("run", {}).pop("progress", None)
-    if stored != wanted:
+    if stored_path.is_file() and not same_config(read_yaml(stored_path), config):
         raise ConfigError(
             f"{run_dir} holds a run of a different config; delete it or give the experiment another out_dir"
         )

@@ -937,10 +937,10 @@ def client_values(run: Run, key: str) -> dict[str, list[float]]:
     """Per client, the series of a per-client diagnostic (``clients/<id>/<key>``) over the rounds
     (empty for a run without diagnostics)."""
     from fedaccel.errors import UserError
-    from fedaccel.report.diagnostics import per_client, read_diagnostics
+    from fedaccel.report.diagnostics import per_client
 
     try:
-        rows = read_diagnostics(run.path)
+        rows = run.diagnostics_rows()
     except UserError:
         return {}
     return {client: [float(v) for v in values if v is not None] for client, (_, values) in per_client(rows, key).items()}

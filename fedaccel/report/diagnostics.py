@@ -22,7 +22,7 @@ import numpy as np
 from fedaccel.disk import save_png
 from fedaccel.errors import UserError, check_png_output
 from fedaccel.runs.config import read_yaml
-from fedaccel.runs.rows import read_diagnostics_rows, rounds_of
+from fedaccel.report.reading import read_diagnostics
 
 PER_CLIENT_KEYS = {
     "distance": "‖g/(ατ) − μ‖",
@@ -37,16 +37,6 @@ SCALAR_KEYS = {  # per-round server diagnostics drawn over the rounds, one line 
     "steps_cv": "spread of the local steps E_k (coefficient of variation)",
     "estimate_error": "relative error of the uploaded estimate of the local update",
 }
-
-
-def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every round's diagnostics (tolerates a half-written last line), rounds bounded by the run's
-    ``train.rounds`` and the values the plots read checked: damage is one line, not a traceback."""
-    path = Path(run_dir) / "diagnostics.jsonl"
-    if not path.exists():
-        raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
-    config = Path(run_dir) / "config.yaml"
-    return read_diagnostics_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)[0]
 
 
 def per_client(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int], list[Any]]]:

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from fedaccel.errors import UserError
-from fedaccel.runs.config import check_recorded, read_yaml_text, recorded_plugins, yaml_mapping
+from fedaccel.runs.config import check_recorded, read_yaml, read_yaml_text, recorded_plugins, yaml_mapping
 from fedaccel.runs.names import display_name
-from fedaccel.runs.rows import LOSSES, check_no_gap, read_json, read_rows, rounds_of
+from fedaccel.runs.rows import LOSSES, check_no_gap, read_diagnostics_rows, read_json, read_rows, rounds_of
 
 #: Config entries (dotted paths) that do not define a group: runs differing only here are seeds.
 NON_GROUPING_KEYS: tuple[str, ...] = ("name", "run.seed", "run.out_dir", "run.progress", "run.checkpoint_every",
@@ -66,6 +66,13 @@ class Run:
     summary: dict | None = None
     spec: dict | None = None  # its grid cell's config as the experiment file spells it (claims match either)
     plugins: dict = field(default_factory=dict)  # kind -> the plugin record its config.yaml keeps (plugin_note)
+    #: its diagnostics rows, where it was read from packed data (:func:`fedaccel.reproductions.snapshot.read_packed`);
+    #: None: they are in its folder's ``diagnostics.jsonl``
+    diagnostics: list[dict] | None = field(default=None, repr=False, compare=False)
+
+    def diagnostics_rows(self) -> list[dict]:
+        """Its diagnostics rows: those it was read with, else its folder's (:class:`UserError` without any)."""
+        return self.diagnostics if self.diagnostics is not None else read_diagnostics(self.path)
 
     @property
     def label(self) -> str:
@@ -142,6 +149,16 @@ def load_run(path: str | Path) -> Run:
         if not isinstance(summary, dict):
             summary = None
     return Run(path=path, config=config, metrics=metrics, summary=summary, plugins=plugins)
+
+
+def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every round's diagnostics (tolerates a half-written last line), rounds bounded by the run's
+    ``train.rounds`` and the values the plots read checked: damage is one line, not a traceback."""
+    path = Path(run_dir) / "diagnostics.jsonl"
+    if not path.exists():
+        raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
+    config = Path(run_dir) / "config.yaml"
+    return read_diagnostics_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)[0]
 
 
 def check_installed(runs: Iterable[Run]) -> None:

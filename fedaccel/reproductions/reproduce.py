@@ -268,16 +268,16 @@ def claims_module_of(paper: str, scale: str) -> Any:
 def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir: Path,
                 say: Callable[[str], None] | None = None) -> Report:
     """The report's text and its figures (not drawn yet), from the committed data of every experiment
-    of the paper (an experiment without data is "not run"); run folders are rebuilt in ``workdir``.
+    of the paper (an experiment without data is "not run"); the runs are read in memory, and only those whose
+    diagnostics are drawn are written to run folders in ``workdir``.
     ``say(line)``: a line as each experiment's data is read, and before its table and claims."""
     from fedaccel.grids.experiment import TABLE_TARGETS, load_experiment
     from fedaccel.report.claims import judge, judge_family
     from fedaccel.report.diagnostics import diagnostic_figures, save_figure
     from fedaccel.report.identity import check_distinct
-    from fedaccel.report.reading import load_runs
     from fedaccel.report.tables import compare_table
     from fedaccel.reproductions.opening import render as render_opening
-    from fedaccel.reproductions.snapshot import SUFFIX, unpack
+    from fedaccel.reproductions.snapshot import SUFFIX, read_packed, write_folder
 
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
     claims_module = claims_module_of(paper, scale)
@@ -290,9 +290,8 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
             continue  # never run: its claims say "not run"
         say(f"{paper} report: {file.stem} ({place}/{len(files)}): reading its runs from {_shown(data)}")
         experiment = load_experiment(file)
-        run_dirs = unpack(data, workdir / file.stem)
-        _check_cells(experiment, run_dirs, data, _command(paper, scale) + f" --only {file.stem}")
-        runs = runs_by_experiment[file.stem] = load_runs(run_dirs)
+        runs = runs_by_experiment[file.stem] = read_packed(data, workdir / file.stem)
+        _check_cells(experiment, runs, data, _command(paper, scale) + f" --only {file.stem}")
         check_distinct(runs)  # _check_cells saw each folder's config; a copied run keeps the config it was put beside
         if tuned_experiment(file.stem, [f.stem for f in files]):
             sections.append(_tuning_section(file, runs))
@@ -300,7 +299,7 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         say(f"{paper} report: {file.stem} ({place}/{len(files)}): its table of {len(runs)} runs")
         table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)  # as run_experiment
         drawn = _curve_drawings(file.stem, experiment, runs)
-        for name, kind, build in diagnostic_figures([r.path for r in _diagnosed(experiment, runs)]):
+        for name, kind, build in diagnostic_figures([write_folder(r) for r in _diagnosed(experiment, runs)]):
             drawn.append(Drawing(f"{file.stem}-{name}.png", kind, build, lambda out, b=build: save_figure(b(), out)))
         drawings += drawn
         description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
@@ -344,20 +343,18 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
     (:func:`fedaccel.report.judge.plan_rows`), as a Markdown table."""
     from fedaccel.report.claims import judge
     from fedaccel.report.judge import plan_rows, plan_table
-    from fedaccel.report.reading import load_runs
-    from fedaccel.reproductions.snapshot import SUFFIX, unpack
+    from fedaccel.reproductions.snapshot import SUFFIX, read_packed
 
     files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
     claims_module = claims_module_of(paper, scale)
     figures = _figures_folder(paper, scale, docs)
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = {}
-        for file in files:
-            data = figures / "data" / f"{file.stem}{SUFFIX}"
-            if data.is_file():
-                runs[file.stem] = load_runs(unpack(data, Path(tmp) / file.stem))
-        judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs]
+    runs = {}
+    for file in files:
+        data = figures / "data" / f"{file.stem}{SUFFIX}"
+        if data.is_file():
+            runs[file.stem] = read_packed(data, figures / "data" / file.stem)  # never written: runs in memory
+    judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs]
     return plan_table(plan_rows(judged, power), power)
 
 
@@ -515,17 +512,15 @@ def _figures_folder(paper: str, scale: str, docs: Path) -> Path:
     return docs / (paper if scale == "quick" else f"{paper}-{scale}")
 
 
-def _check_cells(experiment: Any, run_dirs: list[Path], data: Path, rerun: str) -> None:
+def _check_cells(experiment: Any, runs: list[Any], data: Path, rerun: str) -> None:
     """The committed runs are those of the experiment file's grid as it is now."""
-    from fedaccel.grids.experiment import check_same_config
+    from fedaccel.grids.experiment import same_config
 
-    if [d.name for d in run_dirs] != [name for name, _ in experiment.cells]:
+    if [run.path.name for run in runs] != [name for name, _ in experiment.cells]:
         raise UserError(f"{_shown(data)} holds other cells than the experiment's grid: run `{rerun}`")
-    for run_dir, (_, config) in zip(run_dirs, experiment.cells):
-        try:
-            check_same_config(run_dir, config)
-        except ConfigError:
-            raise UserError(f"{_shown(data)}: cell {run_dir.name} was run with another config: run `{rerun}`") from None
+    for run, (_, config) in zip(runs, experiment.cells):
+        if not same_config(run.config, config):
+            raise UserError(f"{_shown(data)}: cell {run.path.name} was run with another config: run `{rerun}`")
 
 
 def _command(paper: str, scale: str) -> str:

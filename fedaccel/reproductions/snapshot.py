@@ -7,7 +7,8 @@ what today's code draws, the data they are drawn from is committed beside them:
 - :func:`pack` writes one experiment's run folders to one ``<experiment>.jsonl.xz``, a line per
   cell with its resolved config, metrics and diagnostics (a metrics row's ``diag`` is that round's
   diagnostics row, so it is stored once) and, for a run that diverged, the summary that says so (it
-  counts as its whole budget); :func:`unpack` rebuilds run folders that read as the originals did.
+  counts as its whole budget); :func:`unpack` rebuilds run folders that read as the originals did, and
+  :func:`read_packed` gives the runs those folders hold without writing them (what the reports read).
 - :func:`fingerprint` hashes what a figure shows — every artist's data and style (lines, images,
   texts, colours, widths, limits) — from the figure as built, without drawing it (drawing the
   ~100 figures of the reports takes minutes); :func:`pixels` hashes a PNG's decoded pixels (its
@@ -21,7 +22,7 @@ import json
 import lzma
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -30,7 +31,10 @@ from fedaccel.disk import open_regular
 from fedaccel.errors import UserError, shown
 from fedaccel.runs.config import check_name
 from fedaccel.runs.files import write_atomic
-from fedaccel.runs.rows import json_reason, check_diagnostics, check_row, parse_json
+from fedaccel.runs.rows import check_diagnostics, check_no_gap, check_row, json_reason, parse_json, rounds_of
+
+if TYPE_CHECKING:
+    from fedaccel.report.reading import Run
 
 SUFFIX = ".jsonl.xz"
 DIVERGED = ("finished", "rounds", "diverged", "diverged_round")  # what a diverged run's record keeps of its summary
@@ -73,26 +77,46 @@ def unpack(file: str | Path, into: str | Path) -> list[Path]:
     """Rebuild the run folders stored in ``file`` under ``into`` (one per cell, in stored order).
 
     The file may come from anyone (a pull request's reproduction data), so it is read within bounds before
-    anything is written (:func:`read_records`): a file that breaks one is one line, and ``into`` is left as it was.
-    ``into`` is scratch space (a temporary folder: the committed file is the durable copy), so the files are
-    written plainly, not fsynced one by one: a report reads hundreds of runs."""
-    records = read_records(Path(file))
-    run_dirs = []
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
-    for record in records:
-        run_dir = Path(into) / record["cell"]
-        run_dir.mkdir(parents=True, exist_ok=True)
-        diagnostics = record["diagnostics"]
+    anything is written (:func:`read_packed`): a file that breaks one is one line, and ``into`` is left as it was."""
+    runs = read_packed(file, into)
+    for run in runs:
+        write_folder(run)
+    return [run.path for run in runs]
+
+
+def read_packed(file: str | Path, into: str | Path) -> list[Run]:
+    """The runs stored in ``file``, as :func:`~fedaccel.report.reading.load_run` reads the folders :func:`unpack`
+    would write under ``into``, without writing them (a report reads hundreds of runs: the round trip through
+    files took half its time). Each row is checked once, in :func:`read_records`, with the checks a folder's
+    reader adds: rounds within ``train.rounds``, no evaluation round missing. A run keeps its diagnostics rows
+    (:meth:`~fedaccel.report.reading.Run.diagnostics_rows`); ``run.path`` is the folder :func:`write_folder` writes."""
+    from fedaccel.report.reading import Run, value_at
+
+    runs = []
+    for record in read_records(Path(file)):
+        diagnostics, config = record["diagnostics"], record["config"]
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
-        config = yaml.dump(record["config"], Dumper=dumper, sort_keys=False, allow_unicode=True)
-        (run_dir / "config.yaml").write_text(config, encoding="utf-8")
-        (run_dir / "metrics.jsonl").write_text(_jsonl(metrics), encoding="utf-8")
-        if diagnostics is not None:
-            (run_dir / "diagnostics.jsonl").write_text(_jsonl(diagnostics), encoding="utf-8")
-        if isinstance(record.get("summary"), dict):
-            (run_dir / "summary.json").write_text(json.dumps(record["summary"]), encoding="utf-8")
-        run_dirs.append(run_dir)
-    return run_dirs
+        check_no_gap(Path(file) / record["cell"] / "metrics", metrics, value_at(config, "eval.every"))
+        runs.append(Run(path=Path(into) / record["cell"], config=config, metrics=metrics,
+                        summary=record.get("summary"), diagnostics=diagnostics or []))
+    return runs
+
+
+def write_folder(run: Run) -> Path:
+    """Write ``run`` (from :func:`read_packed`) to its folder as the runner left it: ``config.yaml``,
+    ``metrics.jsonl``, its ``diagnostics.jsonl`` and a diverged run's ``summary.json``. The folder is scratch
+    space (a temporary folder: the committed file is the durable copy), so the files are written plainly, not
+    fsynced one by one."""
+    run.path.mkdir(parents=True, exist_ok=True)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
+    config = yaml.dump(run.config, Dumper=dumper, sort_keys=False, allow_unicode=True)
+    (run.path / "config.yaml").write_text(config, encoding="utf-8")
+    (run.path / "metrics.jsonl").write_text(_jsonl(run.metrics), encoding="utf-8")
+    if run.diagnostics:
+        (run.path / "diagnostics.jsonl").write_text(_jsonl(run.diagnostics), encoding="utf-8")
+    if isinstance(run.summary, dict):
+        (run.path / "summary.json").write_text(json.dumps(run.summary), encoding="utf-8")
+    return run.path
 
 
 def read_records(file: Path) -> list[dict[str, Any]]:
@@ -124,10 +148,10 @@ def read_records(file: Path) -> list[dict[str, Any]]:
         if record["cell"] in cells:
             raise UserError(f"{file}: record {number}: cell {record['cell']!r} again; not a packed grid fedaccel wrote")
         cells.add(record["cell"])
-        where = file / record["cell"]
+        where, last_round = file / record["cell"], rounds_of(record["config"])
         for name, rows in (("metrics", record["metrics"]), ("diagnostics", record["diagnostics"] or [])):
             for k, row in enumerate(rows):
-                check_row(where / name, k + 1, row, rows[k - 1]["round"] if k else None, None)
+                check_row(where / name, k + 1, row, rows[k - 1]["round"] if k else None, last_round)
                 if name == "diagnostics":
                     check_diagnostics(where / name, row)
         records.append(record)
