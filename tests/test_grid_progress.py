@@ -43,7 +43,7 @@ def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Pa
 
 def test_a_stacked_group_ends_together_and_promises_no_time_for_its_own_cells(tmp_path: Path, capsys) -> None:
     """--stack-seeds: the seeds of a group end at once; every one of their done lines counts the whole group
-    (before, the first said "1/3 cells done, about 2 min left" for two cells already finished)."""
+    (before, the first of a group of 3 said "1/6 cells done, about 2 min left" with the group's other two finished)."""
     path = tmp_path / "exp.yaml"
     base = {"data": {"dataset": "digits", "clients": 2}, "model": "svm", "train": {"rounds": 2, "batch_size": 20},
             "run": {"progress": False}}

@@ -104,7 +104,7 @@ def _packed(tmp: Path, lines: list[str] | bytes) -> Path:
 def hostile_pack(draw: st.DrawFn) -> tuple[str, list[str]]:
     """A packed grid with one fault of the issue's kinds: nesting too deep, a field of the wrong type (a
     non-list ``metrics``), a row readers refuse, too many cells; returned with words the refusal says."""
-    kind = draw(st.sampled_from(["deep", "type", "row", "rounds", "cells"]))
+    kind = draw(st.sampled_from(["deep", "type", "row", "rounds", "surrogate", "cells"]))
     if kind == "deep":
         depth = draw(st.integers(40, 100_000))
         where = draw(st.sampled_from(["config", "metrics", "top"]))
@@ -134,6 +134,11 @@ def hostile_pack(draw: st.DrawFn) -> tuple[str, list[str]]:
         lost = draw(st.integers(1, rounds - 1))  # a row after it (rows that end early: a run not finished)
         metrics = [{"round": r, "test_acc": 0.5} for r in range(1, rounds + 1) if r != lost]
         return f"round {lost} is missing", [json.dumps({**GOOD, "config": config, "metrics": metrics, "diagnostics": None})]
+    if kind == "surrogate":  # a JSON escape of half a UTF-16 pair: no folder's UTF-8 file could hold it
+        half = draw(st.integers(0xD800, 0xDFFF))
+        where = draw(st.sampled_from(["config", "metrics", "cell"]))
+        value = {"config": {**GOOD["config"], "name": "@"}, "metrics": [{"round": 1, "note": "@"}], "cell": "@"}[where]
+        return "lone surrogate", [json.dumps({**GOOD, where: value}).replace('"@"', f'"x\\u{half:04x}"')]
     return "more than 5", [json.dumps({**GOOD, "cell": f"c{k}"}) for k in range(draw(st.integers(6, 40)))]
 
 
@@ -162,20 +167,28 @@ def test_runs_read_in_memory_are_the_unpacked_folders_read_back(tmp_path: Path) 
     odd = _write_run(tmp_path / "runs" / "odd", [{"round": 1, "test_acc": 0.5, "diag": {"x": 1}}, {"round": 2}],
                      [{"round": 1, "x": 2}, {"round": 2, "x": 3}])
     plain = _write_run(tmp_path / "runs" / "no-diag", [{"round": 1, "test_acc": 0.5}], None)
+    empty = _write_run(tmp_path / "runs" / "empty-diag", [{"round": 1, "test_acc": 0.5}], [])  # as the runner writes
     gone = _write_run(tmp_path / "runs" / "gone", [{"round": 1, "test_loss": float("inf")}], None)
+    originals = [bherd, odd, plain, empty, gone]
     data = tmp_path / "d.jsonl.xz"
-    pack([bherd, odd, plain, gone], data)
+    pack(originals, data)
     folders = load_runs(unpack(data, tmp_path / "unpacked"))
     in_memory = read_packed(data, tmp_path / "in-memory")
     assert not (tmp_path / "in-memory").exists()
-    assert [r.path.name for r in in_memory] == [r.path.name for r in folders] == ["cell-a", "odd", "no-diag", "gone"]
-    for a, b in zip(folders, in_memory):
+    assert [r.path.name for r in in_memory] == [r.path.name for r in folders] == [o.name for o in originals]
+    for original, a, b in zip(originals, folders, in_memory):
         assert (b.config, b.metrics, b.summary, b.diverged_round) == (a.config, a.metrics, a.summary, a.diverged_round)
-        assert b.diagnostics_rows() == (read_diagnostics(a.path) if a.path.name in ("cell-a", "odd") else [])
+        has_diagnostics = (original / "diagnostics.jsonl").is_file()
+        assert (a.path / "diagnostics.jsonl").is_file() == has_diagnostics  # an empty file stays, none stays none
+        if has_diagnostics:
+            assert b.diagnostics_rows() == read_diagnostics(a.path) == read_diagnostics(original)
+        else:
+            with pytest.raises(UserError, match="recorded no algorithm diagnostics"):
+                b.diagnostics_rows()
         written = write_folder(b)
         assert sorted(f.name for f in written.iterdir()) == sorted(f.name for f in a.path.iterdir())
         assert all((written / f.name).read_bytes() == f.read_bytes() for f in a.path.iterdir())
-    assert in_memory[0].diagnostics_rows() and any("selected" in str(row) for row in in_memory[0].diagnostics_rows())
+    assert any("selected" in row.get("clients", {}).get("0", {}) for row in in_memory[0].diagnostics_rows())
 
 
 def test_a_good_packed_grid_still_unpacks(tmp_path: Path) -> None:

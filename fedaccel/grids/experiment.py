@@ -331,6 +331,8 @@ def full_value(value: Any) -> str:
 def same_config(stored: Any, config: Config) -> bool:
     """Whether ``stored`` (a run folder's config, as read) is ``config``, both through the current defaults (a key
     added since the run was made is no difference) and whatever ``run.progress`` said."""
+    if not isinstance(stored, dict):
+        return False
     try:
         resolved = from_dict(copy.deepcopy(stored)).to_dict()
     except ConfigError:
@@ -344,7 +346,13 @@ def same_config(stored: Any, config: Config) -> bool:
 def check_same_config(run_dir: Path, config: Config) -> None:
     """A cell folder from an earlier, different grid must not pass for this one."""
     stored_path = run_dir / "config.yaml"
-    if stored_path.is_file() and not same_config(read_yaml(stored_path), config):
+    if not stored_path.is_file():
+        return
+    try:
+        stored = read_yaml(stored_path)
+    except ConfigError:  # damaged: not this grid's run either
+        stored = None
+    if not same_config(stored, config):
         raise ConfigError(
             f"{run_dir} holds a run of a different config; delete it or give the experiment another out_dir"
         )

@@ -66,13 +66,18 @@ class Run:
     summary: dict | None = None
     spec: dict | None = None  # its grid cell's config as the experiment file spells it (claims match either)
     plugins: dict = field(default_factory=dict)  # kind -> the plugin record its config.yaml keeps (plugin_note)
-    #: its diagnostics rows, where it was read from packed data (:func:`fedaccel.reproductions.snapshot.read_packed`);
-    #: None: they are in its folder's ``diagnostics.jsonl``
+    #: read from packed data (:func:`fedaccel.reproductions.snapshot.read_packed`), not from its folder: its
+    #: diagnostics rows are ``diagnostics`` (None: it had no ``diagnostics.jsonl``)
+    packed: bool = field(default=False, repr=False, compare=False)
     diagnostics: list[dict] | None = field(default=None, repr=False, compare=False)
 
     def diagnostics_rows(self) -> list[dict]:
-        """Its diagnostics rows: those it was read with, else its folder's (:class:`UserError` without any)."""
-        return self.diagnostics if self.diagnostics is not None else read_diagnostics(self.path)
+        """Its diagnostics rows, those it was read with or its folder's (:class:`UserError` where it has none)."""
+        if not self.packed:
+            return read_diagnostics(self.path)
+        if self.diagnostics is None:
+            raise UserError(f"{self.path / 'diagnostics.jsonl'} not found: this run recorded no algorithm diagnostics")
+        return self.diagnostics
 
     @property
     def label(self) -> str:

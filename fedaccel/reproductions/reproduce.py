@@ -349,12 +349,13 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
     claims_module = claims_module_of(paper, scale)
     figures = _figures_folder(paper, scale, docs)
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
-    runs = {}
-    for file in files:
-        data = figures / "data" / f"{file.stem}{SUFFIX}"
-        if data.is_file():
-            runs[file.stem] = read_packed(data, figures / "data" / file.stem)  # never written: runs in memory
-    judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs]
+    with tempfile.TemporaryDirectory() as tmp:  # the runs' folders, never written: they are read in memory
+        runs = {}
+        for file in files:
+            data = figures / "data" / f"{file.stem}{SUFFIX}"
+            if data.is_file():
+                runs[file.stem] = read_packed(data, Path(tmp) / file.stem)
+        judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs]
     return plan_table(plan_rows(judged, power), power)
 
 

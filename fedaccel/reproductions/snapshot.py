@@ -98,7 +98,7 @@ def read_packed(file: str | Path, into: str | Path) -> list[Run]:
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
         check_no_gap(Path(file) / record["cell"] / "metrics", metrics, value_at(config, "eval.every"))
         runs.append(Run(path=Path(into) / record["cell"], config=config, metrics=metrics,
-                        summary=record.get("summary"), diagnostics=diagnostics or []))
+                        summary=record.get("summary"), packed=True, diagnostics=diagnostics))
     return runs
 
 
@@ -112,7 +112,7 @@ def write_folder(run: Run) -> Path:
     config = yaml.dump(run.config, Dumper=dumper, sort_keys=False, allow_unicode=True)
     (run.path / "config.yaml").write_text(config, encoding="utf-8")
     (run.path / "metrics.jsonl").write_text(_jsonl(run.metrics), encoding="utf-8")
-    if run.diagnostics:
+    if run.diagnostics is not None:  # the runner writes one, empty where the algorithm has no diagnostics
         (run.path / "diagnostics.jsonl").write_text(_jsonl(run.diagnostics), encoding="utf-8")
     if isinstance(run.summary, dict):
         (run.path / "summary.json").write_text(json.dumps(run.summary), encoding="utf-8")
@@ -141,7 +141,7 @@ def read_records(file: Path) -> list[dict[str, Any]]:
             record = parse_json(line)
         except ValueError as exc:
             raise UserError(f"{file}: record {number}: not valid JSON within bounds ({json_reason(exc)})") from None
-        fault = _record_fault(record)
+        fault = _record_fault(record) or (_LONE_SURROGATE if "\\u" in line and _lone_surrogate(record) else None)
         if fault:
             raise UserError(f"{file}: record {number}: {fault}; not a packed grid fedaccel wrote")
         check_name(record["cell"], f"{file}: cell")  # a crafted '../x' would write outside ``into``
@@ -171,6 +171,19 @@ def _record_fault(record: Any) -> str | None:
     if not isinstance(record.get("summary", {}), dict) or not isinstance(record.get("metrics_verbatim", False), bool):
         return "summary or metrics_verbatim of the wrong type"
     return None
+
+
+_LONE_SURROGATE = "a string holds a lone surrogate (\\ud800-\\udfff), which no UTF-8 file can hold"
+
+
+def _lone_surrogate(record: Any) -> bool:
+    """Whether a string of ``record`` holds a lone surrogate (a JSON escape such as ``\\ud800`` gives one): its
+    run folder could not be written (only records with a ``\\u`` escape are asked, the others cannot)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _with_diag(metrics: list[dict], diagnostics: list[dict] | None) -> list[dict]:

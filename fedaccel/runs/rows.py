@@ -127,7 +127,8 @@ def check_row(file: Path, number: int, row: Any, previous: int | None, last_roun
                         "wrote this run at once?): delete the run folder and run it again")
     for key, value in row.items():
         if key.rpartition("/")[2] in NUMBER_COLUMNS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-            raise UserError(f"{file}:{number}: {key} is {shown(value, 60)}, not a number: the file was damaged or "
+            said = key if key.isprintable() and len(key) <= 60 else shown(key, 60)  # a crafted key: one line
+            raise UserError(f"{file}:{number}: {said} is {shown(value, 60)}, not a number: the file was damaged or "
                             "not written by fedaccel")
 
 
