@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.cli import main
 from fedaccel.errors import ConfigError
@@ -59,6 +61,36 @@ def test_a_float_written_without_a_dot_is_a_float(tmp_path: Path, value: str, ex
     config = load_config(tmp_path / "c.yaml")
     assert config.train.lr == expected and config.algorithm["mu"] == expected
     assert load_config(None, ["name=1e4x"]).name == "1e4x"  # not a number: a string still
+
+
+_FLOATISH = st.from_regex(r"[-+]?(\d{1,3}\.?\d{0,2}|\.\d{1,2})([eE][-+]?\d{1,2})?", fullmatch=True)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**15, 10**15) | st.floats(allow_nan=False) | st.text() | _FLOATISH,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text() | _FLOATISH, inner, max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.dictionaries(st.text() | _FLOATISH, _VALUES, max_size=4))
+def test_what_fedaccel_writes_as_yaml_reads_back_as_it_was(value: dict) -> None:
+    """A config fedaccel writes (a run's config.yaml, the config sent to Flower's nodes, an unpacked run) reads
+    back the same, type for type: PyYAML wrote the string ``1e4`` unquoted, and the loader's YAML 1.2 floats
+    read it as 10000.0 (a run named "1e4" could not be resumed, and a node got another config)."""
+    from fedaccel.runs.config import dump_yaml, parse_yaml
+
+    for options in ({"sort_keys": False}, {"sort_keys": True}, {"sort_keys": False, "allow_unicode": True}):
+        back = parse_yaml(dump_yaml(value, **options), "written.yaml")
+        assert json.dumps(back, sort_keys=True) == json.dumps(value, sort_keys=True), (options, value, back)
+
+
+def test_a_run_named_like_a_number_keeps_its_name(tmp_path: Path) -> None:
+    from fedaccel.report.reading import load_run
+    from fedaccel.runs.config import dump_config, from_dict
+
+    dump_config(from_dict({"name": "1e4", "train": {"lr": 0.5}}), tmp_path / "config.yaml")
+    (tmp_path / "metrics.jsonl").write_text("")
+    config = load_run(tmp_path).config
+    assert (config["name"], config["train"]["lr"]) == ("1e4", 0.5)
 
 
 @pytest.mark.parametrize("args,wanted", [

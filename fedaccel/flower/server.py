@@ -57,7 +57,7 @@ from fedaccel.flower.gate import (
 )
 from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
-from fedaccel.runs.config import Config, dump_config, plugin_note
+from fedaccel.runs.config import Config, dump_config, dump_yaml, plugin_note
 from fedaccel.runs.folder import CHECKPOINT
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.secure import parse_secure
@@ -486,8 +486,6 @@ def serve(
     on Ctrl-C) makes the run finish its round, checkpoint it and raise
     :class:`~fedaccel.runs.stopping.Interrupted`; the nodes keep their clients' states of that round.
     """
-    import yaml
-
     path.mkdir(parents=True, exist_ok=True)
     if not (path / "config.yaml").is_file():
         dump_config(config, path / "config.yaml")
@@ -500,7 +498,7 @@ def serve(
         saved = load_checkpoint(path)
         start_round = int(saved["state"].round) if saved is not None else 0
         # the nodes build the run's setup on the hello while this process builds its own
-        sent = hello(grid, yaml.safe_dump(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round)
+        sent = hello(grid, dump_yaml(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round)
         setup = build_setup(config)
         state, wall, parts = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
 
 from fedaccel.disk import open_regular
 from fedaccel.errors import UserError, shown
-from fedaccel.runs.config import check_name
+from fedaccel.runs.config import check_name, dump_yaml
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.rows import check_diagnostics, check_no_gap, check_row, json_reason, parse_json, rounds_of
 
@@ -108,8 +107,7 @@ def write_folder(run: Run) -> Path:
     space (a temporary folder: the committed file is the durable copy), so the files are written plainly, not
     fsynced one by one."""
     run.path.mkdir(parents=True, exist_ok=True)
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's where PyYAML has it
-    config = yaml.dump(run.config, Dumper=dumper, sort_keys=False, allow_unicode=True)
+    config = dump_yaml(run.config, sort_keys=False, allow_unicode=True)
     (run.path / "config.yaml").write_text(config, encoding="utf-8")
     (run.path / "metrics.jsonl").write_text(_jsonl(run.metrics), encoding="utf-8")
     if run.diagnostics is not None:  # the runner writes one, empty where the algorithm has no diagnostics

@@ -208,6 +208,26 @@ MAX_ALIAS_NODES = 10_000  # values that anchors and aliases may repeat beyond th
 FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # libyaml's where PyYAML has it
+    """A safe dumper whose strings read back as strings through :data:`BoundedLoader`: PyYAML (YAML 1.1) writes
+    ``1e4`` or ``1.5e3`` unquoted, which the loader's YAML 1.2 float rule reads as a number."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    if FLOAT.fullmatch(text):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="'")
+    return dumper.represent_str(text)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(value: Any, **options: Any) -> str:
+    """``yaml.safe_dump(value, **options)`` whose text :func:`parse_yaml` reads back as ``value`` (strings stay
+    strings: the configs written to run folders and sent to Flower's nodes)."""
+    return yaml.dump(value, Dumper=_Dumper, **options)
+
+
 def _bounded(parser: type) -> type:
     """``parser`` (a safe YAML loader class) that reads ``1e4`` as a float and refuses a document whose
     anchors and aliases repeat more than ``MAX_ALIAS_NODES`` values (a "billion laughs" bomb is a
@@ -719,7 +739,7 @@ def local_options(config: Config) -> Any:
 
 
 def dump_config(config: Config, path: Path) -> None:
-    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False) + resolved_note(config) + plugin_note(config))
+    write_atomic(path, dump_yaml(config.to_dict(), sort_keys=False) + resolved_note(config) + plugin_note(config))
 
 
 PLUGINS_NOTE = "# plugins, as this run found them: "  # then JSON: {kind: Plugin.record()}
