@@ -329,8 +329,8 @@ def full_value(value: Any) -> str:
 
 
 def same_config(stored: Any, config: Config) -> bool:
-    """Whether ``stored`` (a run folder's config, as read) is ``config``, both through the current defaults (a key
-    added since the run was made is no difference) and whatever ``run.progress`` said."""
+    """Whether ``stored`` (a run folder's config, as read) is ``config``: both through the current defaults (a key
+    added since the run was made is no difference), ``run.progress`` aside."""
     if not isinstance(stored, dict):
         return False
     try:

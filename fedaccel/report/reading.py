@@ -76,7 +76,7 @@ class Run:
         if not self.packed:
             return read_diagnostics(self.path)
         if self.diagnostics is None:
-            raise UserError(f"{self.path / 'diagnostics.jsonl'} not found: this run recorded no algorithm diagnostics")
+            raise _no_diagnostics(self.path / "diagnostics.jsonl")
         return self.diagnostics
 
     @property
@@ -161,9 +161,13 @@ def read_diagnostics(run_dir: str | Path) -> list[dict[str, Any]]:
     ``train.rounds`` and the values the plots read checked: damage is one line, not a traceback."""
     path = Path(run_dir) / "diagnostics.jsonl"
     if not path.exists():
-        raise UserError(f"{path} not found: this run recorded no algorithm diagnostics")
+        raise _no_diagnostics(path)
     config = Path(run_dir) / "config.yaml"
     return read_diagnostics_rows(path, last_round=rounds_of(read_yaml(config)) if config.exists() else None)[0]
+
+
+def _no_diagnostics(file: Path) -> UserError:
+    return UserError(f"{file} not found: this run recorded no algorithm diagnostics")
 
 
 def check_installed(runs: Iterable[Run]) -> None:
