@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_workers_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--workers", type=int, default=1, metavar="N",
-                        help="cells run at once, each in its own process with one torch thread (default 1)")
+                        help="cells run at once, each in its own process with one torch thread (default 1; "
+                             "with --stack-seeds or --stack-arms: stacked groups)")
 
 
 def add_ray_options(parser: argparse.ArgumentParser) -> None:

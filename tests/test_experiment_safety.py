@@ -115,6 +115,53 @@ def test_killed_experiment_leaves_no_worker_and_a_rerun_finishes_every_cell(sig:
     assert "| fedavg (baseline) | 5 |" in result.table
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow
+def test_stacked_groups_in_workers_stop_after_their_round_and_leave_no_worker(tmp_path: Path) -> None:
+    """`experiment --stack-seeds -j 2` on three groups of two seeds gets SIGINT while two groups run: every
+    seed of them finishes its round and checkpoints it, the third group never starts, no worker lives on, and
+    a re-run ends every cell with rounds 0..ROUNDS, each once."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": ROUNDS, "lr": 0.1, "batch_size": 20},
+            "run": {"progress": False, "checkpoint_every": 50}}
+    path.write_text(yaml.safe_dump({"name": "groups", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"train.lr": [0.1, 0.05, 0.02], "run.seed": [0, 1]}}))
+    parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "-j", "2",
+                               "--stack-seeds"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out, workers = tmp_path / "out", []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and parent.poll() is None:
+            running = [c for c in out.glob("*") if (c / "metrics.jsonl").is_file() and len(rounds(c)) >= 2]
+            if len(running) >= 4:
+                break
+            time.sleep(0.02)
+        workers = descendants(parent.pid)
+        os.kill(parent.pid, signal.SIGINT)
+        _, err = parent.communicate(timeout=60)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in workers):
+            time.sleep(0.1)
+        assert not [pid for pid in workers if alive(pid)], "processes of the stopped experiment still run"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait()
+    assert err.strip().splitlines()[-1].startswith("interrupted by SIGINT; "), err
+    assert err.count("finishing the current round") == 1, err
+    started = sorted(c.name for c in out.glob("*") if (c / "metrics.jsonl").is_file())
+    assert len(started) == 4 and len({name.split(",")[0] for name in started}) == 2, started  # two groups, whole
+    import torch
+
+    for cell in out.glob("*"):
+        if (cell / "metrics.jsonl").is_file() and not (cell / "summary.json").is_file():
+            assert torch.load(cell / "checkpoint.pt", weights_only=True)["state"]["round"] == rounds(cell)[-1]
+    run_experiment(load_experiment(path), stack_seeds=True, workers=2, progress=False)
+    for cell in sorted(c for c in out.glob("*") if c.is_dir()):
+        assert rounds(cell) == list(range(ROUNDS + 1)), cell.name
+
+
 def test_a_second_writer_of_a_run_folder_is_refused_with_one_line_naming_the_holder(tmp_path: Path) -> None:
     """The lock is per open file, so this process holding it through another open is a second writer;
     resume must refuse before it cuts the metrics back to the checkpoint."""

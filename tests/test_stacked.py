@@ -280,6 +280,37 @@ def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
     assert len(accs) == 3  # the seeds differ
 
 
+@pytest.mark.slow
+def test_stacked_groups_in_parallel_workers_give_the_numbers_of_one_process(tmp_path: Any, capsys: Any) -> None:
+    """``experiment --stack-seeds -j 2``: each seed group is one worker's task, trained stacked there; every run
+    has the numbers of the same grid stacked in one process, and the grid's lines count each group's cells once."""
+    import json
+
+    import yaml
+
+    from fedaccel.cli import main
+
+    spec = {"name": "groups", "base": {"data": {"dataset": "digits", "clients": 3}, "model": "softmax",
+                                       "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}},
+            "grid": {"algorithm": ["fedavg", {"name": "bherd", "alpha": 0.5}], "run.seed": [0, 1]}}
+    metrics, said = {}, {}
+    for workers in (1, 2):
+        spec["out_dir"] = str(tmp_path / f"j{workers}")
+        path = tmp_path / f"j{workers}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        assert main(["experiment", str(path), "--no-progress", "--stack-seeds", "-j", str(workers)]) == 0
+        said[workers] = capsys.readouterr().err.splitlines()
+        metrics[workers] = {d.name: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+                            for d in sorted((tmp_path / f"j{workers}").iterdir()) if d.is_dir()}
+    assert len(metrics[2]) == 4 and metrics[2].keys() == metrics[1].keys()
+    for cell, rows in metrics[1].items():
+        for got, want in zip(metrics[2][cell], rows, strict=True):
+            assert {k: v for k, v in got.items() if k != "wall_s"} == {k: v for k, v in want.items() if k != "wall_s"}
+    assert sum("running (stacked: 2)" in line for line in said[2]) == 4, said[2]  # each cell, named with its group
+    done = [line for line in said[2] if ": done (" in line]
+    assert len(done) == 4 and sum("(4/4 cells done, " in line for line in done) == 2, done  # a group ends at once
+
+
 def test_a_parts_batched_estimator_is_called_with_the_active_rows() -> None:
     """The interface the BHerd/GraB batched estimators implement: observe(step, (K, d), active (K,)),
     finish((K, d)) -> one (estimate, extras, diag) per client. Here it wraps per-client estimators."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import itertools
 import math
 import re
@@ -432,9 +433,11 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
     stack_seeds = stack_seeds or stack_arms
-    if stack_seeds and (workers > 1 or ray is not None):
+    if stack_seeds and ray is not None:
         flag = "--stack-arms" if stack_arms else "--stack-seeds"
-        raise ConfigError(f"{flag} trains a cell's seeds together in one process; use it without -j or --ray")
+        raise ConfigError(f"{flag} trains a cell's seeds together in one process; use it without --ray (-j N runs "
+                          "N stacked groups at once)")
+    stacked_keys = ("run.seed", "algorithm") if stack_arms else ("run.seed",)
     own_report = report is None
     requests = stop_requests()
     report = report or GridProgress(len(todo), bars=False if progress is False else None)
@@ -447,8 +450,10 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
             from fedaccel.grids.ray_tasks import run_cells_on_ray
 
             run_cells_on_ray(todo, ray, report)
+        elif stack_seeds and workers > 1 and len(groups := _seed_groups(todo, stacked_keys)) > 1:
+            run_cells_in_parallel(todo, workers, report, tasks=groups, job=run_seed_group_in_worker)
         elif stack_seeds:
-            for group in _seed_groups(todo, ("run.seed", "algorithm") if stack_arms else ("run.seed",)):
+            for group in _seed_groups(todo, stacked_keys):
                 _no_stop_since(requests, experiment.out_dir)
                 _run_seed_group(group, report, progress)
         elif workers == 1 or len(todo) <= 1:
@@ -506,10 +511,19 @@ def _no_stop_since(requests: int, out_dir: Path) -> None:
         raise Interrupted(out_dir, None)
 
 
-def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress, progress: bool | None = None
-                    ) -> None:
+def run_seed_group_in_worker(group: list[tuple[int, str, Config, Path]]) -> None:
+    """A stacked group as an ``experiment -j N`` worker's task: one torch thread, no lines (the experiment's
+    process shows each cell from its folder)."""
+    from fedaccel.grids.progress import GridProgress
+
+    _run_seed_group(group, GridProgress(len(group), bars=False, stream=io.StringIO()), False, torch_threads=1)
+
+
+def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress, progress: bool | None = None,
+                    torch_threads: int | None = None) -> None:
     """The group's runs in threads of one process, their client steps trained as one stacked
-    computation every round; a failing run stops the experiment with its own error."""
+    computation every round; a failing run stops the experiment with its own error. ``torch_threads``: as
+    :func:`~fedaccel.grids.cell.run_cell`'s ``threads``, in a pool worker."""
     from fedaccel.engine.stacked import SeedStack, in_seed_stack
 
     stack = SeedStack(len(group), stack_size=group[0][2].run.stack_size)
@@ -524,7 +538,7 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
 
         def one(config: Config = config, run_dir: Path = run_dir, shown: Any = shown) -> None:
             try:
-                run_cell(config, run_dir, shown)
+                run_cell(config, run_dir, shown, torch_threads)
             except BaseException as exc:
                 errors.append(exc)
 

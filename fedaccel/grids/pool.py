@@ -12,6 +12,7 @@ import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fedaccel.grids.cell import init_worker, run_cell, verb
@@ -21,8 +22,21 @@ if TYPE_CHECKING:
     from fedaccel.grids.progress import GridProgress
 
 
-def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: int, report: GridProgress) -> None:
-    """Cells in ``workers`` processes, shown by ``report`` (a line per running cell).
+Cell = tuple[int, str, Config, Path]
+
+
+def run_one_cell(cells: list[Cell]) -> None:
+    """A pool task of one cell (:func:`run_cells_in_parallel`'s default ``job``), one torch thread."""
+    ((_, _, config, run_dir),) = cells
+    run_cell(config, run_dir, False, 1)
+
+
+def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, *,
+                          tasks: list[list[Cell]] | None = None, job: Callable[[list[Cell]], Any] = run_one_cell
+                          ) -> None:
+    """Cells in ``workers`` processes, shown by ``report`` (a line per running cell); ``tasks``: the cells in
+    the groups one worker runs together by ``job`` (a top-level function: it goes to the worker by name), by
+    default each cell alone.
 
     The workers end with this process however it ends (see :func:`init_worker`); when it
     stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell killed
@@ -39,16 +53,19 @@ def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: in
         stop_signals,
     )
 
+    tasks = [[cell] for cell in todo] if tasks is None else tasks
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
                                initializer=init_worker, initargs=(os.getpid(),))
     handles = PoolHandles(pool)
     try:
         with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
             pending = {}
-            for k, name, config, run_dir in todo:
-                report.queue(k, name, run_dir, config.train.rounds, verb=verb(run_dir))
-                pending[pool.submit(run_cell, config, run_dir, False, 1)] = (k, name)
+            for task in tasks:
+                stacked = f" (stacked: {len(task)})" if len(task) > 1 else ""
+                for k, name, config, run_dir in task:
+                    report.queue(k, name, run_dir, config.train.rounds, verb=verb(run_dir) + stacked)
+                pending[pool.submit(job, task)] = [(k, name) for k, name, _, _ in task]
             handles.take()
             stopping = False
             while pending:
@@ -60,12 +77,12 @@ def run_cells_in_parallel(todo: list[tuple[int, str, Config, Path]], workers: in
                     del pending[future]  # dropped from the queue: wait() never counts a cancelled future as done
                 finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    k, name = pending.pop(future)
+                    cells = pending.pop(future)
                     if future.cancelled() or (stopping and future.exception() is not None):
                         continue  # stopped (Interrupted), or killed before its first round: resumed next time
                     if future.exception() is not None:  # a failed cell stops the experiment with its own error
                         raise future.exception()  # type: ignore[misc]
-                    report.end(k, name)
+                    report.end_together(cells)
     except BaseException:
         handles.kill()
         del pool, handles  # not kept alive by the traceback: its queues' semaphores are released now, not warned of at exit
