@@ -182,6 +182,22 @@ def test_an_experiments_set_never_runs_a_cell_under_a_name_that_says_otherwise(
                     assert held == v or isinstance(held, dict) and held.get("name") == v, (overrides, key, spec)
 
 
+def test_the_copy_beside_a_grid_names_its_cells_as_they_ran(tmp_path: Path) -> None:
+    """With a --set of a fixed grid value, the grid folder keeps a rewritten copy of the file, which judge, compare
+    and gaps read the cells from: a string that looks like a number (``name: ["1e4"]``) stays that string (PyYAML
+    wrote it unquoted, read back as 10000.0: cells named name=10000.0 that no folder holds)."""
+    from fedaccel.grids.experiment import experiment_cells
+
+    path = tmp_path / "e.yaml"
+    path.write_text("base: {data: {dataset: digits, clients: 2}, model: softmax}\n"
+                    "grid: {name: ['1e4'], train.rounds: [8], train.lr: [1.5e-1, 0.2]}\n")
+    experiment = load_experiment(path, ["train.rounds=2"])
+    copy = tmp_path / "copy.yaml"
+    copy.write_bytes(experiment.copy_bytes())
+    assert experiment_cells(copy) == [(name, spec) for (name, _), spec in zip(experiment.cells, experiment.specs)]
+    assert [name for name, _ in experiment.cells][0].startswith("name=1e4,train.rounds=2,")
+
+
 def test_an_experiments_set_of_a_grid_key_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A new user's cases: --set train.rounds=40 on a grid of train.rounds: [8] ran 40 rounds in folders named
     train.rounds=8 (now the grid's one value is replaced, folder names too); --set algorithm=scaffold ran scaffold in

@@ -44,7 +44,7 @@ from fedaccel.grids.cell import run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.grids.same_grid import check_same_grid
 from fedaccel.runs.names import values_named
-from fedaccel.runs.config import Config, check_name, from_dict, parse_overrides, read_yaml, set_path
+from fedaccel.runs.config import Config, check_name, dump_yaml, from_dict, parse_overrides, read_yaml, set_path
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.folder import METRICS
 from fedaccel.runs.lock import LOCK_FILE
@@ -164,7 +164,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     as_ran = None
     if fixed:  # the copy beside the runs names the cells as they ran (the file's comments are not kept)
         said = ", ".join(f"{key}={shown(value, 60)}" for key, value in fixed.items())
-        as_ran = (f"# {path.name} with --set {said}\n" + yaml.safe_dump({**raw, "grid": grid}, sort_keys=False)).encode()
+        as_ran = (f"# {path.name} with --set {said}\n" + dump_yaml({**raw, "grid": grid}, sort_keys=False)).encode()
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
                       str(figures_by) if figures_by else None, diagnostics, claims, tuning, path,
                       [spec for _, spec in specs], as_ran)
