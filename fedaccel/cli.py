@@ -4,6 +4,7 @@
     fedaccel run --resume runs/fedavg-s0-20261122-101500
     fedaccel experiment experiments/demo.yaml
     fedaccel experiment experiments/demo.yaml --ray auto --cpus-per-cell 1   # cells as Ray tasks
+    fedaccel pack runs/demo -o demo.jsonl.xz      # finished cells to carry; experiment ... --from demo.jsonl.xz
     fedaccel plot runs/demo -o curves.png
     fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
     fedaccel split-report --set data.split=case3 --set data.clients=5
@@ -225,10 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stack-arms", action="store_true",
                    help="with the seeds, a grid's algorithms too: cells that differ only in run.seed and algorithm "
                         "as one stacked computation (same per-run results; every run's data in memory at once)")
+    p.add_argument("--from", dest="from_packed", metavar="PACKED",
+                   help="first write the finished cells stored in PACKED (a .jsonl.xz of `fedaccel pack`) into the "
+                        "grid's folder, so they are not run again (a folder already there is kept)")
     add_workers_option(p)
     add_ray_options(p)
     add_tensorboard_option(p)
     p.set_defaults(handler=cmd_experiment)
+
+    p = sub.add_parser("pack", help="a grid folder's finished cells in one .jsonl.xz, to carry to another machine")
+    p.add_argument("folder", help="the grid's folder (its cells' run folders inside)")
+    p.add_argument("-o", "--out", required=True, help="the file to write (<name>.jsonl.xz; replaced if there)")
+    p.set_defaults(handler=cmd_pack)
 
     p = sub.add_parser("plot", help="accuracy and loss curves of runs (PNG), and their diagnostics on request")
     p.add_argument("runs", nargs="+", help="run folders or experiment folders")
@@ -483,6 +492,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         experiment = load_experiment(args.file, args.set)
     if args.out:
         experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
+    if args.from_packed:
+        from fedaccel.grids.carry import restore_finished
+
+        print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
     result = run_experiment(experiment, progress=False if args.no_progress else None,
                             workers=args.workers, stack_seeds=args.stack_seeds,
                             stack_arms=args.stack_arms, ray=ray_options(args))
@@ -491,6 +504,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     print()
     print(f"table: {result.out_dir / 'table.md'}")
     print(f"plot:  {result.plot}")
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from fedaccel.grids.carry import pack_finished
+
+    count = pack_finished(Path(args.folder), Path(args.out))
+    print(f"{args.out}: {count} finished cell(s) of {args.folder}; `fedaccel experiment FILE --from {args.out}` "
+          "writes them into a grid folder")
     return 0
 
 
