@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.data import DATASETS, Dataset, available_datasets, load_dataset
 from fedaccel.data import embedded
@@ -150,6 +152,25 @@ def test_idx_round_trip(tmp_path: Path, suffix: str, dtype: type) -> None:
     assert back.dtype == np.dtype(dtype) and back.shape == arr.shape
     np.testing.assert_array_equal(back, arr)
     assert back.flags.writeable
+
+
+@settings(max_examples=30, deadline=None)
+@given(first=st.binary(min_size=6, max_size=6), second=st.binary(min_size=6, max_size=6))
+def test_a_gzip_file_read_again_is_its_content_now(tmp_path_factory: pytest.TempPathFactory, first: bytes,
+                                                    second: bytes) -> None:
+    """Gunzipped files are kept in memory by their content: a file rewritten in place (same name, inode, size and,
+    within the clock's tick, time) reads as what it holds now, and arrays read twice are not shared."""
+    path = tmp_path_factory.mktemp("idx") / "a-idx1-ubyte.gz"
+    write_idx(path, np.frombuffer(first, dtype=np.uint8))
+    kept = read_idx(path)
+    assert kept.tobytes() == first
+    kept[:] = 0  # a reader's array is its own
+    assert read_idx(path).tobytes() == first
+    other = write_idx(path.with_name("b-idx1-ubyte.gz"), np.frombuffer(second, dtype=np.uint8)).read_bytes()
+    with open(path, "r+b") as handle:  # in place: the inode stays
+        handle.write(other)
+        handle.truncate()
+    assert read_idx(path).tobytes() == second
 
 
 @pytest.mark.parametrize("gz", [True, False])

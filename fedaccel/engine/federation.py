@@ -92,6 +92,8 @@ class Federation:
         self.shared_steps = options.shared_steps([int(n) for n in sizes])  # K of the reference codes
         self.eval_batch_size = eval_batch_size
         self._train_eval_index = self._pick_train_eval(eval_train_samples)
+        index = self._train_eval_index  # the training-set metrics' samples, gathered once (not every evaluation)
+        self._train_eval = self.clean_train if index is None else (x_train[index], y_train[index])
 
     @property
     def n_clients(self) -> int:
@@ -251,10 +253,7 @@ class Federation:
         acc, loss = self._evaluate(self.x_test, self.y_test)
         result = {"test_acc": acc, "test_loss": loss}
         if train:
-            x, y = self.clean_train
-            if self._train_eval_index is not None:
-                x, y = x[self._train_eval_index], y[self._train_eval_index]
-            result["train_acc"], result["train_loss"] = self._evaluate(x, y)
+            result["train_acc"], result["train_loss"] = self._evaluate(*self._train_eval)
         return result
 
     def set_training_data(self, x: Tensor, y: Tensor) -> None:

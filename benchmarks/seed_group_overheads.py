@@ -1,0 +1,76 @@
+"""What a stacked seed group pays besides its local steps, before and after two savings, measured in one run.
+
+Every seed of ``fedaccel experiment --stack-seeds`` loads its dataset, and BHerd's paper grids evaluate every round
+on the full test set and 5,000 training samples (``eval.train_samples``). Timed here, alternated, ``--repeats``
+times (medians), on the embedded Fashion-MNIST:
+
+- **load**: ``load_dataset("fashion-mnist")`` with the process's gunzipped files forgotten (as every seed paid it
+  before) and kept (``fedaccel.data.idx``: the seeds after the first);
+- **evaluate**: ``Federation.evaluate`` of the paper's squared-SVM, as it is (the training sample gathered once, when
+  the federation is built) and as it was (the 5,000 samples gathered again every evaluation, then evaluated).
+
+    python benchmarks/seed_group_overheads.py [--repeats 7] [--smoke]
+
+``--smoke``: one repeat on 2,000 training samples, to check that the script runs (its figures then mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from fedaccel.data import idx, load_dataset
+from fedaccel.runs.config import load_config
+from fedaccel.runs.setup import build_setup
+
+
+def seconds(work) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    repeats = 1 if args.smoke else args.repeats
+    torch.set_num_threads(1)
+    print(f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+    forgotten, kept = [], []
+    for _ in range(repeats):
+        idx._GUNZIPPED.clear()
+        forgotten.append(seconds(lambda: load_dataset("fashion-mnist")))
+        kept.append(seconds(lambda: load_dataset("fashion-mnist")))
+    first, again = statistics.median(forgotten), statistics.median(kept)
+    print(f"load fashion-mnist: gunzipped {first:.3f} s, kept {again:.3f} s; ratio kept/gunzipped: {again / first:.2f}")
+
+    overrides = ["model=svm", "data.clients=5", "data.split=case2", "eval.train_samples=5000",
+                 *(["data.subset=2000"] if args.smoke else [])]
+    fed = build_setup(load_config(None, overrides)).federation
+    theta = torch.full((fed.model.size,), 1e-3)
+    x, y = fed.clean_train
+    index = fed._train_eval_index
+
+    def as_it_was() -> None:
+        fed.evaluate(theta, train=False)
+        fed._evaluate(*((x, y) if index is None else (x[index], y[index])))
+
+    now, before = [], []
+    for _ in range(repeats):
+        now.append(seconds(lambda: fed.evaluate(theta)))
+        before.append(seconds(as_it_was))
+    a, b = statistics.median(now), statistics.median(before)
+    print(f"evaluate svm ({len(fed.y_test):,} test + {len(y) if index is None else len(index):,} training samples): "
+          f"gathered each time {b * 1e3:.1f} ms, once {a * 1e3:.1f} ms; ratio once/each time: {a / b:.2f}")
+    print(f"load average (1, 5, 15 min) after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
