@@ -91,6 +91,28 @@ def test_bars_show_one_line_per_running_cell_with_its_rounds(tmp_path: Path) -> 
     assert "1/3" in stream.getvalue()
 
 
+def test_in_a_log_the_workers_cells_say_their_rounds_every_half_minute(tmp_path: Path, monkeypatch) -> None:
+    """-j N or Ray into a log: between a cell's start and end lines, one line every EVERY_S seconds says where the
+    running cells are (read from their folders), so a long stacked group is not silent for its whole time."""
+    import fedaccel.grids.progress as progress
+
+    stream = io.StringIO()
+    report = GridProgress(3, bars=False, stream=stream)
+    report.experiment("grid", 3)
+    cells = {k: fake_cell(tmp_path / f"c{k}", last) for k, last in ((1, 41), (2, 44), (3, 7))}
+    for k, folder in cells.items():
+        report.queue(k, folder.name, folder, 500)
+    monkeypatch.setattr(progress, "EVERY_S", 3600.0)
+    report.poll()  # the three start: their lines, no rounds line before EVERY_S
+    assert [line for line in stream.getvalue().splitlines() if "running, at round" in line] == []
+    report.end(3, "c3")
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    report._polled = 0.0  # poll looks at most every half second
+    report.poll()
+    said = [line for line in stream.getvalue().splitlines() if "running, at round" in line]
+    assert len(said) == 1 and said[0].startswith("[grid] 2 cells running, at round 41-44 of 500 (1/3 cells done, "), said
+
+
 def test_last_round_skips_a_half_written_line(tmp_path: Path) -> None:
     assert last_round(fake_cell(tmp_path / "c", 5)) == 5
     assert last_round(tmp_path / "none") is None

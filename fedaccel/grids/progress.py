@@ -4,8 +4,9 @@ At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the
 (tqdm's ETA, from the cells done so far) and one line per running cell with its rounds, read
 from the cell's ``metrics.jsonl`` (so it works for ``-j`` workers and Ray tasks alike). Anywhere
 else (CI logs, a pipe) it prints plain lines instead: one when a cell starts and one when it
-ends, with the cells done, the time spent and the time left, and for a cell run in this process
-its round every half minute (:mod:`fedaccel.runs.progress`) — never a bar.
+ends, with the cells done, the time spent and the time left, and every half minute the rounds: a cell run in
+this process says its own (:mod:`fedaccel.runs.progress`), and the cells of ``-j`` workers and Ray tasks are
+read from their folders into one line (``20 cells running, at round 441-448 of 500``) — never a bar.
 
 Example:
     >>> progress = GridProgress(cells=3)                               # doctest: +SKIP
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fedaccel.disk import NotAFile, open_regular
-from fedaccel.runs.progress import on_terminal
+from fedaccel.runs.progress import EVERY_S, on_terminal
 from fedaccel.runs.rows import parse_json
 
 
@@ -41,6 +42,8 @@ class GridProgress:
         self._queued: dict[int, tuple[str, Path, int, str]] = {}
         self._overall: Any = None
         self._polled = 0.0
+        self._followed: dict[int, tuple[Path, int]] = {}  # without bars: k -> (run folder, rounds) of a worker's cell
+        self._rounds_said = time.perf_counter()
 
     # -- what happens ---------------------------------------------------------------------------
     def experiment(self, name: str, grid_size: int) -> None:
@@ -77,6 +80,8 @@ class GridProgress:
         self._queued.pop(k, None)
         if not self.bars:
             self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: {verb} ({self._tally()})")
+            if follow:
+                self._followed[k] = (run_dir, rounds)
             return
         overall = self._bar_overall()
         if follow:
@@ -101,6 +106,7 @@ class GridProgress:
                 self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
         self.ended += len(cells)
         for k, cell in cells:
+            self._followed.pop(k, None)
             if not self.bars:
                 self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: done ({self._tally()})")
                 continue
@@ -124,6 +130,17 @@ class GridProgress:
             if last is not None and last != line.n:
                 line.n = last
                 line.refresh()
+        if self._followed and self._polled - self._rounds_said >= EVERY_S:
+            self._rounds_said = self._polled
+            self._say(f"[{self.name}] {self._rounds_line()} ({self._tally()})")
+
+    def _rounds_line(self) -> str:
+        """``20 cells running, at round 441-448 of 500``: where the workers' cells are, read from their folders."""
+        at = sorted(last_round(run_dir) or 0 for run_dir, _ in self._followed.values())
+        totals = sorted({rounds for _, rounds in self._followed.values()})
+        span = f"{at[0]}" if at[0] == at[-1] else f"{at[0]}-{at[-1]}"
+        of = f"{totals[0]}" if len(totals) == 1 else f"{totals[0]}-{totals[-1]}"
+        return f"{len(at)} cell{'s' * (len(at) != 1)} running, at round {span} of {of}"
 
     def cell_bar(self, cell: str, progress: Any = None) -> Any:
         """``progress`` for ``run_loop`` of a cell run in this process: with bars, a class with
