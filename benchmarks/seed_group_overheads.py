@@ -7,11 +7,14 @@ times (medians), on the embedded Fashion-MNIST:
 - **load**: ``load_dataset("fashion-mnist")`` with the process's gunzipped files forgotten (as every seed paid it
   before) and kept (``fedaccel.data.idx``: the seeds after the first);
 - **evaluate**: ``Federation.evaluate`` of the paper's squared-SVM, as it is (the training sample gathered once, when
-  the federation is built) and as it was (the 5,000 samples gathered again every evaluation, then evaluated).
+  the federation is built) and as it was (the 5,000 samples gathered again every evaluation, then evaluated);
+- **a group's rounds**: svm_case2's first group (FedAvg, 10 seeds stacked, T = ``--rounds``), its batches gathered
+  from one copy of the seeds' equal training sets (``fedaccel.engine.stacked.SameData``) and from each seed's own.
 
-    python benchmarks/seed_group_overheads.py [--repeats 7] [--smoke]
+    python benchmarks/seed_group_overheads.py [--repeats 7] [--rounds 10] [--smoke]
 
-``--smoke``: one repeat on 2,000 training samples, to check that the script runs (its figures then mean nothing).
+``--smoke``: one repeat on 2,000 training samples and 2 seeds for 1 round, to check that the script runs (its figures
+then mean nothing).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def seconds(work) -> float:  # type: ignore[no-untyped-def]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of the stacked group (default 10)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     repeats = 1 if args.smoke else args.repeats
@@ -69,7 +73,32 @@ def main() -> None:
     a, b = statistics.median(now), statistics.median(before)
     print(f"evaluate svm ({len(fed.y_test):,} test + {len(y) if index is None else len(index):,} training samples): "
           f"gathered each time {b * 1e3:.1f} ms, once {a * 1e3:.1f} ms; ratio once/each time: {a / b:.2f}")
+    group_rounds(3 if args.smoke else max(3, repeats // 2), 1 if args.smoke else args.rounds, args.smoke)
     print(f"load average (1, 5, 15 min) after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def group_rounds(repeats: int, rounds: int, smoke: bool) -> None:
+    """svm_case2's first stacked group for ``rounds`` rounds, gathering from one copy and from each seed's own."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import fedaccel.engine.stacked as stacked
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from paper_estimate import PAPER, timed_group
+
+    more = ("data.subset=2000",) if smoke else ()
+    times: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for n in range(repeats):
+            for share in (False, True):
+                stacked.SHARE_SAME_DATA = share
+                out = Path(scratch) / f"{share}-{n}"
+                times[share].append(timed_group(PAPER / "svm_case2.yaml", 0, rounds, "cpu", 2 if smoke else None,
+                                                out, more=more))
+    one, own = statistics.median(times[True]), statistics.median(times[False])
+    print(f"svm_case2 group, {rounds} rounds: own copies {own:.2f} s, one copy {one:.2f} s; ratio one/own: {one / own:.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from fedaccel.algorithms.registry import RECIPES, build_algorithm, hyperparameters
@@ -253,8 +255,15 @@ def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
     from fedaccel.cli import main
 
     batched: list[int] = []  # how many runs each stacked computation trained
+    copies: list[int] = []  # how many copies of the training data their batches were gathered from
     train_jobs = stacked.train_jobs
-    monkeypatch.setattr(stacked, "train_jobs", lambda jobs, **kw: (batched.append(len(jobs)), train_jobs(jobs, **kw)))
+
+    def counted(jobs: Any, **kw: Any) -> None:
+        batched.append(len(jobs))
+        train_jobs(jobs, **kw)
+        copies.append(len(kw["same_data"]._copies))
+
+    monkeypatch.setattr(stacked, "train_jobs", counted)
 
     spec = {"name": "seeds", "base": {"data": {"dataset": "digits", "split": {"name": "dirichlet", "alpha": 0.5},
                                                "clients": 4},
@@ -271,6 +280,7 @@ def test_experiment_stack_seeds_gives_each_seed_its_separate_runs_numbers(
         metrics[mode] = {d.name: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
                          for d in sorted((tmp_path / mode).iterdir()) if d.is_dir()}
     assert len(metrics["stacked"]) == 3 and batched == [3, 3]  # 2 rounds, the 3 seeds in one computation each
+    assert copies == [3, 3]  # digits' train/test split is drawn from the seed: three different training sets
     accs = set()
     for cell, rows in metrics["separate"].items():
         for got, want in zip(metrics["stacked"][cell], rows, strict=True):
@@ -459,8 +469,15 @@ def test_stacked_arms_give_every_run_the_numbers_of_its_seeds_stacked_alone(tmp_
     assert [len(g) for g in _seed_groups(todo)] == [2] * 6
     assert [len(g) for g in _seed_groups(todo, ("run.seed", "algorithm"))] == [6, 6]  # one group per step size
     batched: list[int] = []  # how many runs each stacked computation trained
+    copies: list[int] = []  # how many copies of the training data their batches were gathered from
     train_jobs = stacked.train_jobs
-    monkeypatch.setattr(stacked, "train_jobs", lambda jobs, **kw: (batched.append(len(jobs)), train_jobs(jobs, **kw)))
+
+    def counted(jobs: Any, **kw: Any) -> None:
+        batched.append(len(jobs))
+        train_jobs(jobs, **kw)
+        copies.append(len(kw["same_data"]._copies))
+
+    monkeypatch.setattr(stacked, "train_jobs", counted)
     metrics = {}
     for flag in ("--stack-seeds", "--stack-arms"):
         assert main(["experiment", str(path), "--no-progress", "--out", str(tmp_path / flag), flag]) == 0
@@ -470,3 +487,67 @@ def test_stacked_arms_give_every_run_the_numbers_of_its_seeds_stacked_alone(tmp_
     assert batched == [2] * 18 + [6] * 6  # 6 groups of 2 seeds, then 2 of 6 runs, 3 rounds each
     assert metrics["--stack-arms"] == metrics["--stack-seeds"]
     assert len({json.dumps(m[-1]["test_loss"]) for m in metrics["--stack-arms"].values()}) == 12  # 12 distinct runs
+
+
+def test_stacked_seeds_of_one_dataset_gather_from_one_copy_with_each_seeds_numbers(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fashion-MNIST's seeds load equal training sets: the stacked batches come from one copy of it, and every seed
+    keeps the numbers of its run alone (where the seeds' data differ, as digits' do, each has its own: above)."""
+    import json
+
+    import yaml
+
+    import fedaccel.engine.stacked as stacked
+    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.launch import run
+    from fedaccel.runs.config import load_config
+
+    copies: list[int] = []
+    train_jobs = stacked.train_jobs
+
+    def counted(jobs: Any, **kw: Any) -> None:
+        train_jobs(jobs, **kw)
+        copies.append(len(kw["same_data"]._copies))
+
+    monkeypatch.setattr(stacked, "train_jobs", counted)
+    overrides = ["model=softmax", "data.clients=3", "train.rounds=2", "train.local_epochs=0.002", "train.batch_size=20",
+                 "eval.train_samples=500", "run.progress=false"]
+    spec = {"name": "same", "out_dir": str(tmp_path / "stacked"), "base": {}, "grid": {"run.seed": [0, 1, 2]}}
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(spec))
+    run_experiment(load_experiment(tmp_path / "same.yaml", overrides), progress=False, stack_seeds=True)
+    assert copies == [1, 1]
+    def losses(run_dir: Any) -> list[float]:
+        return [json.loads(line)["test_loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    for seed in (0, 1, 2):
+        alone = run(load_config(None, [*overrides, f"run.seed={seed}"]), tmp_path / f"alone{seed}")
+        assert losses(tmp_path / "stacked" / f"run.seed={seed}") == losses(alone)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["look", "same", "other", "in place", "labels"])),
+                       min_size=1, max_size=25))
+def test_same_data_gives_a_copy_equal_to_each_runs_data_as_it_is_now(events: list[tuple[int, str]]) -> None:
+    """SameData.source, whatever happened to a run's data since it last looked (replaced by an equal tensor or a
+    different one, changed in place, its labels changed): the copy it gives holds the run's data as it is now,
+    so the batches gathered from it are the run's own."""
+    from types import SimpleNamespace
+
+    from fedaccel.engine.stacked import SameData
+
+    base = torch.arange(12.0).reshape(6, 2)
+    runs = [SimpleNamespace(x_train=base.clone(), y_train=torch.zeros(6, dtype=torch.long)) for _ in range(4)]
+    same = SameData()
+    for run, event in events:
+        fed = runs[run]
+        if event == "same":
+            fed.x_train = base.clone()
+        elif event == "other":
+            fed.x_train = base + run + 1
+        elif event == "in place":
+            fed.x_train.mul_(2.0)
+        elif event == "labels":
+            fed.y_train[run] += 1
+        for each in runs:  # every run looks after each event, as every round's chunks do
+            x, y = same.source(each)
+            assert torch.equal(x, each.x_train) and torch.equal(y, each.y_train)

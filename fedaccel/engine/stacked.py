@@ -61,6 +61,8 @@ CPU_BATCH_BYTES = 4 << 20  # on a CPU, by default what a chunk's step reads (bat
 # stays near cache size: benchmarks/chunk_size.py (SVM, K = 100 and 300, 5 repeats) found the fastest
 # chunks at 100, 20 and 10-20 rows for batches of 10, 50 and 100, which 4 MB gives (100, 25, 12 rows);
 # 8 MB gave 200, 50 and 25 rows, 0.97-1.50x the fastest (4 MB: 0.81-1.13x)
+SHARE_SAME_DATA = True  # stacked seeds with equal training data gather from one copy (SameData; turned off
+# only by benchmarks/seed_group_overheads.py, to measure it)
 Kernel = Callable[[Tensor, Tensor, Tensor], Tensor]  # (theta (m, d), x (m, b, ...), y (m, b)) -> grad (m, d)
 
 _SAID: set[str] = set()
@@ -186,10 +188,11 @@ def _kernel_for(federation: Federation) -> Kernel | None:
 
 
 def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap: int | None = None,
-               stop_now: threading.Event | None = None) -> None:
+               stop_now: threading.Event | None = None, same_data: SameData | None = None) -> None:
     """Train every job's clients, stacked in chunks of at most ``stack_size`` rows (and what fits
     ``memory_cap``, by default :func:`memory_cap_of` the device); jobs whose model has no stacked form run
-    one client after another. ``stop_now`` set: ``KeyboardInterrupt`` before the next local step (or client)."""
+    one client after another. ``stop_now`` set: ``KeyboardInterrupt`` before the next local step (or client).
+    ``same_data``: batches of jobs with equal training data come from one copy (else each from its own)."""
     from fedaccel.engine.round import train_client
 
     rows: list[_Row] = []
@@ -220,7 +223,7 @@ def train_jobs(jobs: Sequence[Job], *, stack_size: int | None = None, memory_cap
     for group in groups.values():
         size = _chunk_size(group, stack_size, memory_cap)
         for lo in range(0, len(group), size):
-            _train_chunk(group[lo : lo + size], stop_now)
+            _train_chunk(group[lo : lo + size], stop_now, same_data)
     for job in jobs:  # uploads in the order of the job's contexts, as in process
         order = {ctx.client: n for n, ctx in enumerate(job.contexts)}
         job.updates.sort(key=lambda u: order[u.client])
@@ -255,31 +258,72 @@ def _chunk_size(group: Sequence[_Row], stack_size: int | None, memory_cap: int |
     return max(1, min(len(group), fits, stack_size or len(group)))
 
 
-def _gather(segments: Sequence[tuple[Job, int, int]], index: Tensor, live: list[int] | None
-            ) -> tuple[Tensor, Tensor]:
-    """The batches of the live rows (all if None): (m, b, *features) and (m, b), each job's rows
-    from its own federation's data (several jobs: stacked seeds), gathered straight into place."""
+def _gather(segments: Sequence[tuple[Job, int, int]], sources: Sequence[Data], index: Tensor,
+            live: list[int] | None) -> tuple[Tensor, Tensor]:
+    """The batches of the live rows (all if None): (m, b, *features) and (m, b), each job's rows from its
+    ``sources`` entry (its federation's training data, or an equal copy: :class:`SameData`), gathered straight
+    into place; one gather where every job reads one copy (one run, or stacked seeds of the same data)."""
+    if all(source is sources[0] for source in sources):
+        rows = index if live is None else index[live]
+        flat = rows.reshape(-1)
+        x, y = sources[0][0].index_select(0, flat), sources[0][1].index_select(0, flat)
+        return x.view(*rows.shape, *x.shape[1:]), y.view(rows.shape)
     parts = []
-    for job, lo, hi in segments:
+    for (_, lo, hi), source in zip(segments, sources):
         rows = index[lo:hi] if live is None else index[[k for k in live if lo <= k < hi]]
         if len(rows):
-            parts.append((job.federation, rows))
-    if len(parts) == 1:
-        fed, rows = parts[0]
-        flat = rows.reshape(-1)
-        x, y = fed.x_train.index_select(0, flat), fed.y_train.index_select(0, flat)
-        return x.view(*rows.shape, *x.shape[1:]), y.view(rows.shape)
-    first = parts[0][0]
+            parts.append((source, rows))
+    first = parts[0][0][0]
     m, b = sum(len(rows) for _, rows in parts), index.shape[1]
-    x = first.x_train.new_empty((m * b, *first.x_train.shape[1:]))
-    y = first.y_train.new_empty((m * b,))
+    x = first.new_empty((m * b, *first.shape[1:]))
+    y = parts[0][0][1].new_empty((m * b,))
     at = 0
-    for fed, rows in parts:
+    for (x_train, y_train), rows in parts:
         n = rows.numel()
-        torch.index_select(fed.x_train, 0, rows.reshape(-1), out=x[at : at + n])
-        torch.index_select(fed.y_train, 0, rows.reshape(-1), out=y[at : at + n])
+        torch.index_select(x_train, 0, rows.reshape(-1), out=x[at : at + n])
+        torch.index_select(y_train, 0, rows.reshape(-1), out=y[at : at + n])
         at += n
     return x.view(m, b, *x.shape[1:]), y.view(m, b)
+
+
+Data = tuple[Tensor, Tensor]  # a federation's training inputs and labels
+
+
+class SameData:
+    """Which runs of a seed stack train on equal data, so that their batches are gathered from one copy.
+
+    Every seed of a grid cell loads its dataset on its own, so S seeds hold S equal copies, and a chunk's step
+    gathered from each (S times the memory its rows are read from, one gather per run). :meth:`source` gives
+    a federation's training data, or an equal copy seen before (checked element by element once, with
+    ``torch.equal``); the copy it gives is read, never written, so the numbers are the same. A tensor replaced or
+    changed in place (its version counter moves) is looked at again."""
+
+    def __init__(self) -> None:
+        self._copies: list[Data] = []
+        self._seen: dict[tuple[int, int], tuple[Data, Data, tuple[int, ...]]] = {}  # ids -> (own, copy, versions)
+
+    def source(self, federation: Federation) -> Data:
+        own = (federation.x_train, federation.y_train)
+        key = (id(own[0]), id(own[1]))
+        if (seen := self._seen.get(key)) is not None and seen[0][0] is own[0] and seen[0][1] is own[1] \
+                and seen[2] == _versions(own, seen[1]):
+            return seen[1]
+        copy = next((c for c in self._copies if _equal(c, own)), None)
+        if copy is None:
+            copy = own
+            self._copies.append(own)
+        self._seen[key] = (own, copy, _versions(own, copy))  # holds ``own``: its id is not reused meanwhile
+        return copy
+
+
+def _versions(own: Data, copy: Data) -> tuple[int, ...]:
+    return own[0]._version, own[1]._version, copy[0]._version, copy[1]._version
+
+
+def _equal(a: Data, b: Data) -> bool:
+    """Whether two (inputs, labels) pairs hold the same values (the same tensors, or equal ones)."""
+    return all(p is q or (p.shape == q.shape and p.dtype == q.dtype and p.device == q.device and torch.equal(p, q))
+               for p, q in zip(a, b))
 
 
 def _segments(rows: Sequence[_Row]) -> list[tuple[Job, int, int]]:
@@ -299,7 +343,8 @@ def _check(stop_now: threading.Event | None) -> None:
         raise KeyboardInterrupt
 
 
-def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None) -> None:
+def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None,
+                 same_data: SameData | None = None) -> None:
     first = rows[0].job
     fed, options, lr = first.federation, first.federation.options, rows[0].ctx.info.lr
     kernel = _kernel_for(fed)
@@ -324,6 +369,8 @@ def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None) 
     sizes = _batch_sizes(rows, tau_max, b)  # None: every batch full
 
     segments = _segments(rows)
+    sources = [(job.federation.x_train, job.federation.y_train) if same_data is None else
+               same_data.source(job.federation) for job, _, _ in segments]
     terms: list[tuple[Callable[[Tensor, Tensor], None], int, int]] = []
     estimators: list[tuple[Any, int, int, bool]] = []  # (estimator, lo, hi, batched?)
     for job, lo, hi in segments:
@@ -366,7 +413,7 @@ def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None) 
             active = None if alive is None else torch.tensor(alive, device=device)
             groups = [(alive, b)] if sizes is None else _size_groups(sizes[:, step], alive)
             if all_live and len(groups) == 1 and groups[0][1] == b:
-                x, y = _gather(segments, index[:, step], None)
+                x, y = _gather(segments, sources, index[:, step], None)
                 if options.augment is not None:
                     x = _augment(rows, range(K), step, x, options.augment)
                 grad = kernel(theta, x, y)
@@ -374,7 +421,7 @@ def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None) 
                 grad.zero_()
                 for members, size in groups:  # one kernel call per batch size among the live rows
                     members = list(range(K)) if members is None else members
-                    x, y = _gather(segments, index[:, step, :size], members)
+                    x, y = _gather(segments, sources, index[:, step, :size], members)
                     if options.augment is not None:
                         x = _augment(rows, members, step, x, options.augment)
                     at = torch.tensor(members, device=device)
@@ -407,9 +454,9 @@ def _train_chunk(rows: Sequence[_Row], stop_now: threading.Event | None = None) 
     if (device.type == "cuda" and graphed.enabled() and tau_min == tau_max and sizes is None and options.augment is None
             and not terms and not estimators and kernel_kind(fed.model.module) in graphed.KINDS):  # see graphed
         key = (id(kernel), K, d, tau_max, b, lr, options, dtype, device,
-               tuple((job.federation.x_train.data_ptr(), job.federation.y_train.data_ptr(),
-                      tuple(job.federation.x_train.shape), lo, hi) for job, lo, hi in segments))
-        keep = (kernel, *((job.federation.x_train, job.federation.y_train) for job, _, _ in segments))
+               tuple((x_train.data_ptr(), y_train.data_ptr(), tuple(x_train.shape), lo, hi)
+                     for (x_train, y_train), (_, lo, hi) in zip(sources, segments)))
+        keep = (kernel, *sources)
         theta_end = graphed.GRAPHS.run(key, keep, run_steps, theta0, index, say=say_once)
     if theta_end is None:
         theta_end = theta0.clone()
@@ -528,6 +575,7 @@ class SeedStack:
         self.errors: dict[int, BaseException] = {}
         self.cond = threading.Condition()
         self.stopping = threading.Event()
+        self.same_data = SameData() if SHARE_SAME_DATA else None
 
     def member(self, algorithm: Algorithm, federation: Federation, states: list[tuple[State, ...]]) -> StackedMember:
         return StackedMember(self, algorithm, federation, states)
@@ -558,7 +606,7 @@ class SeedStack:
     def _run(self) -> None:  # holding the lock; the waiting runs are woken when it is done
         jobs, self.pending = self.pending, []
         try:
-            train_jobs(jobs, stack_size=self.stack_size, stop_now=self.stopping)
+            train_jobs(jobs, stack_size=self.stack_size, stop_now=self.stopping, same_data=self.same_data)
         except BaseException as exc:  # every run of this round raises it
             self.errors[self.generation] = exc
         self.generation += 1
