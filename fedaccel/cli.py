@@ -492,13 +492,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         experiment = load_experiment(args.file, args.set)
     if args.out:
         experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
+    ray = ray_options(args)
     if args.from_packed:
         from fedaccel.grids.carry import restore_finished
+        from fedaccel.grids.experiment import check_run_options
 
+        check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
         print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
     result = run_experiment(experiment, progress=False if args.no_progress else None,
                             workers=args.workers, stack_seeds=args.stack_seeds,
-                            stack_arms=args.stack_arms, ray=ray_options(args))
+                            stack_arms=args.stack_arms, ray=ray)
     print()
     print(result.table)
     print()

@@ -84,10 +84,57 @@ def test_a_run_cut_short_is_not_carried_and_a_folder_there_is_kept(grid, tmp_pat
     out = tmp_path / "out"
     shutil.copytree(ran / records[1]["cell"], out / records[1]["cell"])  # already there: newer than any file
     done = restore_finished(_experiment(file, out), packed)
-    assert (done.written, done.kept, done.unfinished) == (2, 1, 1)
+    assert (done.written, done.kept, done.stale, done.unfinished) == (2, 1, 0, 1)
     assert not (out / records[0]["cell"]).exists()
     assert "restored_from" not in json.loads((out / records[1]["cell"] / "summary.json").read_text())
     assert "restored_from" in json.loads((out / records[2]["cell"] / "summary.json").read_text())
+
+
+def test_an_unfinished_folder_there_is_kept_and_said_and_a_cut_restore_is_cleared(grid, tmp_path: Path) -> None:
+    file, ran = grid
+    packed = tmp_path / "p.jsonl.xz"
+    pack_finished(ran, packed)
+    cell = _records(packed)[0]["cell"]
+    out = tmp_path / "out"
+    shutil.copytree(ran / cell, out / cell)
+    (out / cell / "summary.json").unlink()  # started here, not finished here
+    (out / ".restoring-x1" / cell).mkdir(parents=True)  # a restore cut short
+    done = restore_finished(_experiment(file, out), packed)
+    assert (done.written, done.kept, done.stale) == (3, 1, 1)
+    assert "delete those folders" in done.line(packed)
+    assert not list(out.glob(".restoring-*"))
+
+
+def test_a_summary_in_the_file_finishes_a_run_only_as_pack_writes_a_divergence(grid, tmp_path: Path) -> None:
+    """A crafted summary ({} or diverged at a round past the budget) does not pass a run cut short for finished;
+    a divergence as pack records it does, and every summary written names the file."""
+    file, ran = grid
+    packed = tmp_path / "p.jsonl.xz"
+    pack_finished(ran, packed)
+    records = _records(packed)
+    for record, summary in zip(records, [{}, {"diverged": True, "diverged_round": 99},
+                                         {"diverged": "yes", "diverged_round": 1},
+                                         {"finished": False, "rounds": 3, "diverged": True, "diverged_round": 2}]):
+        record["metrics"] = record["metrics"][:3]  # rounds 0-2 of 3
+        record["summary"] = summary
+    _write_records(packed, records)
+    out = tmp_path / "out"
+    done = restore_finished(_experiment(file, out), packed)
+    assert (done.written, done.unfinished) == (1, 3)
+    summary = json.loads((out / records[3]["cell"] / "summary.json").read_text())
+    assert summary == {"finished": False, "rounds": 3, "diverged": True, "diverged_round": 2,
+                       "restored_from": packed.name}
+
+
+def test_a_config_that_differs_is_named_by_its_first_key(grid, tmp_path: Path) -> None:
+    file, ran = grid
+    packed = tmp_path / "p.jsonl.xz"
+    pack_finished(ran, packed)
+    records = _records(packed)
+    records[2]["config"]["train"]["lr"] = 0.5
+    _write_records(packed, records)
+    with pytest.raises(UserError, match=r"another config than carried's \(train\.lr: 0\.5 in the file, 0\.01 here\)"):
+        restore_finished(_experiment(file, tmp_path / "out"), packed)
 
 
 def test_pack_refuses_a_folder_with_nothing_finished_and_a_name_not_packed(tmp_path: Path) -> None:

@@ -111,6 +111,11 @@ def test_in_a_log_the_workers_cells_say_their_rounds_every_half_minute(tmp_path:
     report.poll()
     said = [line for line in stream.getvalue().splitlines() if "running, at round" in line]
     assert len(said) == 1 and said[0].startswith("[grid] 2 cells running, at round 41-44 of 500 (1/3 cells done, "), said
+    report.forget([(2, "c2")])  # stopped by a stop request: not running, not done
+    report._polled = 0.0
+    report.poll()
+    said = [line for line in stream.getvalue().splitlines() if "running, at round" in line]
+    assert said[-1].startswith("[grid] 1 cell running, at round 41 of 500 (1/3 cells done, "), said
 
 
 def test_last_round_skips_a_half_written_line(tmp_path: Path) -> None:

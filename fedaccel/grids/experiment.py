@@ -390,6 +390,16 @@ def is_run_folder(path: Path) -> bool:
             and ((path / METRICS).is_file() or (path / LOCK_FILE).is_file()))
 
 
+def check_run_options(workers: int, stack_seeds: bool, stack_arms: bool, ray: RayOptions | None) -> None:
+    """How a grid is asked to run, refused in one line where the options do not go together."""
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    if (stack_seeds or stack_arms) and ray is not None:
+        flag = "--stack-arms" if stack_arms else "--stack-seeds"
+        raise ConfigError(f"{flag} trains a cell's seeds together in one process; use it without --ray (-j N runs "
+                          "N stacked groups at once)")
+
+
 def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1,
                    stack_seeds: bool = False, stack_arms: bool = False, ray: RayOptions | None = None,
                    report: GridProgress | None = None) -> ExperimentResult:
@@ -430,13 +440,8 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
             skipped.append((k, name))
         else:
             todo.append((k, name, config, run_dir))
-    if workers < 1:
-        raise ConfigError(f"workers must be at least 1, got {workers}")
+    check_run_options(workers, stack_seeds, stack_arms, ray)
     stack_seeds = stack_seeds or stack_arms
-    if stack_seeds and ray is not None:
-        flag = "--stack-arms" if stack_arms else "--stack-seeds"
-        raise ConfigError(f"{flag} trains a cell's seeds together in one process; use it without --ray (-j N runs "
-                          "N stacked groups at once)")
     stacked_keys = ("run.seed", "algorithm") if stack_arms else ("run.seed",)
     own_report = report is None
     requests = stop_requests()

@@ -74,12 +74,13 @@ def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, 
                     stopping = True
                     handles.stop()
                 for future in [f for f in pending if stopping and f.cancelled()]:
-                    del pending[future]  # dropped from the queue: wait() never counts a cancelled future as done
+                    report.forget(pending.pop(future))  # dropped from the queue: wait() never counts it as done
                 finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in finished:
                     cells = pending.pop(future)
                     if future.cancelled() or (stopping and future.exception() is not None):
-                        continue  # stopped (Interrupted), or killed before its first round: resumed next time
+                        report.forget(cells)  # stopped (Interrupted), or killed before its first round: resumed next time
+                        continue
                     if future.exception() is not None:  # a failed cell stops the experiment with its own error
                         raise future.exception()  # type: ignore[misc]
                     report.end_together(cells)

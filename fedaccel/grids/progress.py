@@ -116,6 +116,15 @@ class GridProgress:
         if self.bars:
             self._bar_overall().update(len(cells))
 
+    def forget(self, cells: list[tuple[int, str]]) -> None:
+        """Cells that stopped without finishing (a grid asked to stop): no longer followed, not counted as done."""
+        for k, _ in cells:
+            self._queued.pop(k, None)
+            self._followed.pop(k, None)
+            _, _, line = self._running.pop(k, (None, None, None))
+            if line is not None:
+                line.close()
+
     def poll(self) -> None:
         """Start the queued cells whose worker took their folder, redraw the running cells' lines
         (at most every half second)."""

@@ -133,7 +133,8 @@ def run_cells_on_ray(
                         info = ray.get(ref)
                     except ray.exceptions.RayError as exc:
                         if stopping:
-                            continue  # stopped; the next run resumes it
+                            report.forget([(k, name)])  # stopped; the next run resumes it
+                            continue
                         raise _cell_error(exc, name) from None
                     ended.append(info)
                     report.end(k, name)
