@@ -8,6 +8,8 @@
 # 1. Unpacks STRETCH_IN (default .data/stretch/<name>.tar.xz: carry it there), if it exists, into FOLDER (default
 #    runs/reproduce/<paper>-<scale>/<name>, the folder `fedaccel reproduce <paper> --scale <scale>` reads) when that
 #    folder is empty or absent; a folder already there is newer than any archive and is kept.
+#    The finished cells committed beside the experiment file (CARRIED, default carried/<name>.jsonl.xz there, written
+#    by `fedaccel pack`) are written into it too, those whose folder is not there (`fedaccel experiment --from`).
 # 2. Runs `fedaccel experiment $EXPERIMENT` into it, stacked (STACK: --stack-arms where torch sees a GPU, else
 #    --stack-seeds, which holds one cell's seeds in memory at a time): finished cells are skipped, the others resume
 #    from their checkpoints. After LIMIT seconds it asks the grid to stop (SIGINT: every run finishes its round,
@@ -23,6 +25,7 @@ scale=$(basename "$(dirname "$EXPERIMENT")")
 paper=$(basename "$(dirname "$(dirname "$EXPERIMENT")")")
 folder=${FOLDER:-runs/reproduce/$paper-$scale/$name}
 archive_in=${STRETCH_IN:-.data/stretch/$name.tar.xz}
+carried=${CARRIED:-$(dirname "$EXPERIMENT")/carried/$name.jsonl.xz}
 OUT=${OUT:-/tmp/stretch}
 FEDACCEL=${FEDACCEL:-fedaccel}
 mkdir -p "$OUT" "$folder"
@@ -36,10 +39,12 @@ if [ -z "${STACK:-}" ]; then
   STACK=--stack-seeds
   if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then STACK=--stack-arms; fi
 fi
+from=()
+if [ -f "$carried" ]; then from=(--from "$carried"); fi
 started=$SECONDS
 set +e
 # SIGINT once, then wait: the grid stops at the end of its round (a second SIGINT would drop that round)
-timeout --foreground -s INT -k 600 "$LIMIT" $FEDACCEL experiment "$EXPERIMENT" "$STACK" --out "$folder"
+timeout --foreground -s INT -k 600 "$LIMIT" $FEDACCEL experiment "$EXPERIMENT" "$STACK" --out "$folder" "${from[@]}"
 status=$?
 set -e
 tar -cJf "$OUT/$name.tar.xz" --exclude=.lock -C "$folder" .
