@@ -444,3 +444,21 @@ def test_a_paper_scale_report_names_the_verdicts_that_differ_from_the_quick_scal
                          "| 2 | moved | rounds to 0.935 | inconclusive | **disagrees** |"]
     assert against_quick(judged[:1], quick)[-1].endswith("none has another verdict here.")
     assert against_quick(judged, tmp_path / "absent.json")[-1].startswith("0 rows were judged at both scales")
+
+
+CARRIED = sorted(EXPERIMENTS.rglob("carried/*.jsonl.xz"))
+
+
+@pytest.mark.parametrize("packed", CARRIED, ids=["/".join(p.parts[-4:]) for p in CARRIED])
+def test_committed_carried_cells_are_finished_cells_of_their_grid(packed: Path) -> None:
+    """A grid's finished cells committed beside its experiment file (``fedaccel pack``, for the next session to go on
+    from with ``experiment --from``): each is a cell of that grid, with its config, finished."""
+    from fedaccel.grids.carry import config_difference, finished_summary
+    from fedaccel.reproductions.snapshot import read_packed
+
+    experiment = load_experiment(packed.parents[1] / packed.name.replace(".jsonl.xz", ".yaml"))
+    cells = dict(experiment.cells)
+    for run in read_packed(packed, Path("unpacked")):
+        config = cells[run.path.name]
+        assert config_difference(run.config, config) is None, run.path.name
+        assert finished_summary(run, config.train.rounds, packed.name) is not None, run.path.name

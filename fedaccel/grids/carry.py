@@ -98,7 +98,7 @@ def restore_finished(experiment: Experiment, packed: Path) -> Restored:
     written = kept = stale = unfinished = 0
     for run in runs:
         rounds = cells[run.path.name].train.rounds
-        summary = _summary(run, rounds, packed.name)
+        summary = finished_summary(run, rounds, packed.name)
         if summary is None:
             unfinished += 1
         elif os.path.lexists(run.path):
@@ -147,7 +147,7 @@ def _at(config: dict, key: str) -> Any:
     return config
 
 
-def _summary(run: Run, rounds: int, source: str) -> dict[str, Any] | None:
+def finished_summary(run: Run, rounds: int, source: str) -> dict[str, Any] | None:
     """The ``summary.json`` of a run the file holds finished: its last row at ``rounds``, or diverged as
     :func:`~fedaccel.reproductions.snapshot.pack` records it; None for a run cut short."""
     said = run.summary if isinstance(run.summary, dict) else {}
