@@ -138,23 +138,32 @@ def test_ties_break_the_same_way(alpha: float | None, dtype: torch.dtype) -> Non
 def test_cpu_row_blocks_give_the_same_results(
     alpha: float | None, budget: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Long rows are handled a cache-sized block of clients at a time on the CPU (one client: GraB's row path)."""
+    """Long rows are handled a cache-sized block of clients at a time on the CPU."""
     monkeypatch.setattr(batched_module, "CPU_BLOCK_BYTES", budget)
-    rows_seen: list[int] = []
-    observe_row = BatchedBalancing._observe_row
-
-    def counted(self: BatchedBalancing, i: int, *rest: Any) -> None:
-        rows_seen.append(i)
-        observe_row(self, i, *rest)
-
-    monkeypatch.setattr(BatchedBalancing, "_observe_row", counted)
     part = grab_selection() if alpha is None else bherd_selection(alpha=alpha)
     for dtype in DTYPES:
         z = random_directions(TAUS, 41, dtype, seed=3)
         batched, single = both_forms(part, TAUS, z)
         for b, s in zip(batched, single, strict=True):
             assert_same(b, s)
-    assert (len(rows_seen) == 2 * len(TAUS) * max(TAUS)) == (alpha is None and budget == 1)
+
+
+@pytest.mark.parametrize("ties", ["strict", "keep"])
+def test_grab_on_long_cpu_rows_runs_the_per_client_code_row_by_row(ties: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From PER_CLIENT_DIM parameters on, on the CPU, batched GraB is one per-client estimator a row, fed step by
+    step: its results are the per-client form's, inactive rows (past their tau_i) fed nothing."""
+    import fedaccel.algorithms.grab as grab
+
+    monkeypatch.setattr(grab, "PER_CLIENT_DIM", 41)
+    part = grab_selection(ties=ties)
+    assert part.batched_estimator is not None
+    assert part.batched_estimator([], 41, torch.float32, "cpu")._clients is not None  # type: ignore[attr-defined]
+    assert part.batched_estimator([], 40, torch.float32, "cpu")._clients is None  # type: ignore[attr-defined]
+    for dtype in DTYPES:
+        z = random_directions(TAUS, 41, dtype, seed=5)
+        batched, single = both_forms(part, TAUS, z)
+        for b, s in zip(batched, single, strict=True):
+            assert_same(b, s)
 
 
 @pytest.mark.parametrize("alpha", [0.5, None])  # None: GraB
