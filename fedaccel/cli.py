@@ -494,7 +494,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
     ray = ray_options(args)
     if args.from_packed:
-        from fedaccel.grids.carry import restore_finished
+        from fedaccel.reproductions.carry import restore_finished
         from fedaccel.grids.experiment import check_run_options
 
         check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
@@ -511,7 +511,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from fedaccel.grids.carry import pack_finished
+    from fedaccel.reproductions.carry import pack_finished
 
     count = pack_finished(Path(args.folder), Path(args.out))
     print(f"{args.out}: {count} finished cell(s) of {args.folder}; `fedaccel experiment FILE --from {args.out}` "

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from fedaccel.cli import main
 from fedaccel.errors import UserError
-from fedaccel.grids.carry import pack_finished, restore_finished
+from fedaccel.reproductions.carry import pack_finished, restore_finished
 from fedaccel.grids.experiment import load_experiment, run_experiment
 
 GRID = """\

@@ -71,7 +71,7 @@ def test_a_grid_run_in_stretches_from_a_carried_archive_resumes_and_ends_whole(t
     status, kept = _stretch(tmp_path, experiment, 60)  # a folder already there is newer than the archive: kept
     assert status == 0 and "is not empty: it is kept" in kept and "4 cells done" in kept
 
-    from fedaccel.grids.carry import pack_finished  # the finished cells committed beside the experiment file
+    from fedaccel.reproductions.carry import pack_finished  # the finished cells committed beside the experiment file
 
     pack_finished(tmp_path / "grid", experiment.parent / "carried" / "long.jsonl.xz")
     shutil.rmtree(tmp_path / "grid")

@@ -453,7 +453,7 @@ CARRIED = sorted(EXPERIMENTS.rglob("carried/*.jsonl.xz"))
 def test_committed_carried_cells_are_finished_cells_of_their_grid(packed: Path) -> None:
     """A grid's finished cells committed beside its experiment file (``fedaccel pack``, for the next session to go on
     from with ``experiment --from``): each is a cell of that grid, with its config, finished."""
-    from fedaccel.grids.carry import config_difference, finished_summary
+    from fedaccel.reproductions.carry import config_difference, finished_summary
     from fedaccel.reproductions.snapshot import read_packed
 
     experiment = load_experiment(packed.parents[1] / packed.name.replace(".jsonl.xz", ".yaml"))
