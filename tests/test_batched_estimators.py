@@ -164,6 +164,12 @@ def test_grab_on_long_cpu_rows_runs_the_per_client_code_row_by_row(ties: str, mo
         batched, single = both_forms(part, TAUS, z)
         for b, s in zip(batched, single, strict=True):
             assert_same(b, s)
+    short = part.batched_estimator(contexts(TAUS), 41, torch.float32, "cpu")  # a row given one step too few
+    z = random_directions(TAUS, 41, torch.float32, seed=6)
+    for step in range(max(TAUS) - 1):
+        short.observe(step, z[:, step], step < torch.tensor(TAUS))
+    with pytest.raises(RuntimeError, match="local steps"):
+        short.finish(z.sum(dim=1))
 
 
 @pytest.mark.parametrize("alpha", [0.5, None])  # None: GraB

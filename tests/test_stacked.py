@@ -525,7 +525,8 @@ def test_stacked_seeds_of_one_dataset_gather_from_one_copy_with_each_seeds_numbe
 
 
 @settings(max_examples=60, deadline=None)
-@given(events=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["look", "same", "other", "in place", "labels"])),
+@given(events=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["look", "same", "other", "in place", "labels",
+                                                                     "minus zero"])),
                        min_size=1, max_size=25))
 def test_same_data_gives_a_copy_equal_to_each_runs_data_as_it_is_now(events: list[tuple[int, str]]) -> None:
     """SameData.source, whatever happened to a run's data since it last looked (replaced by an equal tensor or a
@@ -548,6 +549,9 @@ def test_same_data_gives_a_copy_equal_to_each_runs_data_as_it_is_now(events: lis
             fed.x_train.mul_(2.0)
         elif event == "labels":
             fed.y_train[run] += 1
+        elif event == "minus zero":  # equal to 0.0, not the same bits
+            fed.x_train = base.clone()
+            fed.x_train[0, 0] = -0.0
         for each in runs:  # every run looks after each event, as every round's chunks do
             x, y = same.source(each)
-            assert torch.equal(x, each.x_train) and torch.equal(y, each.y_train)
+            assert torch.equal(x.view(torch.int32), each.x_train.view(torch.int32)) and torch.equal(y, each.y_train)

@@ -155,6 +155,7 @@ class BatchedBalancing:
         self._clients: list[BalancingEstimator] | None = None
         if torch.device(device).type == "cpu" and dim >= PER_CLIENT_DIM:
             self._clients = [BalancingEstimator(tau, dim, lr, keep_ties) for tau, lr in zip(steps, self.lrs)]
+            self._fed = [0] * len(steps)  # steps each row was given, checked at finish as the batched form checks
             return
         n = len(self.steps)
         self._workspace = workspace or Workspace()
@@ -172,6 +173,7 @@ class BatchedBalancing:
         if self._clients is not None:
             for i in active.nonzero().flatten().tolist():
                 self._clients[i].observe(step, directions[i])
+                self._fed[i] += 1
             return
         # Every (K, d) result goes to a preallocated buffer (fresh large tensors cost page faults on the CPU),
         # a block of rows at a time (on the CPU, blocks that stay in cache; one block on an accelerator).
@@ -193,6 +195,8 @@ class BatchedBalancing:
     def finish(self, updates: Tensor) -> list[tuple[Tensor, dict[str, Tensor], dict[str, Any]]]:
         """Per client (eta g_i, {"alpha": [alpha_i]}, diagnostics), as :class:`BalancingEstimator`."""
         if self._clients is not None:
+            if self._fed != self.steps:
+                raise RuntimeError(f"batched GraB saw {self._fed} local steps, expected {self.steps}")
             return [client.finish(updates[i]) for i, client in enumerate(self._clients)]
         seen = self._seen.tolist()
         if seen != self.steps:

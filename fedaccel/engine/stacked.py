@@ -294,9 +294,10 @@ class SameData:
 
     Every seed of a grid cell loads its dataset on its own, so S seeds hold S equal copies, and a chunk's step
     gathered from each (S times the memory its rows are read from, one gather per run). :meth:`source` gives
-    a federation's training data, or an equal copy seen before (checked element by element once, with
-    ``torch.equal``); the copy it gives is read, never written, so the numbers are the same. A tensor replaced or
-    changed in place (its version counter moves) is looked at again."""
+    a federation's training data, or a copy seen before that holds the same bits (compared once); the copy it gives
+    is read, never written, so the numbers are the same. A tensor replaced, or changed in place by a torch
+    operation (its version counter moves), is looked at again; a change that torch does not count (through
+    ``.data`` or a numpy view) is not seen: change a run's training data with ``Federation.set_training_data``."""
 
     def __init__(self) -> None:
         self._copies: list[Data] = []
@@ -320,10 +321,14 @@ def _versions(own: Data, copy: Data) -> tuple[int, ...]:
     return own[0]._version, own[1]._version, copy[0]._version, copy[1]._version
 
 
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # element size -> the integers a float's bits are read as
+
+
 def _equal(a: Data, b: Data) -> bool:
-    """Whether two (inputs, labels) pairs hold the same values (the same tensors, or equal ones)."""
-    return all(p is q or (p.shape == q.shape and p.dtype == q.dtype and p.device == q.device and torch.equal(p, q))
-               for p, q in zip(a, b))
+    """Whether two (inputs, labels) pairs hold the same bits (the same tensors, or copies: -0.0 is not 0.0 here)."""
+    return all(p is q or (p.shape == q.shape and p.dtype == q.dtype and p.device == q.device and torch.equal(
+        *((t.view(_BITS[t.element_size()]) for t in (p, q)) if p.is_floating_point() and p.element_size() in _BITS
+          else (p, q)))) for p, q in zip(a, b))
 
 
 def _segments(rows: Sequence[_Row]) -> list[tuple[Job, int, int]]:
