@@ -89,7 +89,7 @@ def restore_finished(experiment: Experiment, packed: Path) -> Restored:
         if (difference := config_difference(run.config, cells[name])) is not None:
             raise UserError(f"{packed}: cell {shown(name)} ran with another config than {experiment.name}'s "
                             f"({difference}); nothing written")
-    if out.is_dir():  # what a restore cut short left (never a cell: cells are renamed into place whole)
+    if out.is_dir() and not out.is_symlink():  # what a restore cut short left (a cell is renamed into place whole)
         for left in out.glob(RESTORING + "*"):
             if left.is_dir() and not left.is_symlink():
                 shutil.rmtree(left)
