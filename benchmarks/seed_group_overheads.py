@@ -1,4 +1,4 @@
-"""What a stacked seed group pays besides its local steps, before and after two savings, measured in one run.
+"""What a stacked seed group pays besides its local steps, before and after its savings, measured in one run.
 
 Every seed of ``fedaccel experiment --stack-seeds`` loads its dataset, and BHerd's paper grids evaluate every round
 on the full test set and 5,000 training samples (``eval.train_samples``). Timed here, alternated, ``--repeats``
@@ -9,7 +9,9 @@ times (medians), on the embedded Fashion-MNIST:
 - **evaluate**: ``Federation.evaluate`` of the paper's squared-SVM, as it is (the training sample gathered once, when
   the federation is built) and as it was (the 5,000 samples gathered again every evaluation, then evaluated);
 - **a group's rounds**: svm_case2's first group (FedAvg, 10 seeds stacked, T = ``--rounds``), its batches gathered
-  from one copy of the seeds' equal training sets (``fedaccel.engine.stacked.SameData``) and from each seed's own.
+  from one copy of the seeds' equal training sets (``fedaccel.engine.stacked.SameData``) and from each seed's own;
+  then, from one copy, its metrics and diagnostics rows fsynced as written (as before) and only before each
+  checkpoint (``fedaccel.runs.loop._sync``: a resume drops the rows past its checkpoint anyway).
 
     python benchmarks/seed_group_overheads.py [--repeats 7] [--rounds 10] [--smoke]
 
@@ -78,28 +80,33 @@ def main() -> None:
 
 
 def group_rounds(repeats: int, rounds: int, smoke: bool) -> None:
-    """svm_case2's first stacked group for ``rounds`` rounds, gathering from one copy and from each seed's own."""
+    """svm_case2's first stacked group for ``rounds`` rounds: batches gathered from each seed's own copy and from one
+    (rows fsynced as written), then from one copy with the rows fsynced only before each checkpoint."""
     import sys
     import tempfile
     from pathlib import Path
 
     import fedaccel.engine.stacked as stacked
+    import fedaccel.runs.loop as loop
 
     sys.path.insert(0, str(Path(__file__).parent))
     from paper_estimate import PAPER, timed_group
 
     more = ("data.subset=2000",) if smoke else ()
-    times: dict[bool, list[float]] = {True: [], False: []}
+    settings = {"own copies": (False, True), "one copy": (True, True), "rows synced at checkpoints": (True, False)}
+    times: dict[str, list[float]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory() as scratch:
         for n in range(repeats):
-            for share in (False, True):
-                stacked.SHARE_SAME_DATA = share
-                out = Path(scratch) / f"{share}-{n}"
-                times[share].append(timed_group(PAPER / "svm_case2.yaml", 0, rounds, "cpu", 2 if smoke else None,
-                                                out, more=more))
-    one, own = statistics.median(times[True]), statistics.median(times[False])
-    print(f"svm_case2 group, {rounds} rounds: own copies {own:.2f} s, one copy {one:.2f} s; ratio one/own: {one / own:.2f}")
-
+            for name, (share, sync_every_row) in settings.items():
+                stacked.SHARE_SAME_DATA, loop.SYNC_EVERY_ROW = share, sync_every_row
+                out = Path(scratch) / f"{len(times[name])}-{n}-{share}-{sync_every_row}"
+                times[name].append(timed_group(PAPER / "svm_case2.yaml", 0, rounds, "cpu", 2 if smoke else None,
+                                               out, more=more))
+    own, one, synced = (statistics.median(times[name]) for name in settings)
+    print(f"svm_case2 group, {rounds} rounds, each row fsynced: own copies {own:.2f} s, one copy {one:.2f} s; "
+          f"ratio one/own: {one / own:.2f}")
+    print(f"svm_case2 group, {rounds} rounds, one copy: each row fsynced {one:.2f} s, rows fsynced before each "
+          f"checkpoint {synced:.2f} s; ratio: {synced / one:.2f}")
 
 if __name__ == "__main__":
     main()

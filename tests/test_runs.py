@@ -280,6 +280,38 @@ def test_kill_9_then_resume_gives_the_same_final_numbers(tmp_path: Path) -> None
     assert metrics_of(killed) == metrics_of(reference)
 
 
+def test_every_checkpoint_comes_after_its_rounds_rows_are_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are fsynced before each checkpoint, not each as written: at every checkpoint save, the metrics and
+    diagnostics files were last fsynced holding every row up to the checkpoint's round (a resume drops the rows
+    past it, so a crash loses only rounds it re-runs)."""
+    import fedaccel.runs.loop as loop
+
+    synced: dict[str, str] = {}
+    real_fsync, real_save = os.fsync, loop.save_checkpoint
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        file = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if file.suffix == ".jsonl":
+            synced[file.name] = file.read_text()
+
+    saved: list[int] = []
+
+    def save_checkpoint(path, state, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = [json.loads(line)["round"] for line in synced.get("metrics.jsonl", "").splitlines()]
+        diag = [json.loads(line)["round"] for line in synced.get("diagnostics.jsonl", "").splitlines()]
+        assert rows and rows[-1] == state.round, (rows, state.round)
+        assert diag == list(range(1, state.round + 1)), (diag, state.round)
+        saved.append(state.round)
+        return real_save(path, state, *args, **kwargs)
+
+    monkeypatch.setattr(loop.os, "fsync", fsync)
+    monkeypatch.setattr(loop, "save_checkpoint", save_checkpoint)
+    run(load_config(None, [*SMALL, "train.rounds=5", "run.checkpoint_every=2", "algorithm=bherd"]), tmp_path / "r")
+    assert saved == [2, 4, 5]
+    assert [r["round"] for r in metrics_of(tmp_path / "r")] == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_resume_refuses_rows_lost_before_its_checkpoint_before_training_a_round(tmp_path: Path) -> None:
     """A new user cut rows out of the middle of metrics.jsonl: --resume trained every round left, then the folder's
     readers refused it for good. Now the gap is refused in one line first, and nothing in the folder changes; the

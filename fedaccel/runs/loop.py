@@ -19,7 +19,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -176,11 +177,15 @@ def run_loop(
                 wall += time.perf_counter() - started
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
+                    if SYNC_EVERY_ROW:
+                        _sync(diag_file)
                     events.diagnostics(diag_row)
                 cause = None if diverged else non_finite_model(state)
                 if state.round % config.eval.every == 0 or state.round == rounds or cause:
                     last = _metrics(setup, state, report, wall)
                     _write(metrics_file, last)  # a diverging round's row is kept even off the eval rhythm
+                    if SYNC_EVERY_ROW:
+                        _sync(metrics_file)
                     events.metrics(last)
                     if on_eval:
                         on_eval(state, last)
@@ -190,12 +195,14 @@ def run_loop(
                     diverged = (state.round, cause)
                     message = divergence_message(config, state.round, cause, report, path, checkpointed)
                     if config.run.on_divergence == "stop":  # no checkpoint of this round: the last finite one stays
+                        _sync(metrics_file, diag_file)
                         write_summary(path, rounds, last, finished=False, diverged=state.round, ran_on=ran_on,
                                       parts=parts)
                         raise Diverged(message)
                     _say(f"warning: {message}")
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
+                    _sync(metrics_file, diag_file)
                     save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict(), parts)
                     checkpointed = state.round
                 bar.update(1)
@@ -371,11 +378,29 @@ def sample_epsilon_columns(setup: Setup, state: FLState) -> dict[str, Any]:
 
 
 def _write(file: Any, row: dict[str, Any]) -> None:
-    try:
+    """Append ``row`` and flush it (a reader sees it at once; :func:`_sync` makes it durable)."""
+    with _naming(file):
         file.write(json.dumps(row, default=_jsonable) + "\n")
         file.flush()
-        os.fsync(file.fileno())
-    except OSError as exc:  # a write's error names no file (a full disk): the message says which, and its space
+
+
+SYNC_EVERY_ROW = False  # True: fsync each row as written (as before; benchmarks/seed_group_overheads.py times both)
+
+
+def _sync(*files: Any) -> None:
+    """fsync the rows written so far, before a checkpoint claims their rounds: a resumed run drops the rows past
+    its checkpoint's round (and re-runs those rounds), so a crash loses nothing a checkpoint counts on."""
+    for file in files:
+        with _naming(file):
+            os.fsync(file.fileno())
+
+
+@contextmanager
+def _naming(file: Any) -> Iterator[None]:
+    """A write's error names no file (a full disk): give it the file's name (the message says which, and its space)."""
+    try:
+        yield
+    except OSError as exc:
         if exc.filename is None:
             exc.filename = getattr(file, "name", None)
         raise
