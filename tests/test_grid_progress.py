@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fedaccel.grids.experiment import load_experiment, run_experiment
-from fedaccel.grids.progress import GridProgress, last_round
+from fedaccel.grids.progress import GridProgress, last_round, rounds_left
 
 
 def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Path, capsys) -> None:
@@ -55,6 +55,37 @@ def test_a_stacked_group_ends_together_and_promises_no_time_for_its_own_cells(tm
     assert all("(3/6 cells done, " in line for line in done[:3]), done
     assert all("(6/6 cells done, " in line and line.endswith(", about 0 s left)") for line in done[3:]), done
     assert len({re.search(r"about (.+) left", line)[1] for line in done[:3]}) == 1  # one estimate for the group
+
+
+def rows_to(folder: Path, first: int, last: int) -> Path:
+    """A cell folder whose metrics hold rounds ``first``..``last``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "metrics.jsonl", "a") as file:
+        file.writelines(json.dumps({"round": r, "test_acc": 0.5}) + "\n" for r in range(first, last + 1))
+    return folder
+
+
+def test_the_time_left_is_the_rounds_left_at_the_pace_of_the_rounds_run_here(tmp_path: Path) -> None:
+    """svm_case2, resumed with 20 of its 100 cells to run at round ~350 of 500, said "20/100 cells to run done,
+    12.8 min, about 51 min left" once those 20 ended, and took 83 more: cells that ended quickly because they
+    resumed half-way set the pace of all. Now the rounds do: the rounds left over the rounds run here so far, a
+    resumed cell counted from the round it resumed at, a running cell by the rows in its folder."""
+    resumed, fresh = rows_to(tmp_path / "resumed", 0, 300), tmp_path / "fresh"
+    progress = GridProgress(2, bars=False, stream=io.StringIO(), rounds=rounds_left([(resumed, 500), (fresh, 500)]))
+    assert progress.rounds == 200 + 500
+    progress.experiment("g", 2)
+    progress.start(1, "resumed", resumed, 500)
+    assert "left" not in progress._tally()  # no round run here yet: no pace
+    rows_to(resumed, 301, 400)
+    progress.began = time.perf_counter() - 60  # 100 rounds in a minute; 600 left
+    assert progress._tally().endswith("about 6.0 min left")
+    rows_to(resumed, 401, 500)
+    progress.end(1, "resumed")
+    progress.start(2, "fresh", rows_to(fresh, 0, 0), 500)
+    progress.began = time.perf_counter() - 200  # 200 rounds (the resumed cell's) in 200 s; 500 left
+    assert progress._tally() == "1/2 cells done, 3.3 min, about 8.3 min left"
+    rows_to(fresh, 1, 300)
+    assert progress._tally() == "1/2 cells done, 3.3 min, about 80 s left"  # 500 rounds in 200 s; 200 left
 
 
 def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:

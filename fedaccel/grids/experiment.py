@@ -416,7 +416,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     rows a step; every run's data in memory at once).
     ``report`` shows where the grid is (default: a `fedaccel.grids.progress.GridProgress` over this grid).
     """
-    from fedaccel.grids.progress import GridProgress
+    from fedaccel.grids.progress import GridProgress, rounds_left
     from fedaccel.report.completeness import gaps_line, grid_gaps
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.identity import check_distinct
@@ -445,7 +445,8 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     stacked_keys = ("run.seed", "algorithm") if stack_arms else ("run.seed",)
     own_report = report is None
     requests = stop_requests()
-    report = report or GridProgress(len(todo), bars=False if progress is False else None)
+    report = report or GridProgress(len(todo), bars=False if progress is False else None,
+                                    rounds=rounds_left([(run_dir, config.train.rounds) for _, _, config, run_dir in todo]))
     report.experiment(experiment.name, len(experiment.cells))
     report.name_cells(experiment.cells)
     for k, name in skipped:

@@ -4,7 +4,8 @@ At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the
 (tqdm's ETA, from the cells done so far) and one line per running cell with its rounds, read
 from the cell's ``metrics.jsonl`` (so it works for ``-j`` workers and Ray tasks alike). Anywhere
 else (CI logs, a pipe) it prints plain lines instead: one when a cell starts and one when it
-ends, with the cells done, the time spent and the time left, and every half minute the rounds: a cell run in
+ends, with the cells done, the time spent and the time left (the rounds left at the rounds' pace so far, where the
+caller gives the rounds), and every half minute the rounds: a cell run in
 this process says its own (:mod:`fedaccel.runs.progress`), and the cells of ``-j`` workers and Ray tasks are
 read from their folders into one line (``20 cells running, at round 441-448 of 500``) — never a bar.
 
@@ -30,10 +31,17 @@ from fedaccel.runs.rows import parse_json
 class GridProgress:
     """Progress over ``cells`` cells to run (finished ones are only mentioned, not counted)."""
 
-    def __init__(self, cells: int, *, bars: bool | None = None, stream: IO[str] | None = None) -> None:
+    def __init__(self, cells: int, *, bars: bool | None = None, stream: IO[str] | None = None,
+                 rounds: int | None = None) -> None:
+        """``rounds``: the rounds the cells to run have left (:func:`rounds_left`); the time left is then the
+        rounds left at the rounds' pace so far (a resumed cell counts from where it resumed), not the cells left
+        at the cells' pace (which cells resumed half-way or a grid of cheap and dear methods mislead)."""
         self.stream = stream or sys.stderr
         self.bars = on_terminal(self.stream) if bars is None else bars
         self.cells, self.ended, self.skipped = cells, 0, 0
+        self.rounds = rounds
+        self._rounds_of: dict[int, tuple[Path, int, int]] = {}  # k -> (run folder, round it started at, rounds)
+        self._rounds_ended = 0  # rounds the ended cells ran here
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
         self.began = time.perf_counter()
@@ -78,6 +86,7 @@ class GridProgress:
         """Cell ``k`` starts (``verb``: running or resuming); ``follow``: draw its line from its metrics
         (a cell run in this process draws its own, see :meth:`cell_bar`)."""
         self._queued.pop(k, None)
+        self._rounds_of[k] = (run_dir, last_round(run_dir) or 0, rounds)
         if not self.bars:
             self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: {verb} ({self._tally()})")
             if follow:
@@ -105,6 +114,9 @@ class GridProgress:
             if k in self._queued:  # started and ended between two looks
                 self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
         self.ended += len(cells)
+        for k, _ in cells:
+            if (ran := self._rounds_of.pop(k, None)) is not None:
+                self._rounds_ended += max(0, ran[2] - ran[1])
         for k, cell in cells:
             self._followed.pop(k, None)
             if not self.bars:
@@ -121,6 +133,8 @@ class GridProgress:
         for k, _ in cells:
             self._queued.pop(k, None)
             self._followed.pop(k, None)
+            if (ran := self._rounds_of.pop(k, None)) is not None:  # what it ran counts; what it left is still left
+                self._rounds_ended += max(0, min(ran[2], last_round(ran[0]) or 0) - ran[1])
             _, _, line = self._running.pop(k, (None, None, None))
             if line is not None:
                 line.close()
@@ -194,9 +208,18 @@ class GridProgress:
         elapsed = time.perf_counter() - self.began
         earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
         text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"
-        if self.ended:
+        done = self._rounds_done() if self.rounds is not None else 0
+        if done:
+            text += f", about {_minutes(elapsed / done * max(0, self.rounds - done))} left"  # type: ignore[operator]
+        elif self.ended and self.rounds is None:
             text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
         return text
+
+    def _rounds_done(self) -> int:
+        """Rounds run here so far: the ended cells' and the running cells' (read from their folders)."""
+        running = sum(max(0, min(total, last_round(run_dir) or 0) - first)
+                      for run_dir, first, total in self._rounds_of.values())
+        return self._rounds_ended + running
 
     def _title(self, cell: str) -> str:
         return self.titles.get(cell, cell)
@@ -219,6 +242,11 @@ class GridProgress:
             tqdm.write(text, file=self.stream)
         else:
             print(text, file=self.stream, flush=True)
+
+
+def rounds_left(cells: list[tuple[Path, int]]) -> int:
+    """The rounds ``(run folder, rounds)`` cells have left: each cell's rounds less those its folder already has."""
+    return sum(max(0, rounds - (last_round(run_dir) or 0)) for run_dir, rounds in cells)
 
 
 def last_round(run_dir: Path) -> int | None:

@@ -123,7 +123,7 @@ def reproduce(
     the packed data; returns the report path. ``workers`` and ``ray``
     (:class:`fedaccel.grids.ray_tasks.RayOptions`) as for :func:`run_experiment`."""
     from fedaccel.grids.experiment import load_experiment, run_experiment
-    from fedaccel.grids.progress import GridProgress
+    from fedaccel.grids.progress import GridProgress, rounds_left
     from fedaccel.reproductions.snapshot import SUFFIX, pack
 
     data = _figures_folder(paper, scale, docs) / "data"
@@ -134,8 +134,10 @@ def reproduce(
         experiment = load_experiment(file)
         experiment.out_dir = out_root / f"{paper}-{scale}" / file.stem
         experiments.append((file, experiment))
-    todo = sum(not (e.out_dir / name / "summary.json").is_file() for _, e in experiments for name, _ in e.cells)
-    report = GridProgress(todo, bars=False if progress is False else None)  # one bar over every experiment's cells
+    todo = [(e.out_dir / name, config.train.rounds) for _, e in experiments for name, config in e.cells
+            if not (e.out_dir / name / "summary.json").is_file()]
+    report = GridProgress(len(todo), bars=False if progress is False else None,  # one bar over every experiment's cells
+                          rounds=rounds_left(todo))
     try:
         for index, (file, experiment) in enumerate(experiments, start=1):
             report.place = (index, len(experiments))
