@@ -66,10 +66,10 @@ def rows_to(folder: Path, first: int, last: int) -> Path:
 
 
 def test_the_time_left_is_the_rounds_left_at_the_pace_of_the_rounds_run_here(tmp_path: Path) -> None:
-    """svm_case2, resumed with 20 of its 100 cells to run at round ~350 of 500, said "20/100 cells to run done,
-    12.8 min, about 51 min left" once those 20 ended, and took 83 more: cells that ended quickly because they
-    resumed half-way set the pace of all. Now the rounds do: the rounds left over the rounds run here so far, a
-    resumed cell counted from the round it resumed at, a running cell by the rows in its folder."""
+    """svm_case2, resumed with 100 of its 240 cells to run, 20 of them at round ~350 of 500, said "20/100 cells to
+    run done, 12.8 min, about 51 min left" once those 20 ended: cells that ended quickly because they resumed
+    half-way set the pace of all. Now the rounds do: the rounds left over the rounds run here so far, a resumed
+    cell counted from its last row, a running cell by the rows in its folder."""
     resumed, fresh = rows_to(tmp_path / "resumed", 0, 300), tmp_path / "fresh"
     progress = GridProgress(2, bars=False, stream=io.StringIO(), rounds=rounds_left([(resumed, 500), (fresh, 500)]))
     assert progress.rounds == 200 + 500
@@ -86,6 +86,23 @@ def test_the_time_left_is_the_rounds_left_at_the_pace_of_the_rounds_run_here(tmp
     assert progress._tally() == "1/2 cells done, 3.3 min, about 8.3 min left"
     rows_to(fresh, 1, 300)
     assert progress._tally() == "1/2 cells done, 3.3 min, about 80 s left"  # 500 rounds in 200 s; 200 left
+
+
+def test_a_cell_that_stopped_early_or_ran_between_two_looks_counts_the_rounds_it_ran(tmp_path: Path) -> None:
+    """A cell that diverged at round 5 of 500 ran 5 rounds, not 500 (its 495 others are no longer left); a -j
+    worker's cell that started and ended between two looks counts from its folder's rows when it was queued."""
+    diverged, quick = rows_to(tmp_path / "diverged", 0, 0), tmp_path / "quick"
+    progress = GridProgress(2, bars=False, stream=io.StringIO(), rounds=rounds_left([(diverged, 500), (quick, 500)]))
+    progress.experiment("g", 2)
+    progress.start(1, "diverged", diverged, 500)
+    rows_to(diverged, 1, 5)
+    progress.end(1, "diverged")
+    assert (progress.rounds, progress._rounds_done()) == (505, 5)
+    progress.queue(2, "quick", quick, 500)
+    rows_to(quick, 0, 500)  # ran whole before the next look
+    progress.end(2, "quick")
+    assert (progress.rounds, progress._rounds_done()) == (505, 505)
+    assert progress._tally().endswith("about 0 s left")
 
 
 def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:

@@ -312,6 +312,67 @@ def test_every_checkpoint_comes_after_its_rounds_rows_are_on_disk(tmp_path: Path
     assert [r["round"] for r in metrics_of(tmp_path / "r")] == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_resume_drops_a_torn_tail_past_its_checkpoint_and_refuses_damage_before_it(tmp_path: Path) -> None:
+    """Rows are fsynced before each checkpoint, not as written: a machine's crash may leave the rows written since
+    torn or zeroed, with rows after them. A resume drops those rows anyway, so damage there is dropped with them and
+    the run gives the numbers of one never interrupted; damage at or before the checkpoint's round is refused."""
+    overrides = [*SMALL, "train.rounds=6", "run.checkpoint_every=4", "algorithm=bherd"]
+    reference = run(load_config(None, overrides), tmp_path / "reference")
+    for name, damaged_round, refused in (("past", 5, False), ("at", 4, True), ("before", 2, True)):
+        folder = tmp_path / name
+        shutil.copytree(reference, folder)
+        (folder / "summary.json").unlink()
+        shutil.copy(folder / "checkpoint.prev.pt", folder / "checkpoint.pt")  # the checkpoint of round 4
+        for file in ("metrics.jsonl", "diagnostics.jsonl"):
+            lines = (folder / file).read_text().splitlines(keepends=True)
+            at = next(k for k, line in enumerate(lines) if json.loads(line)["round"] == damaged_round)
+            lines[at] = "\0" * (len(lines[at]) - 1) + "\n"  # zeroed, with rows after it
+            (folder / file).write_text("".join(lines))
+        if refused:
+            with pytest.raises(UserError, match="not valid JSON"):
+                resume(folder, progress=False)
+            continue
+        resume(folder, progress=False)
+        assert metrics_of(folder) == metrics_of(reference)
+        assert (folder / "diagnostics.jsonl").read_text() == (reference / "diagnostics.jsonl").read_text()
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 8), checkpoint=st.integers(-1, 8), at=st.integers(0, 8),
+       garbage=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40).filter(
+           lambda text: " ".join(text.splitlines()).strip()),
+       more=st.integers(0, 3))
+def test_damage_in_rows_is_dropped_only_past_a_checkpoints_round(tmp_path_factory, rows: int, checkpoint: int,
+                                                                  at: int, garbage: str, more: int) -> None:
+    """Any damage (a generated line) after the row of round ``at``, with rows after it: read with ``damage_past`` =
+    a checkpoint's round, the rows before the damage come back when that row's round is the checkpoint's or later
+    (a resume drops what follows), else it is refused in one line, as without ``damage_past``."""
+    from fedaccel.runs.rows import read_rows
+
+    at = min(at, rows - 1)
+    lines = [json.dumps({"round": r, "test_acc": 0.5}) for r in range(rows)]
+    lines.insert(at + 1, " ".join(garbage.splitlines()))  # one line, as str.splitlines reads lines
+    lines += [json.dumps({"round": rows + 10 + r}) for r in range(more)]
+    file = tmp_path_factory.mktemp("rows") / "metrics.jsonl"
+    file.write_text("\n".join(lines) + "\n")
+    try:
+        parsed = json.loads(lines[at + 1])
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("round"), int) and not isinstance(parsed["round"], bool):
+        return  # the generated line happens to be a row (its round checked like any other)
+    last_line = at + 1 == len(lines) - 1
+    if checkpoint < 0 or at >= checkpoint or (last_line and parsed is None):
+        got, torn = read_rows(file, damage_past=checkpoint)
+        assert torn and [row["round"] for row in got] == list(range(at + 1))
+    else:
+        with pytest.raises(UserError, match=f"{file.name}:{at + 2}: "):
+            read_rows(file, damage_past=checkpoint)
+    if not (last_line and parsed is None):
+        with pytest.raises(UserError):
+            read_rows(file)
+
+
 def test_a_resume_refuses_rows_lost_before_its_checkpoint_before_training_a_round(tmp_path: Path) -> None:
     """A new user cut rows out of the middle of metrics.jsonl: --resume trained every round left, then the folder's
     readers refused it for good. Now the gap is refused in one line first, and nothing in the folder changes; the

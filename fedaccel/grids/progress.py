@@ -34,14 +34,15 @@ class GridProgress:
     def __init__(self, cells: int, *, bars: bool | None = None, stream: IO[str] | None = None,
                  rounds: int | None = None) -> None:
         """``rounds``: the rounds the cells to run have left (:func:`rounds_left`); the time left is then the
-        rounds left at the rounds' pace so far (a resumed cell counts from where it resumed), not the cells left
-        at the cells' pace (which cells resumed half-way or a grid of cheap and dear methods mislead)."""
+        rounds left at the pace of the rounds run so far (a resumed cell counts from its last row), not the cells
+        left at the cells' pace (which cells resumed half-way mislead)."""
         self.stream = stream or sys.stderr
         self.bars = on_terminal(self.stream) if bars is None else bars
         self.cells, self.ended, self.skipped = cells, 0, 0
         self.rounds = rounds
         self._rounds_of: dict[int, tuple[Path, int, int]] = {}  # k -> (run folder, round it started at, rounds)
         self._rounds_ended = 0  # rounds the ended cells ran here
+        self._first: dict[int, int] = {}  # k -> the last round in a queued cell's folder when it was queued
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
         self.began = time.perf_counter()
@@ -80,13 +81,15 @@ class GridProgress:
         """Cell ``k`` is handed to a worker; it counts as started once it holds its folder's lock
         (:meth:`poll` looks), and its line then follows ``run_dir/metrics.jsonl`` up to ``rounds``."""
         self._queued[k] = (cell, run_dir, rounds, verb)
+        self._first[k] = last_round(run_dir) or 0  # a cell that starts and ends between two looks: its rounds count
 
     def start(self, k: int, cell: str, run_dir: Path, rounds: int, *, verb: str = "running",
               follow: bool = True) -> None:
         """Cell ``k`` starts (``verb``: running or resuming); ``follow``: draw its line from its metrics
         (a cell run in this process draws its own, see :meth:`cell_bar`)."""
         self._queued.pop(k, None)
-        self._rounds_of[k] = (run_dir, last_round(run_dir) or 0, rounds)
+        first = self._first.pop(k, None)
+        self._rounds_of[k] = (run_dir, (last_round(run_dir) or 0) if first is None else first, rounds)
         if not self.bars:
             self._say(f"[{self.name} {k}/{self.grid_size}] {self._title(cell)}: {verb} ({self._tally()})")
             if follow:
@@ -116,7 +119,11 @@ class GridProgress:
         self.ended += len(cells)
         for k, _ in cells:
             if (ran := self._rounds_of.pop(k, None)) is not None:
-                self._rounds_ended += max(0, ran[2] - ran[1])
+                run_dir, first, total = ran
+                last = min(total, max(first, last_round(run_dir) or 0))
+                self._rounds_ended += last - first  # the pace: rounds run
+                if self.rounds is not None:
+                    self.rounds -= total - last  # a cell that stopped early (diverged): its rounds not run are not left
         for k, cell in cells:
             self._followed.pop(k, None)
             if not self.bars:
@@ -132,6 +139,7 @@ class GridProgress:
         """Cells that stopped without finishing (a grid asked to stop): no longer followed, not counted as done."""
         for k, _ in cells:
             self._queued.pop(k, None)
+            self._first.pop(k, None)
             self._followed.pop(k, None)
             if (ran := self._rounds_of.pop(k, None)) is not None:  # what it ran counts; what it left is still left
                 self._rounds_ended += max(0, min(ran[2], last_round(ran[0]) or 0) - ran[1])
@@ -203,8 +211,9 @@ class GridProgress:
 
     # -- helpers --------------------------------------------------------------------------------
     def _tally(self) -> str:
-        """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before the first cell ends); where cells finished
-        earlier were skipped, ``2/6 cells to run done (3 finished earlier)``: the line's [k/N] counts every cell."""
+        """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before a round is run, or where the rounds are not
+        known before a cell ends); where cells finished earlier were skipped, ``2/6 cells to run done (3 finished
+        earlier)``: the line's [k/N] counts every cell."""
         elapsed = time.perf_counter() - self.began
         earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
         text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"

@@ -47,8 +47,11 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     if loaded is _LOAD:
         loaded = load_checkpoint(path)
     rounds = setup.config.train.rounds
-    rows, _ = read_rows(path / METRICS, last_round=rounds)  # damage is refused before anything is changed
-    read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds)
+    # damage is refused before anything is changed, but for a tail past the checkpoint, which is dropped anyway
+    # (rows are fsynced before each checkpoint: a machine's crash may tear the rows written since)
+    past = loaded["state"].round if loaded is not None else -1
+    rows, _ = read_rows(path / METRICS, last_round=rounds, damage_past=past)
+    read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds, damage_past=past)
     if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
         check_same_config(path, loaded.get("config"), setup.config.to_dict())
         check_same_shape(path, loaded["state"], setup)
@@ -64,7 +67,7 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         wall, kept, parts = 0.0, -1, []  # from scratch: run_loop writes round 0 again
     for name in (METRICS, DIAGNOSTICS):
-        truncate_metrics(path / name, kept, last_round=rounds)
+        truncate_metrics(path / name, kept, last_round=rounds, damage_past=past)
     return state, wall, parts
 
 
@@ -226,14 +229,16 @@ def _parts_fit(parts: Any, last_round: int) -> bool:
     return True
 
 
-def truncate_metrics(path: Path, kept_round: int, *, last_round: int | None = None) -> None:
+def truncate_metrics(path: Path, kept_round: int, *, last_round: int | None = None,
+                     damage_past: int | None = None) -> None:
     """Drop the rows written after the checkpoint's round ``kept_round`` (and a half-written last
     line); the file is replaced atomically, never rewritten in place.
     A line damaged anywhere else is refused (:func:`~fedaccel.runs.rows.read_rows`): the valid
-    rows after it are never deleted. ``last_round``: the config's ``train.rounds``."""
+    rows after it are never deleted, unless they are past ``damage_past`` (the checkpoint's round: rows
+    a resume drops). ``last_round``: the config's ``train.rounds``."""
     if not path.exists():
         return
-    rows, _ = read_rows(path, last_round=last_round)
+    rows, _ = read_rows(path, last_round=last_round, damage_past=damage_past)
     lines = [line for line in read_text(path).splitlines() if line.strip()]
     kept = [line for line, row in zip(lines, rows) if row["round"] <= kept_round]  # as written, byte for byte
     write_atomic(path, "".join(line + "\n" for line in kept))

@@ -208,6 +208,7 @@ def run_loop(
                 bar.update(1)
                 if stopping:
                     raise Interrupted(path, state.round, signal_name())
+            _sync(metrics_file, diag_file)  # a resume at the last round writes its row here, not in the loop
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
     finally:

@@ -12,6 +12,7 @@ left by a kill, and is refused naming its line: nothing is deleted to get past i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +86,15 @@ def read_json(file: Path) -> Any:
         raise UserError(f"{file}: not valid JSON ({json_reason(exc)})") from None
 
 
-def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+def read_rows(file: Path, *, last_round: int | None = None, damage_past: int | None = None,
+              check: Callable[[Path, dict[str, Any]], None] | None = None) -> tuple[list[dict[str, Any]], bool]:
     """The rows of ``file`` (absent: none) and whether its last line was cut short (and is left
     out). ``last_round``: the config's ``train.rounds``, the highest round a row may have. Any
     other damage (a line that is not a JSON object with an integer round above the one before,
-    a line cut short with rows after it) is a :class:`UserError` naming the line."""
+    a line cut short with rows after it, a row ``check`` refuses) is a :class:`UserError` naming the line.
+    ``damage_past``: a resume's checkpoint round, whose rows after it the resume drops: damage after a row of that
+    round or later ends the rows instead (rows are fsynced before each checkpoint, not as written, so a machine's
+    crash may leave a torn or zeroed tail of rows past the checkpoint), and the second value is True."""
     if not file.exists() and not file.is_symlink():
         return [], False
     lines = [(number, line) for number, line in enumerate(read_text(file).splitlines(), start=1) if line.strip()]
@@ -97,15 +102,21 @@ def read_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[s
     for k, (number, line) in enumerate(lines):
         try:
             row = parse_json(line)
-        except json.JSONDecodeError as exc:
-            if k == len(lines) - 1:  # a run killed while writing its last line
+            check_row(file, number, row, rows[-1]["round"] if rows else None, last_round)
+            if check is not None:
+                check(file, row)
+        except (ValueError, UserError) as exc:  # json.JSONDecodeError is a ValueError
+            if k == len(lines) - 1 and isinstance(exc, json.JSONDecodeError):  # a run killed while writing its last line
                 return rows, True
-            raise UserError(f"{file}:{number}: not valid JSON ({exc.msg}), with {len(lines) - 1 - k} row(s) "
-                            "after it: the file was damaged, not cut short by a kill; nothing was changed: "
-                            "restore the file, or run the run again") from None
-        except ValueError as exc:
+            if damage_past is not None and (damage_past < 0 or (rows and rows[-1]["round"] >= damage_past)):
+                return rows, True
+            if isinstance(exc, UserError):
+                raise
+            if isinstance(exc, json.JSONDecodeError):
+                raise UserError(f"{file}:{number}: not valid JSON ({exc.msg}), with {len(lines) - 1 - k} row(s) "
+                                "after it: the file was damaged, not cut short by a kill; nothing was changed: "
+                                "restore the file, or run the run again") from None
             raise UserError(f"{file}:{number}: {json_reason(exc)}; nothing was changed") from None
-        check_row(file, number, row, rows[-1]["round"] if rows else None, last_round)
         rows.append(row)
     return rows, False
 
@@ -132,12 +143,10 @@ def check_row(file: Path, number: int, row: Any, previous: int | None, last_roun
                             "not written by fedaccel")
 
 
-def read_diagnostics_rows(file: Path, *, last_round: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+def read_diagnostics_rows(file: Path, *, last_round: int | None = None,
+                          damage_past: int | None = None) -> tuple[list[dict[str, Any]], bool]:
     """:func:`read_rows` of a ``diagnostics.jsonl``, each row also checked by :func:`check_diagnostics`."""
-    rows, torn = read_rows(file, last_round=last_round)
-    for row in rows:
-        check_diagnostics(file, row)
-    return rows, torn
+    return read_rows(file, last_round=last_round, damage_past=damage_past, check=check_diagnostics)
 
 
 CLIENT_SCORES = ("distance", "gsnr", "n", "steps")  # per client, numbers (or null): under clients.<id> or <key>.<id>
