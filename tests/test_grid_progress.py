@@ -72,6 +72,7 @@ def test_the_time_left_is_the_rounds_left_at_the_pace_of_the_rounds_run_here(tmp
     cell counted from its last row, a running cell by the rows in its folder."""
     resumed, fresh = rows_to(tmp_path / "resumed", 0, 300), tmp_path / "fresh"
     progress = GridProgress(2, bars=False, stream=io.StringIO(), rounds=rounds_left([(resumed, 500), (fresh, 500)]))
+    progress.rows_read_every_s = 0  # read the folders at every line (at most once a second otherwise)
     assert progress.rounds == 200 + 500
     progress.experiment("g", 2)
     progress.start(1, "resumed", resumed, 500)
@@ -103,6 +104,21 @@ def test_a_cell_that_stopped_early_or_ran_between_two_looks_counts_the_rounds_it
     progress.end(2, "quick")
     assert (progress.rounds, progress._rounds_done()) == (505, 505)
     assert progress._tally().endswith("about 0 s left")
+
+
+def test_a_burst_of_start_lines_reads_the_running_cells_folders_once(tmp_path: Path, monkeypatch) -> None:
+    """Hundreds of Ray cells starting at once: each start line gives the time left, from the rows of every running
+    cell; those are read at most once a second, not once per line (which was quadratic in the cells)."""
+    import fedaccel.grids.progress as progress_module
+
+    cells = [(rows_to(tmp_path / f"c{k}", 0, 0), 500) for k in range(200)]
+    progress = GridProgress(len(cells), bars=False, stream=io.StringIO(), rounds=rounds_left(cells))
+    progress.experiment("g", len(cells))
+    reads = []
+    monkeypatch.setattr(progress_module, "last_round", lambda run_dir: reads.append(run_dir) or 0)
+    for k, (run_dir, rounds) in enumerate(cells, start=1):
+        progress.start(k, run_dir.name, run_dir, rounds)
+    assert len(reads) < 3 * len(cells)  # each start's own look, and the running cells' rows once or twice
 
 
 def fake_cell(folder: Path, last: int, pid: int = 12345) -> Path:

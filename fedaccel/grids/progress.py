@@ -43,6 +43,8 @@ class GridProgress:
         self._rounds_of: dict[int, tuple[Path, int, int]] = {}  # k -> (run folder, round it started at, rounds)
         self._rounds_ended = 0  # rounds the ended cells ran here
         self._first: dict[int, int] = {}  # k -> the last round in a queued cell's folder when it was queued
+        self._running_read: tuple[float, int] | None = None  # (when, rounds the running cells had run)
+        self.rows_read_every_s = 1.0
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
         self.began = time.perf_counter()
@@ -117,6 +119,7 @@ class GridProgress:
             if k in self._queued:  # started and ended between two looks
                 self.start(k, *self._queued[k][:3], verb=self._queued[k][3])
         self.ended += len(cells)
+        self._running_read = None  # the ended cells' rounds move from running to ended
         for k, _ in cells:
             if (ran := self._rounds_of.pop(k, None)) is not None:
                 run_dir, first, total = ran
@@ -137,6 +140,7 @@ class GridProgress:
 
     def forget(self, cells: list[tuple[int, str]]) -> None:
         """Cells that stopped without finishing (a grid asked to stop): no longer followed, not counted as done."""
+        self._running_read = None
         for k, _ in cells:
             self._queued.pop(k, None)
             self._first.pop(k, None)
@@ -225,10 +229,14 @@ class GridProgress:
         return text
 
     def _rounds_done(self) -> int:
-        """Rounds run here so far: the ended cells' and the running cells' (read from their folders)."""
-        running = sum(max(0, min(total, last_round(run_dir) or 0) - first)
-                      for run_dir, first, total in self._rounds_of.values())
-        return self._rounds_ended + running
+        """Rounds run here so far: the ended cells' and the running cells' (read from their folders at most once a
+        second: a burst of start lines, hundreds of Ray cells, reads them once; a cell starting adds none)."""
+        now = time.perf_counter()
+        if self._running_read is None or now - self._running_read[0] >= self.rows_read_every_s:
+            running = sum(max(0, min(total, last_round(run_dir) or 0) - first)
+                          for run_dir, first, total in self._rounds_of.values())
+            self._running_read = (now, running)
+        return self._rounds_ended + self._running_read[1]
 
     def _title(self, cell: str) -> str:
         return self.titles.get(cell, cell)
