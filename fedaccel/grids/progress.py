@@ -121,12 +121,11 @@ class GridProgress:
         self.ended += len(cells)
         self._running_read = None  # the ended cells' rounds move from running to ended
         for k, _ in cells:
-            if (ran := self._rounds_of.pop(k, None)) is not None:
-                run_dir, first, total = ran
-                last = min(total, max(first, last_round(run_dir) or 0))
-                self._rounds_ended += last - first  # the pace: rounds run
-                if self.rounds is not None:
-                    self.rounds -= total - last  # a cell that stopped early (diverged): its rounds not run are not left
+            if (cell_rounds := self._rounds_of.pop(k, None)) is not None:
+                done = _ran(*cell_rounds)
+                self._rounds_ended += done  # the pace: rounds run
+                if self.rounds is not None:  # a cell that stopped early (diverged): its rounds not run are not left
+                    self.rounds -= cell_rounds[2] - cell_rounds[1] - done
         for k, cell in cells:
             self._followed.pop(k, None)
             if not self.bars:
@@ -145,8 +144,8 @@ class GridProgress:
             self._queued.pop(k, None)
             self._first.pop(k, None)
             self._followed.pop(k, None)
-            if (ran := self._rounds_of.pop(k, None)) is not None:  # what it ran counts; what it left is still left
-                self._rounds_ended += max(0, min(ran[2], last_round(ran[0]) or 0) - ran[1])
+            if (cell_rounds := self._rounds_of.pop(k, None)) is not None:  # what it ran counts; the rest is left
+                self._rounds_ended += _ran(*cell_rounds)
             _, _, line = self._running.pop(k, (None, None, None))
             if line is not None:
                 line.close()
@@ -233,8 +232,7 @@ class GridProgress:
         second: a burst of start lines, hundreds of Ray cells, reads them once; a cell starting adds none)."""
         now = time.perf_counter()
         if self._running_read is None or now - self._running_read[0] >= self.rows_read_every_s:
-            running = sum(max(0, min(total, last_round(run_dir) or 0) - first)
-                          for run_dir, first, total in self._rounds_of.values())
+            running = sum(_ran(*cell_rounds) for cell_rounds in self._rounds_of.values())
             self._running_read = (now, running)
         return self._rounds_ended + self._running_read[1]
 
@@ -259,6 +257,11 @@ class GridProgress:
             tqdm.write(text, file=self.stream)
         else:
             print(text, file=self.stream, flush=True)
+
+
+def _ran(run_dir: Path, first: int, total: int) -> int:
+    """Rounds a cell that started at round ``first`` of ``total`` has run, by the rows in its folder."""
+    return max(0, min(total, last_round(run_dir) or 0) - first)
 
 
 def rounds_left(cells: list[tuple[Path, int]]) -> int:
