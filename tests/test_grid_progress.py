@@ -303,3 +303,20 @@ def test_a_heartbeat_fills_every_silence_longer_than_its_interval_and_only_those
             beat.say(f"step {k}")
             time.sleep(0.02)
     assert told == [f"step {k}" for k in range(10)]  # never a beat while lines come often enough
+
+
+def test_the_overall_bar_gives_the_rounds_paced_time_left_not_the_cells_paced(tmp_path: Path) -> None:
+    """At a terminal, the overall bar's time left is the log's (the rounds left at the rounds' pace), not tqdm's
+    (the cells left at the cells' pace, which a cell resumed at round 400 of 500 made look five times too fast)."""
+    resumed, fresh = rows_to(tmp_path / "resumed", 0, 400), tmp_path / "fresh"
+    stream = io.StringIO()
+    progress = GridProgress(2, bars=True, stream=stream, rounds=rounds_left([(resumed, 500), (fresh, 500)]))
+    progress.rows_read_every_s = 0
+    progress.experiment("g", 2)
+    progress.start(1, "resumed", resumed, 500, follow=False)
+    rows_to(resumed, 401, 500)
+    progress.began = time.perf_counter() - 100  # 100 rounds in 100 s; 500 left: 500 s, where tqdm would say 100 s
+    progress.end(1, "resumed")
+    assert re.search(r"1/2 cells \[[0-9:]+, about 8\.3 min left\]", stream.getvalue()), stream.getvalue()
+    progress.close()
+    assert not re.search(r"\d\d:\d\d<", stream.getvalue())  # tqdm's own elapsed<remaining field: never drawn

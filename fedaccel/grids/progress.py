@@ -1,7 +1,8 @@
 """Where a grid (or a reproduction's grids) is: the experiment, the cells running, an ETA.
 
 At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the cells to run
-(tqdm's ETA, from the cells done so far) and one line per running cell with its rounds, read
+(its time left: the rounds left at the rounds' pace where the caller gives the rounds, else tqdm's, from the cells
+done so far) and one line per running cell with its rounds, read
 from the cell's ``metrics.jsonl`` (so it works for ``-j`` workers and Ray tasks alike). Anywhere
 else (CI logs, a pipe) it prints plain lines instead: one when a cell starts and one when it
 ends, with the cells done, the time spent and the time left (the rounds left at the rounds' pace so far, where the
@@ -136,6 +137,7 @@ class GridProgress:
                 line.close()
         if self.bars:
             self._bar_overall().update(len(cells))
+            self._show_left()
 
     def forget(self, cells: list[tuple[int, str]]) -> None:
         """Cells that stopped without finishing (a grid asked to stop): no longer followed, not counted as done."""
@@ -164,6 +166,7 @@ class GridProgress:
             if last is not None and last != line.n:
                 line.n = last
                 line.refresh()
+        self._show_left()
         if self._followed and self._polled - self._rounds_said >= EVERY_S:
             self._rounds_said = self._polled
             self._say(f"[{self.name}] {self._rounds_line()} ({self._tally()})")
@@ -220,12 +223,26 @@ class GridProgress:
         elapsed = time.perf_counter() - self.began
         earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
         text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"
-        done = self._rounds_done() if self.rounds is not None else 0
-        if done:
-            text += f", about {_minutes(elapsed / done * max(0, self.rounds - done))} left"  # type: ignore[operator]
+        left = self._left(elapsed)
+        if left is not None:
+            text += f", about {_minutes(left)} left"
         elif self.ended and self.rounds is None:
             text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
         return text
+
+    def _left(self, elapsed: float) -> float | None:
+        """Seconds left: the rounds left at the pace of the rounds run here (None where the rounds are not known or
+        none has run yet)."""
+        done = self._rounds_done() if self.rounds is not None else 0
+        return elapsed / done * max(0, self.rounds - done) if done else None  # type: ignore[operator]
+
+    def _show_left(self) -> None:
+        """The overall bar's time left, where the rounds give it (tqdm's own counts cells, which resumed cells
+        mislead): ``[1.5 min, about 3.0 min left]``."""
+        if self._overall is None or self.rounds is None:
+            return
+        left = self._left(time.perf_counter() - self.began)
+        self._overall.set_postfix_str("" if left is None else f"about {_minutes(left)} left", refresh=True)
 
     def _rounds_done(self) -> int:
         """Rounds run here so far: the ended cells' and the running cells' (read from their folders at most once a
@@ -246,8 +263,10 @@ class GridProgress:
         if self._overall is None:
             from tqdm import tqdm
 
+            rounds_paced = {} if self.rounds is None else {  # the time left is ours (_show_left), not tqdm's
+                "bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]"}
             self._overall = tqdm(total=self.cells, desc=self._overall_label(), unit="cell", position=0,
-                                 file=self.stream, dynamic_ncols=True)
+                                 file=self.stream, dynamic_ncols=True, **rounds_paced)
         return self._overall
 
     def _say(self, text: str) -> None:
