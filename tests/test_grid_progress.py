@@ -320,3 +320,21 @@ def test_the_overall_bar_gives_the_rounds_paced_time_left_not_the_cells_paced(tm
     assert re.search(r"1/2 cells \[[0-9:]+, about 8\.3 min left\]", stream.getvalue()), stream.getvalue()
     progress.close()
     assert not re.search(r"\d\d:\d\d<", stream.getvalue())  # tqdm's own elapsed<remaining field: never drawn
+
+
+def test_a_cell_run_here_moves_the_overall_bars_time_left_with_its_rounds(tmp_path: Path) -> None:
+    """A cell run in this process draws its own rounds line; each of its rounds also updates the overall bar's time
+    left, which otherwise would stand still from one cell's end to the next."""
+    cell = tmp_path / "cell"
+    stream = io.StringIO()
+    progress = GridProgress(1, bars=True, stream=stream, rounds=rounds_left([(cell, 100)]))
+    progress.rows_read_every_s = 0
+    progress.experiment("g", 1)
+    progress.start(1, "cell", cell, 100, follow=False)
+    line = progress.cell_bar("cell")(100, 0, "cell")
+    progress.began = time.perf_counter() - 10
+    rows_to(cell, 1, 10)  # 10 rounds in 10 s: 90 left
+    line.update(10)
+    assert progress._overall.postfix == "about 1.5 min left"
+    line.close()
+    progress.close()

@@ -201,9 +201,17 @@ class GridProgress:
         self._bar_overall()
         stream = self.stream
 
+        report = self
+
+        class CellBar(tqdm):  # type: ignore[misc, valid-type]
+            def update(self, n: float | None = 1) -> bool | None:
+                shown = super().update(n)
+                report._show_left()  # the overall bar's time left moves with this cell's rounds
+                return shown
+
         def bar(total: int, initial: int, desc: str) -> Any:
-            return tqdm(total=total, initial=initial, desc=f"  {self._title(cell)}", unit="round", position=1, leave=False,
-                        file=stream, dynamic_ncols=True)
+            return CellBar(total=total, initial=initial, desc=f"  {self._title(cell)}", unit="round", position=1,
+                           leave=False, file=stream, dynamic_ncols=True)
 
         return bar
 
@@ -242,7 +250,9 @@ class GridProgress:
         if self._overall is None or self.rounds is None:
             return
         left = self._left(time.perf_counter() - self.began)
-        self._overall.set_postfix_str("" if left is None else f"about {_minutes(left)} left", refresh=True)
+        text = "" if left is None else f"about {_minutes(left)} left"
+        if text != (self._overall.postfix or ""):  # redrawn when it changes, not at every round
+            self._overall.set_postfix_str(text, refresh=True)
 
     def _rounds_done(self) -> int:
         """Rounds run here so far: the ended cells' and the running cells' (read from their folders at most once a
