@@ -338,3 +338,19 @@ def test_a_cell_run_here_moves_the_overall_bars_time_left_with_its_rounds(tmp_pa
     assert progress._overall.postfix == "about 1.5 min left"
     line.close()
     progress.close()
+
+
+def test_bars_turned_off_by_tqdm_disable_do_not_stop_the_grid(tmp_path: Path, monkeypatch) -> None:
+    """TQDM_DISABLE=1 at a terminal: tqdm makes bars that draw nothing and have no postfix; the time left is then
+    not set, and the grid goes on."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    cell = tmp_path / "cell"
+    progress = GridProgress(1, bars=True, stream=io.StringIO(), rounds=rounds_left([(cell, 10)]))
+    progress.experiment("g", 1)
+    progress.start(1, "cell", cell, 10, follow=False)
+    line = progress.cell_bar("cell")(10, 0, "cell")
+    rows_to(cell, 1, 10)
+    line.update(10)
+    progress.end(1, "cell")
+    progress.poll()
+    progress.close()

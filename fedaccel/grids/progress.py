@@ -1,8 +1,8 @@
 """Where a grid (or a reproduction's grids) is: the experiment, the cells running, an ETA.
 
-At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the cells to run
-(its time left: the rounds left at the rounds' pace where the caller gives the rounds, else tqdm's, from the cells
-done so far) and one line per running cell with its rounds, read
+At a terminal (stderr a TTY) :class:`GridProgress` draws an overall bar over the cells to run (its time left:
+the rounds left at the rounds' pace where the caller gives the rounds, else tqdm's, from the cells done so far)
+and one line per running cell with its rounds, read
 from the cell's ``metrics.jsonl`` (so it works for ``-j`` workers and Ray tasks alike). Anywhere
 else (CI logs, a pipe) it prints plain lines instead: one when a cell starts and one when it
 ends, with the cells done, the time spent and the time left (the rounds left at the rounds' pace so far, where the
@@ -56,6 +56,7 @@ class GridProgress:
         self._polled = 0.0
         self._followed: dict[int, tuple[Path, int]] = {}  # without bars: k -> (run folder, rounds) of a worker's cell
         self._rounds_said = time.perf_counter()
+        self._left_shown = 0.0  # when the overall bar's time left was last set (perf_counter)
 
     # -- what happens ---------------------------------------------------------------------------
     def experiment(self, name: str, grid_size: int) -> None:
@@ -137,7 +138,7 @@ class GridProgress:
                 line.close()
         if self.bars:
             self._bar_overall().update(len(cells))
-            self._show_left()
+            self._show_left(now=True)
 
     def forget(self, cells: list[tuple[int, str]]) -> None:
         """Cells that stopped without finishing (a grid asked to stop): no longer followed, not counted as done."""
@@ -244,14 +245,19 @@ class GridProgress:
         done = self._rounds_done() if self.rounds is not None else 0
         return elapsed / done * max(0, self.rounds - done) if done else None  # type: ignore[operator]
 
-    def _show_left(self) -> None:
+    def _show_left(self, *, now: bool = False) -> None:
         """The overall bar's time left, where the rounds give it (tqdm's own counts cells, which resumed cells
-        mislead): ``[1.5 min, about 3.0 min left]``."""
-        if self._overall is None or self.rounds is None:
+        mislead): ``[01:30, about 3.0 min left]``; set at most every half second (a cell's rounds may take
+        milliseconds) unless ``now``, and redrawn only when its text changes."""
+        if self._overall is None or self.rounds is None or getattr(self._overall, "disable", False):
+            return  # no bar, no rounds, or tqdm turned off (TQDM_DISABLE: a bar without a postfix)
+        clock = time.perf_counter()
+        if not now and clock - self._left_shown < 0.5:
             return
-        left = self._left(time.perf_counter() - self.began)
+        self._left_shown = clock
+        left = self._left(clock - self.began)
         text = "" if left is None else f"about {_minutes(left)} left"
-        if text != (self._overall.postfix or ""):  # redrawn when it changes, not at every round
+        if text != (self._overall.postfix or ""):
             self._overall.set_postfix_str(text, refresh=True)
 
     def _rounds_done(self) -> int:
