@@ -293,7 +293,8 @@ def test_a_document_nested_thousands_deep_is_one_line_on_both_parsers_and_quick(
     with pytest.raises(ConfigError, match="^x.yaml (is refused: it nests values more than 100 levels deep|is not valid "
                                           "YAML: .*)$") as err:
         config_module.parse_yaml(text, "x.yaml")
-    assert "\n" not in str(err.value) and time.monotonic() - started < 5  # the pure parser alone: minutes
+    # 0.6 s on an idle 2-core machine, 5.3 s once in a loaded CI run; the pure parser alone takes minutes
+    assert "\n" not in str(err.value) and time.monotonic() - started < 30
 
 
 @settings(max_examples=30, deadline=None)
