@@ -113,6 +113,49 @@ def test_target_epsilon_calibrates_the_smallest_noise_that_meets_it() -> None:
     assert calibrate(replace(dp, noise_multiplier=0.0), 3.0) == dp.noise_multiplier
 
 
+def test_a_known_noise_multiplier_is_used_only_where_the_search_would_find_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table of calibrations gives the search's own z without searching; an entry off by more than the
+    tolerance either way, or not a number, is passed over for the search."""
+    from fedaccel.algorithms import dp as module
+
+    settings = replace(dp_settings({"clip": 1.0, "noise_multiplier": 1.0, **POPULATION}), noise_multiplier=0.0)
+    z = module.search_noise_multiplier(settings, 3.0)
+    key = module.calibration_key(settings, 3.0)
+    searched: list[float] = []
+    monkeypatch.setattr(module, "search_noise_multiplier", lambda s, t: searched.append(t) or -1.0)
+    for entry, used in ((z, True), (z + 3 * module.CALIBRATION_TOL, False), (z - 3 * module.CALIBRATION_TOL, False),
+                        ("1.5", False), (float("nan"), False)):
+        monkeypatch.setattr(module, "_table", lambda entry=entry: {key: entry})
+        before = len(searched)
+        assert module.calibrate.__wrapped__(settings, 3.0) == (z if used else -1.0), entry
+        assert len(searched) == before + (not used), entry
+    other = replace(settings, rounds=settings.rounds + 1)  # another key: never the entry of this one
+    monkeypatch.setattr(module, "_table", lambda: {key: z})
+    assert module.calibrate.__wrapped__(other, 3.0) == -1.0
+
+
+def test_every_target_epsilon_the_repository_asks_for_is_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the privacy experiments searches for no noise multiplier: each is a checked entry of
+    fedaccel/algorithms/dp_calibrations.json (else: run scripts/dp_calibrations.py)."""
+    from fedaccel.algorithms import dp as module
+    from fedaccel.grids.experiment import load_experiment
+
+    def refused(settings: DPSettings, target: float) -> float:
+        raise AssertionError(f"no checked entry for {module.calibration_key(settings, target)}: run "
+                             "`PYTHONPATH=. python scripts/dp_calibrations.py` and commit the table")
+
+    monkeypatch.setattr(module, "search_noise_multiplier", refused)
+    module.calibrate.cache_clear()  # no answer from an earlier test (nor one of this test's for a later one)
+    root = Path(__file__).resolve().parents[1]
+    asking = [f for f in sorted(root.glob("experiments/**/*.yaml")) if "target_epsilon" in f.read_text()]
+    assert asking
+    try:
+        for file in asking:
+            load_experiment(file)
+    finally:
+        module.calibrate.cache_clear()
+
+
 COVERED = {"fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "centralized", "fedprox", "bherd", "bherd-fedavg",
            "grab-reorder"}
 

@@ -55,11 +55,13 @@ The DP mean checks this at run time too: an upload that carries extras is refuse
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -322,20 +324,68 @@ def _quiet() -> Iterator[None]:
         log.setLevel(level)
 
 
+#: Noise multipliers :func:`calibrate` found before, by what they depend on (:func:`calibration_key`): loading an
+#: experiment calibrates every cell, ~14 evaluations of the accountant each (a third of a second each under
+#: fixed-size sampling), where checking a known z takes two. An entry is used only if it passes
+#: (:func:`_known`), so a stale or altered one costs only the time it meant to save; ``python
+#: scripts/dp_calibrations.py`` writes it from the repository's experiments.
+CALIBRATIONS = Path(__file__).with_name("dp_calibrations.json")
+CALIBRATION_TOL = 1e-4  # z's tolerance: the z returned is within this of the smallest that meets the target
+
+
 @functools.lru_cache(maxsize=32)
 def calibrate(settings: DPSettings, target: float) -> float:
-    """The smallest noise multiplier z whose epsilon(delta) after ``settings.rounds`` rounds is <= ``target``."""
+    """The smallest noise multiplier z whose epsilon(delta) after ``settings.rounds`` rounds is <= ``target``
+    (within :data:`CALIBRATION_TOL`): a known one that passes its check, else dp-accounting's search."""
+    known = _known(settings, target)
+    return known if known is not None else search_noise_multiplier(settings, target)
+
+
+def search_noise_multiplier(settings: DPSettings, target: float) -> float:
+    """:func:`calibrate` by dp-accounting's own search (a bracket, then Brent's method to the tolerance)."""
     dp_accounting = _library()
 
     try:
         with _quiet():
             z = dp_accounting.calibrate_dp_mechanism(
                 lambda: _accountant(settings), lambda z: _event(settings, z, settings.rounds), target, settings.delta,
-                bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0), tol=1e-4)
+                bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0), tol=CALIBRATION_TOL)
     except (ValueError, RuntimeError, ArithmeticError) as exc:  # the library's own: a target no noise multiplier reaches
         raise ConfigError(f"algorithm.dp.target_epsilon {target:g} cannot be met at delta {settings.delta:g} "
                           f"over {settings.rounds} rounds: {exc}") from None
     return float(z)
+
+
+def calibration_key(settings: DPSettings, target: float) -> str:
+    """What the calibrated z depends on, as one line of JSON: the sampling and its population, the rounds, delta,
+    the round's multiplier at z = 1 (a private plan's share) and the target."""
+    return json.dumps([settings.sampling, settings.clients, settings.fraction, settings.rounds, settings.delta,
+                       settings.round_noise_multiplier(1.0), float(target)])
+
+
+def _known(settings: DPSettings, target: float) -> float | None:
+    """The table's z for these settings if it still is what the search would find: epsilon(z) <= target <
+    epsilon(z - tolerance), the accountant's epsilon falling as z grows (else None)."""
+    z = _table().get(calibration_key(settings, target))
+    if not isinstance(z, float) or not math.isfinite(z) or not z > CALIBRATION_TOL:
+        return None
+    return z if _run_epsilon(settings, z) <= target < _run_epsilon(settings, z - CALIBRATION_TOL) else None
+
+
+def _run_epsilon(settings: DPSettings, z: float) -> float:
+    """epsilon(delta) of the whole run at noise multiplier ``z``, as dp-accounting's search computes it."""
+    with _quiet():
+        return float(_accountant(settings).compose(_event(settings, z, settings.rounds)).get_epsilon(settings.delta))
+
+
+@functools.cache
+def _table() -> dict[str, Any]:
+    """:data:`CALIBRATIONS` (empty where it is missing or not a JSON object)."""
+    try:
+        table = json.loads(CALIBRATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
 
 
 # --- the server step ------------------------------------------------------------------------------
