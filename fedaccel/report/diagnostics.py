@@ -12,7 +12,7 @@ What gets drawn depends on what the run recorded:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ from fedaccel.disk import save_png
 from fedaccel.errors import UserError, check_png_output
 from fedaccel.runs.config import read_yaml
 from fedaccel.report.reading import read_diagnostics
+
+Rows = Mapping[Path, list[dict[str, Any]]]  # runs' diagnostics rows by run folder, already read
 
 PER_CLIENT_KEYS = {
     "distance": "‖g/(ατ) − μ‖",
@@ -103,13 +105,15 @@ def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None)
 MAX_SELECTION_PANELS = 20  # clients drawn in a selection heat map: 1,000 panels would be one unreadable, slow figure
 
 
-def selection_figure(run_dir: str | Path, title: str = "") -> Any:
+def selection_figure(run_dir: str | Path, title: str = "", *, rows: Rows | None = None) -> Any:
     """Heat map of selected local steps: rounds (y) x step index (x), one panel per client (the first
-    :data:`MAX_SELECTION_PANELS` clients of a run with more, as its title says)."""
-    selected = per_client(read_diagnostics(run_dir), "selected")
+    :data:`MAX_SELECTION_PANELS` clients of a run with more, as its title says). ``rows``: the run's diagnostics
+    rows, already read (:func:`diagnostic_figures`), by folder."""
+    diagnostics = _rows(run_dir, rows)
+    selected = per_client(diagnostics, "selected")
     if not selected:
         raise UserError(f"{run_dir}: no 'selected' steps recorded (not a BHerd/GraB run)")
-    taus = per_client(read_diagnostics(run_dir), "tau")
+    taus = per_client(diagnostics, "tau")
     shown_clients = list(selected.items())[:MAX_SELECTION_PANELS]
     fig, axes = _figure(len(shown_clients), height=3.6)
     for ax, (client, (rounds, chosen)) in zip(axes, shown_clients):
@@ -126,11 +130,11 @@ def selection_figure(run_dir: str | Path, title: str = "") -> Any:
     return fig
 
 
-def per_client_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
+def per_client_figure(run_dirs: list[str | Path], key: str, title: str = "", *, rows: Rows | None = None) -> Any:
     """One panel per run: ``key`` per client over rounds (distance, gsnr, n, steps)."""
     fig, axes = _figure(len(run_dirs))
     for ax, run_dir in zip(axes, run_dirs):
-        series = per_client(read_diagnostics(run_dir), key)
+        series = per_client(_rows(run_dir, rows), key)
         if not series:
             raise UserError(f"{run_dir}: no per-client '{key}' recorded")
         for client, (rounds, values) in series.items():
@@ -148,7 +152,7 @@ def per_client_figure(run_dirs: list[str | Path], key: str, title: str = "") -> 
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
-def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
+def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "", *, rows: Rows | None = None) -> Any:
     """A per-round server diagnostic (e.g. the entropy of the local-step distribution)."""
     from fedaccel.report.figures import grid_palette, legend_labels
     from fedaccel.report.reading import Run
@@ -160,10 +164,10 @@ def scalar_figure(run_dirs: list[str | Path], key: str, title: str = "") -> Any:
     runs = [Run(Path(run_dir), config, []) for run_dir, config in zip(run_dirs, configs)]
     labels = legend_labels([(run.label, [run]) for run in runs], limit=64)  # the method's name, then what differs
     for k, (run_dir, config, label) in enumerate(zip(run_dirs, configs, labels)):
-        rows = [r for r in read_diagnostics(run_dir) if isinstance(r.get(key), (int, float))]
-        if not rows:
+        recorded = [r for r in _rows(run_dir, rows) if isinstance(r.get(key), (int, float))]
+        if not recorded:
             raise UserError(f"{run_dir}: no '{key}' recorded")
-        ax.plot([r["round"] for r in rows], [r[key] for r in rows], label=label, color=palette.color(config),
+        ax.plot([r["round"] for r in recorded], [r[key] for r in recorded], label=label, color=palette.color(config),
                 linestyle=LINE_STYLES[k % len(LINE_STYLES)])  # two setups of one method: one colour, two patterns
     ax.set_xlabel("round")
     ax.set_ylabel(key)
@@ -197,25 +201,34 @@ def plot_scalar(run_dirs: list[str | Path], key: str, out: str | Path, title: st
     return save_figure(scalar_figure(run_dirs, key, title), out)
 
 
-def diagnostic_figures(run_dirs: list[str | Path]) -> list[tuple[str, str, Callable[[], Any]]]:
+def diagnostic_figures(run_dirs: list[str | Path], rows: Rows | None = None) -> list[tuple[str, str, Callable[[], Any]]]:
     """Every diagnostic plot that applies to the given runs, not drawn yet: (name, kind, build),
-    where ``build()`` returns the figure and ``kind`` names the function that draws it."""
+    where ``build()`` returns the figure and ``kind`` names the function that draws it. Each run's diagnostics
+    are read once, here (``rows``: those of some folders, already read and checked, e.g. from a packed grid)."""
     with_diag = [Path(r) for r in run_dirs if (Path(r) / "diagnostics.jsonl").exists()]  # a folder there: one line
-    rows = {r: read_diagnostics(r) for r in with_diag}
+    read = {r: _rows(r, rows) for r in with_diag}
     figures: list[tuple[str, str, Callable[[], Any]]] = []
     for run_dir in with_diag:
-        if per_client(rows[run_dir], "selected"):
-            figures.append((f"selection-{run_dir.name}", "selection", partial(selection_figure, run_dir)))
+        if per_client(read[run_dir], "selected"):
+            figures.append((f"selection-{run_dir.name}", "selection",
+                            partial(selection_figure, run_dir, rows={run_dir: read[run_dir]})))
     for key in PER_CLIENT_KEYS:
-        runs = [r for r in with_diag if per_client(rows[r], key)]
+        runs = [r for r in with_diag if per_client(read[r], key)]
         if runs:
-            figures.append((key, "per-client", partial(per_client_figure, runs, key)))
+            figures.append((key, "per-client", partial(per_client_figure, runs, key, rows=read)))
     for key, title in SCALAR_KEYS.items():
-        runs = [r for r in with_diag if any(isinstance(x.get(key), (int, float)) for x in rows[r])]
+        runs = [r for r in with_diag if any(isinstance(x.get(key), (int, float)) for x in read[r])]
         if runs:
             figures.append((key.replace("_", "-") if key != "entropy" else key, "scalar",
-                            partial(scalar_figure, runs, key, title)))
+                            partial(scalar_figure, runs, key, title, rows=read)))
     return figures
+
+
+
+def _rows(run_dir: str | Path, rows: Rows | None) -> list[dict[str, Any]]:
+    """The diagnostics rows of ``run_dir``: those given in ``rows``, else its folder's (:func:`read_diagnostics`)."""
+    given = None if rows is None else rows.get(Path(run_dir))
+    return read_diagnostics(run_dir) if given is None else given
 
 
 def draw_diagnostics(

@@ -301,7 +301,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         say(f"{paper} report: {file.stem} ({place}/{len(files)}): its table of {len(runs)} runs")
         table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)  # as run_experiment
         drawn = _curve_drawings(file.stem, experiment, runs)
-        for name, kind, build in diagnostic_figures([write_folder(r) for r in _diagnosed(experiment, runs)]):
+        diagnosed = _diagnosed(experiment, runs)
+        read = {r.path: r.diagnostics for r in diagnosed if r.diagnostics is not None}  # checked by read_packed
+        for name, kind, build in diagnostic_figures([write_folder(r) for r in diagnosed], read):
             drawn.append(Drawing(f"{file.stem}-{name}.png", kind, build, lambda out, b=build: save_figure(b(), out)))
         drawings += drawn
         description = (file.read_text().splitlines() or [""])[0].lstrip("# ").strip()
