@@ -19,9 +19,7 @@ Example:
 from __future__ import annotations
 
 import itertools
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -50,17 +48,15 @@ class GridProgress:
         self.rows_read_every_s = 1.0
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
-        _watch_stops()
-        self.began = running_clock()  # the grid's time: what it ran, less any stop (its pace, its time left)
-        self._began_perf = time.perf_counter()  # when, by the wall clock (a worker's lock taken since counts)
+        self.began = time.perf_counter()
         self.titles: dict[str, str] = {}  # cell (folder) name -> what its lines call it (see name_cells)
         self._running: dict[int, tuple[str, Path, Any]] = {}  # k -> (cell name, run folder, its line)
         self._queued: dict[int, tuple[str, Path, int, str]] = {}
         self._overall: Any = None
         self._polled = 0.0
         self._followed: dict[int, tuple[Path, int]] = {}  # without bars: k -> (run folder, rounds) of a worker's cell
-        self._rounds_said = running_clock()
-        self._left_shown = 0.0  # when the overall bar's time left was last set (running_clock)
+        self._rounds_said = time.perf_counter()
+        self._left_shown = 0.0  # when the overall bar's time left was last set (perf_counter)
 
     # -- what happens ---------------------------------------------------------------------------
     def experiment(self, name: str, grid_size: int) -> None:
@@ -160,11 +156,11 @@ class GridProgress:
     def poll(self) -> None:
         """Start the queued cells whose worker took their folder, redraw the running cells' lines
         (at most every half second)."""
-        if running_clock() - self._polled < 0.5:  # (each look tells the clock the process runs)
+        if time.perf_counter() - self._polled < 0.5:
             return
-        self._polled = running_clock()
+        self._polled = time.perf_counter()
         for k, (cell, run_dir, rounds, verb) in list(self._queued.items()):
-            if _locked(run_dir, since=self._began_perf):
+            if _locked(run_dir, since=self.began):
                 self.start(k, cell, run_dir, rounds, verb=verb)
         for _, run_dir, line in self._running.values():
             last = last_round(run_dir)
@@ -197,7 +193,7 @@ class GridProgress:
             stream, name, title = self.stream, self.name, self._title(cell)
 
             def lines(total: int, initial: int, desc: str) -> Any:
-                return RoundLines(total, initial, f"[{name}] {title}", stream=stream, clock=running_clock)
+                return RoundLines(total, initial, f"[{name}] {title}", stream=stream)
 
             lines.announce = False  # type: ignore[attr-defined]  # run_loop's first line: the grid's start line says it
             return lines
@@ -233,7 +229,7 @@ class GridProgress:
         """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before a round is run, or where the rounds are not
         known before a cell ends); where cells finished earlier were skipped, ``2/6 cells to run done (3 finished
         earlier)``: the line's [k/N] counts every cell."""
-        elapsed = running_clock() - self.began
+        elapsed = time.perf_counter() - self.began
         earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
         text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"
         left = self._left(elapsed)
@@ -253,9 +249,9 @@ class GridProgress:
         """The overall bar's time left, where the rounds give it (tqdm's own counts cells, which resumed cells
         mislead): ``[01:30, about 3.0 min left]``; set at most every half second (a cell's rounds may take
         milliseconds) unless ``now``, and redrawn only when its text changes."""
-        clock = running_clock()  # first: a cell's round tells the clock the process runs
         if self._overall is None or self.rounds is None or getattr(self._overall, "disable", False):
             return  # no bar, no rounds, or tqdm turned off (TQDM_DISABLE: a bar without a postfix)
+        clock = time.perf_counter()
         if not now and clock - self._left_shown < 0.5:
             return
         self._left_shown = clock
@@ -296,41 +292,6 @@ class GridProgress:
             tqdm.write(text, file=self.stream)
         else:
             print(text, file=self.stream, flush=True)
-
-
-# -- the grid's clock: the time this process ran, not the time it was stopped (Ctrl-Z, SIGSTOP) -----------------
-_last_seen = time.perf_counter()  # the last moment the progress saw this process run (perf_counter)
-_stopped_s = 0.0  # seconds this process was stopped, as each SIGCONT tells
-_previous_handler: Any = None  # SIGCONT's handler before ours (called after it)
-_watching = False
-
-
-def running_clock() -> float:
-    """``time.perf_counter()`` less the seconds this process spent stopped: a grid paused for an hour and continued
-    keeps its pace, and its time left. Each call is also a moment the process was seen running; a SIGCONT
-    counts the time since the last one as stopped (the progress looks at least every half second while cells run
-    in workers, and at every round of a cell run here)."""
-    global _last_seen
-    _last_seen = time.perf_counter()
-    return _last_seen - _stopped_s
-
-
-def _continued(signum: int, frame: Any) -> None:
-    global _last_seen, _stopped_s
-    now = time.perf_counter()
-    _stopped_s += max(0.0, now - _last_seen)
-    _last_seen = now
-    if callable(_previous_handler):
-        _previous_handler(signum, frame)
-
-
-def _watch_stops() -> None:
-    """Have SIGCONT tell :func:`running_clock` (once per process, from the main thread: Python runs handlers there)."""
-    global _previous_handler, _watching
-    if _watching or threading.current_thread() is not threading.main_thread():
-        return
-    _previous_handler = signal.signal(signal.SIGCONT, _continued)
-    _watching = True
 
 
 def _ran(run_dir: Path, first: int, total: int) -> int:
