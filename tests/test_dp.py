@@ -129,9 +129,11 @@ def test_a_known_noise_multiplier_is_used_only_where_the_search_would_find_it(mo
         before = len(searched)
         assert module.calibrate.__wrapped__(settings, 3.0) == (z if used else -1.0), entry
         assert len(searched) == before + (not used), entry
-    other = replace(settings, rounds=settings.rounds + 1)  # another key: never the entry of this one
-    monkeypatch.setattr(module, "_table", lambda: {key: z})
-    assert module.calibrate.__wrapped__(other, 3.0) == -1.0
+    plan = replace(settings, plan_clip=module.PlanClip(1.0, 1.0, 2.0))
+    others = [replace(settings, rounds=21), replace(settings, clients=11), replace(settings, fraction=0.25),
+              replace(settings, delta=1e-6), replace(settings, sampling="fixed"), plan, replace(plan, plan_noise=2.0)]
+    keys = {module.calibration_key(s, 3.0) for s in [settings, *others]} | {module.calibration_key(settings, 2.0)}
+    assert len(keys) == len(others) + 2  # each input of the event, and the target, makes a key of its own
 
 
 def test_every_target_epsilon_the_repository_asks_for_is_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:

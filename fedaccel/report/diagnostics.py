@@ -224,7 +224,6 @@ def diagnostic_figures(run_dirs: list[str | Path], rows: Rows | None = None) -> 
     return figures
 
 
-
 def _rows(run_dir: str | Path, rows: Rows | None) -> list[dict[str, Any]]:
     """The diagnostics rows of ``run_dir``: those given in ``rows``, else its folder's (:func:`read_diagnostics`)."""
     given = None if rows is None else rows.get(Path(run_dir))
