@@ -65,6 +65,8 @@ FIGURES = {
                      for m in ("svm", "2nn", "cnn")],
     "paper_estimate.py": [r"fig3_alpha: svm/bherd: [\d.]+ s a round \(fixed [\d.]+ s\) x 5 group\(s\)",
                           r"estimate: fig3_alpha: 8 groups of 2 stacked seeds, T = 500: [\d.]+ min on cpu"],
+    "dp_calibration.py": [r"load average \(1, 5, 15 min\) before: \d", r"\d+ calibration\(s\) asked by 1 experiment file",
+                          r"ratio table/search: [\d.]+; load average"],
     "report_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"\d+ packed grid\(s\) of docs/reproductions/[\w-]+/data",
                           r"ratio memory/folders: [\d.]+; load average"],
     "row_reading.py": [r"load average \(1, 5, 15 min\) before: \d", r"[\d,]+ rows of docs/reproductions/bherd/data",
