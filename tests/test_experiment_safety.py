@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -403,3 +404,59 @@ def test_a_stop_in_a_cells_last_round_starts_no_next_cell(tmp_path: Path, monkey
     started = sorted(d.name for d in (tmp_path / "out").iterdir() if (d / "config.yaml").is_file())
     assert done == started == (["algorithm=fedavg,run.seed=0", "algorithm=fedavg,run.seed=1"] if stack
                                else ["algorithm=fedavg,run.seed=0"])
+
+
+def state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow
+def test_ctrl_z_stops_the_workers_with_the_experiment_and_the_stop_is_not_its_time(tmp_path: Path) -> None:
+    """Ctrl-Z (SIGTSTP, which the terminal sends to the experiment alone: its workers have process groups of their
+    own) stops every worker too, so no round is run while it is stopped; SIGCONT (fg) continues them, every cell
+    ends, and the time the lines give leaves the stop out."""
+    path = tmp_path / "exp.yaml"
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": ROUNDS, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+    path.write_text(yaml.safe_dump({"name": "paused", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"run.seed": [0, 1]}}))
+    cells = [tmp_path / "out" / f"run.seed={seed}" for seed in range(2)]
+    began = time.monotonic()
+    parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "-j", "2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and parent.poll() is None and not all(
+                (c / "metrics.jsonl").is_file() and len(rounds(c)) >= 3 for c in cells):
+            time.sleep(0.02)
+        workers = [pid for pid in descendants(parent.pid) if os.getpgid(pid) == pid]  # init_worker's setpgrp
+        assert len(workers) == 2, workers
+        os.kill(parent.pid, signal.SIGTSTP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and {state(pid) for pid in [parent.pid, *workers]} != {"T"}:
+            time.sleep(0.05)
+        assert {state(pid) for pid in [parent.pid, *workers]} == {"T"}, [state(p) for p in [parent.pid, *workers]]
+        time.sleep(0.5)  # a worker's last row may still be reaching the file
+        before = [len(rounds(c)) for c in cells]
+        time.sleep(4.0)
+        assert [len(rounds(c)) for c in cells] == before, "rounds ran while the experiment was stopped"
+        assert not any((c / "summary.json").is_file() for c in cells)
+        os.kill(parent.pid, signal.SIGCONT)
+        _, err = parent.communicate(timeout=180)
+    finally:
+        if parent.poll() is None:
+            for pid in [parent.pid, *workers]:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+        parent.wait()
+    wall = time.monotonic() - began
+    assert parent.returncode == 0, err[-2000:]
+    assert all(rounds(c) == list(range(ROUNDS + 1)) for c in cells)
+    spent = [float(n) * (60 if unit == "min" else 1) for n, unit in re.findall(r"2/2 cells done, ([\d.]+) (s|min)", err)]
+    assert spent and spent[-1] <= wall - 3.5, (spent, wall, err[-1000:])  # the 4.5 s stopped are not counted

@@ -354,3 +354,25 @@ def test_bars_turned_off_by_tqdm_disable_do_not_stop_the_grid(tmp_path: Path, mo
     progress.end(1, "cell")
     progress.poll()
     progress.close()
+
+
+def test_time_stopped_by_ctrl_z_is_neither_time_spent_nor_pace(tmp_path: Path, monkeypatch) -> None:
+    """What fedaccel.grids.suspend counts as stopped (Ctrl-Z, then fg) is taken out of the lines' time spent, the
+    pace of the time left, and the bar's own time spent; stops before the grid began are not this grid's."""
+    from fedaccel.grids import suspend
+
+    monkeypatch.setattr(suspend, "_suspended_s", 50.0)  # a stop before this grid
+    cell, stream = rows_to(tmp_path / "cell", 0, 0), io.StringIO()
+    progress = GridProgress(1, bars=True, stream=stream, rounds=rounds_left([(cell, 600)]))
+    progress.rows_read_every_s = 0
+    progress.experiment("g", 1)
+    progress.start(1, "cell", cell, 600, follow=False)
+    rows_to(cell, 1, 100)
+    progress.began = time.perf_counter() - 3660  # begun 61 min ago, of which 60 stopped:
+    monkeypatch.setattr(suspend, "_suspended_s", 50.0 + 3600)
+    assert progress._tally() == "0/1 cells done, 60 s, about 5.0 min left"  # 100 rounds in the minute run; 500 left
+    started = progress._overall.start_t
+    progress._show_left(now=True)
+    assert progress._overall.start_t == pytest.approx(started + 3600)  # tqdm's elapsed: the same minute
+    assert progress._overall.postfix == "about 5.0 min left"
+    progress.close()

@@ -32,6 +32,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -417,6 +418,7 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     ``report`` shows where the grid is (default: a `fedaccel.grids.progress.GridProgress` over this grid).
     """
     from fedaccel.grids.progress import GridProgress, rounds_left
+    from fedaccel.grids.suspend import suspending
     from fedaccel.report.completeness import gaps_line, grid_gaps
     from fedaccel.report.figures import plot_curves
     from fedaccel.report.identity import check_distinct
@@ -451,25 +453,26 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     report.name_cells(experiment.cells)
     for k, name in skipped:
         report.skip(k, name)
-    try:
-        if ray is not None:
-            from fedaccel.grids.ray_tasks import run_cells_on_ray
+    try:  # Ctrl-Z stops the grid (-j: its workers too) and its pace leaves the stop out; Ray tasks go on
+        with nullcontext() if ray is not None else suspending():
+            if ray is not None:
+                from fedaccel.grids.ray_tasks import run_cells_on_ray
 
-            run_cells_on_ray(todo, ray, report)
-        elif stack_seeds and workers > 1 and len(groups := _seed_groups(todo, stacked_keys)) > 1:
-            run_cells_in_parallel(todo, workers, report, tasks=groups, job=run_seed_group_in_worker)
-        elif stack_seeds:
-            for group in _seed_groups(todo, stacked_keys):
-                _no_stop_since(requests, experiment.out_dir)
-                _run_seed_group(group, report, progress)
-        elif workers == 1 or len(todo) <= 1:
-            for k, name, config, run_dir in todo:
-                _no_stop_since(requests, experiment.out_dir)
-                report.start(k, name, run_dir, config.train.rounds, verb=verb(run_dir), follow=False)
-                run_cell(config, run_dir, report.cell_bar(name, progress))
-                report.end(k, name)
-        else:
-            run_cells_in_parallel(todo, workers, report)
+                run_cells_on_ray(todo, ray, report)
+            elif stack_seeds and workers > 1 and len(groups := _seed_groups(todo, stacked_keys)) > 1:
+                run_cells_in_parallel(todo, workers, report, tasks=groups, job=run_seed_group_in_worker)
+            elif stack_seeds:
+                for group in _seed_groups(todo, stacked_keys):
+                    _no_stop_since(requests, experiment.out_dir)
+                    _run_seed_group(group, report, progress)
+            elif workers == 1 or len(todo) <= 1:
+                for k, name, config, run_dir in todo:
+                    _no_stop_since(requests, experiment.out_dir)
+                    report.start(k, name, run_dir, config.train.rounds, verb=verb(run_dir), follow=False)
+                    run_cell(config, run_dir, report.cell_bar(name, progress))
+                    report.end(k, name)
+            else:
+                run_cells_in_parallel(todo, workers, report)
     finally:
         if own_report:
             report.close()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fedaccel.grids.cell import init_worker, run_cell, verb
+from fedaccel.grids.suspend import suspending
 from fedaccel.runs.config import Config
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, 
     pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
                                initializer=init_worker, initargs=(os.getpid(),))
     handles = PoolHandles(pool)
-    try:
-        with stop_signals():  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it
+    try:  # Ctrl-C / SIGTERM: every running cell finishes its round and checkpoints it; Ctrl-Z stops the workers too
+        with stop_signals(), suspending(handles.worker_groups):
             pending = {}
             for task in tasks:
                 stacked = f" (stacked: {len(task)})" if len(task) > 1 else ""
@@ -104,6 +105,14 @@ class PoolHandles:
         self.pool = pool
         self.processes: list[Any] = []
         self.manager: threading.Thread | None = None
+
+    def worker_groups(self) -> list[int]:
+        """The live workers' pids, each its own process group's (:func:`fedaccel.grids.cell.init_worker`)."""
+        try:
+            processes = list((self.pool._processes or {}).values())  # type: ignore[attr-defined]
+        except RuntimeError:  # changed size while read: the manager thread started or reaped one
+            processes = self.processes
+        return [process.pid for process in processes if process.is_alive()]
 
     def take(self) -> None:
         if self.pool._executor_manager_thread is not None:  # type: ignore[attr-defined]

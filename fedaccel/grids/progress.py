@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fedaccel.disk import NotAFile, open_regular
+from fedaccel.grids.suspend import suspended_s
 from fedaccel.runs.progress import EVERY_S, on_terminal
 from fedaccel.runs.rows import parse_json
 
@@ -49,6 +50,8 @@ class GridProgress:
         self.name, self.grid_size = "", 0
         self.place: tuple[int, int] | None = None  # (i, n): the i-th of a reproduction's n experiments
         self.began = time.perf_counter()
+        self._suspended_before = suspended_s()  # Ctrl-Z stops before this grid (fedaccel.grids.suspend)
+        self._stopped_shown = 0.0  # seconds of this grid's stops already taken out of the bar's time spent
         self.titles: dict[str, str] = {}  # cell (folder) name -> what its lines call it (see name_cells)
         self._running: dict[int, tuple[str, Path, Any]] = {}  # k -> (cell name, run folder, its line)
         self._queued: dict[int, tuple[str, Path, int, str]] = {}
@@ -229,7 +232,7 @@ class GridProgress:
         """``2/6 cells done, 1.5 min, about 3.0 min left`` (no ETA before a round is run, or where the rounds are not
         known before a cell ends); where cells finished earlier were skipped, ``2/6 cells to run done (3 finished
         earlier)``: the line's [k/N] counts every cell."""
-        elapsed = time.perf_counter() - self.began
+        elapsed = self._spent()
         earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
         text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"
         left = self._left(elapsed)
@@ -238,6 +241,10 @@ class GridProgress:
         elif self.ended and self.rounds is None:
             text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
         return text
+
+    def _spent(self) -> float:
+        """Seconds since the grid began, less those it spent stopped by Ctrl-Z (:mod:`fedaccel.grids.suspend`)."""
+        return time.perf_counter() - self.began - (suspended_s() - self._suspended_before)
 
     def _left(self, elapsed: float) -> float | None:
         """Seconds left: the rounds left at the pace of the rounds run here (None where the rounds are not known or
@@ -249,13 +256,19 @@ class GridProgress:
         """The overall bar's time left, where the rounds give it (tqdm's own counts cells, which resumed cells
         mislead): ``[01:30, about 3.0 min left]``; set at most every half second (a cell's rounds may take
         milliseconds) unless ``now``, and redrawn only when its text changes."""
-        if self._overall is None or self.rounds is None or getattr(self._overall, "disable", False):
-            return  # no bar, no rounds, or tqdm turned off (TQDM_DISABLE: a bar without a postfix)
+        if self._overall is None or getattr(self._overall, "disable", False):
+            return  # no bar, or tqdm turned off (TQDM_DISABLE: a bar without a postfix)
+        stopped = suspended_s() - self._suspended_before
+        if stopped > self._stopped_shown:  # the bar's time spent leaves a Ctrl-Z stop out too
+            self._overall.start_t += stopped - self._stopped_shown
+            self._stopped_shown = stopped
+        if self.rounds is None:
+            return  # tqdm's own time left (the cells'), from the same time spent
         clock = time.perf_counter()
         if not now and clock - self._left_shown < 0.5:
             return
         self._left_shown = clock
-        left = self._left(clock - self.began)
+        left = self._left(self._spent())
         text = "" if left is None else f"about {_minutes(left)} left"
         if text != (self._overall.postfix or ""):
             self._overall.set_postfix_str(text, refresh=True)
