@@ -422,14 +422,15 @@ def test_ctrl_z_stops_the_workers_with_the_experiment_and_the_stop_is_not_its_ti
     ends, and the time the lines give leaves the stop out."""
     path = tmp_path / "exp.yaml"
     base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
-            "train": {"rounds": ROUNDS, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
+            "train": {"rounds": 400, "lr": 0.1, "batch_size": 20}, "run": {"progress": False}}
     path.write_text(yaml.safe_dump({"name": "paused", "out_dir": str(tmp_path / "out"), "base": base,
                                     "grid": {"run.seed": [0, 1]}}))
     cells = [tmp_path / "out" / f"run.seed={seed}" for seed in range(2)]
     began = time.monotonic()
     parent = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", "experiment", str(path), "-j", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers: list[int] = []
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              process_group=0)  # a group whose parent (pytest's) is in the session: not orphaned,
+    workers: list[int] = []                    # so SIGTSTP stops it wherever the tests run (setsid, containers)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and parent.poll() is None and not all(
@@ -444,7 +445,7 @@ def test_ctrl_z_stops_the_workers_with_the_experiment_and_the_stop_is_not_its_ti
         assert {state(pid) for pid in [parent.pid, *workers]} == {"T"}, [state(p) for p in [parent.pid, *workers]]
         time.sleep(0.5)  # a worker's last row may still be reaching the file
         before = [len(rounds(c)) for c in cells]
-        time.sleep(4.0)
+        time.sleep(10.0)
         assert [len(rounds(c)) for c in cells] == before, "rounds ran while the experiment was stopped"
         assert not any((c / "summary.json").is_file() for c in cells)
         os.kill(parent.pid, signal.SIGCONT)
@@ -457,6 +458,8 @@ def test_ctrl_z_stops_the_workers_with_the_experiment_and_the_stop_is_not_its_ti
         parent.wait()
     wall = time.monotonic() - began
     assert parent.returncode == 0, err[-2000:]
-    assert all(rounds(c) == list(range(ROUNDS + 1)) for c in cells)
+    assert all(rounds(c) == list(range(401)) for c in cells)
     spent = [float(n) * (60 if unit == "min" else 1) for n, unit in re.findall(r"2/2 cells done, ([\d.]+) (s|min)", err)]
-    assert spent and spent[-1] <= wall - 3.5, (spent, wall, err[-1000:])  # the 4.5 s stopped are not counted
+    # the 10.5 s stopped are not counted: the grid's time is the wall's less its start-up and its table (~4 s
+    # here; counted, the stop would leave the time spent above wall - 8 s wherever those take under 8 s)
+    assert spent and spent[-1] <= wall - 8, (spent, wall, err[-1000:])

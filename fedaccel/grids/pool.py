@@ -109,7 +109,8 @@ class PoolHandles:
     def worker_groups(self) -> list[int]:
         """The live workers' pids, each its own process group's (:func:`fedaccel.grids.cell.init_worker`)."""
         try:
-            processes = list((self.pool._processes or {}).values())  # type: ignore[attr-defined]
+            live = self.pool._processes  # type: ignore[attr-defined]  # None once shut down (a stop asked)
+            processes = list(live.values()) if live is not None else self.processes
         except RuntimeError:  # changed size while read: the manager thread started or reaped one
             processes = self.processes
         return [process.pid for process in processes if process.is_alive()]

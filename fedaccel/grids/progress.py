@@ -296,6 +296,7 @@ class GridProgress:
                 "bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]"}
             self._overall = tqdm(total=self.cells, desc=self._overall_label(), unit="cell", position=0,
                                  file=self.stream, dynamic_ncols=True, **rounds_paced)
+            self._stopped_shown = suspended_s() - self._suspended_before  # stops before the bar: not in its clock
         return self._overall
 
     def _say(self, text: str) -> None:

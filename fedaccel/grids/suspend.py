@@ -32,8 +32,8 @@ def suspended_s() -> float:
 def suspending(groups: Callable[[], list[int]] = list) -> Iterator[None]:
     """For the duration (main thread only), SIGTSTP stops the process groups ``groups()`` names (the workers',
     each its leader's pid) with this process and continues them with it, and counts the stop."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTSTP) == signal.SIG_IGN:
+        yield  # (a launcher that ignores Ctrl-Z keeps it ignored)
         return
 
     def stop(signum: int, frame: Any) -> None:
