@@ -48,6 +48,8 @@ FIGURES = {
                    for m in ("svm", "2nn") for r, a in (("in-process", "streamed"), ("stacked", "streamed"),
                                                         ("in-process", "stored"))),
                  r"2nn in-process: memory the rounds add at 4 clients minus at 2: -?[\d.]+ MB"],
+    "warm_actors.py": [r"warm actors: [\d.]+ s a simulation", r"new actors: [\d.]+ s a simulation",
+                       r"ratio warm/new: [\d.]+; saved -?[\d.]+ s"],
     "start_up.py": [r"fedaccel: [\d.]+ s \(median of 1", r"as before: [\d.]+ s", r"ratio fedaccel/as before: [\d.]+"],
     "seed_group_overheads.py": [r"load average \(1, 5, 15 min\) before: \d",
                                 r"load fashion-mnist: gunzipped [\d.]+ s, kept [\d.]+ s; ratio kept/gunzipped: [\d.]+",
@@ -78,7 +80,7 @@ FIGURES = {
 }
 
 #: Scripts that need a runtime beyond torch: skipped without it.
-NEEDS = {"ray_grid.py": "ray", "runtime_overhead.py": "flwr"}
+NEEDS = {"ray_grid.py": "ray", "runtime_overhead.py": "flwr", "warm_actors.py": "flwr"}
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch each: 3-10 s on 2 cores, 20-40 s with Ray or Flower

@@ -1,7 +1,8 @@
 """The Flower runtimes give the in-process numbers, and the server gates what clients send.
 
-Each simulation starts Ray (10-20 s on 2 cores), so the cases are few and tiny: digits,
-softmax regression, 3 clients, 3 rounds.
+A worker's first simulation starts Ray and its ClientApp workers (10-20 s on 2 cores); the next
+ones run on them (fedaccel.flower.warm_actors). The cases are tiny: digits, softmax regression,
+3 clients, 3 rounds.
 """
 
 from __future__ import annotations

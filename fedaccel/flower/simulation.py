@@ -3,7 +3,8 @@
 One virtual SuperNode per client; Ray runs their ClientApps in a pool of worker processes that
 stay alive for the whole run (one per core by default), so each builds the run's setup once; each
 worker holds two messages at a time (:mod:`fedaccel.flower.in_flight`).
-Ray itself stays up for the process's next simulation (:mod:`fedaccel.flower.warm_ray`).
+Ray itself stays up for the process's next simulation (:mod:`fedaccel.flower.warm_ray`), and so do the
+workers for a while (:mod:`fedaccel.flower.warm_actors`).
 The ServerApp runs in this process and writes the usual run folder. On a Ray cluster: start it
 with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and the data on every
 node) and run with ``RAY_ADDRESS=auto`` on the head.
@@ -40,6 +41,7 @@ def simulate(
     from fedaccel.flower.in_flight import keep_two_in_flight
     from fedaccel.flower.notices import quiet_notices
     from fedaccel.flower.server import serve
+    from fedaccel.flower.warm_actors import actors_kept_warm
     from fedaccel.flower.warm_ray import backend_config, keep_ray_up, remember_started
 
     quiet_notices()  # Flower's deprecation of run_simulation, which fedaccel calls on purpose, and Ray's tip
@@ -61,12 +63,13 @@ def simulate(
     # Ray joins that cluster and its CPUs decide how many ClientApps run at once.
     keep_ray_up()
     backend = backend_config(config.data.clients, workers)
-    run_simulation(
-        server_app=server_app,
-        client_app=client_app or fedaccel_client_app,
-        num_supernodes=config.data.clients,
-        backend_config=backend,
-    )
+    with actors_kept_warm(backend):  # its ClientApp actors: the last simulation's, if it left them
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app or fedaccel_client_app,
+            num_supernodes=config.data.clients,
+            backend_config=backend,
+        )
     remember_started(backend)
     if failures:
         raise failures[0]

@@ -1,0 +1,118 @@
+"""The ClientApp actors of one Flower simulation serve the next (fedaccel.flower.warm_actors): the
+same Ray worker processes, the in-process numbers, and no actor kept that is dead, of other
+resources or idle too long."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+ray = pytest.importorskip("ray")
+
+from fedaccel.flower import warm_actors  # noqa: E402
+from fedaccel.flower.simulation import simulate  # noqa: E402
+from fedaccel.launch import run  # noqa: E402
+from fedaccel.runs.config import load_config  # noqa: E402
+
+TINY = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=dirichlet", "data.split.alpha=0.5",
+        "train.rounds=2", "train.lr=0.1", "train.batch_size=20", "run.progress=false"]
+
+
+def numbers(run_dir: Path) -> list[dict]:
+    """The metrics rows without their wall times."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
+
+
+def same(a: list[dict], b: list[dict]) -> bool:
+    """The same rows, floats to 1e-5 (the order in which replies arrive changes the sums' last bits)."""
+    return len(a) == len(b) and all(x.keys() == y.keys() and all(
+        x[k] == pytest.approx(y[k], abs=1e-5) if isinstance(x[k], float) else x[k] == y[k] for k in x)
+        for x, y in zip(a, b))
+
+
+def ids(actors: list) -> set[str]:
+    return {actor._actor_id.hex() for actor in actors}
+
+
+def alive(actor) -> bool:
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=30)
+    except ray.exceptions.RayError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_process_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def simulated(name: str, overrides: list[str], **options) -> list[dict]:
+        config = load_config(None, [*TINY, *overrides, "run.runtime=flower-simulation"])
+        return numbers(simulate(config, tmp_path / name, **options))
+
+    simulated("first", ["algorithm=fedavg"])
+    first = warm_actors.kept_actors()
+    assert len(first) == 2 and all(alive(a) for a in first)  # one worker per core (2), at most one per client
+
+    # another method, its ClientApps in the same processes, with the in-process numbers
+    overrides = ["algorithm=fedprox", "algorithm.mu=0.1", "data.clients=4"]
+    local = numbers(run(load_config(None, [*TINY, *overrides]), tmp_path / "in-process"))
+    assert same(simulated("second", overrides), local)
+    assert ids(warm_actors.kept_actors()) == ids(first)
+
+    # a kept actor that died (killed, out of memory) is not handed on: the next simulation starts its own
+    ray.kill(first[0])
+    assert same(simulated("third", overrides), local)
+    third = warm_actors.kept_actors()
+    assert first[0]._actor_id.hex() not in ids(third) and len(third) == 2 and all(alive(a) for a in third)
+
+    # a simulation asking for other resources (one worker: the whole machine's share) stops the kept ones
+    assert same(simulated("fourth", overrides, workers=1), local)
+    fourth = warm_actors.kept_actors()
+    assert len(fourth) == 1 and not ids(fourth) & ids(third)
+    assert not any(alive(a) for a in third)
+
+    # unused for IDLE_S seconds, they are stopped (they hold their share of Ray's CPUs)
+    monkeypatch.setattr(warm_actors, "IDLE_S", 0.5)
+    simulated("fifth", overrides, workers=1)
+    fifth = warm_actors.kept_actors()
+    assert ids(fifth) == ids(fourth)
+    time.sleep(3)
+    assert warm_actors.kept_actors() == [] and not alive(fifth[0])
+
+
+@pytest.mark.slow
+def test_actors_whose_clientapp_raised_are_kept_and_serve_the_next_simulation(tmp_path: Path) -> None:
+    """Client 0's ClientApp raises in every round (its answer is rejected, the run goes on); the actors that
+    ran it are handed on, and the next simulation on them gives the in-process numbers."""
+    import cloudpickle
+    from flwr.clientapp import ClientApp
+
+    from fedaccel.flower import client as fedaccel_client
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
+    raising = ClientApp()
+
+    @raising.query("hello")
+    def hello(message, context):  # type: ignore[no-untyped-def]
+        return fedaccel_client.hello(message, context)
+
+    @raising.train()
+    def train(message, context):  # type: ignore[no-untyped-def]
+        if int(context.node_config["partition-id"]) == 0:
+            raise RuntimeError("client 0 is broken")
+        return fedaccel_client.train(message, context)
+
+    config = load_config(None, [*TINY, "algorithm=fedavg", "run.runtime=flower-simulation"])
+    rows = numbers(simulate(config, tmp_path / "raising", client_app=raising))
+    assert all("ClientAppException" in row["diag"]["rejected"]["0"] for row in rows[1:])
+    kept = warm_actors.kept_actors()
+    assert kept and all(alive(a) for a in kept)
+    local = numbers(run(load_config(None, [*TINY, "algorithm=fedavg"]), tmp_path / "in-process"))
+    assert same(numbers(simulate(config, tmp_path / "after")), local)
+    assert ids(warm_actors.kept_actors()) == ids(kept)
