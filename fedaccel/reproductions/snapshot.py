@@ -148,10 +148,11 @@ def read_records(file: Path) -> list[dict[str, Any]]:
         cells.add(record["cell"])
         where, last_round = file / record["cell"], rounds_of(record["config"])
         for name, rows in (("metrics", record["metrics"]), ("diagnostics", record["diagnostics"] or [])):
+            at = where / name  # once per list: a path per row was a tenth of a report's reading
             for k, row in enumerate(rows):
-                check_row(where / name, k + 1, row, rows[k - 1]["round"] if k else None, last_round)
+                check_row(at, k + 1, row, rows[k - 1]["round"] if k else None, last_round)
                 if name == "diagnostics":
-                    check_diagnostics(where / name, row)
+                    check_diagnostics(at, row)
         records.append(record)
     return records
 
