@@ -68,6 +68,7 @@ def test_a_flower_simulation_in_a_ray_someone_else_started_leaves_it_running(loc
     GraB-reorder, whose client state sets the order of the next round (one of the cases of
     tests/test_flower.py's simulations, checked here to save a simulation)."""
     pytest.importorskip("flwr")
+    from fedaccel.flower import warm_actors
 
     before = ray.get_runtime_context().gcs_address
     overrides = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=dirichlet",
@@ -76,6 +77,7 @@ def test_a_flower_simulation_in_a_ray_someone_else_started_leaves_it_running(loc
     local = numbers(run(load_config(None, overrides), tmp_path / "in-process"))
     flower = numbers(run(load_config(None, [*overrides, "run.runtime=flower-simulation"]), tmp_path / "flower"))
     assert ray.is_initialized() and ray.get_runtime_context().gcs_address == before
+    assert warm_actors.kept_actors() == []  # its ClientApp workers are not kept on a Ray fedaccel did not start
     assert len(flower) == len(local) == 4
     for a, b in zip(local, flower, strict=True):
         for key in ("test_acc", "test_loss", "train_loss"):

@@ -5,6 +5,7 @@ resources or idle too long."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -55,9 +56,10 @@ def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_proc
         config = load_config(None, [*TINY, *overrides, "run.runtime=flower-simulation"])
         return numbers(simulate(config, tmp_path / name, **options))
 
+    workers = min(os.cpu_count() or 1, 3)  # the default: one ClientApp worker per core, at most one per client
     simulated("first", ["algorithm=fedavg"])
     first = warm_actors.kept_actors()
-    assert len(first) == 2 and all(alive(a) for a in first)  # one worker per core (2), at most one per client
+    assert len(first) == workers and all(alive(a) for a in first)
 
     # another method, its ClientApps in the same processes, with the in-process numbers
     overrides = ["algorithm=fedprox", "algorithm.mu=0.1", "data.clients=4"]
@@ -69,17 +71,18 @@ def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_proc
     ray.kill(first[0])
     assert same(simulated("third", overrides), local)
     third = warm_actors.kept_actors()
-    assert first[0]._actor_id.hex() not in ids(third) and len(third) == 2 and all(alive(a) for a in third)
+    assert first[0]._actor_id.hex() not in ids(third) and len(third) == workers and all(alive(a) for a in third)
 
-    # a simulation asking for other resources (one worker: the whole machine's share) stops the kept ones
-    assert same(simulated("fourth", overrides, workers=1), local)
+    # a simulation asking for another share of the CPUs (one worker, or two on one core) stops the kept ones
+    other = 1 if workers > 1 else 2
+    assert same(simulated("fourth", overrides, workers=other), local)
     fourth = warm_actors.kept_actors()
-    assert len(fourth) == 1 and not ids(fourth) & ids(third)
+    assert len(fourth) == other and not ids(fourth) & ids(third)
     assert not any(alive(a) for a in third)
 
     # unused for IDLE_S seconds, they are stopped (they hold their share of Ray's CPUs)
     monkeypatch.setattr(warm_actors, "IDLE_S", 0.5)
-    simulated("fifth", overrides, workers=1)
+    assert same(simulated("fifth", overrides, workers=other), local)
     fifth = warm_actors.kept_actors()
     assert ids(fifth) == ids(fourth)
     time.sleep(3)
@@ -116,3 +119,46 @@ def test_actors_whose_clientapp_raised_are_kept_and_serve_the_next_simulation(tm
     local = numbers(run(load_config(None, [*TINY, "algorithm=fedavg"]), tmp_path / "in-process"))
     assert same(numbers(simulate(config, tmp_path / "after")), local)
     assert ids(warm_actors.kept_actors()) == ids(kept)
+
+
+class _Handle:
+    """A stand-in actor handle whose every call raises, as one of a Ray that is gone or of a dead actor does."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        def remote(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.calls.append(name)
+            raise Exception(f"Failed to submit task to actor: {name}")  # what Ray raises: not a RayError
+
+        return type("Method", (), {"remote": staticmethod(remote)})()
+
+
+RESOURCES = (("num_cpus", 1.0), ("num_gpus", 0.0))
+
+
+def test_actors_kept_in_another_ray_session_are_neither_handed_on_nor_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray restarted (on the same address, with RAY_GCS_SERVER_PORT): the old handles are dropped untouched."""
+    calls: list[str] = []
+    monkeypatch.setattr(warm_actors, "_session", lambda: "session_now")
+    monkeypatch.setattr(warm_actors, "_kept", [_Handle(calls)])
+    monkeypatch.setattr(warm_actors, "_kept_for", ("session_before", RESOURCES))
+    assert warm_actors.kept_actors() == []
+    assert warm_actors._take(("session_now", RESOURCES), 2) == [] and calls == []
+    assert warm_actors._kept == []
+
+
+def test_a_kept_actor_that_does_not_answer_is_stopped_and_none_handed_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(warm_actors, "_session", lambda: "session_now")
+    monkeypatch.setattr(warm_actors, "_kept", [_Handle(calls), _Handle(calls)])
+    monkeypatch.setattr(warm_actors, "_kept_for", ("session_now", RESOURCES))
+    assert len(warm_actors.kept_actors()) == 2
+    assert warm_actors._take(("session_now", RESOURCES), 2) == []
+    assert calls == ["__ray_ready__", "terminate", "terminate"] and warm_actors._kept == []
+    # of other resources: not asked, stopped
+    monkeypatch.setattr(warm_actors, "_kept", [_Handle(calls)])
+    monkeypatch.setattr(warm_actors, "_kept_for", ("session_now", RESOURCES))
+    calls.clear()
+    assert warm_actors._take(("session_now", (("num_cpus", 2.0), ("num_gpus", 0.0))), 1) == [] and calls == ["terminate"]

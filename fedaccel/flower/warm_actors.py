@@ -2,15 +2,16 @@
 
 Flower 1.42's Ray backend creates a pool of ClientApp actors for each simulation and stops them at its
 end. Even with Ray kept up (:mod:`fedaccel.flower.warm_ray`), each simulation pays new Ray worker
-processes that import torch, Flower and fedaccel before their first message: about 10 s on 2 cores
-(``python benchmarks/warm_actors.py``). Within :func:`actors_kept_warm`, a simulation that ends with no
+processes that import torch, Flower and fedaccel before their first message (about 12 s on 2 cores:
+``python benchmarks/warm_actors.py``). Within :func:`actors_kept_warm`, a simulation that ends with no
 message in flight keeps its actors, and the next one that asks for actors of the same resources takes
 them instead of starting new ones. Only on the local Ray a simulation of this process started
 (:func:`fedaccel.flower.warm_ray._ours`); on a cluster or a Ray someone else started, nothing is kept.
 
-An actor carries nothing from one simulation to the next but its imports and the last run's setup
-(:func:`fedaccel.flower.client.setup_for`, keyed by the whole config): each message brings its node's
-context and the ClientApp to run. Kept actors are stopped when the next simulation asks for other
+An actor carries nothing from one simulation to the next but its process: the modules it imported (a plugin
+upgraded in between still runs its old code there, as in this process) and the last run's setup
+(:func:`fedaccel.flower.client.setup_for`, keyed by the whole config); each message brings its node's context
+and the ClientApp to run. Kept actors are stopped when the next simulation asks for other
 resources, when one of them does not answer, or after :data:`IDLE_S` seconds unused: until then they
 hold their share of Ray's CPUs, which other Ray work of the process would wait for. Pinned to flwr 1.42
 (``BasicActorPool`` is not public API): if it is gone, nothing is patched and each simulation starts
@@ -19,6 +20,7 @@ its own actors, as in Flower.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +31,7 @@ IDLE_S = 60.0  # seconds kept actors wait for the next simulation before they ar
 _lock = threading.Lock()
 _active: dict[str, Any] | None = None  # within actors_kept_warm: the simulation's backend config
 _kept: list[Any] = []  # idle actors of the last simulation
-_kept_for: tuple[Any, ...] = ()  # (GCS address of their Ray, their resources)
+_kept_for: tuple[Any, ...] = ()  # (their Ray session, their resources)
 _timer: threading.Timer | None = None
 
 
@@ -48,9 +50,9 @@ def actors_kept_warm(backend: dict[str, Any]) -> Iterator[bool]:
 
 
 def kept_actors() -> list[Any]:
-    """The actors kept for the next simulation (their Ray handles)."""
+    """The actors kept for the next simulation on the running Ray (their Ray handles)."""
     with _lock:
-        return list(_kept)
+        return list(_kept) if _kept and _kept_for[0] == _session() else []
 
 
 def release() -> None:
@@ -95,7 +97,14 @@ def _key(resources: dict[str, Any]) -> tuple[Any, ...] | None:
     remember_started(_active or {"init_args": {}})  # a Ray this simulation started is ours from its start
     if not _ours():
         return None
-    return ray.get_runtime_context().gcs_address, tuple(sorted(resources.items()))
+    return _session(), tuple(sorted(resources.items()))
+
+
+def _session() -> str | None:
+    """The running Ray's session (a Ray restarted on the same address is another session), or None."""
+    import ray
+
+    return ray.get_runtime_context().get_session_name() if ray.is_initialized() else None
 
 
 def _take(key: tuple[Any, ...] | None, wanted: int) -> list[Any]:
@@ -111,7 +120,7 @@ def _take(key: tuple[Any, ...] | None, wanted: int) -> list[Any]:
     if taken:
         try:
             ray.get([actor.__ray_ready__.remote() for actor in taken], timeout=30)
-        except ray.exceptions.RayError:  # one died while kept (killed, out of memory): start afresh
+        except Exception:  # noqa: BLE001  one died while kept (killed, out of memory): start afresh
             _stop(taken)
             return []
     return taken
@@ -121,15 +130,12 @@ def _drop() -> tuple[list[Any], tuple[Any, ...], bool]:
     """Empty the kept actors (call under the lock): (them, what they were kept for, whether the Ray they
     run on is still up)."""
     global _kept, _kept_for, _timer
-    import ray
-
     actors, key = _kept, _kept_for
     _kept, _kept_for = [], ()
     if _timer is not None:
         _timer.cancel()
         _timer = None
-    ours = bool(actors) and ray.is_initialized() and ray.get_runtime_context().gcs_address == key[0]
-    return actors, key, ours
+    return actors, key, bool(actors) and key[0] == _session()
 
 
 def _keep(pool: Any) -> bool:
@@ -152,4 +158,16 @@ def _keep(pool: Any) -> bool:
 
 def _stop(actors: list[Any]) -> None:
     for actor in actors:
-        actor.terminate.remote()
+        try:
+            actor.terminate.remote()
+        except Exception:  # noqa: BLE001  Ray shut down meanwhile (the idle timer's thread), the actor gone
+            pass
+
+
+def _forget() -> None:
+    """In a forked child: the parent's actors, lock and timer are not the child's."""
+    global _lock, _kept, _kept_for, _timer
+    _lock, _kept, _kept_for, _timer = threading.Lock(), [], (), None
+
+
+os.register_at_fork(after_in_child=_forget)
