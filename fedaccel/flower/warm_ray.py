@@ -82,10 +82,7 @@ def release_local_ray() -> None:
     Ray on its own terms, e.g. a grid joining a cluster (:func:`fedaccel.grids.ray_tasks.connect`)."""
     import ray
 
-    from fedaccel.flower.warm_actors import release
-
     global _started
     if _ours():
-        release()  # its kept ClientApp workers first: no stop of an actor races the shutdown
         ray.shutdown()
     _started = None

@@ -57,9 +57,11 @@ def connect(address: str = "auto") -> str:
     import ray
 
     from fedaccel.flower.notices import quiet_notices
+    from fedaccel.flower.warm_actors import release
     from fedaccel.flower.warm_ray import release_local_ray
 
     global _joined_here
+    release()  # the ClientApp workers a simulation kept first: no stop of one races the shutdown below
     release_local_ray()  # a local Ray a Flower simulation of this process kept up is not a cluster
     quiet_notices()  # Ray's tip on accelerator variables, as it starts
     if not ray.is_initialized():
