@@ -48,7 +48,7 @@ def main() -> None:
         if not args.smoke:  # untimed: Ray's start, and actors for the first "warm"
             simulate(config, Path(tmp) / "start")
         for rep in range(repeats):
-            for way in ("warm", "new") if rep % 2 == 0 else ("new", "warm"):
+            for way in ("new", "warm") if (rep + args.smoke) % 2 else ("warm", "new"):  # smoke: one start
                 if way == "new":
                     warm_actors.release()
                 started = time.perf_counter()

@@ -48,77 +48,68 @@ def alive(actor) -> bool:
     return True
 
 
-@pytest.mark.slow
-def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_process_numbers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def simulated(name: str, overrides: list[str], **options) -> list[dict]:
-        config = load_config(None, [*TINY, *overrides, "run.runtime=flower-simulation"])
-        return numbers(simulate(config, tmp_path / name, **options))
-
-    workers = min(os.cpu_count() or 1, 3)  # the default: one ClientApp worker per core, at most one per client
-    simulated("first", ["algorithm=fedavg"])
-    first = warm_actors.kept_actors()
-    assert len(first) == workers and all(alive(a) for a in first)
-
-    # another method, its ClientApps in the same processes, with the in-process numbers
-    overrides = ["algorithm=fedprox", "algorithm.mu=0.1", "data.clients=4"]
-    local = numbers(run(load_config(None, [*TINY, *overrides]), tmp_path / "in-process"))
-    assert same(simulated("second", overrides), local)
-    assert ids(warm_actors.kept_actors()) == ids(first)
-
-    # a kept actor that died (killed, out of memory) is not handed on: the next simulation starts its own
-    ray.kill(first[0])
-    assert same(simulated("third", overrides), local)
-    third = warm_actors.kept_actors()
-    assert first[0]._actor_id.hex() not in ids(third) and len(third) == workers and all(alive(a) for a in third)
-
-    # a simulation asking for another share of the CPUs (one worker, or two on one core) stops the kept ones
-    other = 1 if workers > 1 else 2
-    assert same(simulated("fourth", overrides, workers=other), local)
-    fourth = warm_actors.kept_actors()
-    assert len(fourth) == other and not ids(fourth) & ids(third)
-    assert not any(alive(a) for a in third)
-
-    # unused for IDLE_S seconds, they are stopped (they hold their share of Ray's CPUs)
-    monkeypatch.setattr(warm_actors, "IDLE_S", 0.5)
-    assert same(simulated("fifth", overrides, workers=other), local)
-    fifth = warm_actors.kept_actors()
-    assert ids(fifth) == ids(fourth)
-    time.sleep(3)
-    assert warm_actors.kept_actors() == [] and not alive(fifth[0])
-
-
-@pytest.mark.slow
-def test_actors_whose_clientapp_raised_are_kept_and_serve_the_next_simulation(tmp_path: Path) -> None:
-    """Client 0's ClientApp raises in every round (its answer is rejected, the run goes on); the actors that
-    ran it are handed on, and the next simulation on them gives the in-process numbers."""
-    import cloudpickle
+def raising_app():  # type: ignore[no-untyped-def]
+    """fedaccel's ClientApp, except that client 0's training raises in every round."""
     from flwr.clientapp import ClientApp
 
     from fedaccel.flower import client as fedaccel_client
 
-    cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
-    raising = ClientApp()
+    app = ClientApp()
 
-    @raising.query("hello")
+    @app.query("hello")
     def hello(message, context):  # type: ignore[no-untyped-def]
         return fedaccel_client.hello(message, context)
 
-    @raising.train()
+    @app.train()
     def train(message, context):  # type: ignore[no-untyped-def]
         if int(context.node_config["partition-id"]) == 0:
             raise RuntimeError("client 0 is broken")
         return fedaccel_client.train(message, context)
 
-    config = load_config(None, [*TINY, "algorithm=fedavg", "run.runtime=flower-simulation"])
-    rows = numbers(simulate(config, tmp_path / "raising", client_app=raising))
+    return app
+
+
+@pytest.mark.slow
+def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_process_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One simulation after another in this process (two start actors: the first, and the one asking for
+    another share); a dead actor or an unanswered ready check: the stand-in tests below."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
+
+    def simulated(name: str, overrides: list[str], **options) -> list[dict]:
+        config = load_config(None, [*TINY, *overrides, "run.runtime=flower-simulation"])
+        return numbers(simulate(config, tmp_path / name, **options))
+
+    workers = min(os.cpu_count() or 1, 3)  # the default: one ClientApp worker per core, at most one per client
+    # client 0's ClientApp raises in every round (its answer is rejected, the run goes on) ...
+    rows = simulated("raising", ["algorithm=fedavg"], client_app=raising_app())
     assert all("ClientAppException" in row["diag"]["rejected"]["0"] for row in rows[1:])
-    kept = warm_actors.kept_actors()
-    assert kept and all(alive(a) for a in kept)
-    local = numbers(run(load_config(None, [*TINY, "algorithm=fedavg"]), tmp_path / "in-process"))
-    assert same(numbers(simulate(config, tmp_path / "after")), local)
-    assert ids(warm_actors.kept_actors()) == ids(kept)
+    first = warm_actors.kept_actors()
+    assert len(first) == workers and all(alive(a) for a in first)
+
+    # ... and the actors that ran it serve another method, with the in-process numbers
+    overrides = ["algorithm=fedprox", "algorithm.mu=0.1", "data.clients=4"]
+    local = numbers(run(load_config(None, [*TINY, *overrides]), tmp_path / "in-process"))
+    assert same(simulated("second", overrides), local)
+    assert ids(warm_actors.kept_actors()) == ids(first)
+
+    # a simulation asking for another share of the CPUs (one worker, or two on one core) stops the kept ones
+    other = 1 if workers > 1 else 2
+    assert same(simulated("third", overrides, workers=other), local)
+    third = warm_actors.kept_actors()
+    assert len(third) == other and not ids(third) & ids(first)
+    assert not any(alive(a) for a in first)
+
+    # unused for IDLE_S seconds, they are stopped (they hold their share of Ray's CPUs)
+    monkeypatch.setattr(warm_actors, "IDLE_S", 0.5)
+    assert same(simulated("fourth", overrides, workers=other), local)
+    fourth = warm_actors.kept_actors()
+    assert ids(fourth) == ids(third)
+    time.sleep(3)
+    assert warm_actors.kept_actors() == [] and not alive(fourth[0])
 
 
 class _Handle:
