@@ -4,7 +4,9 @@
 Both keep Ray up between simulations (:mod:`fedaccel.flower.warm_ray`); "new actors" stops the kept
 ones before each simulation (``warm_actors.release()``), which is what each simulation paid before.
 The workload is ``configs/demo.yaml`` (FedAvg, squared-SVM, Case 2, 5 clients) for ``--rounds``
-rounds, as the cells of a grid on ``run.runtime: flower-simulation`` run one after another.
+rounds, as the cells of a grid on ``run.runtime: flower-simulation`` run one after another: each
+simulation with a seed of its own, so a kept worker builds the run's setup again (its data, split and
+model), as for a grid's next cell; only the process and its imports carry over.
 One untimed simulation first (Ray's start); then ``--repeats`` of each, alternated. Each is timed
 from the call to its return; the figures are medians, with the ratio warm / new (below 1: faster).
 
@@ -22,6 +24,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from fedaccel.flower import warm_actors
 from fedaccel.flower.simulation import simulate
@@ -37,8 +40,11 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="2 rounds, one repeat (a test, not a measurement)")
     args = parser.parse_args()
     rounds, repeats = (2, 1) if args.smoke else (args.rounds, args.repeats)
-    config = load_config(ROOT / "configs" / "demo.yaml", [f"train.rounds={rounds}", "run.progress=false",
-                                                          "run.runtime=flower-simulation"])
+
+    def config(seed: int) -> Any:
+        return load_config(ROOT / "configs" / "demo.yaml", [f"train.rounds={rounds}", "run.progress=false",
+                                                            "run.runtime=flower-simulation", f"run.seed={seed}"])
+
     print(f"load average (1, 5, 15 min) before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
           f"{os.cpu_count()} cores; configs/demo.yaml, {rounds} rounds; {repeats} alternated repetition(s)",
           flush=True)
@@ -46,13 +52,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = iter(range(1 << 30))
         if not args.smoke:  # untimed: Ray's start, and actors for the first "warm"
-            simulate(config, Path(tmp) / "start")
+            simulate(config(1000), Path(tmp) / "start")
         for rep in range(repeats):
             for way in ("new", "warm") if (rep + args.smoke) % 2 else ("warm", "new"):  # smoke: one start
                 if way == "new":
                     warm_actors.release()
+                seed = next(runs)
+                run_config = config(seed)
                 started = time.perf_counter()
-                simulate(config, Path(tmp) / str(next(runs)))
+                simulate(run_config, Path(tmp) / str(seed))
                 seconds[way].append(time.perf_counter() - started)
     median = {way: statistics.median(values) for way, values in seconds.items()}
     for way, value in median.items():

@@ -2,7 +2,7 @@
 
 Flower 1.42's Ray backend creates a pool of ClientApp actors for each simulation and stops them at its
 end. Even with Ray kept up (:mod:`fedaccel.flower.warm_ray`), each simulation pays new Ray worker
-processes that import torch, Flower and fedaccel before their first message (about 12 s on 2 cores:
+processes that import torch, Flower and fedaccel before their first message (about 9 s on 2 cores:
 ``python benchmarks/warm_actors.py``). Within :func:`actors_kept_warm`, a simulation that ends with no
 message in flight keeps its actors, and the next one that asks for actors of the same resources takes
 them instead of starting new ones. Only on the local Ray a simulation of this process started
@@ -90,8 +90,6 @@ def _patch() -> bool:
 
 def _key(resources: dict[str, Any]) -> tuple[Any, ...] | None:
     """What a kept actor must match: the local Ray a simulation here started, and the resources."""
-    import ray
-
     from fedaccel.flower.warm_ray import _ours, remember_started
 
     remember_started(_active or {"init_args": {}})  # a Ray this simulation started is ours from its start

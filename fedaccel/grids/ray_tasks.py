@@ -61,7 +61,7 @@ def connect(address: str = "auto") -> str:
     from fedaccel.flower.warm_ray import release_local_ray
 
     global _joined_here
-    release()  # the ClientApp workers a simulation kept first: no stop of one races the shutdown below
+    release()  # the ClientApp workers a simulation kept, and their idle timer, before the shutdown below
     release_local_ray()  # a local Ray a Flower simulation of this process kept up is not a cluster
     quiet_notices()  # Ray's tip on accelerator variables, as it starts
     if not ray.is_initialized():
