@@ -12,7 +12,8 @@ The ways: fedaccel ``in-process``, ``stacked``, ``simulation`` (``run.runtime: f
 ``simulation-one``: the same with one message at a time per ClientApp worker, as Flower sends them,
 instead of two, :mod:`fedaccel.flower.in_flight`)
 and ``deployment`` (``fedaccel deploy``: a SuperLink and one SuperNode process per client on
-loopback); for ``2nn`` also ``flower-app``: the bare Flower app of ``benchmarks/peers_flower_app``
+loopback; ``deployment-wait``: the same, ending when ``flwr run`` ends, as before 2026-11-30, instead of once the
+run wrote its summary and the stream showed its last round); for ``2nn`` also ``flower-app``: the bare Flower app of ``benchmarks/peers_flower_app``
 (Message API, Flower's FedAvg strategy) deployed the same way, on Flower's own ``flower-superlink``
 and ``flower-supernode`` processes with Flower's default isolation (``--isolation subprocess``).
 Each run is timed from the call to its end (start-up included) and through the rounds (fedaccel:
@@ -39,7 +40,7 @@ two rounds' messages, counted from its second push to its last, in three kinds:
 for the simulation's goal alone (~15 s a repetition instead of ~6 min).
 
 ``--smoke``: 2 clients, 2 rounds, 1,000 samples, one repetition, without the bare app and (unless
-``--ways`` names it) simulation-one, to check that the script runs (its figures then mean nothing).
+``--ways`` names them) simulation-one and deployment-wait, to check that the script runs (its figures then mean nothing).
 
 Goals (issue 32): simulation at most 1.5x in process through the rounds on the 2NN peer workload;
 ``fedaccel deploy`` at most the bare Flower app's seconds a round.
@@ -68,6 +69,7 @@ import torch  # noqa: E402
 
 from peers import WORKLOADS, BareDeployment, Outcome, Workload, fedaccel_config, outcome  # noqa: E402  (benchmarks/)
 
+from fedaccel.flower import deploy as deployment  # noqa: E402
 from fedaccel.flower import in_flight  # noqa: E402
 from fedaccel.flower.deploy import deploy  # noqa: E402
 from fedaccel.flower.link import REQUEST_LOG  # noqa: E402
@@ -77,7 +79,8 @@ from fedaccel.runs.config import Config, load_config  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = {"in-process": "in-process", "stacked": "stacked", "simulation": "flower-simulation",
             "simulation-one": "flower-simulation",
-            "deployment": "flower-deployment"}
+            "deployment": "flower-deployment", "deployment-wait": "flower-deployment"}
+AS_BEFORE = ("simulation-one", "deployment-wait")  # fedaccel's code at a former pace: not at smoke size unless asked
 DEPLOYED = {"deployment": "fedaccel deploy", "flower-app": "bare Flower app"}  # way: its name in the requests table
 SIMULATION_GOAL = 1.5  # x in process, through the rounds
 POLLS = ("/v1/fleet/pull-messages", "/v1/runtime/pull-messages", "/v1/runtime/acquire-task")
@@ -140,6 +143,12 @@ class Ways:
                 return outcome(deploy(config, folder / "run"))
             finally:
                 del os.environ[REQUEST_LOG]
+        if name == "deployment-wait":  # as before: the end of `flwr run` waited for
+            usual_end, deployment.finished_since = deployment.finished_since, lambda *_: False
+            try:
+                return outcome(deploy(config, folder / "run"))
+            finally:
+                deployment.finished_since = usual_end
         return outcome(run(config, folder / "run"))
 
 
@@ -178,9 +187,9 @@ def main() -> None:
     if args.bare_rounds < 3:
         parser.error("--bare-rounds must be at least 3 (a round's requests are counted between the 2nd and last pushes)")
     torch.set_num_threads(1)
-    if args.smoke:  # simulation-one is the simulation at Flower's pace: the same code, left out unless asked
+    if args.smoke:  # the ways at a former pace run the same code: left out unless asked
         args.rounds, args.repeats = 2, 1
-        args.ways = args.ways or [name for name in RUNTIMES if name != "simulation-one"]
+        args.ways = args.ways or [name for name in RUNTIMES if name not in AS_BEFORE]
     ways = workload(args)
     config = ways.configure("in-process")
     names = ways.names()
@@ -210,12 +219,13 @@ def main() -> None:
                 print(f"  repetition {rep + 1} {name:10s}: {total / rounds:.4f} s/round with start-up, "
                       f"{in_rounds / rounds:.4f} s/round in rounds, test accuracy {acc:.4f}{said}  (load {load()})",
                       flush=True)
-    report(results, requests, args.repeats)
+    report(results, requests, args.repeats, ways.fedaccel_rounds)
 
 
 def report(results: dict[str, list[tuple[float, float, float]]], requests: dict[str, list[dict[str, float]]],
-           repeats: int) -> None:
-    """``results``: each way's (seconds a round with start-up, through the rounds, accuracy) per repetition."""
+           repeats: int, rounds: int) -> None:
+    """``results``: each way's (seconds a round with start-up, through the rounds, accuracy) per repetition;
+    ``rounds``: a fedaccel run's."""
     median = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
               for name, runs in results.items()}
     base_total, base_rounds = median["in-process"]
@@ -232,6 +242,10 @@ def report(results: dict[str, list[tuple[float, float, float]]], requests: dict[
                 f"{name} ended at {acc}, in process at {base_acc}"
         total, in_rounds = median[name]
         print(f"ratio {name}/in-process: {total / base_total:.2f} with start-up, {in_rounds / base_rounds:.2f} in rounds")
+    if "deployment" in median and "deployment-wait" in median:
+        saved = (median["deployment-wait"][0] - median["deployment"][0]) * rounds
+        print(f"deployment/deployment-wait (with start-up): {median['deployment'][0] / median['deployment-wait'][0]:.3f}"
+              f"  ({saved:.1f} s a run sooner)")
     if "simulation" in median:
         ratio = median["simulation"][1] / base_rounds
         print(f"simulation/in-process (rounds): {ratio:.2f}  (goal <= {SIMULATION_GOAL:g}) "

@@ -210,17 +210,23 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
 
 
 def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: Stream, stop: Interrupts,
-          grace: float) -> None:
+          grace: float, finished: Any = None) -> None:
     """Wait for ``runner`` (``flwr run``) to end, following its ``stream``. Fail early, with the
     log's last lines, if the SuperLink or every SuperNode has exited; a SuperNode that exits
     alone is a lost client (the run goes on without it), said once. Once ``stop`` is asked,
-    write its stop file and give the run ``grace`` s to finish its round."""
+    write its stop file and give the run ``grace`` s to finish its round. Once ``finished()`` (the
+    run wrote its summary) and the stream showed the last round (or :data:`LAST_LINE_S` later), return
+    without waiting for Flower's own ending (about 3 s: the ServerApp's log flush, the stream's polls)."""
     deadline = time.monotonic() + timeout
     told: set[str] = set()
-    stopping = False
+    stopping, ended_at = False, None
     while runner.poll() is None:
         stream.follow()
         stream.heartbeat()
+        if ended_at is None and finished is not None and finished():
+            ended_at = time.monotonic()
+        if ended_at is not None and (stream.last_round >= stream.rounds or time.monotonic() - ended_at > LAST_LINE_S):
+            return
         if stop.asked.is_set() and not stopping:
             stop.file.touch()  # the ServerApp takes it (fedaccel.flower.server.serve)
             stream.say("fedaccel deploy: stopping after the current round (Ctrl-C again: at once)")
@@ -243,6 +249,8 @@ def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: St
 
 
 HEARTBEAT_S = 5.0  # the longest silence while a deployment starts
+LAST_LINE_S = 2.0  # how long a finished run's last round line may take to reach the stream (logs every 0.2 s,
+#                    the stream's polls every 0.5 s)
 
 
 class Stream:
@@ -250,9 +258,9 @@ class Stream:
     move a progress bar (:func:`fedaccel.runs.loop.progress_bar`, as ``fedaccel run`` shows), its
     ``error: ...`` line is kept for the one-line error, and its other lines are shown."""
 
-    def __init__(self, log: Path, bar: Any, *, quiet: bool = False) -> None:
-        self.log, self.bar, self.quiet = log, bar, quiet
-        self.position, self.error, self.rounds_seen = 0, "", False
+    def __init__(self, log: Path, bar: Any, *, quiet: bool = False, rounds: int = 0) -> None:
+        self.log, self.bar, self.quiet, self.rounds = log, bar, quiet, rounds
+        self.position, self.error, self.rounds_seen, self.last_round = 0, "", False, 0
         self.began = self.said = time.monotonic()
         self.waited = False  # said once why it waits
 
@@ -282,6 +290,7 @@ class Stream:
     def _line(self, line: str) -> None:
         found = ROUND_LINE.match(line)
         if found:
+            self.last_round = int(found.group(1))
             if not self.rounds_seen:  # the bar's clock: rounds only, not the processes' start (as in process)
                 done = self.bar.n
                 self.bar.reset()
@@ -340,6 +349,21 @@ def tail(log: Path, lines: int = 15) -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def finished_since(run_dir: Path, since_ns: int) -> bool:
+    """Whether the run in ``run_dir`` wrote a summary of a finished run after ``since_ns`` (``time.time_ns()``):
+    its ServerApp's last write (a summary from before, e.g. of a run resumed once finished, does not count)."""
+    from fedaccel.runs.rows import read_json
+
+    file = run_dir / "summary.json"
+    try:
+        if file.stat().st_mtime_ns <= since_ns:
+            return False
+        summary = read_json(file)
+    except (OSError, UserError):  # not there yet
+        return False
+    return isinstance(summary, dict) and summary.get("finished") is True
 
 
 def checkpoint_round(run_dir: Path) -> int:
@@ -471,13 +495,15 @@ def deploy(
               file=sys.stderr, flush=True)
         print(f"starting SuperLink and {n} SuperNodes", file=sys.stderr, flush=True)
     bar = progress_bar(config.train.rounds, done, config.display_name, show)
-    stream = Stream(flower / "flwr-run.log", bar, quiet=not show)
+    stream = Stream(flower / "flwr-run.log", bar, quiet=not show, rounds=config.train.rounds)
     with Interrupts(run_dir / STOP_FILE) as stop:
         try:
+            began = time.time_ns()
             runner = start_processes(procs, app, run_dir, n, link_port, tls=tls, stock=stock,
                                      say=stream.say if show else None)
             stop.graceful = True
-            watch(runner, procs, timeout, stream, stop, grace=config.run.timeout + 60.0)
+            watch(runner, procs, timeout, stream, stop, grace=config.run.timeout + 60.0,
+                  finished=lambda: finished_since(run_dir, began))
             for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write
                 if (run_dir / "summary.json").is_file() or stop.asked.is_set() or stream.error:
                     break
