@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_packed", metavar="PACKED",
                    help="first write the finished cells stored in PACKED (a .jsonl.xz of `fedaccel pack`) into the "
                         "grid's folder, so they are not run again (a folder already there is kept)")
-    add_workers_option(p)
+    add_workers_option(p, stacked=True)
     add_ray_options(p)
     add_tensorboard_option(p)
     p.set_defaults(handler=cmd_experiment)
@@ -308,10 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_workers_option(parser: argparse.ArgumentParser) -> None:
+def add_workers_option(parser: argparse.ArgumentParser, *, stacked: bool = False) -> None:
+    """``-j``; ``stacked``: the command has ``--stack-seeds`` and ``--stack-arms``, whose groups it then counts."""
+    said = "; with --stack-seeds or --stack-arms: stacked groups" if stacked else ""
     parser.add_argument("-j", "--workers", type=int, default=1, metavar="N",
-                        help="cells run at once, each in its own process with one torch thread (default 1; "
-                             "with --stack-seeds or --stack-arms: stacked groups)")
+                        help=f"cells run at once, each in its own process with one torch thread (default 1{said})")
 
 
 def add_ray_options(parser: argparse.ArgumentParser) -> None:

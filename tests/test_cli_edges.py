@@ -243,3 +243,19 @@ def test_run_answers_a_missing_config_before_importing_torch(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["2", "False"]
     assert done.stderr.strip() == f"error: config file {tmp_path / 'nope.yaml'} not found"
+
+
+def test_every_option_a_commands_help_names_is_one_it_takes() -> None:
+    """`reproduce -j`'s help once named --stack-seeds and --stack-arms, which only `experiment` takes."""
+    import argparse
+    import re
+
+    from fedaccel.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, command in commands.items():
+        takes = {flag for action in command._actions for flag in action.option_strings}
+        text = re.sub(r"-\n\s+", "-", command.format_help())  # an option wrapped at its hyphen
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text))
+        assert named <= takes, f"`fedaccel {name} --help` names {sorted(named - takes)}, which it does not take"
