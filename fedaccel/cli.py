@@ -569,7 +569,7 @@ def check_output_folder(out: Path) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedaccel.grids.view import grid_view
-    from fedaccel.report.reading import check_installed, load_runs
+    from fedaccel.report.reading import check_installed, load_runs, unnamed_differences
     from fedaccel.report.tables import compare_table
 
     if args.targets and args.metric.rpartition("/")[2].endswith("_acc"):
@@ -578,6 +578,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_installed(runs)  # a table of a plugin's runs is for the version that made them
     view = grid_view(args.runs, runs)
     warn_incomplete(args.runs, view.runs)
+    differing = unnamed_differences(view.runs)
+    if differing:
+        print(f"note: these runs differ in more than their method: {', '.join(differing)}; the table compares them "
+              "on different settings", file=sys.stderr)
     targets = args.targets or view.table_targets or COMPARE_TARGETS
     print(compare_table(view.runs, targets, baseline=args.baseline or view.baseline, metric=args.metric))
     return 0

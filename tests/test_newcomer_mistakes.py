@@ -82,3 +82,30 @@ def test_plot_over_an_earlier_picture_says_it_replaced_it(tmp_path: Path, capsys
     assert "drawn over" not in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "r"), "-o", str(picture)]) == 0
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"(drawn over the PNG that was at {picture.resolve()})"
+
+
+def test_compare_says_when_runs_differ_in_more_than_their_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A new user compared FedAvg on one split for 20 rounds with BHerd-SCAFFOLD on another for 60: a table with
+    speed-ups and no word that the settings differ. Settings the labels name (two FedAvg runs at two rates) or
+    equal settings need no note."""
+    from fedaccel.cli import main
+
+    def run(name: str, *items: str) -> str:
+        argv = ["run", "--out", str(tmp_path / name), "--no-progress"]
+        for item in ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=2", *items]:
+            argv += ["--set", item]
+        assert main(argv) == 0
+        return str(tmp_path / name)
+
+    def note(*runs: str) -> list[str]:
+        capsys.readouterr()
+        assert main(["compare", *runs]) == 0
+        return [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+
+    fedavg = run("fedavg", "algorithm=fedavg")
+    bherd = run("bherd", "algorithm=bherd", "train.rounds=3", "data.split=dirichlet")
+    slower = run("slower", "algorithm=fedavg", "train.lr=0.003")
+    assert note(fedavg, bherd) == ["note: these runs differ in more than their method: data.split.name, "
+                                   "train.rounds; the table compares them on different settings"]
+    assert note(fedavg, run("same", "algorithm=bherd")) == []
+    assert note(fedavg, slower) == []  # fedavg (train.lr=0.003) beside fedavg (train.lr=0.01)

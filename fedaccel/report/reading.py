@@ -279,6 +279,18 @@ def group_runs(runs: Iterable[Run]) -> list[tuple[str, list[Run]]]:
     return [(labels[key], members) for key, members in groups.items()]
 
 
+def unnamed_differences(runs: Iterable[Run]) -> list[str]:
+    """The config keys outside ``algorithm`` whose values differ between the groups of ``runs`` and that no
+    group's label names (``fedavg (data.split=case1)`` names ``data.split``): a table of these groups compares
+    their methods on different settings, which its labels do not show."""
+    groups = group_runs(runs)
+    flats = [flatten_config(grouping_config(members[0].config)) for _, members in groups]
+    named = " ".join(label for label, _ in groups)
+    keys = list(dict.fromkeys(key for flat in flats for key in flat))
+    return [key for key in keys if not key.startswith("algorithm.") and f"{key}=" not in named
+            and len({fmt_value(flat.get(key, MISSING)) for flat in flats}) > 1]
+
+
 def value_at(mapping: Mapping[str, Any], dotted: str) -> Any:
     """``mapping["a"]["b"]`` for ``"a.b"`` (None where a part is missing): a config value, a nested metric."""
     node: Any = mapping
