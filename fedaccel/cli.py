@@ -400,8 +400,13 @@ def _resume_device(args: argparse.Namespace) -> str | None:
     """``--resume`` takes the run folder and at most ``--set run.device=...`` (where it continues)."""
     keys = [item.partition("=") for item in args.set]
     if args.config or any(key.strip() != "run.device" for key, _, _ in keys):
+        more = ""
+        if any(key.strip() == "train.rounds" for key, _, _ in keys):
+            from fedaccel.launch import MORE_ROUNDS
+
+            more = "; " + MORE_ROUNDS.format(config=Path(args.resume) / "config.yaml")
         raise UserError("--resume takes the run folder only (and --set run.device=...); "
-                        "its config.yaml is used as it is")
+                        f"its config.yaml is used as it is{more}")
     return keys[-1][2].strip() if keys else None
 
 

@@ -73,6 +73,11 @@ def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:
     raise UserError("run.runtime flower-deployment runs with `fedaccel deploy` (SuperLink + SuperNodes)")
 
 
+#: What to do for more rounds than a run's own: its rounds are fixed when it starts (a schedule, an evaluation
+#: rhythm may depend on them), so a longer run is a new one from its config.
+MORE_ROUNDS = "for more rounds, run its config again into a new folder: `fedaccel run {config} --set train.rounds=N`"
+
+
 def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | None = None) -> Path:
     """Continue a run from its last checkpoint (or from scratch if it never wrote one); ``device``
     replaces its ``run.device`` (e.g. a run started on a GPU continues on a CPU)."""
@@ -88,7 +93,8 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
         config.run.device = device
     if finished(path, config.train.rounds):
         print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "
-              "nothing to resume, nothing was changed", file=sys.stderr)
+              f"nothing to resume, nothing was changed; {MORE_ROUNDS.format(config=path / 'config.yaml')}",
+              file=sys.stderr)
         return path
     with lock_run_dir(path):  # before restore_state cuts the metrics back
         if config.run.runtime not in LOCAL_RUNTIMES:

@@ -109,3 +109,22 @@ def test_compare_says_when_runs_differ_in_more_than_their_method(tmp_path: Path,
                                    "train.rounds; the table compares them on different settings"]
     assert note(fedavg, run("same", "algorithm=bherd")) == []
     assert note(fedavg, slower) == []  # fedavg (train.lr=0.003) beside fedavg (train.lr=0.01)
+
+
+def test_resume_of_a_finished_run_says_how_to_get_more_rounds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A new user tried `run --resume` of a finished run, then with `--set train.rounds=...`: both said no, and
+    neither said what to do instead. The command they name runs."""
+    from fedaccel.cli import main
+
+    out, argv = tmp_path / "r", ["run", "--out", str(tmp_path / "r"), "--no-progress"]
+    for item in ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=1"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    capsys.readouterr()
+    named = f"`fedaccel run {out / 'config.yaml'} --set train.rounds=N`"
+    assert main(["run", "--resume", str(out)]) == 0
+    assert capsys.readouterr().err.splitlines()[0].endswith(f"for more rounds, run its config again into a new "
+                                                             f"folder: {named}")
+    assert refused(["run", "--resume", str(out), "--set", "train.rounds=3"], tmp_path, capsys).endswith(named)
+    assert main(["run", str(out / "config.yaml"), "--set", "train.rounds=2", "--out", str(tmp_path / "longer"),
+                 "--no-progress"]) == 0
