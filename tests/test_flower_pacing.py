@@ -213,3 +213,29 @@ def test_flowers_notices_about_fedaccels_own_use_are_filtered_and_nothing_else()
         "DEPRECATED FEATURE: The `start_client` function is deprecated", "node 3 was lost"]
     assert [str(w.message) for w in caught] == ["some other future"]
     assert sum(isinstance(f, FlowerNotices) for f in logger.filters) == 1
+
+
+@pytest.mark.parametrize("user_set", [None, "1"])
+def test_ray_prints_its_workers_prefixes_without_colour_codes_into_a_log(user_set: str | None, monkeypatch,
+                                                                        tmp_path) -> None:
+    """A new user's `fedaccel run ... > log` with run.runtime flower-simulation held `\\x1b[36m(ClientAppActor
+    pid=...)\\x1b[0m` lines. Into files (as in a log) Ray now prints its prefixes plain; a value the user set wins."""
+    pytest.importorskip("ray")
+    from ray._private.worker import print_worker_logs
+
+    from fedaccel.flower.notices import quiet_notices
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    if user_set is not None:
+        monkeypatch.setenv("RAY_COLOR_PREFIX", user_set)
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        monkeypatch.setattr("sys.stdout", out)
+        monkeypatch.setattr("sys.stderr", err)
+        quiet_notices()
+        print_worker_logs({"pid": 4242, "actor_name": "ClientAppActor", "lines": ["fedaccel client: hello"],
+                           "ip": "127.0.0.1", "localhost": "127.0.0.1"}, out)
+    line = (tmp_path / "out").read_text()
+    if user_set is None:
+        assert line == "(ClientAppActor pid=4242) fedaccel client: hello\n"
+    else:
+        assert "\x1b[" in line  # colours asked for

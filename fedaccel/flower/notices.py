@@ -6,12 +6,16 @@
 - Ray's FutureWarning "Tip: In future versions of Ray, Ray will no longer override accelerator visible
   devices env var ...", printed as a local Ray starts.
 
-Everything else Flower and Ray say is shown as before.
+And Ray's colour codes around its ClientApp workers' prefixes, ``(ClientAppActor pid=...)``, unless stdout and
+stderr are both a terminal: in a log or a pipe they were escape codes (``RAY_COLOR_PREFIX=0``; a value the user
+set is kept). Everything else Flower and Ray say is shown as before.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 
 RAY_TIP = r"Tip: In future versions of Ray, Ray will no longer override accelerator visible devices"
@@ -32,3 +36,5 @@ def quiet_notices() -> None:
     if not any(isinstance(f, FlowerNotices) for f in logger.filters):
         logger.addFilter(FlowerNotices())
     warnings.filterwarnings("ignore", message=RAY_TIP, category=FutureWarning)
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # read by Ray as it prints each worker's line
