@@ -22,6 +22,11 @@ def test_a_method_is_its_name_its_options_then_its_parts() -> None:
     assert family_name({"algorithm": {"name": "bherd", "alpha": 0.5, "dp": {"clip": 0.1}}}) == "bherd + dp"
     assert display_name({"name": "mine", "algorithm": "fedavg"}) == "mine"  # a config's own name wins
     assert display_name({"algorithm": {}}, "folder") == "folder"
+    # sample-level DP-SGD (train.dp_sgd) is named as a part: a new user's DP-SGD run was plain "fedavg"
+    dp_sgd = {"algorithm": "fedavg", "train": {"dp_sgd": {"noise_multiplier": 1.1, "clip": 1.0}, "lr": 0.1}}
+    assert display_name(dp_sgd) == "fedavg + dp-sgd clip=1.0 noise_multiplier=1.1"
+    assert family_name(dp_sgd) == "fedavg + dp-sgd"
+    assert display_name({"algorithm": "fedavg", "train": {"dp_sgd": None}}) == "fedavg"
 
 
 def test_an_error_line_names_a_method_as_the_table_does() -> None:

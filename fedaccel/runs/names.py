@@ -47,13 +47,19 @@ def family_name(config: Mapping[str, Any], fallback: str = "") -> str:
 
 
 def _config_named(config: Mapping[str, Any], fallback: str, of_algorithm: Callable[[Any], str]) -> str:
-    """The config's own ``name`` when set, else ``of_algorithm`` of its ``algorithm`` entry, else ``fallback``."""
+    """The config's own ``name`` when set, else ``of_algorithm`` of its ``algorithm`` entry (with sample-level
+    DP-SGD, ``train.dp_sgd``, as a part: ``fedavg + dp-sgd clip=1.0 ...``), else ``fallback``."""
     name = config.get("name") if isinstance(config, Mapping) else None
     if name:
         return str(name)
     algorithm = config.get("algorithm") if isinstance(config, Mapping) else None
     if algorithm in (None, "", {}):
         return fallback
+    train = config.get("train")
+    dp_sgd = train.get("dp_sgd") if isinstance(train, Mapping) else None
+    if isinstance(dp_sgd, Mapping):  # a training change of every client, named as the method's parts are
+        return of_algorithm({"name": "?", **(algorithm if isinstance(algorithm, Mapping) else {"name": algorithm}),
+                             "dp-sgd": dict(dp_sgd)})
     return of_algorithm(algorithm)
 
 
