@@ -64,7 +64,7 @@ def cut_in_round_7(path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) 
         return real_round(algorithm, state, *args, **kwargs)
 
     monkeypatch.setattr(runner, "run_round", dies_in_round_7)
-    with pytest.raises(Interrupted, match="continues from round 5"):  # Ctrl-C: the last checkpoint is round 5
+    with pytest.raises(Interrupted, match="continues after round 5"):  # Ctrl-C: the last checkpoint is round 5
         fit(path, **options)
     monkeypatch.undo()
 

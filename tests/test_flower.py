@@ -669,7 +669,7 @@ def test_a_deployment_stopped_by_ctrl_c_then_killed_with_sigkill_resumes_with_th
     stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["round"]
     assert first.returncode == 130, stderr[-2000:]
     assert stderr.splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel deploy --resume {out}` continues "
-                                       f"from round {stopped_at}")
+                                       f"after round {stopped_at}")
     assert 2 <= stopped_at < every and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
     assert not live_flower_processes(within=tmp_path)
     lines = [line for line in stderr.splitlines()

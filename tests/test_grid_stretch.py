@@ -61,7 +61,7 @@ def test_a_grid_run_in_stretches_from_a_carried_archive_resumes_and_ends_whole(t
 
     status, last = _stretch(tmp_path, experiment, 300)
     assert status == 0 and f"unpacked {tmp_path / 'carried.tar.xz'}" in last and "stretch: exit 0" in last and "4 cells done" in last
-    resumed = re.findall(r"resuming \S+ from round (\d+)", last)
+    resumed = re.findall(r"resuming \S+ after round (\d+)", last)
     assert len(resumed) == 4 and all(0 < int(r) < 1000 for r in resumed), last
     for run in (tmp_path / "grid").iterdir():
         if run.is_dir():

@@ -66,7 +66,7 @@ def test_a_signal_checkpoints_the_current_round_and_names_the_real_resume_comman
     rounds = [row["round"] for row in rows_of(run_dir)]
     # the rounds since the start are kept (checkpoint_every is never reached): the checkpoint is that round's
     assert last == (f"interrupted by {sig.name}; `fedaccel run --resume {run_dir}` continues "
-                    f"from round {rounds[-1]}"), last
+                    f"after round {rounds[-1]}"), last
     assert rounds[-1] >= 3 and (run_dir / CHECKPOINT).is_file()
     import torch
 
@@ -106,7 +106,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, cap
     capsys.readouterr()
     assert main(["run", "--resume", str(whole), "--no-progress"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith(f"warning: {newest} is damaged") and err[1] == f"resuming {whole} from round 3"
+    assert err[0].startswith(f"warning: {newest} is damaged") and err[1] == f"resuming {whole} after round 3"
     assert rows_of(whole) == expected  # round 4 done again, to the same numbers
 
 

@@ -502,7 +502,7 @@ def serve(
         setup = build_setup(config)
         state, wall, parts = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():
-            log(f"resuming {path} from round {state.round}")
+            log(f"resuming {path} after round {state.round}")
         nodes, plain = connect(sent, node_ids, setup.federation.n_clients, timeout, start_round=state.round)
         runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
         try:

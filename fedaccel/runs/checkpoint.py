@@ -60,7 +60,7 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
         check_no_gap(path / METRICS, [row for row in rows if row["round"] <= loaded["state"].round],
                      setup.config.eval.every, through=loaded["state"].round - 1)
         state, wall, parts = to_device(loaded["state"], setup.federation.device), loaded["wall_s"], loaded["parts"]
-        sys.stderr.write(f"resuming {path} from round {state.round}\n")  # one write: stacked seeds resume in threads
+        sys.stderr.write(f"resuming {path} after round {state.round}\n")  # one write: stacked seeds resume in threads
         sys.stderr.flush()
         kept = state.round
     else:

@@ -24,12 +24,12 @@ STOP = threading.Event()
 
 
 class Interrupted(UserError):
-    """A run stopped on request; its checkpoint in ``run_dir`` continues from round ``round``
+    """A run stopped on request; its checkpoint in ``run_dir`` continues after round ``round``
     (``round`` None: a grid of runs stopped, each cell at its own checkpoint)."""
 
     def __init__(self, run_dir: Path, round_: int | None, reason: str = "a stop request") -> None:
         self.run_dir, self.round, self.reason = Path(run_dir), round_, reason
-        where = f"continues from round {round_}" if round_ is not None else "holds the checkpoint of every cell"
+        where = f"continues after round {round_}" if round_ is not None else "holds the checkpoint of every cell"
         super().__init__(f"interrupted by {reason}; {run_dir} {where}")
 
     def __reduce__(self) -> tuple[type, tuple[Path, int | None, str]]:  # crosses process pools intact
@@ -40,8 +40,8 @@ class Interrupted(UserError):
         if self.round is None:
             return f"interrupted by {self.reason}; `{command}` continues every unfinished cell from its checkpoint"
         if "--resume" in command:
-            return f"interrupted by {self.reason}; `{command}` continues from round {self.round}"
-        return f"interrupted by {self.reason}; `{command}` continues ({self.run_dir.name} from round {self.round})"
+            return f"interrupted by {self.reason}; `{command}` continues after round {self.round}"
+        return f"interrupted by {self.reason}; `{command}` continues ({self.run_dir.name} after round {self.round})"
 
 
 _received: list[str] = []
