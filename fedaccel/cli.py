@@ -363,7 +363,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         _check_config_path(Path(args.config))  # answered before torch is imported (seconds on a loaded machine)
     from fedaccel.launch import resume, run
     from fedaccel.report.diagnostics import contribution_ranking
-    from fedaccel.report.reading import load_run
     from fedaccel.runs.config import load_config
 
     progress = False if args.no_progress else None
@@ -377,13 +376,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("contribution ranking (median GSNR over the rounds a client was scored):")
         for place, (client, score, rounds) in enumerate(ranking, start=1):
             print(f"  {place:>3}. client {client:>4}  GSNR {score:.4f}  ({rounds} rounds)")
-    final = load_run(path).metrics[-1]
-    print(
-        f"round {final['round']}: test accuracy {final['test_acc']:.4f}, "
-        f"test loss {final['test_loss']:.4f}, train loss {final['train_loss']:.4f}"
-    )
-    print(f"run folder: {path}")
+    print_result(path)
     return 0
+
+
+def print_result(path: Path) -> None:
+    """A finished run's last line (its final metrics, ``fedaccel run`` and ``deploy`` alike) and its folder."""
+    from fedaccel.report.reading import load_run
+
+    final = load_run(path).metrics[-1]
+    print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}, "
+          f"train loss {final['train_loss']:.4f}")
+    print(f"run folder: {path}")
 
 
 def _check_config_path(path: Path) -> None:
@@ -443,16 +447,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         return 0
     path = deploy(config, out, clients=args.clients, timeout=args.timeout, tls=Path(args.tls) if args.tls else None,
                   stock=args.stock, resume=bool(args.resume), progress=False if args.no_progress else None)
-    from fedaccel.report.reading import load_run  # after: nothing but what starts the processes comes first
-
-    final = load_run(path).metrics[-1]
-    print(f"round {final['round']}: test accuracy {final['test_acc']:.4f}, test loss {final['test_loss']:.4f}")
-    print(f"run folder: {path}")
+    print_result(path)  # reads the run after: nothing but what starts the processes comes first
     return 0
 
 
 def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> None:
     """What to run on each host for the run folder ``app.parent.parent`` (see docs/flower.md)."""
+    from fedaccel.flower.security import served_name
+
     quote = shlex.quote
     flower = app.parent
     run_dir, home, secrets = flower.parent, quote(str(flower / "home")), flower / "secrets"
@@ -460,11 +462,12 @@ def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> 
     print(f"server host:  python -m fedaccel.flower.link --secrets {quote(str(secrets))} "
           f"--ssl-ca-certfile {quote(str(tls / 'ca.crt'))} --ssl-certfile {quote(str(tls / 'server.pem'))} "
           f"--ssl-keyfile {quote(str(tls / 'server.key'))} --enable-supernode-auth --host 0.0.0.0 --port {port}")
-    print(f"server host, i = 0..{clients - 1}:  FLWR_HOME={home} flwr supernode register "
+    print(f"server host, <i> = 0..{clients - 1}:  FLWR_HOME={home} flwr supernode register "
           f"{quote(str(tls))}/node<i>_key.pub local")
-    print(f"client host i (with ca.crt and node<i>_key):  python -m fedaccel.flower.node --root-certificates ca.crt "
-          f"--auth-supernode-private-key node<i>_key --superlink SERVER:{port} --port 9094 --isolation process "
-          f"--node-config \"partition-id=i num-partitions={clients} state-dir='/var/tmp/fedaccel'\"")
+    server = served_name(tls)  # the name the certificate gives the server (`fedaccel certs --host`)
+    print(f"client host <i> (with ca.crt and node<i>_key):  python -m fedaccel.flower.node --root-certificates ca.crt "
+          f"--auth-supernode-private-key node<i>_key --superlink {server}:{port} --port 9094 --isolation process "
+          f"--node-config \"partition-id=<i> num-partitions={clients} state-dir='/var/tmp/fedaccel'\"")
     print(f"then, on the server host:  FLWR_HOME={home} flwr run {quote(str(app))} local --stream "
           f"--run-config {quote(str(secrets / 'run-config.toml'))}")
     print(f"(other hosts are served the Fleet API only; the Control API takes the token in {home}/credentials.yaml: "

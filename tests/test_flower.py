@@ -844,7 +844,7 @@ def run_prepared(tmp_path: Path, capsys, overrides: list[str], nodes: int, *, cl
         argv += ["--set", item]
     assert main(argv) == 0
     printed = dict(line.split(":  ", 1) for line in capsys.readouterr().out.splitlines() if ":  " in line)
-    assert f"partition-id=i num-partitions={clients}" in printed["client host i (with ca.crt and node<i>_key)"]
+    assert f"partition-id=<i> num-partitions={clients}" in printed["client host <i> (with ca.crt and node<i>_key)"]
     assert (run_dir / "config.yaml").is_file()
 
     def command(where: str, **replace: str) -> tuple[dict[str, str], list[str]]:  # (environment, argv) as printed
@@ -863,12 +863,12 @@ def run_prepared(tmp_path: Path, capsys, overrides: list[str], nodes: int, *, cl
         link = procs.start("superlink", link_argv, cwd=tmp_path)
         wait_for_port(port, link, "the SuperLink")
         for i in range(nodes):
-            home, register = command(f"server host, i = 0..{clients - 1}", **{"<i>": str(i)})
+            home, register = command(f"server host, <i> = 0..{clients - 1}", **{"<i>": str(i)})
             done = subprocess.run(register, env={**env, **home}, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stdout + done.stderr
-            _, node = command("client host i (with ca.crt and node<i>_key)", **{
+            _, node = command("client host <i> (with ca.crt and node<i>_key)", **{
                 "node<i>_key": str(certs / f"node{i}_key"), "ca.crt": str(certs / "ca.crt"), "SERVER": "127.0.0.1",
-                "9094": str(free_port()), "partition-id=i": f"partition-id={i}",
+                "9094": str(free_port()), "partition-id=<i>": f"partition-id={i}",
                 "/var/tmp/fedaccel": str(tmp_path / f"state{i}")})
             if i in own_code:
                 at = node.index("-m")
@@ -946,3 +946,21 @@ def test_free_port_never_hands_out_a_port_already_handed_out(monkeypatch: pytest
     taken = {5002}
     assert [deploy.free_port(taken), deploy.free_port(taken)] == [5001, 5003]
     assert taken == {5001, 5002, 5003}
+
+
+@pytest.mark.parametrize("hosts, named", [([], "SERVER"), (["127.0.0.1", "myserver.example"], "myserver.example"),
+                                          (["10.1.2.3"], "10.1.2.3")])
+def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys, hosts: list[str],
+                                                          named: str) -> None:
+    """`deploy --prepare` printed `--superlink SERVER:9093` though the certificates were made with `--host
+    myserver.example` (a new user's run): the clients' command now names what the certificate is valid for."""
+    from fedaccel.cli import main, print_multi_host_commands
+
+    argv = ["certs", str(tmp_path / "tls"), "--clients", "1"]
+    for host in hosts:
+        argv += ["--host", host]
+    assert main(argv) == 0
+    capsys.readouterr()
+    print_multi_host_commands(tmp_path / "run" / "flower" / "app", 1, tmp_path / "tls", 9093)
+    client = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("client host <i>"))
+    assert f"--superlink {named}:9093 " in client and "partition-id=<i> " in client, client

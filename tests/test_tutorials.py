@@ -102,6 +102,6 @@ def test_two_hosts_prepares_its_run_folder_at_a_tiny_size(tmp_path: Path, monkey
     assert (tmp_path / "tls/node1_key").is_file() and (tmp_path / "runs/two-hosts/config.yaml").is_file()
     printed = outputs[-1]
     text = (PAGES / "two-hosts.md").read_text(encoding="utf-8")
-    for where in ("server host", "server host, i = 0..1", "client host i", "then, on the server host"):
+    for where in ("server host", "server host, <i> = 0..1", "client host <i>", "then, on the server host"):
         assert f"\n{where}" in "\n" + printed and f"**{where}" in text, where  # the page names what is printed
     assert "python -m fedaccel.flower.link" in printed and "flwr supernode register" in printed

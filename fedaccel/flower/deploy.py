@@ -17,7 +17,7 @@ host, and the ServerApp serves only the run whose run config holds the deploymen
 On several hosts, start the same pieces by hand (see docs/flower.md): :func:`prepare` makes the
 run folder, its secrets and the app (``fedaccel deploy --prepare --tls DIR``), then the
 SuperLink on one host, ``python -m fedaccel.flower.node --superlink HOST:PORT --node-config
-"partition-id=i num-partitions=N"`` on each client host (with fedaccel installed and the data
+"partition-id=<i> num-partitions=N"`` on each client host (with fedaccel installed and the data
 where the config says), then ``flwr run RUN_DIR/flower/app ...``.
 """
 

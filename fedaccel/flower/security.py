@@ -116,6 +116,21 @@ def check_certificates(folder: Path, clients: int) -> None:
         raise UserError(f"{folder} lacks {missing[0]}; create it with `fedaccel certs {folder} --clients {clients}`")
 
 
+def served_name(folder: Path, placeholder: str = "SERVER") -> str:
+    """The first name that ``folder/server.pem`` is valid for other than this host's own (``fedaccel certs --host``),
+    for the commands other hosts run; ``placeholder`` when it names only this host or cannot be read."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate((folder / "server.pem").read_bytes())
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return placeholder
+    found = [str(name.value) for name in names if isinstance(name, (x509.DNSName, x509.IPAddress))]
+    other = [name for name in found if name not in ("localhost", "127.0.0.1", "::1")]
+    return other[0] if other else placeholder
+
+
 SECRETS = "secrets"  # RUN_DIR/flower/secrets
 CONTROL_TOKEN, SUPEREXEC_SECRET, RUN_TOKEN = "control-token", "superexec-secret", "run-token"
 RUN_CONFIG = "run-config.toml"  # what `flwr run --run-config` is given: run-dir and run-token
