@@ -464,9 +464,9 @@ def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> 
           f"--ssl-keyfile {quote(str(tls / 'server.key'))} --enable-supernode-auth --host 0.0.0.0 --port {port}")
     print(f"server host, <i> = 0..{clients - 1}:  FLWR_HOME={home} flwr supernode register "
           f"{quote(str(tls))}/node<i>_key.pub local")
-    server = served_name(tls)  # the name the certificate gives the server (`fedaccel certs --host`)
+    address = quote(f"{served_name(tls)}:{port}")  # the name the certificate gives the server (`certs --host`)
     print(f"client host <i> (with ca.crt and node<i>_key):  python -m fedaccel.flower.node --root-certificates ca.crt "
-          f"--auth-supernode-private-key node<i>_key --superlink {server}:{port} --port 9094 --isolation process "
+          f"--auth-supernode-private-key node<i>_key --superlink {address} --port 9094 --isolation process "
           f"--node-config \"partition-id=<i> num-partitions={clients} state-dir='/var/tmp/fedaccel'\"")
     print(f"then, on the server host:  FLWR_HOME={home} flwr run {quote(str(app))} local --stream "
           f"--run-config {quote(str(secrets / 'run-config.toml'))}")

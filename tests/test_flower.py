@@ -949,11 +949,14 @@ def test_free_port_never_hands_out_a_port_already_handed_out(monkeypatch: pytest
 
 
 @pytest.mark.parametrize("hosts, named", [([], "SERVER"), (["127.0.0.1", "myserver.example"], "myserver.example"),
-                                          (["10.1.2.3"], "10.1.2.3")])
+                                          (["10.1.2.3"], "10.1.2.3"), (["a b;touch x"], "a b;touch x")])
 def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys, hosts: list[str],
                                                           named: str) -> None:
     """`deploy --prepare` printed `--superlink SERVER:9093` though the certificates were made with `--host
-    myserver.example` (a new user's run): the clients' command now names what the certificate is valid for."""
+    myserver.example` (a new user's run): the clients' command now names what the certificate is valid for,
+    quoted for the shell (a certificate folder from someone else may hold any name)."""
+    import shlex
+
     from fedaccel.cli import main, print_multi_host_commands
 
     argv = ["certs", str(tmp_path / "tls"), "--clients", "1"]
@@ -963,4 +966,4 @@ def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys
     capsys.readouterr()
     print_multi_host_commands(tmp_path / "run" / "flower" / "app", 1, tmp_path / "tls", 9093)
     client = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("client host <i>"))
-    assert f"--superlink {named}:9093 " in client and "partition-id=<i> " in client, client
+    assert f"--superlink {shlex.quote(named + ':9093')} " in client and "partition-id=<i> " in client, client
