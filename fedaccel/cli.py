@@ -406,9 +406,9 @@ def _resume_device(args: argparse.Namespace) -> str | None:
     if args.config or any(key.strip() != "run.device" for key, _, _ in keys):
         more = ""
         if any(key.strip() == "train.rounds" for key, _, _ in keys):
-            from fedaccel.launch import MORE_ROUNDS
+            from fedaccel.launch import more_rounds
 
-            more = "; " + MORE_ROUNDS.format(config=Path(args.resume) / "config.yaml")
+            more = "; " + more_rounds(args.resume)
         raise UserError("--resume takes the run folder only (and --set run.device=...); "
                         f"its config.yaml is used as it is{more}")
     return keys[-1][2].strip() if keys else None

@@ -73,9 +73,15 @@ def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:
     raise UserError("run.runtime flower-deployment runs with `fedaccel deploy` (SuperLink + SuperNodes)")
 
 
-#: What to do for more rounds than a run's own: its rounds are fixed when it starts (a schedule, an evaluation
-#: rhythm may depend on them), so a longer run is a new one from its config.
-MORE_ROUNDS = "for more rounds, run its config again into a new folder: `fedaccel run {config} --set train.rounds=N`"
+def more_rounds(path: Path, runtime: str | None = None) -> str:
+    """What to do for more rounds than the run in ``path`` has: its rounds are fixed when it starts (a schedule, an
+    evaluation rhythm may depend on them), so a longer run is a new one from its config (``runtime``: its
+    ``run.runtime``; a deployed run's config is deployed again)."""
+    import shlex
+
+    command = "deploy" if runtime == "flower-deployment" else "run"
+    return (f"for more rounds, run its config again into a new folder: `fedaccel {command} "
+            f"{shlex.quote(str(Path(path) / 'config.yaml'))} --set train.rounds=N`")
 
 
 def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | None = None) -> Path:
@@ -93,7 +99,7 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
         config.run.device = device
     if finished(path, config.train.rounds):
         print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "
-              f"nothing to resume, nothing was changed; {MORE_ROUNDS.format(config=path / 'config.yaml')}",
+              f"nothing to resume, nothing was changed; {more_rounds(path, config.run.runtime)}",
               file=sys.stderr)
         return path
     with lock_run_dir(path):  # before restore_state cuts the metrics back

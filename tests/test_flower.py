@@ -949,20 +949,24 @@ def test_free_port_never_hands_out_a_port_already_handed_out(monkeypatch: pytest
 
 
 @pytest.mark.parametrize("hosts, named", [([], "SERVER"), (["127.0.0.1", "myserver.example"], "myserver.example"),
-                                          (["10.1.2.3"], "10.1.2.3"), (["a b;touch x"], "a b;touch x")])
-def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys, hosts: list[str],
+                                          (["10.1.2.3"], "10.1.2.3"), (["a b;touch x", "*.example.com"], "SERVER"),
+                                          (None, "SERVER")])
+def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys, hosts: list[str] | None,
                                                           named: str) -> None:
     """`deploy --prepare` printed `--superlink SERVER:9093` though the certificates were made with `--host
     myserver.example` (a new user's run): the clients' command now names what the certificate is valid for,
-    quoted for the shell (a certificate folder from someone else may hold any name)."""
+    quoted for the shell; a name that is no host name or address (a certificate folder from someone else may
+    hold anything) is not printed."""
     import shlex
 
     from fedaccel.cli import main, print_multi_host_commands
 
     argv = ["certs", str(tmp_path / "tls"), "--clients", "1"]
-    for host in hosts:
+    for host in hosts or []:
         argv += ["--host", host]
     assert main(argv) == 0
+    if hosts is None:  # a server.pem that is no certificate: the placeholder, no traceback
+        (tmp_path / "tls" / "server.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nnot one\n")
     capsys.readouterr()
     print_multi_host_commands(tmp_path / "run" / "flower" / "app", 1, tmp_path / "tls", 9093)
     client = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("client host <i>"))

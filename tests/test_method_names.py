@@ -27,6 +27,10 @@ def test_a_method_is_its_name_its_options_then_its_parts() -> None:
     assert display_name(dp_sgd) == "fedavg + dp-sgd clip=1.0 noise_multiplier=1.1"
     assert family_name(dp_sgd) == "fedavg + dp-sgd"
     assert display_name({"algorithm": "fedavg", "train": {"dp_sgd": None}}) == "fedavg"
+    from fedaccel.runs.config import load_config  # what a run's header and bar call it
+
+    config = load_config(None, ["data.dataset=digits", "train.dp_sgd={clip: 1.0, noise_multiplier: 1.1}"])
+    assert config.display_name == "fedavg + dp-sgd clip=1.0 noise_multiplier=1.1"
 
 
 def test_an_error_line_names_a_method_as_the_table_does() -> None:

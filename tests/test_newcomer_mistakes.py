@@ -105,10 +105,13 @@ def test_compare_says_when_runs_differ_in_more_than_their_method(tmp_path: Path,
     fedavg = run("fedavg", "algorithm=fedavg")
     bherd = run("bherd", "algorithm=bherd", "train.rounds=3", "data.split=dirichlet")
     slower = run("slower", "algorithm=fedavg", "train.lr=0.003")
-    assert note(fedavg, bherd) == ["note: these runs differ in more than their method: data.split.name, "
+    assert note(fedavg, bherd) == ["note: these runs differ in more than their method: data.split, "
                                    "train.rounds; the table compares them on different settings"]
     assert note(fedavg, run("same", "algorithm=bherd")) == []
     assert note(fedavg, slower) == []  # fedavg (train.lr=0.003) beside fedavg (train.lr=0.01)
+    faster = run("faster", "algorithm=bherd", "train.lr=0.05")  # a third rate, which its label "bherd" does not say
+    assert note(fedavg, slower, faster) == ["note: these runs differ in more than their method: train.lr; the table "
+                                            "compares them on different settings"]
 
 
 def test_resume_of_a_finished_run_says_how_to_get_more_rounds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -128,3 +131,11 @@ def test_resume_of_a_finished_run_says_how_to_get_more_rounds(tmp_path: Path, ca
     assert refused(["run", "--resume", str(out), "--set", "train.rounds=3"], tmp_path, capsys).endswith(named)
     assert main(["run", str(out / "config.yaml"), "--set", "train.rounds=2", "--out", str(tmp_path / "longer"),
                  "--no-progress"]) == 0
+
+
+def test_the_command_for_more_rounds_deploys_a_deployed_run_and_quotes_its_path() -> None:
+    from fedaccel.launch import more_rounds
+
+    assert more_rounds(Path("my runs/x"), "flower-deployment").endswith(
+        "`fedaccel deploy 'my runs/x/config.yaml' --set train.rounds=N`")
+    assert more_rounds(Path("r"), "in-process").endswith("`fedaccel run r/config.yaml --set train.rounds=N`")

@@ -226,6 +226,7 @@ def watch(runner: subprocess.Popen, procs: Processes, timeout: float, stream: St
         if ended_at is None and finished is not None and finished():
             ended_at = time.monotonic()
         if ended_at is not None and (stream.last_round >= stream.rounds or time.monotonic() - ended_at > LAST_LINE_S):
+            stream.follow()
             return
         if stop.asked.is_set() and not stopping:
             stop.file.touch()  # the ServerApp takes it (fedaccel.flower.server.serve)
@@ -351,17 +352,28 @@ def tail(log: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def finished_since(run_dir: Path, since_ns: int) -> bool:
-    """Whether the run in ``run_dir`` wrote a summary of a finished run after ``since_ns`` (``time.time_ns()``):
-    its ServerApp's last write (a summary from before, e.g. of a run resumed once finished, does not count)."""
+def summary_stamp(run_dir: Path) -> tuple[int, int] | None:
+    """``summary.json``'s (inode, mtime) in ``run_dir``, None without one: a summary written since (atomically, so a
+    new file) has another."""
+    try:
+        stat = (run_dir / "summary.json").stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def finished_since(run_dir: Path, before: tuple[int, int] | None) -> bool:
+    """Whether the run in ``run_dir`` wrote a summary of a finished run since its :func:`summary_stamp` was
+    ``before``: its ServerApp's last write (a summary from before, e.g. of a run resumed once finished, does not
+    count)."""
     from fedaccel.runs.rows import read_json
 
-    file = run_dir / "summary.json"
+    stamp = summary_stamp(run_dir)
+    if stamp is None or stamp == before:
+        return False
     try:
-        if file.stat().st_mtime_ns <= since_ns:
-            return False
-        summary = read_json(file)
-    except (OSError, UserError):  # not there yet
+        summary = read_json(run_dir / "summary.json")
+    except UserError:  # replaced or damaged meanwhile
         return False
     return isinstance(summary, dict) and summary.get("finished") is True
 
@@ -498,12 +510,12 @@ def deploy(
     stream = Stream(flower / "flwr-run.log", bar, quiet=not show, rounds=config.train.rounds)
     with Interrupts(run_dir / STOP_FILE) as stop:
         try:
-            began = time.time_ns()
+            before = summary_stamp(run_dir)
             runner = start_processes(procs, app, run_dir, n, link_port, tls=tls, stock=stock,
                                      say=stream.say if show else None)
             stop.graceful = True
             watch(runner, procs, timeout, stream, stop, grace=config.run.timeout + 60.0,
-                  finished=lambda: finished_since(run_dir, began))
+                  finished=lambda: finished_since(run_dir, before))
             for _ in range(100):  # `flwr run --stream` may return before the ServerApp's last write
                 if (run_dir / "summary.json").is_file() or stop.asked.is_set() or stream.error:
                     break

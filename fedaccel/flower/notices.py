@@ -36,5 +36,5 @@ def quiet_notices() -> None:
     if not any(isinstance(f, FlowerNotices) for f in logger.filters):
         logger.addFilter(FlowerNotices())
     warnings.filterwarnings("ignore", message=RAY_TIP, category=FutureWarning)
-    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+    if not all(stream is not None and stream.isatty() for stream in (sys.stdout, sys.stderr)):
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # read by Ray as it prints each worker's line

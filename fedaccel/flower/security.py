@@ -34,6 +34,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,17 +119,30 @@ def check_certificates(folder: Path, clients: int) -> None:
 
 def served_name(folder: Path, placeholder: str = "SERVER") -> str:
     """The first name that ``folder/server.pem`` is valid for other than this host's own (``fedaccel certs --host``),
-    for the commands other hosts run; ``placeholder`` when it names only this host or cannot be read."""
+    for the commands other hosts run: a host name or an IP address (a wildcard, or anything else a certificate
+    from someone else may hold, is passed over); ``placeholder`` when there is none or the file cannot be read."""
     from cryptography import x509
 
     try:
         cert = x509.load_pem_x509_certificate((folder / "server.pem").read_bytes())
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (OSError, ValueError, x509.ExtensionNotFound):
+        found = [str(name.value) for name in names if isinstance(name, (x509.DNSName, x509.IPAddress))]
+    except Exception:  # noqa: BLE001 - any certificate it cannot read (cryptography raises several kinds)
         return placeholder
-    found = [str(name.value) for name in names if isinstance(name, (x509.DNSName, x509.IPAddress))]
-    other = [name for name in found if name not in ("localhost", "127.0.0.1", "::1")]
-    return other[0] if other else placeholder
+    for name in found:
+        if name in ("localhost", "127.0.0.1", "::1"):
+            continue
+        try:
+            ipaddress.ip_address(name)
+            return name
+        except ValueError:
+            if _HOST_NAME.fullmatch(name):
+                return name
+    return placeholder
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
+                        r"[A-Za-z0-9])?)*\.?")
 
 
 SECRETS = "secrets"  # RUN_DIR/flower/secrets

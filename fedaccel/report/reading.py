@@ -280,15 +280,30 @@ def group_runs(runs: Iterable[Run]) -> list[tuple[str, list[Run]]]:
 
 
 def unnamed_differences(runs: Iterable[Run]) -> list[str]:
-    """The config keys outside ``algorithm`` whose values differ between the groups of ``runs`` and that no
-    group's label names (``fedavg (data.split=case1)`` names ``data.split``): a table of these groups compares
-    their methods on different settings, which its labels do not show."""
+    """The settings (``data.split``, ``train.rounds``: a section's keys) whose values differ between the groups of
+    ``runs`` where some group's label does not name them (``fedavg (data.split.name=case1)`` names ``data.split``):
+    a table of these groups compares their methods on different settings, which its labels do not show. The
+    method (``algorithm``, ``train.dp_sgd``: named in the labels) and how a run ran (``run``) are not settings; a
+    key that a group's config lacks (written by an older fedaccel) is left out."""
     groups = group_runs(runs)
-    flats = [flatten_config(grouping_config(members[0].config)) for _, members in groups]
-    named = " ".join(label for label, _ in groups)
-    keys = list(dict.fromkeys(key for flat in flats for key in flat))
-    return [key for key in keys if not key.startswith("algorithm.") and f"{key}=" not in named
-            and len({fmt_value(flat.get(key, MISSING)) for flat in flats}) > 1]
+    settings = [_settings(members[0].config) for _, members in groups]
+    keys = [key for key in dict.fromkeys(k for each in settings for k in each) if all(key in each for each in settings)]
+    return [key for key in keys if len({each[key] for each in settings}) > 1
+            and not all(f"{key}=" in label or f"{key}." in label for label, _ in groups)]
+
+
+def _settings(config: Mapping[str, Any]) -> dict[str, str]:
+    """A config's settings by ``section.key`` (a top-level value by its key), each as canonical JSON."""
+    found: dict[str, str] = {}
+    for section, value in config.items():
+        if section in ("algorithm", "run", "name"):
+            continue
+        items = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for key, item in items:
+            name = section if key is None else f"{section}.{key}"
+            if name != "train.dp_sgd":
+                found[name] = json.dumps(item, sort_keys=True, default=str)
+    return found
 
 
 def value_at(mapping: Mapping[str, Any], dotted: str) -> Any:

@@ -155,7 +155,7 @@ class Config:
         """What progress lines, tables and legends call the run (`fedaccel.runs.names.display_name`)."""
         from fedaccel.runs.names import display_name
 
-        return display_name({"name": self.name, "algorithm": self.algorithm})
+        return display_name({"name": self.name, "algorithm": self.algorithm, "train": {"dp_sgd": self.train.dp_sgd}})
 
 
 ON_DIVERGENCE = ("stop", "continue")
