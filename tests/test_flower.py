@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("flwr")
 
@@ -971,3 +973,54 @@ def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys
     print_multi_host_commands(tmp_path / "run" / "flower" / "app", 1, tmp_path / "tls", 9093)
     client = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("client host <i>"))
     assert f"--superlink {shlex.quote(named + ':9093')} " in client and "partition-id=<i> " in client, client
+
+
+@pytest.fixture(scope="module")
+def signing_key():
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _certificate_naming(key: Any, names: list[str]) -> bytes:
+    """A self-signed PEM certificate valid for the DNS ``names`` (whatever they hold)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "x")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@given(names=st.lists(st.text(st.characters(max_codepoint=127), min_size=1, max_size=40)  # ASCII: a DNS name's type
+                      | st.sampled_from(["myserver.example", "10.0.0.7", "localhost", "*.example.com"]),
+                      min_size=1, max_size=3), garbage=st.binary(max_size=300))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_certificate_from_someone_else_gives_a_host_name_an_address_or_the_placeholder(
+    tmp_path: Path, signing_key: Any, names: list[str], garbage: bytes
+) -> None:
+    """Whatever server.pem holds (any names in its SAN, or no certificate at all), `deploy --prepare` prints a
+    host name or an IP address from it, or SERVER; it never raises."""
+    import ipaddress
+    import re
+
+    from fedaccel.flower.security import served_name
+
+    def fits(name: str) -> bool:
+        try:
+            ipaddress.ip_address(name)
+            return True
+        except ValueError:
+            return re.fullmatch(r"[A-Za-z0-9.-]{1,254}", name) is not None and not name.startswith(("-", "."))
+
+    for content in (_certificate_naming(signing_key, names), garbage):
+        (tmp_path / "server.pem").write_bytes(content)
+        named = served_name(tmp_path)
+        assert named == "SERVER" or fits(named) and named in names, (names, named)

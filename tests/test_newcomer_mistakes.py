@@ -139,3 +139,23 @@ def test_the_command_for_more_rounds_deploys_a_deployed_run_and_quotes_its_path(
     assert more_rounds(Path("my runs/x"), "flower-deployment").endswith(
         "`fedaccel deploy 'my runs/x/config.yaml' --set train.rounds=N`")
     assert more_rounds(Path("r"), "in-process").endswith("`fedaccel run r/config.yaml --set train.rounds=N`")
+
+
+_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+                       lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                      max_size=2), max_leaves=6)
+_configs = st.dictionaries(st.sampled_from(["algorithm", "data", "train", "run", "name", "model", "x"]),
+                           _values, max_size=5)
+
+
+@given(st.lists(_configs, min_size=1, max_size=4))
+def test_the_compare_note_reads_any_configs_someone_wrote(configs: list[dict]) -> None:
+    """Run folders from others hold any config.yaml: the note's keys are settings every config has, that differ,
+    outside the method and how the runs ran; nothing raises."""
+    from fedaccel.report.reading import Run, unnamed_differences
+
+    runs = [Run(path=Path(f"r{k}"), config=config, metrics=[]) for k, config in enumerate(configs)]
+    for key in unnamed_differences(runs):
+        section = key.split(".", 1)[0]
+        assert section not in ("algorithm", "run", "name") and key != "train.dp_sgd", key
+        assert all(section in config for config in configs), key
