@@ -967,8 +967,13 @@ def test_prepare_names_the_server_as_its_certificate_does(tmp_path: Path, capsys
     for host in hosts or []:
         argv += ["--host", host]
     assert main(argv) == 0
-    if hosts is None:  # a server.pem that is no certificate: the placeholder, no traceback
+    if hosts is None:  # a server.pem that is no certificate, then a FIFO: the placeholder, no traceback, no wait
         (tmp_path / "tls" / "server.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nnot one\n")
+        from fedaccel.flower.security import served_name
+
+        assert served_name(tmp_path / "tls") == "SERVER"
+        (tmp_path / "tls" / "server.pem").unlink()
+        os.mkfifo(tmp_path / "tls" / "server.pem")
     capsys.readouterr()
     print_multi_host_commands(tmp_path / "run" / "flower" / "app", 1, tmp_path / "tls", 9093)
     client = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("client host <i>"))

@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from fedaccel.disk import refuse_planted_links, write_atomic
+from fedaccel.disk import read_regular, refuse_planted_links, write_atomic
 from fedaccel.errors import UserError
 
 DAYS = 365
@@ -120,11 +120,11 @@ def check_certificates(folder: Path, clients: int) -> None:
 def served_name(folder: Path, placeholder: str = "SERVER") -> str:
     """The first name that ``folder/server.pem`` is valid for other than this host's own (``fedaccel certs --host``),
     for the commands other hosts run: a host name or an IP address (a wildcard, or anything else a certificate
-    from someone else may hold, is passed over); ``placeholder`` when there is none or the file cannot be read."""
+    from someone else may hold, is passed over); ``placeholder`` when there is none or the file cannot be read (a FIFO or a device is not read: nothing blocks)."""
     from cryptography import x509
 
     try:
-        cert = x509.load_pem_x509_certificate((folder / "server.pem").read_bytes())
+        cert = x509.load_pem_x509_certificate(read_regular(folder / "server.pem", follow=True, limit=1 << 20))
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         found = [str(name.value) for name in names if isinstance(name, (x509.DNSName, x509.IPAddress))]
     except Exception:  # noqa: BLE001 - any certificate it cannot read (cryptography raises several kinds)
