@@ -221,6 +221,46 @@ def test_copies_are_found_as_a_comparison_of_every_pair_would_find_them(metrics:
     assert got == want
 
 
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.tuples(ROWS, st.sampled_from([None, b"w0", b"w1", b"w2"])), max_size=5))
+@example(runs=[(A_ROWS, b"w0"), (A_ROWS, b"w1")])  # a plugin equal to a built-in method, over one round
+@example(runs=[(A_ROWS, b"w0"), (A_ROWS, None)])  # a copy without its weights file
+def test_equal_rows_are_no_copy_where_each_run_saved_weights_of_its_own(
+        runs: list[tuple[list[dict], bytes | None]]) -> None:
+    """Two genuine runs may agree in every row, clock included (a plugin that equals a built-in method, over a
+    few rounds): where both have a final weights file and the files differ, they are not refused; any other pair
+    of equal rows with a running clock, or of equal weights files, is, naming the first such pair."""
+    import tempfile
+
+    from fedaccel.report.identity import MODEL_FILE, check_distinct
+    from fedaccel.report.reading import Run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        made = []
+        for k, (rows, weights) in enumerate(runs):
+            (path := Path(tmp) / f"run{k}").mkdir()
+            if weights is not None:
+                (path / MODEL_FILE).write_bytes(weights)
+            made.append(Run(path, {}, rows))
+        ran = [any(row["wall_s"] > 0 for row in rows) for rows, _ in runs]
+        text = [json.dumps(rows, sort_keys=True) for rows, _ in runs]
+        weights = [w for _, w in runs]
+        own = [(j, k) for k in range(len(runs)) for j in range(k)  # told apart by weights files of their own
+               if weights[j] is not None and weights[k] is not None and weights[j] != weights[k]]
+        same_rows = [(j, k) for k in range(len(runs)) for j in range(k)
+                     if ran[j] and ran[k] and text[j] == text[k] and (j, k) not in own]
+        same_weights = [(j, k) for k in range(len(runs)) for j in range(k)
+                        if runs[j][1] is not None and runs[j][1] == runs[k][1]]
+        want = min(same_rows, key=lambda p: (p[1], p[0])) if same_rows else (
+            min(same_weights, key=lambda p: (p[1], p[0])) if same_weights else None)
+        try:
+            check_distinct(made)
+            got = None
+        except UserError as exc:
+            got = tuple(int(Path(word).name.removeprefix("run")) for word in str(exc).split()[:3:2])
+    assert got == want
+
+
 def test_a_run_copied_with_its_rows_touched_up_is_refused_by_its_final_weights(tmp_path: Path, capsys) -> None:
     """Seed 0's run copied into seed 1's folder, its rows changed in the last digit of one clock reading (no longer
     the same rows) but its model.pt kept: the same final weights, byte for byte, so judge and compare still

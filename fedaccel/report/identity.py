@@ -10,7 +10,9 @@ p-value from duplicated data). So ``judge``, ``compare`` and the tables check fi
 - :func:`check_distinct`: no two runs hold the same rows, clock (``wall_s``) included: a genuine run
   never repeats another's timings to the tenth of a millisecond, a copy always does; and no two hold the same
   final weights (``model.pt``, its bytes hashed, never loaded: the file holds the run's config beside its
-  weights, so two genuine runs never share it, while a copy whose rows were touched up still does).
+  weights, so two genuine runs never share it, while a copy whose rows were touched up still does). Two
+  finished runs whose weights files differ are not copies even where their rows agree to the last digit of
+  the clock (a method equal to another in all but its name, over a few rounds).
 
 Either refusal is one line naming the folders.
 """
@@ -113,12 +115,19 @@ def _weights_fingerprint(run: Run) -> str | None:
 
 def check_distinct(runs: Sequence[Run]) -> None:
     """No two of ``runs`` hold the same rows, clock included, or the same final weights file: one would be a
-    copy of the other, and a copy is no independent seed or setup. A :class:`UserError` names both folders."""
+    copy of the other, and a copy is no independent seed or setup. Equal rows are no copy where both runs have
+    final weights files and these differ (each run saved its own). A :class:`UserError` names both folders."""
+    weights = {id(run): _weights_fingerprint(run) for run in runs}
+
+    def told_apart(a: Run, b: Run) -> bool:  # both finished, each with final weights of its own
+        first, second = weights[id(a)], weights[id(b)]
+        return first is not None and second is not None and first != second
+
     _refuse_equal(runs, _fingerprint, "hold the same rows, clock (wall_s) included: one is a copy of the other, "
-                  "not a run of its own; delete the copy and run its cell again", alike=_clock)
-    _refuse_equal(runs, _weights_fingerprint, f"hold the same final weights ({MODEL_FILE}, byte for byte, with the "
-                  "config it was saved with): one is a copy of the other, whatever their rows say; delete the copy "
-                  "and run its cell again")
+                  "not a run of its own; delete the copy and run its cell again", alike=_clock, apart=told_apart)
+    _refuse_equal(runs, lambda run: weights[id(run)], f"hold the same final weights ({MODEL_FILE}, byte for byte, "
+                  "with the config it was saved with): one is a copy of the other, whatever their rows say; delete "
+                  "the copy and run its cell again")
 
 
 def _clock(run: Run) -> str:
@@ -128,21 +137,23 @@ def _clock(run: Run) -> str:
 
 
 def _refuse_equal(runs: Sequence[Run], fingerprint: Callable[[Run], str | None], why: str,
-                  alike: Callable[[Run], str] | None = None) -> None:
-    """A :class:`UserError` naming the first two of ``runs`` whose ``fingerprint`` (not None) is equal.
+                  alike: Callable[[Run], str] | None = None, apart: Callable[[Run, Run], bool] | None = None) -> None:
+    """A :class:`UserError` naming the first two of ``runs`` whose ``fingerprint`` (not None) is equal and that
+    ``apart`` (other evidence) does not tell apart.
     ``alike``: a cheaper key that runs of equal fingerprints share (a run alone with its key is not compared)."""
     cheap = [alike(run) for run in runs] if alike is not None else [""] * len(runs)
     shared = Counter(cheap)
-    first: dict[str, Run] = {}
+    earlier: dict[str, list[Run]] = {}
     for run, cheap_key in zip(runs, cheap, strict=True):
         if shared[cheap_key] == 1:
             continue
         key = fingerprint(run)
         if key is None:
             continue
-        if key in first:
-            raise UserError(f"{first[key].path} and {run.path} {why}")
-        first[key] = run
+        for other in earlier.setdefault(key, []):
+            if apart is None or not apart(other, run):
+                raise UserError(f"{other.path} and {run.path} {why}")
+        earlier[key].append(run)
 
 
 def check_identity(cells: Sequence[tuple[str, Mapping[str, Any]]] | None, runs: Sequence[Run]) -> None:
