@@ -8,7 +8,7 @@ WORKERS ?= auto
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast docs docs-check benchmark clean
+.PHONY: install bytecode demo test test-fast docs docs-check benchmark clean
 
 install: $(STAMP)
 
@@ -16,13 +16,19 @@ $(STAMP): pyproject.toml scripts/install.sh
 	VENV=$(VENV) bash scripts/install.sh
 	touch $(STAMP)
 
+# fedaccel's sources byte-compiled, once: the tests start many Python processes (CLI runs, Flower's
+# SuperLink, SuperNodes and apps), and where PYTHONDONTWRITEBYTECODE is set each compiled the sources again
+# (an editable install writes no bytecode); only what changed since is compiled
+bytecode: install
+	$(BIN)/python -m compileall -q fedaccel benchmarks > /dev/null
+
 demo: install
 	$(BIN)/fedaccel experiment experiments/demo.yaml
 
-test: install
+test: bytecode
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal --durations=15
 
-test-fast: install
+test-fast: bytecode
 	$(BIN)/python -m pytest -q -m "not slow" -n $(WORKERS) --dist worksteal
 
 docs: install
