@@ -173,6 +173,30 @@ def test_dp_composes_with_the_mean_recipes_and_refuses_the_rest_in_one_line(name
         assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_server_end_that_reads_the_uploads_is_refused_unless_it_declares_it_reads_only_the_models(
+        declared: bool) -> None:
+    """A part's server_end is given every raw upload, unclipped (a new user's plugin printed norms 10x the clip,
+    and the run still wrote epsilon): DP refuses it at load, naming the part, unless the part declares
+    ``models_only`` (what the server optimisers declare: they read w and w_next, the noised mean's model)."""
+    from fedaccel.algorithms.base import Part, compose
+    from fedaccel.algorithms.mean import mean_aggregate
+
+    def step_size_from_norms(info, w, w_next, updates, ss):  # FedExP's kind of step: individual update norms
+        scale = sum(float(u.delta.norm()) ** 2 for u in updates)
+        return w + (w_next - w) * (1 + scale), ss
+
+    mine = Part(name="extrapolation", server_end=step_size_from_norms, models_only=declared)
+    algorithm = compose("mine", mean_aggregate(weighting="uniform"), mine)
+    if declared:
+        assert [p.name for p in with_dp(algorithm, plain(1.0, 1.0)).parts] == ["dp", "extrapolation"]
+    else:
+        with pytest.raises(ConfigError, match="algorithm.dp cannot cover mine: its part 'extrapolation' reads the "
+                                              "individual uploads in its server_end") as err:
+            with_dp(algorithm, plain(1.0, 1.0))
+        assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("spec, says", [
     ({"clip": 1.0}, "exactly one of noise_multiplier"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "target_epsilon": 2.0}, "exactly one of"),

@@ -56,6 +56,19 @@ def step(algorithm: Any, w: list[float], deltas: list[list[float]], weights: lis
     return w_next
 
 
+def test_client_level_dp_refuses_it_in_one_line(site: Path) -> None:
+    """FedExP's step size comes from the raw uploads' norms, outside client-level DP: refused at load, naming its
+    part (a new user's DP run of it reported an epsilon)."""
+    pytest.importorskip("dp_accounting")
+    from fedaccel.errors import ConfigError
+
+    dp = {"clip": 1.0, "noise_multiplier": 1.0, "clients": 10, "fraction": 0.5, "sampling": "fixed", "rounds": 5}
+    with pytest.raises(ConfigError, match="algorithm.dp cannot cover fedexp: its part 'extrapolation' reads the "
+                                          "individual uploads in its server_end") as err:
+        build_algorithm("fedexp", dp=dp)
+    assert "\n" not in str(err.value)
+
+
 def test_the_server_step_is_the_papers_by_hand(site: Path) -> None:
     # Three clients of equal weight (1/3), w = (1, 2), epsilon = 0.25:
     #   Delta_1 = (3, 0), Delta_2 = (0, 3), Delta_3 = (0, 0)  ->  mean Delta = (1, 1), ||Delta||^2 = 2

@@ -253,6 +253,7 @@ class Part:
     # what client-level DP (fedaccel.algorithms.dp) reads to admit a part with these stages:
     upload_fraction: float | None = None  # C: participation uploads exactly sample_clients(info, C)
     no_extras: bool = False  # client_end never returns extras: the part's client state stays on the client
+    models_only: bool = False  # server_end reads w, w_next and whether anyone uploaded, never an upload's values
 
 
 # the stages that run on a client and are given the part's server state ``ss``

@@ -34,9 +34,10 @@ the budget on the model and less on the plan. It takes server noise and a fixed 
 What the guarantee does not cover, and so is refused: a part that sends the server more than the update
 (FedGSNR's planning statistics without ``plan_clip``, SCAFFOLD's, FedDyn's and FedDC's control variates and states in
 ``client_end``), a part that chooses who uploads other than as the accountant samples, a server rule other than
-the mean (FedNova's normalised average, robust rules) and GraB's ``server_adjust``. Server optimisers
-(``server_opt``) are post-processing of the noised mean: allowed. Client diagnostics written to the run folder
-(BHerd's selected steps, for example) are outside the guarantee.
+the mean (FedNova's normalised average, robust rules), GraB's ``server_adjust`` and a ``server_end`` that reads
+the individual uploads (FedExP's step size, from their norms). Server optimisers (``server_opt``) read only the
+noised mean's model and are post-processing of it: allowed (they declare ``Part.models_only``). Client diagnostics
+written to the run folder (BHerd's selected steps, for example) are outside the guarantee.
 
 A part with those stages is admitted when it declares what keeps it inside (``Part.upload_fraction``,
 ``Part.no_extras``), checked against the settings: FedUMF (and fedumf-fedprox). Its ``participation`` uploads
@@ -82,6 +83,8 @@ OUTSIDE = {
     "participation": "chooses who takes part, so the accountant's sampling is not the run's",
     "server_adjust": "adjusts the server step from what clients report",
     "aggregate": "aggregates by a rule other than the mean",
+    "server_end": "reads the individual uploads in its server_end (a part whose server_end reads only w and w_next "
+                  "declares Part.models_only)",
 }
 
 
@@ -496,7 +499,8 @@ def outside(part: Part, settings: DPSettings) -> str | None:
     ``no_extras`` and a ``participation`` that declares its ``upload_fraction`` are inside when that fraction's
     sample is the accountant's (module docstring)."""
     for stage, why in OUTSIDE.items():
-        if getattr(part, stage, None) is None or (stage == "client_end" and part.no_extras):
+        if getattr(part, stage, None) is None or (stage == "client_end" and part.no_extras) or (
+                stage == "server_end" and part.models_only):
             continue
         if stage != "participation" or part.upload_fraction is None:
             hint = " (give algorithm.dp.plan_clip: {g: C_g, s: C_s, n: n_max} to make its plan private)" \

@@ -115,7 +115,7 @@ def fednova_aggregate(*, mu: float = 0.0, tau_eff: str = "normalisers", gmf: flo
     if gmf == 0:
         return Part(name="fednova", aggregate=aggregate, aggregate_fold=aggregate_fold)
     return Part(name="fednova", aggregate=aggregate, init_server=init_momentum, server_end=server_momentum,
-                aggregate_fold=aggregate_fold, server_end_fold=updates_ignored(server_momentum))
+                aggregate_fold=aggregate_fold, server_end_fold=updates_ignored(server_momentum), models_only=True)
 
 
 @dataclass

@@ -81,7 +81,7 @@ def server_sgd(*, lr: float = 1.0, momentum: float = 0.0) -> Part:
         m = ss.m.mul(momentum).add_(w_next - w)  # beta m + Delta_t
         return torch.add(w, m, alpha=lr), ServerMoments(ss.steps + 1, m)
 
-    return Part(name=PART_NAME, init_server=init, server_end=step)
+    return Part(name=PART_NAME, init_server=init, server_end=step, models_only=True)
 
 
 def server_avgm(*, lr: float = 1.0, momentum: float = 0.9) -> Part:
@@ -116,7 +116,7 @@ def _adaptive(name: str, second: SecondMoment, *, lr: float, beta1: float, tau: 
         eta = lr * (bias_correction(steps) if bias_correction and variant == "flower" else 1.0)
         return torch.addcdiv(w, m, v.sqrt().add_(tau), value=eta), ServerMoments(steps, m, v)
 
-    return Part(name=PART_NAME, init_server=init, server_end=step)
+    return Part(name=PART_NAME, init_server=init, server_end=step, models_only=True)
 
 
 def server_adagrad(*, lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, variant: str = "paper") -> Part:
