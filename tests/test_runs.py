@@ -673,3 +673,24 @@ def test_tables_and_curves_show_a_diverged_run_as_such(tmp_path: Path) -> None:
     texts = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
     assert any(t.startswith("wild") and t.endswith("(diverged)") for t in texts)
     assert not any(t.startswith("steady") and "diverged" in t for t in texts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(uploaded=st.integers(0, 3), lost=st.lists(st.integers(0, 5), max_size=2),
+       rejected=st.dictionaries(st.sampled_from("012345"), st.text(max_size=20), max_size=3))
+def test_a_round_stops_the_run_only_where_clients_answered_and_every_answer_was_refused(
+        uploaded: int, lost: list[int], rejected: dict[str, str]) -> None:
+    """Nothing to aggregate because the server refused every answer (a method whose client code raises or sends
+    NaN, on Flower) stops the run; a round with an aggregated update, or with a client lost (the network, not
+    the method), or with nothing refused, goes on."""
+    from fedaccel.algorithms.base import Participation
+    from fedaccel.engine.round import RoundReport
+    from fedaccel.runs.loop import every_answer_refused
+
+    diag = {**({"lost": lost} if lost else {}), **({"rejected": rejected} if rejected else {})}
+    report = RoundReport(1, Participation((0, 1, 2), (0, 1, 2)), 0, 0, 0, diag, uploaded)
+    why = every_answer_refused(report)
+    assert (why is not None) == (uploaded == 0 and not lost and bool(rejected))
+    if why is not None:
+        client = next(iter(rejected))
+        assert why.startswith(f"the server refused the answer of every client ({len(rejected)}; client {client}: ")

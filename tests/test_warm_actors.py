@@ -48,8 +48,8 @@ def alive(actor) -> bool:
     return True
 
 
-def raising_app():  # type: ignore[no-untyped-def]
-    """fedaccel's ClientApp, except that client 0's training raises in every round."""
+def raising_app(broken: frozenset[int] = frozenset({0})):  # type: ignore[no-untyped-def]
+    """fedaccel's ClientApp, except that the ``broken`` clients' training raises in every round."""
     from flwr.clientapp import ClientApp
 
     from fedaccel.flower import client as fedaccel_client
@@ -62,8 +62,8 @@ def raising_app():  # type: ignore[no-untyped-def]
 
     @app.train()
     def train(message, context):  # type: ignore[no-untyped-def]
-        if int(context.node_config["partition-id"]) == 0:
-            raise RuntimeError("client 0 is broken")
+        if (client := int(context.node_config["partition-id"])) in broken:
+            raise RuntimeError(f"client {client} is broken")
         return fedaccel_client.train(message, context)
 
     return app
@@ -89,6 +89,17 @@ def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_proc
     assert all("ClientAppException" in row["diag"]["rejected"]["0"] for row in rows[1:])
     first = warm_actors.kept_actors()
     assert len(first) == workers and all(alive(a) for a in first)
+
+    # ... every client's training raises: nothing to aggregate, so the run stops at round 1 in one line (it went
+    # on with a frozen model, every round's answers refused, and "finished")
+    from fedaccel.runs.loop import Diverged
+
+    with pytest.raises(Diverged, match=r"^the run stopped at round 1: the server refused the answer of every client "
+                                       r"\(3; client 0: client error: .*nothing to aggregate") as stopped:
+        simulated("all raising", ["algorithm=fedavg"], client_app=raising_app(frozenset({0, 1, 2})))
+    summary = json.loads((tmp_path / "all raising" / "summary.json").read_text())
+    assert "\n" not in str(stopped.value) and not summary["finished"] and "diverged" not in summary
+    assert ids(warm_actors.kept_actors()) == ids(first)  # the actors serve on
 
     # ... and the actors that ran it serve another method, with the in-process numbers
     overrides = ["algorithm=fedprox", "algorithm.mu=0.1", "data.split.alpha=0.3"]  # 3 clients: the same share

@@ -191,6 +191,13 @@ def run_loop(
                         on_eval(state, last)
                     bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
                     cause = cause or (None if diverged else non_finite_losses(last))
+                if refused := (None if cause else every_answer_refused(report)):
+                    message = refused_message(config, state.round, refused, path, checkpointed)
+                    if config.run.on_divergence == "stop":
+                        _sync(metrics_file, diag_file)
+                        write_summary(path, rounds, last, finished=False, diverged=None, ran_on=ran_on, parts=parts)
+                        raise Diverged(message)
+                    _say(f"warning: {message}")
                 if cause:
                     diverged = (state.round, cause)
                     message = divergence_message(config, state.round, cause, report, path, checkpointed)
@@ -258,6 +265,28 @@ def first_divergence(metrics: Path) -> tuple[int, str] | None:
         if why := non_finite_losses(row):
             return int(row["round"]), why
     return None
+
+
+def every_answer_refused(report: RoundReport) -> str | None:
+    """Why nothing of this round could be aggregated: clients answered, none was lost, and the server refused every
+    answer (a client's error, or values its gate refuses); None otherwise."""
+    rejected = report.diag.get("rejected") if isinstance(report.diag, dict) else None
+    if report.uploaded or report.diag.get("lost") or not isinstance(rejected, dict) or not rejected:
+        return None
+    client, reason = next(iter(rejected.items()))
+    return f"the server refused the answer of every client ({len(rejected)}; client {client}: {reason})"
+
+
+def refused_message(config: Config, round_: int, why: str, path: Path, checkpointed: int) -> str:
+    """One line: the round nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
+    if config.run.on_divergence == "continue":
+        keeps = "; run.on_divergence=continue: the run goes on"
+    elif (path / CHECKPOINT).is_file():
+        keeps = f"; {path} keeps its checkpoint of round {checkpointed}"
+    else:
+        keeps = "; no checkpoint was due before it"
+    return (f"the run stopped at round {round_}: {why}; nothing to aggregate: does the method's client code raise or "
+            f"send non-finite values? run.runtime=in-process runs it with its traceback{keeps}")
 
 
 def divergence_message(
