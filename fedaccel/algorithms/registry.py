@@ -334,10 +334,22 @@ def named_spec(spec: Any, key: str, table: Mapping[str, Callable[..., Any]]) -> 
                               f"known: {listed(sorted(defaults), near=str(option))}")
         if value is None and defaults[option] is None:
             continue
-        kind, what = (str, "a name") if isinstance(defaults[option], str) else ((int, float), "a number")
-        if isinstance(value, bool) or not isinstance(value, kind):
+        if (what := option_fault(value, defaults[option], anything=False)) is not None:
             raise ConfigError(f"algorithm.{key} {name}: {option} must be {what}, got {shown(value)}")
     return name, params
+
+
+def option_fault(value: Any, default: Any, *, anything: bool = True) -> str | None:
+    """What ``value`` must be, given as an option whose default is ``default`` (a number for a number, a name for a
+    name, true or false for a flag), or None where it is that. ``anything``: a default of another kind (None, say)
+    takes any value (its recipe checks it); else such a default asks for a number."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a name"
+    if isinstance(default, (int, float)) or not anything:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    return None
 
 
 def get_recipe(name: str) -> Recipe:
@@ -417,6 +429,9 @@ def build_algorithm(name: str, **params: Any) -> Algorithm:
     if unknown:
         raise ConfigError(f"algorithm {shown(name)} has no hyperparameter {shown(unknown[0])}; "
                           f"known: {listed(sorted(known), near=unknown[0])}")
+    for option, value in params.items():
+        if option not in EVERY_RECIPE and (what := option_fault(value, known[option])) is not None:
+            raise ConfigError(f"algorithm {shown(name)}: {option} must be {what}, got {shown(value)}")
     server_opt, rule, dp = params.pop("server_opt", None), params.pop("aggregate", None), params.pop("dp", None)
     algorithm = get_recipe(name).build(**params)
     own_optimiser = any(p.name == SERVER_OPT for p in algorithm.parts)  # fedadam's server_lr is eta_s

@@ -480,15 +480,18 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
 
 
 def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -> None:
-    accepted = {
-        k for k, p in inspect.signature(function).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
-    unknown = sorted(set(params) - accepted)
+    """Every option of ``params`` is a keyword-only parameter of ``function``, of its default's kind."""
+    from fedaccel.algorithms.registry import keyword_defaults, option_fault
+
+    accepted = keyword_defaults(function)
+    unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ConfigError(
             f"{kind} {shown(name)} has no option {shown(unknown[0])}; known: {listed(sorted(accepted), near=unknown[0])}"
         )
+    for option, value in params.items():
+        if (what := option_fault(value, accepted[option])) is not None:
+            raise ConfigError(f"{kind} {shown(name)}: {option} must be {what}, got {shown(value)}")
 
 
 def validate(config: Config) -> None:
@@ -790,7 +793,8 @@ def check_plugins(text: str, where: str) -> None:
 
 def check_recorded(records: Mapping[str, Mapping[str, str]], where: str) -> None:
     """:func:`check_plugins` of the records a ``config.yaml`` holds (:func:`recorded_plugins`): each is installed
-    here, the same; else one line naming ``where``. Nothing is imported: the installed module's file is hashed."""
+    here, the same; else one line naming ``where``. Nothing is imported: the installed plugin's files are hashed
+    (:func:`fedaccel.plugins.code_hash`)."""
     import fedaccel.plugins as plugins
 
     for kind, was in records.items():
@@ -800,7 +804,10 @@ def check_recorded(records: Mapping[str, Mapping[str, str]], where: str) -> None
         if found is None:
             raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
                               f"{was['version']}, which is not installed here: pip install the same version")
-        now = found.record()  # its module's file hashed, not run
+        now = found.record()  # its code's files hashed (plugins.code_hash), not run
+        if now != was and (old := plugins.old_record(was, now)):  # written before packages were hashed whole
+            raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} {was['version']} "
+                              f"{old}")
         if now != was:
             differ = sorted(k for k in was if was[k] != now[k])
             raise ConfigError(f"{where} uses {kind} {shown(was['name'])} of {was['distribution']} "
