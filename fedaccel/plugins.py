@@ -18,19 +18,24 @@ Only installed distributions' entry points are read, and a plugin's module is im
 is asked for; nothing is imported because a file or a run folder names it. What can go wrong is one line
 (:class:`~fedaccel.errors.ConfigError`): a name declared twice (by fedaccel and a plugin, or by two
 plugins), a name that is not one, a value that is not ``module:object``, a module that fails to import, an
-object that is not a recipe. A run records the distribution (name, version and a hash of the module) of every
-plugin it uses in its ``config.yaml`` (:func:`fedaccel.runs.config.plugin_note`).
+object that is not a recipe. A run records the distribution (name, version and a hash of its code,
+:func:`code_hash`) of every plugin it uses in its ``config.yaml`` (:func:`fedaccel.runs.config.plugin_note`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import import_module
 from importlib import metadata
+from importlib.machinery import ModuleSpec
+from pathlib import Path
 from typing import Any
 
 from fedaccel.errors import ConfigError, shown
@@ -59,7 +64,8 @@ class Plugin:
     def record(self) -> dict[str, str]:
         """What a run folder keeps of it: enough to say later whether the same plugin is installed."""
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
-                "entry_point": self.value, "sha256": module_hash(self.value.split(":")[0])}
+                "entry_point": self.value,
+                "sha256": code_hash(self.value.split(":")[0], f"{self.kind} {shown(self.name)} of {self.origin}")}
 
 
 def declared(kind: str) -> dict[str, tuple[Plugin, ...]]:
@@ -146,9 +152,116 @@ def one_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+PACKAGE_HASH = "package:"  # a record's sha256 that covers a whole package (without it: one module's file)
+MAX_FILES = 2000  # .py files of one plugin package hashed at most ...
+MAX_BYTES = 32 * 2**20  # ... holding this many bytes at most ...
+MAX_ENTRIES = 100_000  # ... among this many files and folders: past any of them, one line, not a long wait
+
+
+def code_hash(module: str, where: str = "the plugin") -> str:
+    """The fingerprint a run records of the code of the plugin whose entry point is in ``module``, found and read
+    without running any of it: where ``module`` is in a package (the outermost regular one on its dotted path,
+    a folder with an ``__init__``), ``package:`` and the first 16 hex digits of :func:`package_hash` of that
+    folder, every .py file in it; where it is a module of its own, :func:`module_hash` of its file (as runs
+    recorded before packages were hashed whole). '' where it has no file. A package too big to hash is one
+    line (:class:`ConfigError`) starting with ``where``."""
+    try:
+        specs = module_specs(module)
+        if not specs or specs[-1] is None:
+            return ""
+        origins = [spec.origin for spec in specs if spec.submodule_search_locations is not None
+                   and spec.has_location and spec.origin]
+        if not origins:  # a module of its own, or in namespace packages only: its file
+            if os.stat(str(specs[-1].origin)).st_size > MAX_BYTES:
+                raise OverflowError
+            return module_hash(module)
+        root = Path(origins[0]).parent
+        if not root.is_dir():  # a package in a zip file: no folder to read (as a module there has no file)
+            return ""
+    except OverflowError:
+        raise ConfigError(f"{where}: its module {module} has more than {MAX_BYTES // 2**20} MiB: too much to hash as "
+                          "the code that makes a run") from None
+    except Exception:  # noqa: BLE001 - a finder that fails: no hash, the version still says
+        return ""
+    return PACKAGE_HASH + package_hash(root, where)
+
+
+def package_hash(root: Path, where: str = "the plugin") -> str:
+    """sha256 (its first 16 hex digits) of every .py file under the folder ``root``, in the order of their
+    paths relative to it, each path hashed with the file's bytes: an edit to any file, a file added, removed or
+    renamed changes it. ``__pycache__`` is skipped; a symbolic link (a .py file's or a folder's) is hashed as
+    where it points and never followed, so nothing outside ``root`` is read; files that are neither (a pipe)
+    are skipped. More than :data:`MAX_ENTRIES` files and folders, :data:`MAX_FILES` .py files or
+    :data:`MAX_BYTES` of them is one line (:class:`ConfigError`), before their bytes are read."""
+    def too_big(what: str) -> ConfigError:
+        return ConfigError(f"{where}: its package {shown(str(root), 120)} {what}: too much to hash as the code that "
+                           f"makes a run (fedaccel hashes every .py file of a plugin's package): give the plugin a "
+                           "package of its own")
+
+    def refuse(error: OSError) -> None:
+        raise error
+
+    found: list[tuple[str, str]] = []  # (path relative to root, 'f' a file or 'l' a link)
+    entries = files = 0
+    try:
+        for folder, dirnames, filenames in os.walk(root, onerror=refuse, followlinks=False):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]  # links to folders are listed, not walked
+            entries += len(dirnames) + len(filenames)
+            if entries > MAX_ENTRIES:
+                raise too_big(f"holds more than {MAX_ENTRIES} files and folders")
+            relative = Path(folder).relative_to(root)
+            for name in dirnames:  # a folder: only a link to one is hashed (as where it points)
+                if os.path.islink(os.path.join(folder, name)):
+                    found.append(((relative / name).as_posix(), "l"))
+            for name in filenames:
+                if name.endswith(".py"):
+                    link = os.path.islink(os.path.join(folder, name))
+                    found.append(((relative / name).as_posix(), "l" if link else "f"))
+                    files += not link
+            if files > MAX_FILES:
+                raise too_big(f"holds more than {MAX_FILES} .py files")
+        found.sort()
+        digest, total = hashlib.sha256(), 0
+        for name, kind in found:
+            path = root / name
+            if kind == "l":
+                data = os.readlink(path).encode("utf-8", "surrogateescape")
+            else:
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode):  # a pipe or a device: not code, and reading it may block
+                    continue
+                if total + info.st_size > MAX_BYTES:  # said before anything more is read
+                    raise too_big(f"has more than {MAX_BYTES // 2**20} MiB of .py files")
+                with open(path, "rb") as file:
+                    data = file.read(MAX_BYTES - total + 1)
+                total += len(data)
+                if total > MAX_BYTES:  # it grew since
+                    raise too_big(f"has more than {MAX_BYTES // 2**20} MiB of .py files")
+            head = f"{kind}{name}\0{len(data)}\0".encode("utf-8", "surrogateescape")  # no \0 in a path: unambiguous
+            digest.update(head + data)
+    except OSError as exc:
+        raise ConfigError(f"{where}: its package {shown(str(root), 120)} cannot be read to hash it: "
+                          f"{one_line(exc)}") from exc
+    return digest.hexdigest()[:16]
+
+
+def old_record(was: Mapping[str, str], now: Mapping[str, str]) -> str | None:
+    """Why a run's plugin record ``was`` is not the installed plugin's ``now`` (:meth:`Plugin.record`) where the
+    only difference is that ``was`` was written before fedaccel hashed a plugin's whole package: it hashes the
+    entry point module's file alone, which is still the same, but the rest of the package was never recorded,
+    so whether it made the run cannot be known (one line's end; None: not so, a plain difference)."""
+    module = was.get("entry_point", "").split(":")[0]
+    if not (now.get("sha256", "").startswith(PACKAGE_HASH) and not was.get("sha256", "").startswith(PACKAGE_HASH)
+            and all(was.get(k) == v for k, v in now.items() if k != "sha256") and was.get("sha256")
+            and was["sha256"] == module_hash(module)):
+        return None
+    return (f"whose record predates whole-package hashing: it covers the file of {module} alone, not the rest of "
+            f"its package, so the code that made the run cannot be checked: start a new run")
+
+
 def module_hash(module: str) -> str:
     """sha256 of a module's file (its first 16 hex digits), found without running it or its parent packages;
-    '' where it has none."""
+    '' where it has none. A plugin's record hashes this for a module of its own (:func:`code_hash`)."""
     try:
         spec = module_spec(module)
         with open(str(spec.origin), "rb") as file:  # type: ignore[union-attr]
@@ -161,16 +274,40 @@ def module_spec(module: str) -> Any:
     """Where ``module`` would be imported from, asked of the import system's finders (``sys.meta_path``: the
     file system, an editable install's) package by package, so that no parent package runs
     (``importlib.util.find_spec`` imports them); None where no finder knows it."""
-    spec, path = None, None
+    specs = module_specs(module)
+    return specs[-1] if specs else None
+
+
+def module_specs(module: str) -> list[Any]:
+    """The specs of ``module``'s packages and of itself, outermost first (:func:`module_spec`), nothing run;
+    the last is None where a finder knows none (and the list ends there)."""
+    specs: list[Any] = []
+    path = None
     parts = module.split(".")
     for depth in range(1, len(parts) + 1):
         name = ".".join(parts[:depth])
         spec = next((found for finder in sys.meta_path if hasattr(finder, "find_spec")
-                     and (found := finder.find_spec(name, path)) is not None), None)
+                     and (found := _found(finder, name, path)) is not None), None)
+        if spec is None and path is not None:  # a folder without __init__ in a package that is not imported: the
+            folders = [os.path.join(p, parts[depth - 1]) for p in path]  # path finder asks for its parent, so say it
+            if folders := [f for f in folders if os.path.isdir(f)]:
+                spec = ModuleSpec(name, None, is_package=True)
+                spec.submodule_search_locations = folders
+        specs.append(spec)
         if spec is None:
-            return None
+            break
         path = spec.submodule_search_locations
-    return spec
+        path = None if path is None else list(getattr(path, "_path", path))  # a namespace's, as found: not asked again
+    return specs
+
+
+def _found(finder: Any, name: str, path: list[str] | None) -> Any:
+    """``finder``'s spec of ``name`` in ``path``; None where it fails (the path finder raises KeyError for a
+    namespace package whose parent is not in ``sys.modules``)."""
+    try:
+        return finder.find_spec(name, path)
+    except KeyError:
+        return None
 
 
 def fedaccel_version() -> str:

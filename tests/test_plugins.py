@@ -479,7 +479,204 @@ def test_a_plugin_modules_hash_runs_none_of_its_packages(tmp_path: Path, monkeyp
 
     assert plugins.module_hash("fedaccel_hashed_pkg.sub") == hashlib.sha256(b"x = 1\n").hexdigest()[:16]
     assert plugins.module_hash("fedaccel_hashed_pkg.absent") == "" and plugins.module_hash("absent_pkg_x.y") == ""
+    assert plugins.code_hash("fedaccel_hashed_pkg.sub").startswith("package:")  # the record's: the whole package
+    assert plugins.code_hash("fedaccel_hashed_pkg.absent") == ""
     assert "fedaccel_hashed_pkg" not in sys.modules
+
+
+# --- a plugin that is a package: every .py file of it is the code a run records ----------------------------
+
+TWOMOD = "fedaccel_twomod"  # a package whose __init__ re-exports MyProx from its submodule impl.py
+
+
+@pytest.fixture
+def twomod(put: Callable[..., Path]) -> Iterator[Callable[..., Path]]:
+    """``twomod(folder, constant=1)``: fedaccel-twomod 0.1.0 installed into ``tmp_path / folder`` (as ``put``):
+    the package fedaccel_twomod, whose ``__init__.py`` only imports the method from ``impl.py``, and
+    ``impl.py`` MyProx's module with a constant ``CONSTANT`` in it."""
+
+    def forget_twomod() -> None:
+        forget(TWOMOD)
+        sys.modules.pop(f"{TWOMOD}.impl", None)
+
+    def put_twomod(folder: str, constant: int = 1) -> Path:
+        site = put(folder, distribution="fedaccel-twomod",
+                   entry_points=f"[fedaccel.algorithms]\ntwomod = {TWOMOD}:myprox\n")
+        forget_twomod()
+        (site / TWOMOD).mkdir()
+        (site / TWOMOD / "__init__.py").write_text(f"from {TWOMOD}.impl import myprox\n")
+        (site / TWOMOD / "impl.py").write_text((PACKAGE / f"{MODULE}.py").read_text() + f"\nCONSTANT = {constant}\n")
+        return site
+
+    yield put_twomod
+    forget_twomod()
+
+
+def twomod_record() -> dict[str, str]:
+    plugin = plugins.find("algorithm", "twomod", builtin=False)
+    assert plugin is not None
+    return plugin.record()
+
+
+def test_editing_a_submodule_of_a_plugin_package_changes_its_record_and_compare_judge_resume_refuse(
+    twomod: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The bug a new user found: ``__init__.py`` re-exports the method from ``impl.py``; editing ``impl.py`` left the
+    recorded hash (of ``__init__.py`` alone) as it was, and compare, judge and ``run --resume`` took the edited
+    code for the one that made the runs. The whole package is hashed now, never imported to do so."""
+    twomod("site")
+    base = {"data": {"dataset": "digits", "clients": 3}, "model": "svm",
+            "train": {"rounds": 2, "lr": 0.1, "batch_size": 20}, "run": {"progress": False, "checkpoint_every": 1}}
+    claims = [{"text": "TwoMod ends above nothing", "a": {"algorithm": "twomod"}, "measure": "final_test_acc",
+               "expect": "greater", "value": 0.0}]
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "two", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"algorithm": ["fedavg", "twomod"]}, "baseline": "fedavg",
+                                    "claims": claims}))
+    grid = str(tmp_path / "out")
+    assert main(["experiment", str(path), "--no-progress"]) == 0
+    cell = next(p for p in (tmp_path / "out").iterdir() if "twomod" in p.name)
+    recorded = recorded_plugins((cell / "config.yaml").read_text(), "")["algorithm"]
+    assert recorded == twomod_record()
+    assert main(["compare", grid]) == 0 and main(["judge", grid]) in (0, 1)
+    (cell / "summary.json").unlink()  # as if killed after its last checkpoint
+    capsys.readouterr()
+
+    twomod("edited", constant=2)  # impl.py alone differs; __init__.py, the entry point's module, is the same
+    assert twomod_record()["sha256"] != recorded["sha256"]
+    for command in (["compare", grid], ["judge", grid], ["run", "--resume", str(cell)]):
+        assert main(command) == 2, command
+        err = one_line(capsys)
+        assert re.search(rf"^error: {re.escape(str(cell))} uses algorithm 'twomod' of fedaccel-twomod 0\.1\.0; "
+                         r"installed here: fedaccel-twomod 0\.1\.0 \(sha256 differ\): install the run's version",
+                         err), err
+        assert TWOMOD not in sys.modules  # not imported to say so
+    twomod("same")  # the same files again, elsewhere: the same code
+    assert twomod_record() == recorded and recorded["sha256"].startswith("package:")  # a package's, said so
+    assert main(["compare", grid]) == 0 and "twomod" in capsys.readouterr().out
+
+
+def test_a_run_recorded_before_whole_package_hashing_is_refused_saying_so_and_a_single_modules_record_is_unchanged(
+    twomod: Callable[..., Path], put: Callable[..., Path]
+) -> None:
+    """A record written by an older fedaccel hashed the entry point module's file alone (``__init__.py`` here): the
+    rest of the package was never recorded, so whether it made the run cannot be checked; a plugin that is a
+    module of its own is recorded as it always was, and its old runs still check."""
+    from fedaccel.runs.config import check_plugins
+
+    def line(record: dict[str, str]) -> str:
+        return PLUGINS_NOTE + json.dumps({"algorithm": record}) + "\n"
+
+    twomod("site")
+    old = twomod_record() | {"sha256": plugins.module_hash(TWOMOD)}
+    with pytest.raises(ConfigError, match=rf"^run uses algorithm 'twomod' of fedaccel-twomod 0\.1\.0 whose record "
+                                          rf"predates whole-package hashing: it covers the file of {TWOMOD} alone, not "
+                                          "the rest of its package, so the code that made the run cannot be checked: "
+                                          "start a new run$"):
+        check_plugins(line(old), "run")
+    with pytest.raises(ConfigError, match=r"\(sha256 differ\)"):  # its one file differs too: plainly another code
+        check_plugins(line(old | {"sha256": "0" * 16}), "run")
+    put("single")
+    single = plugins.find("algorithm", "myprox", builtin=False)
+    assert single is not None and single.record()["sha256"] == plugins.module_hash(MODULE)
+    check_plugins(line(single.record()), "run")
+    assert TWOMOD not in sys.modules and MODULE not in sys.modules
+
+
+SEGMENT = st.text("abxyz_", min_size=1, max_size=4)
+TREE = st.dictionaries(st.lists(SEGMENT, max_size=2).flatmap(lambda folders: SEGMENT.map(
+    lambda name: "/".join([*folders, f"{name}.py"]))), st.binary(max_size=30), max_size=6)
+COUNTER = iter(range(10**9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=TREE, edit=st.sampled_from(["content", "add", "remove", "rename"]), pick=st.integers(0, 10**6),
+       data=st.binary(max_size=30), new=st.lists(SEGMENT, min_size=1, max_size=3))
+def test_any_edit_to_any_py_file_of_a_plugin_package_changes_its_fingerprint_which_runs_none_of_it(
+    tree: dict[str, bytes], edit: str, pick: int, data: bytes, new: list[str]
+) -> None:
+    """Whatever the package's tree, a file's bytes edited, a file added, removed or renamed changes the record's
+    sha256; bytecode and other files do not count; the package's ``__init__`` (which would leave a marker and
+    raise) never runs, whichever module of it the entry point names."""
+    name = f"fedaccel_prop_{next(COUNTER)}"
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder) / name
+        marker = Path(folder) / "ran"
+        files = {"__init__.py": f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('ran')\n".encode(), **tree}
+
+        def write(path: str, content: bytes) -> None:
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(content)
+
+        for path, content in files.items():
+            write(path, content)
+        entry = name if len(tree) == 0 or pick % 2 else f"{name}.{sorted(tree)[0][:-3].replace('/', '.')}"
+
+        def fingerprint() -> str:
+            return plugins.Plugin("algorithm", "p", f"{entry}:recipe", "d", "1").record()["sha256"]
+
+        sys.path.insert(0, folder)
+        try:
+            before = fingerprint()
+            write("__pycache__/x.cpython-311.pyc", data)  # not code it hashes, nor other files
+            write("notes.txt", data)
+            assert fingerprint() == before
+            target = sorted(files)[pick % len(files)]
+            if edit == "content" or (edit in ("remove", "rename") and target == "__init__.py"):
+                if data == files[target]:
+                    data += b"#"
+                write(target, data)
+            elif edit == "remove":
+                (root / target).unlink()
+            else:
+                moved = "/".join(new) + ".py"
+                while moved in files:
+                    moved = "_" + moved
+                write(moved, files[target] if edit == "rename" else data)
+                if edit == "rename":
+                    (root / target).unlink()
+            assert fingerprint() != before, (edit, target)
+        finally:
+            sys.path.remove(folder)
+        assert not marker.exists() and name not in sys.modules
+
+
+def test_a_plugin_package_too_big_to_hash_is_refused_in_one_line_and_links_out_of_it_are_never_followed(
+    twomod: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Hashing is bounded: past so many files, folders or bytes it refuses in one line before reading on (a
+    sparse file of 1 GiB is not read); a link is hashed as where it points, never followed (a link to ``/``,
+    to ``/dev/zero``), a pipe is skipped (opening it would wait for a writer)."""
+    site = twomod("site")
+    package = site / TWOMOD
+    (package / "up").symlink_to("/")
+    (package / "zero.py").symlink_to("/dev/zero")
+    os.mkfifo(package / "pipe.py")
+    before = twomod_record()["sha256"]
+    (package / "zero.py").unlink()
+    (package / "zero.py").symlink_to("/dev/null")
+    assert twomod_record()["sha256"] != before  # where a link points is part of the code
+    where = rf"^algorithm 'twomod' of fedaccel-twomod 0\.1\.0: its package '{re.escape(str(package))}' "
+    with open(package / "huge.py", "wb") as file:
+        file.truncate(2**30)
+    with pytest.raises(ConfigError, match=where + r"has more than 32 MiB of \.py files: too much to hash"):
+        twomod_record()
+    assert TWOMOD not in sys.modules  # hashing runs nothing; a run imports the plugin, then refuses to record it
+    assert main(["run", *TINY, "--set", "algorithm=twomod", "--out", str(tmp_path / "run")]) == 2
+    assert one_line(capsys).startswith("error: algorithm 'twomod' of fedaccel-twomod 0.1.0: its package ")
+    (package / "huge.py").unlink()
+    monkeypatch.setattr(plugins, "MAX_FILES", 3)
+    for k in range(2):
+        (package / "sub" / str(k)).mkdir(parents=True)
+        (package / "sub" / str(k) / "m.py").write_text("")
+    with pytest.raises(ConfigError, match=where + r"holds more than 3 \.py files: too much to hash"):
+        twomod_record()
+    monkeypatch.setattr(plugins, "MAX_ENTRIES", 20)
+    monkeypatch.setattr(plugins, "MAX_FILES", 2000)
+    for k in range(20):
+        (package / f"data{k}.txt").write_text("")
+    with pytest.raises(ConfigError, match=where + "holds more than 20 files and folders: too much to hash"):
+        twomod_record()
 
 
 # --- processes: spawned grid workers, Flower's simulation, pip itself ----------------------------------
