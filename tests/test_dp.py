@@ -228,6 +228,26 @@ def test_a_run_writes_epsilon_in_every_row_and_the_summary(tmp_path: Path) -> No
     assert [row["epsilon"] for row in rows] == [epsilon(dp, row["round"]) for row in rows]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["final"]["epsilon"] == rows[-1]["epsilon"] > 0
+    assert summary["dp_noise_multiplier"] == 1.2
+
+
+def test_the_noise_multiplier_a_target_epsilon_calibrates_is_said_and_kept(tmp_path: Path, capsys) -> None:
+    """A new user's target_epsilon: 0.001 trained at chance with epsilon 0 in every row, and the z it was calibrated
+    to (about 2.8e5: noise that swamps every update) was in no output; a paper needs z."""
+    base = ["data.dataset=digits", "model=softmax", "data.clients=10", "train.rounds=2", "train.client_fraction=0.5",
+            "run.progress=true"]
+    config = load_config(None, [*base, "algorithm.dp={clip: 1.0, target_epsilon: 2.0}"])
+    z = dp_settings({"clip": 1.0, "target_epsilon": 2.0, "clients": 10, "fraction": 0.5, "sampling": "fixed",
+                     "rounds": 2}).noise_multiplier
+    assert main(["run", "--out", str(tmp_path / "run"), *[a for item in config_args(base) for a in item],
+                 "--set", "algorithm.dp={clip: 1.0, target_epsilon: 2.0}"]) == 0
+    assert f"client-level DP noise multiplier z = {z:.4g} (calibrated to epsilon 2)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["dp_noise_multiplier"] == z
+    assert config.algorithm["dp"]["target_epsilon"] == 2.0  # the config keeps what was asked, not z
+
+
+def config_args(overrides: list[str]) -> list[tuple[str, str]]:
+    return [("--set", item) for item in overrides]
 
 
 def test_the_stacked_runtime_gives_the_numbers_of_in_process(tmp_path: Path) -> None:

@@ -151,11 +151,12 @@ def run_loop(
         from tqdm import tqdm  # its write: above a grid's bars (fedaccel.grids.progress), not through them
 
         what = (f"{type(federation.model.module).__name__} ({federation.model.theta.numel():,} parameters), "
-                f"{federation.n_clients} clients")
+                f"{federation.n_clients} clients{dp_noise_said(setup)}")
         tqdm.write(run_line(config, path, state.round, what, f"runtime {shown}, device {federation.device}, "
                             f"{threads} torch thread{'s' if threads > 1 else ''} ({why})"), file=sys.stderr)
     bar = progress_bar(rounds, state.round, config.display_name, show)
     ran_on = {"device": str(federation.device), "runtime": shown}  # run.device auto: where it was
+    dp_noise = setup.privacy.noise_multiplier if setup.privacy is not None else None  # target_epsilon's calibration
     parts = continued_parts(parts or [], state.round, ran_on)  # a run resumed elsewhere: each part's device
     checkpointed = state.round
     events = _event_log(config, path, state.round)
@@ -195,7 +196,8 @@ def run_loop(
                     message = refused_message(config, state.round, refused, path, checkpointed)
                     if config.run.on_divergence == "stop":
                         _sync(metrics_file, diag_file)
-                        write_summary(path, rounds, last, finished=False, diverged=None, ran_on=ran_on, parts=parts)
+                        write_summary(path, rounds, last, finished=False, diverged=None, ran_on=ran_on, parts=parts,
+                                      dp_noise=dp_noise)
                         raise Diverged(message)
                     _say(f"warning: {message}")
                 if cause:
@@ -204,7 +206,7 @@ def run_loop(
                     if config.run.on_divergence == "stop":  # no checkpoint of this round: the last finite one stays
                         _sync(metrics_file, diag_file)
                         write_summary(path, rounds, last, finished=False, diverged=state.round, ran_on=ran_on,
-                                      parts=parts)
+                                      parts=parts, dp_noise=dp_noise)
                         raise Diverged(message)
                     _say(f"warning: {message}")
                 stopping = STOP.is_set() and state.round < rounds
@@ -225,7 +227,7 @@ def run_loop(
         events.close()
     save_plain(path / "model.pt", {"w": state.w.cpu(), "config": config.to_dict()})
     write_summary(path, rounds, last or _last_metrics(path / METRICS), finished=True,
-                  diverged=diverged[0] if diverged else None, ran_on=ran_on, parts=parts)
+                  diverged=diverged[0] if diverged else None, ran_on=ran_on, parts=parts, dp_noise=dp_noise)
     return state
 
 
@@ -265,6 +267,16 @@ def first_divergence(metrics: Path) -> tuple[int, str] | None:
         if why := non_finite_losses(row):
             return int(row["round"]), why
     return None
+
+
+def dp_noise_said(setup: Setup) -> str:
+    """The run line's words on client-level DP's noise multiplier z (calibrated where a target epsilon is given)."""
+    privacy = setup.privacy
+    if privacy is None:
+        return ""
+    target = (setup.config.algorithm.get("dp") or {}).get("target_epsilon")
+    return f", client-level DP noise multiplier z = {privacy.noise_multiplier:.4g}" + (
+        f" (calibrated to epsilon {target:g})" if isinstance(target, (int, float)) else "")
 
 
 def every_answer_refused(report: RoundReport) -> str | None:
@@ -307,11 +319,15 @@ def divergence_message(
 
 
 def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: bool, diverged: int | None,
-                  ran_on: dict[str, str] | None = None, parts: list[dict[str, Any]] | None = None) -> None:
+                  ran_on: dict[str, str] | None = None, parts: list[dict[str, Any]] | None = None,
+                  dp_noise: float | None = None) -> None:
     """``summary.json``, atomically: whether the run finished, its last metrics row, the round it diverged at (if
     it did), and the device and runtime of its last part (``ran_on``); ``parts`` where a run resumed on another
-    device or runtime ran each stretch of its rounds (:func:`~fedaccel.runs.checkpoint.continued_parts`)."""
+    device or runtime ran each stretch of its rounds (:func:`~fedaccel.runs.checkpoint.continued_parts`);
+    ``dp_noise``: client-level DP's noise multiplier z (``algorithm.dp.target_epsilon`` calibrates it)."""
     summary: dict[str, Any] = {"finished": finished, "rounds": rounds, "final": final, **(ran_on or {})}
+    if dp_noise is not None:
+        summary["dp_noise_multiplier"] = dp_noise
     if parts is not None and len(parts) > 1:
         summary["parts"] = parts
     if diverged is not None:
