@@ -150,9 +150,11 @@ def test_a_name_fedaccel_has_or_two_plugins_declare_is_refused_naming_both(
     assert main(["run", "--set", "algorithm=fedavg"]) == 2
     assert ("algorithm 'fedavg' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 (entry-point "
             "group fedaccel.algorithms): uninstall one, or rename the plugin's entry point") in one_line(capsys)
-    assert ("fedavg", f"{MODULE}:myprox from fedaccel-myprox 0.1.0 (refused: the name is declared twice)") in listing()
+    assert ("fedavg", f"{MODULE}:myprox from fedaccel-myprox 0.1.0 (refused: a built-in method has this name)"
+            ) in listing()
     put("b")
     put("c", distribution="other-prox", version="2.0")
+    assert ("myprox", f"{MODULE}:myprox from other-prox 2.0 (refused: the name is declared twice)") in listing()
     with pytest.raises(ConfigError, match="'myprox' is declared by other-prox 2.0 and by fedaccel-myprox 0.1.0 "):
         build_algorithm("myprox")
 

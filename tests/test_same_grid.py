@@ -37,7 +37,7 @@ def test_a_second_grid_under_the_same_name_is_refused_before_any_cell_runs(tmp_p
     line = str(caught.value)
     assert "\n" not in line and line.startswith(f"{out} holds the cells of another grid (grid 'algorithm': the "
                                                 "folder's value fedavg is not in this grid)")
-    assert "another name: (or --out DIR)" in line
+    assert "another name (its name: key) or --out DIR" in line
     assert (out / "experiment.yaml").read_bytes() == copy and sorted(p.name for p in out.iterdir()) == cells
 
     new_base = _file(tmp_path, "third", {"algorithm": ["fedavg"], "run.seed": [0]},

@@ -373,9 +373,9 @@ def listing() -> list[tuple[str, str]]:
     with its distribution, not imported (a plugin loads when its name is asked for); a clash is marked."""
     rows = [(name, recipe.summary) for name, recipe in RECIPES.items()]
     for name, found in sorted(plugins.declared("algorithm").items()):
-        clash = len(found) > 1 or name in RECIPES
-        rows += [(name, f"{p.value} from {p.origin}" + (" (refused: the name is declared twice)" if clash else ""))
-                 for p in found]
+        clash = (" (refused: a built-in method has this name)" if name in RECIPES else
+                 " (refused: the name is declared twice)" if len(found) > 1 else "")
+        rows += [(name, f"{p.value} from {p.origin}{clash}") for p in found]
     return rows
 
 

@@ -70,7 +70,7 @@ def check_same_grid(out: Path, copy: Path, written: bytes | None, source: Path |
     why = grid_difference(old, new, old_base, new_base)
     if why is not None:
         raise UserError(f"{out} holds the cells of another grid ({why}); no cell ran and nothing was written: "
-                        "give this experiment another name: (or --out DIR), or delete the folder to start over")
+                        "give this experiment another name (its name: key) or --out DIR, or delete the folder to start over")
 
 
 def first_difference(old: Any, new: Any, prefix: str = "") -> str:
