@@ -58,7 +58,10 @@ def spelled(value: object, limit: int = 60) -> str:
     cut to ``limit`` characters."""
     import yaml
 
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...").strip()
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...").strip()
+    except yaml.YAMLError:  # a value YAML cannot write (an object of ours): as Python shows it
+        text = shown(value, limit)
     text = " ".join(text.split()) if "\n" in text or "\r" in text else text  # an error is one line, whatever the value
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

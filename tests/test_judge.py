@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -394,3 +395,37 @@ def test_any_hand_written_looks_is_taken_or_one_config_error_line(looks: object,
         assert "looks" in str(exc) and "\n" not in str(exc)
     else:
         assert raised is None or (isinstance(raised, Raised) and raised.looks and raised.cap > sum(map(len, raised.looks)))
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda e: e["grid"].update({"run.sed": e["grid"].pop("run.seed")}),
+     "grid: unknown config key 'run.sed'; known under run: seed"),
+    (lambda e: e.update({"target": [0.8]}), "unknown experiment key 'target'; known: targets"),
+])
+def test_an_edited_experiment_copy_with_a_typo_is_one_line_for_judge_and_compare(
+        tmp_path: Path, capsys, edit: Any, says: str) -> None:
+    """The experiment.yaml beside a grid's runs, edited by hand: a grid key misspelt was a YAML RepresenterError
+    traceback in judge, and a top-level key misspelt was taken silently (the experiment command refuses both)."""
+    grid = write_grid(tmp_path / "toy", CLAIMS[:1])
+    experiment = yaml.safe_load((grid / "experiment.yaml").read_text())
+    edit(experiment)
+    (grid / "experiment.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    for command in ("judge", "compare"):
+        assert main([command, str(grid)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.sampled_from(["run", "seed", "train", "lr", "algorithm", "alpha", "data", "split", "x", "",
+                                       "name", "sed", "model"]), min_size=1, max_size=4))
+def test_any_dotted_key_is_a_config_key_or_one_line(parts: list[str]) -> None:
+    from fedaccel.runs.config import config_key_fault, load_config
+
+    dotted = ".".join(parts)
+    fault = config_key_fault(dotted)
+    assert fault is None or ("\n" not in fault and fault.startswith(f"unknown config key {dotted!r}"))
+    if dotted in ("run.seed", "train.lr", "algorithm.alpha", "data.split.alpha"):
+        assert fault is None
+    if parts[0] not in ("run", "train", "algorithm", "data", "model", "name"):
+        assert fault is not None

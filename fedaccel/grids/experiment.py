@@ -118,12 +118,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     """Read an experiment file; ``overrides`` (key=value) apply to every cell's config."""
     path = Path(path)
     raw = read_yaml(path)
-    unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
-    if unknown and set(raw) <= {f.name for f in dataclasses.fields(Config)}:
-        raise ConfigError(f"{path} is a run config, not an experiment file: `fedaccel run {path}` runs it (an experiment "
-                          "file names it as its base: and varies keys in grid:, e.g. experiments/demo.yaml)")
-    if unknown:
-        raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
+    check_experiment_keys(path, raw)
     base, grid = _base(path, raw), _grid(path, raw)
     name = str(raw.get("name") or path.stem)
     check_name(name, f"{path}: name")  # the folder under runs/ when out_dir is not given
@@ -171,12 +166,31 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
                       [spec for _, spec in specs], as_ran)
 
 
+def check_experiment_keys(path: Path, raw: dict[str, Any]) -> None:
+    """The top-level keys of the experiment file ``path`` (read as ``raw``) are an experiment's; one line
+    otherwise (a run config given in its place is named as one)."""
+    unknown = sorted(set(raw) - EXPERIMENT_KEYS, key=str)
+    if unknown and set(raw) <= {f.name for f in dataclasses.fields(Config)}:
+        raise ConfigError(f"{path} is a run config, not an experiment file: `fedaccel run {path}` runs it (an experiment "
+                          "file names it as its base: and varies keys in grid:, e.g. experiments/demo.yaml)")
+    if unknown:
+        raise ConfigError(f"{path}: unknown experiment key {shown(unknown[0])}; known: {listed(sorted(EXPERIMENT_KEYS), near=unknown[0])}")
+
+
 def experiment_cells(path: Path, with_base: bool = True) -> list[tuple[str, dict[str, Any]]]:
     """The cells of the experiment file ``path`` as :func:`grid_cells` gives them, without building their
     configs; ``with_base=False``: the grid's values alone (a copy beside the runs whose ``base:`` path
-    does not resolve from there)."""
+    does not resolve from there). Its keys and its grid's keys are checked (a copy beside the runs may
+    have been edited: ``judge`` and ``compare`` read it)."""
+    from fedaccel.runs.config import config_key_fault
+
     raw = read_yaml(path)
-    return grid_cells(path, _grid(path, raw), _base(path, raw) if with_base else None)
+    check_experiment_keys(path, raw)
+    grid = _grid(path, raw)
+    for key in _grid_keys(path, grid):
+        if (fault := config_key_fault(str(key))) is not None:
+            raise ConfigError(f"{path}: grid: {fault}")
+    return grid_cells(path, grid, _base(path, raw) if with_base else None)
 
 
 def _base(path: Path, raw: dict[str, Any]) -> dict[str, Any]:

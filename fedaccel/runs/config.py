@@ -402,6 +402,22 @@ def _field_types(cls: type) -> dict[str, Any]:
     return get_type_hints(cls)
 
 
+def config_key_fault(dotted: str) -> str | None:
+    """Why ``dotted`` (``train.lr``) is no config key (one line), or None: each part a field of its section, down
+    to a section that takes any key (an algorithm's or a split's options)."""
+    section: Any = Config
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        if not (isinstance(section, type) and dataclasses.is_dataclass(section)):
+            return None
+        fields = [f.name for f in dataclasses.fields(section)]
+        if part not in fields:
+            under = ".".join(parts[:depth]) or "the top level"
+            return f"unknown config key {shown(dotted)}; known under {under}: {listed(fields, near=part)}"
+        section = _field_types(section)[part]
+    return None
+
+
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"config key {prefix.rstrip('.') or '<top>'} must be a mapping")
