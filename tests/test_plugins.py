@@ -109,6 +109,16 @@ def test_fedaccel_run_with_the_plugin_gives_fedprox_numbers(site: Path, tmp_path
     assert "fedaccel-myprox" in (tmp_path / "mine/config.yaml").read_text()
 
 
+def test_a_plugins_diverging_run_names_its_code_as_a_suspect(site: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """A NaN made by a plugin was blamed on the learning rate alone (a new user's report): the line names the
+    plugin's own code too."""
+    argv = ["run", *TINY, "--set", "algorithm=myprox", "--set", "train.lr=1e30", "--out", str(tmp_path / "nan")]
+    assert main(argv) == 2
+    assert ("learning rate too high? (train.lr = 1e+30) or algorithm 'myprox''s own code (fedaccel-myprox 0.1.0)?"
+            in one_line(capsys))
+
+
 def test_resume_refuses_in_one_line_a_run_whose_plugin_is_missing_or_changed(
     site: Path, put: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -315,7 +315,18 @@ def divergence_message(
     else:
         keeps = "; no checkpoint was due before it"
     return (f"the run diverged at round {round_}: {why}{clients}; learning rate too high? "
-            f"(train.lr = {config.train.lr:g}){keeps}")
+            f"(train.lr = {config.train.lr:g}){_plugin_suspect(config)}{keeps}")
+
+
+def _plugin_suspect(config: Config) -> str:
+    """Words naming the run's algorithm as a suspect where it is a plugin's (its own code may make the NaN)."""
+    from fedaccel.algorithms.registry import get_recipe
+
+    try:
+        plugin = get_recipe(str(config.algorithm["name"])).plugin
+    except ConfigError:  # a composed Algorithm under a name of its own (fedaccel.train): no recipe
+        return ""
+    return "" if plugin is None else f" or algorithm {plugin.name!r}'s own code ({plugin.origin})?"
 
 
 def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: bool, diverged: int | None,
