@@ -218,7 +218,9 @@ def test_too_many_dropouts_halt_secagg_and_leave_the_model(monkeypatch) -> None:
     (["algorithm=fedumf"], "chooses who uploads"),
     (["algorithm=grab-fedavg"], "adjusts"),
     (["algorithm.aggregate=median"], "median"),
-    (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0}"], "aggregates with dp"),  # clips each upload on the server
+    (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0}"], "DP with secure aggregation is not supported yet"),
+    (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0, noise: client}"], "clips each upload on the server (with noise: "
+                                                                           "client too)"),
     (["eval.models=[broadcast, client_mean]"], "client_mean"),
     (["run.runtime=in-process"], "needs a Flower runtime"),
     (["run.runtime=stacked"], "needs a Flower runtime"),
@@ -231,6 +233,27 @@ def test_what_needs_individual_updates_or_no_network_is_refused_in_one_line(over
     with pytest.raises(ConfigError) as refused:
         load_config(None, [*TINY, "run.secure_aggregation={}", *overrides])
     assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_server_end_of_yours_is_admitted_where_it_declares_it_reads_only_the_models(declared: bool) -> None:
+    """A new user's server-momentum plugin was refused as keeping 'server state built from the individual uploads
+    (extras)', which it did not: only the built-in optimisers were admitted, by name. A part that declares
+    models_only (its server_end reads w and w_next) is admitted; one that reads the uploads is refused, saying so."""
+    from fedaccel.algorithms.base import Part, compose
+    from fedaccel.algorithms.registry import build_algorithm
+    from fedaccel.runs.secure import refusal
+
+    def step(info, w, w_next, updates, ss):  # the server's own momentum-free step: w_next as it is
+        return w_next, ss
+
+    mine = compose("mine", *build_algorithm("fedavg").parts, Part(name="mine", server_end=step, models_only=declared))
+    said = refusal("flower-simulation", mine, ["broadcast"])
+    if declared:
+        assert said is None
+    else:
+        assert said is not None and "mine's mine reads the individual uploads in its server_end" in said
+    assert refusal("flower-simulation", build_algorithm("fedavgm"), ["broadcast"]) is None
 
 
 @pytest.mark.parametrize("recipe", ["fedavg", "fedprox", "bherd", "fedadam", "fedavg-adam"])

@@ -70,9 +70,6 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-SERVER_SIDE = "server_opt"  # the only server_end part that reads nothing but the round's step (w, w_next)
-
-
 def refusal(runtime: str, algorithm: Any, eval_models: list[str]) -> str | None:
     """Why a run may not use secure aggregation (None: it may). The server sees only the weighted
     mean of the round's deltas, so: a Flower runtime, the mean as the aggregator (not FedNova's
@@ -84,6 +81,10 @@ def refusal(runtime: str, algorithm: Any, eval_models: list[str]) -> str | None:
         return (f"run.secure_aggregation needs a Flower runtime (flower-simulation or flower-deployment), not "
                 f"{runtime}: without a network there is nobody to hide the updates from")
     aggregate = algorithm.single("aggregate")
+    if aggregate is not None and aggregate[1].name == "dp":
+        return (f"run.secure_aggregation: {name} with algorithm.dp: client-level DP's mean clips each upload on the "
+                "server (with noise: client too), which SecAgg+ hides from it; DP with secure aggregation is not "
+                "supported yet")
     if aggregate is None or aggregate[1].name != "mean":
         which = aggregate[1].name if aggregate else "none"
         return (f"run.secure_aggregation: {name} aggregates with {which}, which needs the individual updates; "
@@ -93,13 +94,14 @@ def refusal(runtime: str, algorithm: Any, eval_models: list[str]) -> str | None:
                        ("participation", "chooses who uploads")):
         for _, part in algorithm.with_stage(stage):
             return f"run.secure_aggregation: {name}'s {part.name} {why}, which SecAgg+ hides from the server"
-    for _, part in algorithm.with_stage("server_end"):
-        if part.name != SERVER_SIDE:
-            return (f"run.secure_aggregation: {name}'s {part.name} keeps server state built from the individual "
-                    "uploads (extras), which SecAgg+ hides from the server")
     for _, part in algorithm.with_stage("client_end"):
         return (f"run.secure_aggregation: {name}'s {part.name} uploads more than the delta (extras), which "
                 "SecAgg+ would not sum")
+    for _, part in algorithm.with_stage("server_end"):
+        if not part.models_only:
+            return (f"run.secure_aggregation: {name}'s {part.name} reads the individual uploads in its server_end, "
+                    "which SecAgg+ hides from the server (a part whose server_end reads only w and w_next declares "
+                    "Part.models_only)")
     extra = [m for m in eval_models if m != "broadcast"]
     if extra:
         return f"run.secure_aggregation: eval.models {extra[0]} scores individual clients' models; keep [broadcast]"
