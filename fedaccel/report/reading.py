@@ -172,8 +172,8 @@ def _no_diagnostics(file: Path) -> UserError:
 
 def check_installed(runs: Iterable[Run]) -> None:
     """The plugins the runs record (their ``config.yaml``'s plugins line) are installed here, the same
-    distribution, version and code hash (every .py file of its package: fedaccel.plugins.code_hash); else one line naming the first run that differs
-    (:func:`fedaccel.runs.config.check_recorded`). Nothing is imported: a verdict or a table about a method
+    distribution, version and code hash (every .py file of its package: :func:`fedaccel.plugins.code_hash`); else
+    one line naming the first run that differs (:func:`fedaccel.runs.config.check_recorded`). Nothing is imported: a verdict or a table about a method
     is not given for another version of it."""
     checked: set[str] = set()
     for run in runs:
