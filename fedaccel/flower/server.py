@@ -65,6 +65,12 @@ from fedaccel.runs.setup import Setup, build_setup
 from fedaccel.runs.stopping import STOP, Interrupted
 
 CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its first message
+# A ServerApp run in a thread of a process that takes the signals (fedaccel.flower.simulation): IN_ROUNDS is set
+# while its rounds run (a first Ctrl-C then finishes the round: STOP); NOW, set by that process, stops it at
+# once, with KeyboardInterrupt from its next wait for SuperNodes or replies (a second Ctrl-C, or one before
+# the first round), as the signal does in process.
+IN_ROUNDS = threading.Event()
+NOW = threading.Event()
 QUIET = 3.0  # seconds of waiting for SuperNodes before saying how many are connected
 
 
@@ -336,8 +342,10 @@ def collect(
     waiting = set(index)
     deadline = started + timeout
     replies: list[tuple[Message | None, float]] = [(None, 0.0)] * len(sent.ids)
-    time.sleep(max(0.0, started + min(first_pull, timeout) - time.monotonic()))
+    NOW.wait(max(0.0, started + min(first_pull, timeout) - time.monotonic()))  # a sleep that NOW ends
     while waiting and time.monotonic() < deadline:
+        if NOW.is_set():
+            raise KeyboardInterrupt
         REPLIED.clear()  # before the pull: a reply stored after it sets the event again
         with objects_pulled_within(deadline - time.monotonic()):
             got = [m for m in grid.pull_messages(waiting) if m.metadata.reply_to_message_id in waiting]
@@ -400,6 +408,8 @@ def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float =
         if waited >= quiet and len(nodes) != told:
             log(f"{_node_count(len(nodes), n_clients)}; waiting up to {timeout:g} s")
             told = len(nodes)
+        if NOW.is_set():
+            raise KeyboardInterrupt
         if STOP.is_set():
             raise UserError("stopped while waiting for SuperNodes, before the first round")
         time.sleep(0.2)
@@ -505,12 +515,18 @@ def serve(
             log(f"resuming {path} after round {state.round}")
         nodes, plain = connect(sent, node_ids, setup.federation.n_clients, timeout, start_round=state.round)
         runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
+        IN_ROUNDS.set()
         try:
             run_loop(setup, state, path, wall=wall, progress=progress, parts=parts, runtime=runtime)
         except Interrupted as stopped:
-            runtime.keep_states(stopped.round)
+            IN_ROUNDS.clear()
+            try:
+                runtime.keep_states(stopped.round)
+            except KeyboardInterrupt:  # stopped at once meanwhile: the checkpoint is there, the nodes' states not
+                pass
             raise
     finally:
+        IN_ROUNDS.clear()
         done.set()
     return path
 

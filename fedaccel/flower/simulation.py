@@ -5,14 +5,21 @@ stay alive for the whole run (one per core by default), so each builds the run's
 worker holds two messages at a time (:mod:`fedaccel.flower.in_flight`).
 Ray itself stays up for the process's next simulation (:mod:`fedaccel.flower.warm_ray`), and so do the
 workers for a while (:mod:`fedaccel.flower.warm_actors`).
-The ServerApp runs in this process and writes the usual run folder. On a Ray cluster: start it
-with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and the data on every
-node) and run with ``RAY_ADDRESS=auto`` on the head.
+The ServerApp runs in a thread of this process and writes the usual run folder. Ctrl-C and SIGTERM
+do what they do in process (:mod:`fedaccel.runs.stopping`): the first finishes the round, checkpoints it
+and stops; a second one, or one before the first round, stops at once (:func:`simulation_signals`).
+On a Ray cluster: start it with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and
+the data on every node) and run with ``RAY_ADDRESS=auto`` on the head. SIGTERM to the whole process
+group (not only to this process) also ends Ray's own processes, and the round with them.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +70,8 @@ def simulate(
     # Ray joins that cluster and its CPUs decide how many ClientApps run at once.
     keep_ray_up()
     backend = backend_config(config.data.clients, workers)
-    with actors_kept_warm(backend):  # its ClientApp actors: the last simulation's, if it left them
+    # Ctrl-C and SIGTERM reach this (the main) thread, not the ServerApp's, where run_loop can set no handler
+    with simulation_signals(), actors_kept_warm(backend):  # its ClientApp actors: the last simulation's, if any
         run_simulation(
             server_app=server_app,
             client_app=client_app or fedaccel_client_app,
@@ -76,3 +84,84 @@ def simulate(
     if not (path / "summary.json").is_file():
         raise UserError(f"the Flower simulation ended before the run finished; see the log above ({path})")
     return path
+
+
+_handlers: dict[int, Any] = {}  # within simulation_signals: its handlers, set again after Ray's start
+
+
+@contextmanager
+def simulation_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM during a simulation, as :func:`fedaccel.runs.stopping.stop_signals` does them in
+    process (main thread only). Flower runs the ServerApp, and so the rounds, in a thread of its own, where
+    no handler can be set, while this thread waits for the simulation engine; Ray's start sets its own
+    SIGTERM handlers (Python's ``sys.exit`` and its core worker's, which dumps a stack and aborts), so these
+    are set again after it (:func:`_after_ray_starts`). While the rounds run, the first signal sets
+    :data:`~fedaccel.runs.stopping.STOP` (the ServerApp finishes its round, checkpoints it and raises
+    :class:`~fedaccel.runs.stopping.Interrupted`); a second one sets :data:`fedaccel.flower.server.NOW` (it
+    stops at once, with the last checkpoint). Before the rounds (Ray and its workers starting) and after
+    them, a signal does what this process's own handler does (Ctrl-C: stop at once)."""
+    from fedaccel.flower.server import IN_ROUNDS, NOW
+    from fedaccel.runs.stopping import clear_stop, request_stop
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _after_ray_starts()
+    asked = threading.Event()  # a first signal came while the rounds ran
+
+    def outside(signum: int, frame: Any) -> None:  # what the process would do without the simulation
+        handler = previous[signum]
+        if handler is signal.SIG_IGN:
+            return
+        if callable(handler):
+            try:
+                handler(signum, frame)
+            except KeyboardInterrupt:  # default_int_handler: raised here it would leave the ServerApp running
+                NOW.set()
+            return
+        NOW.set()  # SIG_DFL: stop at once (SIGTERM would end the process, Ray's workers' fate left to Ray)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if asked.is_set():
+            NOW.set()  # the second signal: stop now
+        elif IN_ROUNDS.is_set():
+            asked.set()
+            request_stop(signal.Signals(signum).name)
+        else:
+            outside(signum, frame)
+
+    NOW.clear()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _handlers.update({sig: on_signal for sig in previous})
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        _handlers.clear()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        NOW.clear()
+        if asked.is_set():
+            clear_stop()  # the ServerApp's run_loop cleared it, unless the signal came after its last round
+
+
+def _after_ray_starts() -> None:
+    """Make Flower's Ray backend set :func:`simulation_signals`'s handlers again once it started Ray (once per
+    process): ``ray.init`` replaces the SIGTERM handler, in Python and, in its core worker, under Python."""
+    try:
+        from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+    except ImportError:
+        return
+    if getattr(RayBackend.init_ray, "keeps_handlers", False):
+        return
+    init = RayBackend.init_ray
+
+    def init_ray(self: Any, backend_config: Any) -> None:
+        init(self, backend_config)
+        if _handlers and threading.current_thread() is threading.main_thread():
+            for sig, handler in _handlers.items():
+                signal.signal(sig, handler)
+
+    init_ray.keeps_handlers = True  # type: ignore[attr-defined]
+    RayBackend.init_ray = init_ray

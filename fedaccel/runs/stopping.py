@@ -56,9 +56,15 @@ def announce_stops(say: bool) -> None:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    name = signal.Signals(signum).name
     if STOP.is_set():  # the second signal: stop now
         raise KeyboardInterrupt
+    request_stop(signal.Signals(signum).name)
+
+
+def request_stop(name: str) -> None:
+    """Take a first stop request (``name``: the signal's, e.g. ``SIGINT``) as :func:`stop_signals`'s handler
+    does: set :data:`STOP` and say that the round finishes. For a handler of a process whose rounds run in
+    another thread (:mod:`fedaccel.flower.simulation`)."""
     _received.append(name)
     _requests[0] += 1
     STOP.set()
