@@ -291,14 +291,17 @@ def every_answer_refused(report: RoundReport) -> str | None:
 
 def refused_message(config: Config, round_: int, why: str, path: Path, checkpointed: int) -> str:
     """One line: the round nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
-    if config.run.on_divergence == "continue":
-        keeps = "; run.on_divergence=continue: the run goes on"
-    elif (path / CHECKPOINT).is_file():
-        keeps = f"; {path} keeps its checkpoint of round {checkpointed}"
-    else:
-        keeps = "; no checkpoint was due before it"
     return (f"the run stopped at round {round_}: {why}; nothing to aggregate: does the method's client code raise or "
-            f"send non-finite values? run.runtime=in-process runs it with its traceback{keeps}")
+            f"send non-finite values? run.runtime=in-process runs it with its traceback"
+            f"{_what_it_keeps(config, path, f'its checkpoint of round {checkpointed}')}")
+
+
+def _what_it_keeps(config: Config, path: Path, checkpoint: str) -> str:
+    """The end of a stopping round's line: the run goes on (``run.on_divergence: continue``), or what its folder
+    keeps (``checkpoint``: the checkpoint's words)."""
+    if config.run.on_divergence == "continue":
+        return "; run.on_divergence=continue: the run goes on"
+    return f"; {path} keeps {checkpoint}" if (path / CHECKPOINT).is_file() else "; no checkpoint was due before it"
 
 
 def divergence_message(
@@ -308,12 +311,7 @@ def divergence_message(
     rejected = report.diag.get("rejected") if isinstance(report.diag, dict) else None
     clients = (f" (client(s) {', '.join(sorted(rejected))} uploaded rejected updates)"
                if isinstance(rejected, dict) and rejected else "")
-    if config.run.on_divergence == "continue":
-        keeps = "; run.on_divergence=continue: the run goes on"
-    elif (path / CHECKPOINT).is_file():
-        keeps = f"; {path} keeps its last finite checkpoint, of round {checkpointed}"
-    else:
-        keeps = "; no checkpoint was due before it"
+    keeps = _what_it_keeps(config, path, f"its last finite checkpoint, of round {checkpointed}")
     return (f"the run diverged at round {round_}: {why}{clients}; learning rate too high? "
             f"(train.lr = {config.train.lr:g}){_plugin_suspect(config)}{keeps}")
 
