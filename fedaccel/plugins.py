@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
+from fedaccel.disk import NotAFile, open_regular
 from fedaccel.errors import ConfigError, shown
 
 # the kind of thing -> its entry-point group
@@ -171,11 +171,14 @@ def code_hash(module: str, where: str = "the plugin") -> str:
             return ""
         origins = [spec.origin for spec in specs if spec.submodule_search_locations is not None
                    and spec.has_location and spec.origin]
-        if not origins:  # a module of its own, or in namespace packages only: its file
+        if not origins and len(specs) > 1 and specs[-1].origin:  # in namespace packages only (folders without an
+            root = Path(specs[-1].origin).parent  # __init__): the module's own folder, its neighbours its code
+        elif not origins:  # a module of its own: its file
             if os.stat(str(specs[-1].origin)).st_size > MAX_BYTES:
                 raise OverflowError
             return module_hash(module)
-        root = Path(origins[0]).parent
+        else:
+            root = Path(origins[0]).parent
         if not root.is_dir():  # a package in a zip file: no folder to read (as a module there has no file)
             return ""
     except OverflowError:
@@ -189,9 +192,9 @@ def code_hash(module: str, where: str = "the plugin") -> str:
 def package_hash(root: Path, where: str = "the plugin") -> str:
     """sha256 (its first 16 hex digits) of every .py file under the folder ``root``, in the order of their
     paths relative to it, each path hashed with the file's bytes: an edit to any file, a file added, removed or
-    renamed changes it. ``__pycache__`` is skipped; a symbolic link (a .py file's or a folder's) is hashed as
-    where it points and never followed, so nothing outside ``root`` is read; files that are neither (a pipe)
-    are skipped. More than :data:`MAX_ENTRIES` files and folders, :data:`MAX_FILES` .py files or
+    renamed changes it. ``__pycache__`` is skipped; a symbolic link is hashed as where it points, and a link to a
+    .py file with that file's bytes too (a strict editable install links every file), opened without blocking;
+    a link to a folder is not walked; what is no plain file (a pipe) is not read. More than :data:`MAX_ENTRIES` files and folders, :data:`MAX_FILES` .py files or
     :data:`MAX_BYTES` of them is one line (:class:`ConfigError`), before their bytes are read."""
     def too_big(what: str) -> ConfigError:
         return ConfigError(f"{where}: its package {shown(str(root), 120)} {what}: too much to hash as the code that "
@@ -224,16 +227,15 @@ def package_hash(root: Path, where: str = "the plugin") -> str:
         digest, total = hashlib.sha256(), 0
         for name, kind in found:
             path = root / name
-            if kind == "l":
-                data = os.readlink(path).encode("utf-8", "surrogateescape")
-            else:
-                info = os.lstat(path)
-                if not stat.S_ISREG(info.st_mode):  # a pipe or a device: not code, and reading it may block
-                    continue
-                if total + info.st_size > MAX_BYTES:  # said before anything more is read
-                    raise too_big(f"has more than {MAX_BYTES // 2**20} MiB of .py files")
-                with open(path, "rb") as file:
-                    data = file.read(MAX_BYTES - total + 1)
+            data = os.readlink(path).encode("utf-8", "surrogateescape") if kind == "l" else b""
+            if name.endswith(".py"):  # a file, or a link to one (a strict editable install is a tree of links):
+                try:  # its bytes, opened without blocking and read only where it is a plain file
+                    with open_regular(path, follow=kind == "l") as file:
+                        if total + os.fstat(file.fileno()).st_size > MAX_BYTES:  # said before it is read
+                            raise too_big(f"has more than {MAX_BYTES // 2**20} MiB of .py files")
+                        data += file.read(MAX_BYTES - total + 1)
+                except NotAFile:  # a pipe, a device, a link to no plain file: not code, and never read
+                    pass
                 total += len(data)
                 if total > MAX_BYTES:  # it grew since
                     raise too_big(f"has more than {MAX_BYTES // 2**20} MiB of .py files")

@@ -601,6 +601,31 @@ TREE = st.dictionaries(st.lists(SEGMENT, max_size=2).flatmap(lambda folders: SEG
 COUNTER = iter(range(10**9))
 
 
+@pytest.mark.parametrize("layout", ["links", "namespace"])
+def test_a_plugin_installed_as_links_or_without_an_init_changes_its_fingerprint_with_any_edit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """A strict editable install is a tree of links to the sources (their targets' bytes count, not only where
+    they point); a package folder without __init__.py is a namespace (its module's folder counts): in both an
+    edit of impl.py kept the fingerprint (a review found them)."""
+    source = tmp_path / "src" / "linkplug"
+    source.mkdir(parents=True)
+    files = {"entry.py": "from linkplug.impl import X\n", "impl.py": "X = 1\n"}
+    if layout == "links":
+        files["__init__.py"] = ""
+    for name, text in files.items():
+        (source / name).write_text(text)
+    site = tmp_path / ("farm" if layout == "links" else "src")
+    if layout == "links":
+        (site / "linkplug").mkdir(parents=True)
+        for name in files:
+            (site / "linkplug" / name).symlink_to(source / name)
+    monkeypatch.syspath_prepend(str(site))
+    before = plugins.code_hash("linkplug.entry")
+    (source / "impl.py").write_text("X = 2\n")
+    after = plugins.code_hash("linkplug.entry")
+    assert before.startswith(plugins.PACKAGE_HASH) and after.startswith(plugins.PACKAGE_HASH) and before != after
+
+
 @settings(max_examples=60, deadline=None)
 @given(tree=TREE, edit=st.sampled_from(["content", "add", "remove", "rename"]), pick=st.integers(0, 10**6),
        data=st.binary(max_size=30), new=st.lists(SEGMENT, min_size=1, max_size=3))
