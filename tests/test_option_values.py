@@ -59,3 +59,14 @@ def test_a_value_of_the_wrong_kind_is_one_line_naming_the_option(overrides: list
     with pytest.raises(ConfigError) as err:
         load_config(None, ["data.dataset=digits", *overrides])
     assert str(err.value) == says or str(err.value).startswith(says), str(err.value)
+
+
+def test_an_option_annotated_with_more_than_one_kind_is_left_to_its_recipe() -> None:
+    """A plugin's ``schedule: float | str = 0.1`` takes 'cosine' (a review found it refused as 'must be a number');
+    an option annotated with one kind, or not at all, is held to its default's."""
+    from fedaccel.algorithms.registry import kind_checked
+
+    def recipe(*, schedule: float | str = 0.1, lr: float = 0.1, steps=5, name: str = "x"):  # noqa: ANN202
+        return None
+
+    assert kind_checked(recipe) == {"lr": 0.1, "steps": 5, "name": "x"}

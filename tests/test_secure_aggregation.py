@@ -219,8 +219,7 @@ def test_too_many_dropouts_halt_secagg_and_leave_the_model(monkeypatch) -> None:
     (["algorithm=grab-fedavg"], "adjusts"),
     (["algorithm.aggregate=median"], "median"),
     (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0}"], "DP with secure aggregation is not supported yet"),
-    (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0, noise: client}"], "clips each upload on the server (with noise: "
-                                                                           "client too)"),
+    (["algorithm.dp={clip: 1.0, noise_multiplier: 1.0, noise: client}"], "is not SecAgg+'s weighted mean"),
     (["eval.models=[broadcast, client_mean]"], "client_mean"),
     (["run.runtime=in-process"], "needs a Flower runtime"),
     (["run.runtime=stacked"], "needs a Flower runtime"),

@@ -35,7 +35,10 @@ TINY = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=di
 
 
 def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """The complete rows of a metrics.jsonl that may be being appended to (a last line still being written left
+    out)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    return [json.loads(line) for line in lines if line.endswith("\n")]
 
 
 def alive(pid: int) -> bool:
@@ -98,7 +101,7 @@ def test_ctrl_c_finishes_the_round_checkpoints_it_and_resume_gives_the_uninterru
         assert any("raylet" in command_line(pid) for pid in started), [command_line(pid) for pid in started]
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=60)
-        deadline = time.monotonic() + 10  # Ray's processes end with their driver
+        deadline = time.monotonic() + 30  # Ray's processes end with their driver (a loaded machine: seconds)
         while time.monotonic() < deadline and (in_session(process.pid) or any(alive(pid) for pid in started)):
             time.sleep(0.1)
         left = sorted(set(in_session(process.pid)) | {pid for pid in started if alive(pid)})

@@ -311,6 +311,19 @@ def keyword_defaults(function: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
+SCALARS = ("float", "int", "str", "bool")  # annotations that name one kind: the default's kind is the option's
+
+
+def kind_checked(function: Callable[..., Any]) -> dict[str, Any]:
+    """``function``'s keyword-only parameters whose value must be of their default's kind (:func:`option_fault`):
+    those annotated with one scalar type, or not at all (a parameter annotated ``float | str``, a plugin's
+    schedule say, takes either, and its recipe checks it)."""
+    return {k: p.default for k, p in inspect.signature(function).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and (
+                p.annotation is inspect.Parameter.empty
+                or getattr(p.annotation, "__name__", p.annotation) in SCALARS)}
+
+
 def hyperparameters(name: str) -> dict[str, Any]:
     """The recipe's hyperparameters and their defaults, with the keys every recipe takes."""
     return {**keyword_defaults(get_recipe(name).build), **EVERY_RECIPE}
@@ -429,8 +442,9 @@ def build_algorithm(name: str, **params: Any) -> Algorithm:
     if unknown:
         raise ConfigError(f"algorithm {shown(name)} has no hyperparameter {shown(unknown[0])}; "
                           f"known: {listed(sorted(known), near=unknown[0])}")
+    checked = kind_checked(get_recipe(name).build)
     for option, value in params.items():
-        if option not in EVERY_RECIPE and (what := option_fault(value, known[option])) is not None:
+        if option in checked and (what := option_fault(value, checked[option])) is not None:
             raise ConfigError(f"algorithm {shown(name)}: {option} must be {what}, got {shown(value)}")
     server_opt, rule, dp = params.pop("server_opt", None), params.pop("aggregate", None), params.pop("dp", None)
     algorithm = get_recipe(name).build(**params)

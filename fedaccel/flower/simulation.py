@@ -108,6 +108,7 @@ def simulation_signals() -> Iterator[None]:
         return
     _after_ray_starts()
     asked = threading.Event()  # a first signal came while the rounds ran
+    pending: list[BaseException] = []  # what the process's own handler raised: raised once the simulation ended
 
     def outside(signum: int, frame: Any) -> None:  # what the process would do without the simulation
         handler = previous[signum]
@@ -118,10 +119,17 @@ def simulation_signals() -> Iterator[None]:
                 handler(signum, frame)
             except KeyboardInterrupt:  # default_int_handler: raised here it would leave the ServerApp running
                 NOW.set()
+            except BaseException as exc:  # noqa: BLE001 - sys.exit (Ray's, a container's): stop the rounds first
+                NOW.set()
+                pending.append(exc)
             return
         NOW.set()  # SIG_DFL: stop at once (SIGTERM would end the process, Ray's workers' fate left to Ray)
 
     def on_signal(signum: int, frame: Any) -> None:
+        if NOW.is_set() and asked.is_set():  # a third signal: the process's own handlers again, and at once
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            raise KeyboardInterrupt
         if asked.is_set():
             NOW.set()  # the second signal: stop now
         elif IN_ROUNDS.is_set():
@@ -144,6 +152,8 @@ def simulation_signals() -> Iterator[None]:
         NOW.clear()
         if asked.is_set():
             clear_stop()  # the ServerApp's run_loop cleared it, unless the signal came after its last round
+    if pending:
+        raise pending[0]
 
 
 def _after_ray_starts() -> None:

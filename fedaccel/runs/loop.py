@@ -161,6 +161,7 @@ def run_loop(
     checkpointed = state.round
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
+    refused_rounds = 0  # rounds in a row in which the server refused every answer
     try:
         with stop_signals(), appending(path / METRICS) as metrics_file, appending(path / DIAGNOSTICS) as diag_file:
             last: dict[str, Any] = repair_checkpoint_row(setup, state, path, metrics_file, wall)
@@ -192,12 +193,13 @@ def run_loop(
                         on_eval(state, last)
                     bar.set_postfix(acc=f"{last['test_acc']:.4f}", refresh=False)
                     cause = cause or (None if diverged else non_finite_losses(last))
-                if refused := (None if cause else every_answer_refused(report)):
+                refused = None if cause else every_answer_refused(report)
+                refused_rounds = refused_rounds + 1 if refused else 0
+                if refused and refused_rounds == REFUSED_ROUNDS:
+                    refused_rounds = 0
                     message = refused_message(config, state.round, refused, path, checkpointed)
-                    if config.run.on_divergence == "stop":
+                    if config.run.on_divergence == "stop":  # no summary: the run stays resumable, as if stopped
                         _sync(metrics_file, diag_file)
-                        write_summary(path, rounds, last, finished=False, diverged=None, ran_on=ran_on, parts=parts,
-                                      dp_noise=dp_noise)
                         raise Diverged(message)
                     _say(f"warning: {message}")
                 if cause:
@@ -289,10 +291,14 @@ def every_answer_refused(report: RoundReport) -> str | None:
     return f"the server refused the answer of every client ({len(rejected)}; client {client}: {reason})"
 
 
+REFUSED_ROUNDS = 3  # rounds in a row with every answer refused that stop a run (one may be a client's bad luck)
+
+
 def refused_message(config: Config, round_: int, why: str, path: Path, checkpointed: int) -> str:
-    """One line: the round nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
-    return (f"the run stopped at round {round_}: {why}; nothing to aggregate: does the method's client code raise or "
-            f"send non-finite values? run.runtime=in-process runs it with its traceback"
+    """One line: the rounds nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
+    what = "the run stopped at" if config.run.on_divergence == "stop" else "nothing aggregated up to"
+    return (f"{what} round {round_}: in {REFUSED_ROUNDS} rounds in a row {why}; does the method's client code raise "
+            f"or send non-finite values? run.runtime=in-process runs it with its traceback"
             f"{_what_it_keeps(config, path, f'its checkpoint of round {checkpointed}')}")
 
 

@@ -82,8 +82,9 @@ def refusal(runtime: str, algorithm: Any, eval_models: list[str]) -> str | None:
                 f"{runtime}: without a network there is nobody to hide the updates from")
     aggregate = algorithm.single("aggregate")
     if aggregate is not None and aggregate[1].name == "dp":
-        return (f"run.secure_aggregation: {name} with algorithm.dp: client-level DP's mean clips each upload on the "
-                "server (with noise: client too), which SecAgg+ hides from it; DP with secure aggregation is not "
+        return (f"run.secure_aggregation: {name} with algorithm.dp: client-level DP's aggregate (each upload "
+                "clipped on the server with server noise, checked for extras with client noise, summed over the "
+                "expected number of uploads) is not SecAgg+'s weighted mean; DP with secure aggregation is not "
                 "supported yet")
     if aggregate is None or aggregate[1].name != "mean":
         which = aggregate[1].name if aggregate else "none"
