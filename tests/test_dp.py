@@ -203,6 +203,7 @@ def test_a_server_end_that_reads_the_uploads_is_refused_unless_it_declares_it_re
     ({"clip": 0, "noise_multiplier": 1.0}, "clip"),
     ({"clip": 1.0, "noise_multiplier": 0.0}, "guarantees nothing"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "delta": 1.5}, "delta must be in"),
+    ({"clip": 1.0, "noise_multiplier": 1.0, "delta": 0.1}, r"delta must be below 1/N = 1/10 \(data.clients\)"),
     ({"clip": 1.0, "noise_multiplier": True}, "finite number"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "sigma": 2}, "no option 'sigma'"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "clients": 3}, "the run's own"),

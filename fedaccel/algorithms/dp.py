@@ -199,6 +199,10 @@ def dp_settings(spec: Any) -> DPSettings:
         raise ConfigError(f"algorithm.dp needs the run's population ({', '.join(missing)}): build the algorithm from "
                           "a config (fedaccel.runs.config.build_algorithm_from), which adds it")
     clients, fraction, sampling, rounds = (spec[key] for key in POPULATION)
+    if isinstance(clients, int) and clients > 0 and not delta < 1 / clients:  # a new user's delta: 0.5 was taken
+        raise ConfigError(f"algorithm.dp.delta must be below 1/N = 1/{clients} (data.clients), got {shown(delta)}: "
+                          "with probability delta the guarantee may fail outright, e.g. one client's data released "
+                          "whole; 1e-5 or below 1/N^2 is usual")
     if sampling not in ("fixed", "bernoulli"):
         raise ConfigError(f"algorithm.dp: train.sampling must be fixed or bernoulli, got {shown(sampling)}")
     plan_clip = _plan_clip(spec["plan_clip"]) if "plan_clip" in spec else None
