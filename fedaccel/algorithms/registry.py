@@ -324,6 +324,15 @@ def kind_checked(function: Callable[..., Any]) -> dict[str, Any]:
                 or getattr(p.annotation, "__name__", p.annotation) in SCALARS)}
 
 
+def check_option_kinds(where: str, function: Callable[..., Any], params: Mapping[str, Any]) -> None:
+    """Every option of ``params`` that ``function`` holds to its default's kind (:func:`kind_checked`) is of that
+    kind; else one line starting with ``where``."""
+    checked = kind_checked(function)
+    for option, value in params.items():
+        if option in checked and (what := option_fault(value, checked[option])) is not None:
+            raise ConfigError(f"{where}: {option} must be {what}, got {shown(value)}")
+
+
 def hyperparameters(name: str) -> dict[str, Any]:
     """The recipe's hyperparameters and their defaults, with the keys every recipe takes."""
     return {**keyword_defaults(get_recipe(name).build), **EVERY_RECIPE}
@@ -442,10 +451,7 @@ def build_algorithm(name: str, **params: Any) -> Algorithm:
     if unknown:
         raise ConfigError(f"algorithm {shown(name)} has no hyperparameter {shown(unknown[0])}; "
                           f"known: {listed(sorted(known), near=unknown[0])}")
-    checked = kind_checked(get_recipe(name).build)
-    for option, value in params.items():
-        if option in checked and (what := option_fault(value, checked[option])) is not None:
-            raise ConfigError(f"algorithm {shown(name)}: {option} must be {what}, got {shown(value)}")
+    check_option_kinds(f"algorithm {shown(name)}", get_recipe(name).build, params)
     server_opt, rule, dp = params.pop("server_opt", None), params.pop("aggregate", None), params.pop("dp", None)
     algorithm = get_recipe(name).build(**params)
     own_optimiser = any(p.name == SERVER_OPT for p in algorithm.parts)  # fedadam's server_lr is eta_s

@@ -497,7 +497,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
 
 def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -> None:
     """Every option of ``params`` is a keyword-only parameter of ``function``, of its default's kind."""
-    from fedaccel.algorithms.registry import keyword_defaults, kind_checked, option_fault
+    from fedaccel.algorithms.registry import check_option_kinds, keyword_defaults
 
     accepted = keyword_defaults(function)
     unknown = sorted(set(params) - set(accepted))
@@ -505,10 +505,7 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
         raise ConfigError(
             f"{kind} {shown(name)} has no option {shown(unknown[0])}; known: {listed(sorted(accepted), near=unknown[0])}"
         )
-    checked = kind_checked(function)
-    for option, value in params.items():
-        if option in checked and (what := option_fault(value, checked[option])) is not None:
-            raise ConfigError(f"{kind} {shown(name)}: {option} must be {what}, got {shown(value)}")
+    check_option_kinds(f"{kind} {shown(name)}", function, params)
 
 
 def validate(config: Config) -> None:
