@@ -670,6 +670,18 @@ def test_rounds_under_one_keep_two_decimals_so_they_match_their_speed_up() -> No
     assert SeedRounds({0: 1.0}, 0).cell() == "1"
 
 
+def test_a_rounds_interval_never_starts_below_zero_rounds() -> None:
+    """Two seeds at 1 and 30 rounds: the t interval of their mean is 15.5 ± 184, whose low end (-169) no run can
+    take; the table shows it from 0 and keeps the high end."""
+    from fedaccel.report.statistics import t_interval
+    from fedaccel.report.tables import SeedRounds
+
+    low, high = t_interval([1.0, 30.0])
+    assert low < 0
+    assert SeedRounds({0: 1.0, 1: 30.0}, 0).cell() == f"15.5 [0–{round(high, 1):g}]"
+    assert SeedRounds({0: 10.0, 1: 12.0, 2: 11.0}, 0).cell() == "11 [8.5–13.5]"  # a low end above 0 is kept
+
+
 def test_long_names_lose_the_options_every_name_shares_so_the_legend_shows_what_differs() -> None:
     """DP cells (``fedavg + dp clip=0.19 delta=1e-05 target_epsilon=8``) were cut to ``... ta… #5``: when a name
     is longer than the limit, the options one value throughout are left out of every name, and names that would

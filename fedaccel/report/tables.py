@@ -135,12 +135,14 @@ class SeedRounds:
         return float(np.mean(list(self.by_seed.values())))
 
     def cell(self) -> str:
-        """``mean [low–high]`` (95% t interval over seeds), ``(k of n never)`` when some are censored."""
+        """``mean [low–high]`` (95% t interval over seeds, its low end at 0 at least: no run takes fewer rounds),
+        ``(k of n never)`` when some are censored."""
         if not self.reached:
             return "—"
         text = _fmt_rounds(_rounded(self.mean))
         if len(self.by_seed) > 1:
-            low, high = (_fmt_rounds(_rounded(v)) for v in t_interval(list(self.by_seed.values())))
+            low, high = t_interval(list(self.by_seed.values()))
+            low, high = (_fmt_rounds(_rounded(v)) for v in (max(low, 0.0), high))
             if high != low:
                 text += f" [{low}–{high}]"
         if self.censored:
