@@ -79,6 +79,17 @@ def test_an_adaptive_run_is_the_same_on_the_stacked_runtime(
         rows[runtime] = [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
                          for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows["in-process"] == rows["stacked"] and rows["stacked"][-1]["epsilon"] > 0
+    # each row says the clip norm the next round clips to: the first is initial_clip, the last the checkpoint's
+    from fedaccel.runs.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(tmp_path / "stacked")["state"]
+    clips = [row["dp_clip"] for row in rows["stacked"]]
+    assert clips[0] == 0.05 and clips[-1] == saved.server[0] and len(set(clips)) == len(clips)
+
+
+def test_a_fixed_clip_adds_no_clip_column() -> None:
+    settings = DPSettings(1.0, 0.5, 1e-5, 4, 1.0, "fixed", 10)
+    assert dp.clip_column(settings, ["dp"], (None,)) == {} and dp.clip_column(None, [], ()) == {}
 
 
 # --- Flower 1.42's adaptive strategies -------------------------------------------------------------------------------

@@ -572,3 +572,11 @@ def _private_plan(algorithm: Algorithm, settings: DPSettings, planning: Mapping[
 def epsilon_column(settings: DPSettings | None, rounds: int) -> dict[str, float]:
     """The row's ``epsilon`` after ``rounds`` rounds (nothing without DP)."""
     return {} if settings is None else {"epsilon": epsilon(settings, rounds)}
+
+
+def clip_column(settings: DPSettings | None, part_names: Sequence[str], server: Sequence[Any]) -> dict[str, float]:
+    """With ``clip: adaptive``, the row's ``dp_clip``: the clip norm C the next round clips to (the dp part's
+    server state; row 0's is ``initial_clip``). Nothing otherwise: a fixed clip is in the config."""
+    if settings is None or settings.adaptive is None or PART_NAME not in part_names:
+        return {}
+    return {"dp_clip": float(server[list(part_names).index(PART_NAME)])}

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedaccel.algorithms.dp import epsilon_column
+from fedaccel.algorithms.dp import clip_column, epsilon_column
 from fedaccel.disk import appending
 from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_models
 from fedaccel.engine.federation import Federation
@@ -411,6 +411,7 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     row["wall_s"] = round(wall, 4)
     row.update(state.totals)
     row.update(epsilon_column(setup.privacy, state.round))  # client-level DP: epsilon(delta) so far
+    row.update(clip_column(setup.privacy, [part.name for part in setup.algorithm.parts], state.server))
     row.update(sample_epsilon_columns(setup, state))  # sample-level DP-SGD: each client's epsilon(delta) so far
     if report is not None:
         row["clients"] = len(report.participation.train)
