@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_packed", metavar="PACKED",
                    help="first write the finished cells stored in PACKED (a .jsonl.xz of `fedaccel pack`) into the "
                         "grid's folder, so they are not run again (a folder already there is kept)")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="stop the grid at the first cell whose run raises (by default the other cells go on, and "
+                        "the grid ends with exit status 1 naming the failed cells)")
     add_workers_option(p, stacked=True)
     add_ray_options(p)
     add_tensorboard_option(p)
@@ -508,14 +511,24 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
         check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
         print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
-    result = run_experiment(experiment, progress=False if args.no_progress else None,
-                            workers=args.workers, stack_seeds=args.stack_seeds,
-                            stack_arms=args.stack_arms, ray=ray)
-    print()
-    print(result.table)
-    print()
-    print(f"table: {result.out_dir / 'table.md'}")
-    print(f"plot:  {result.plot}")
+    from fedaccel.grids.experiment import CellsFailed
+
+    failed = None
+    try:
+        result = run_experiment(experiment, progress=False if args.no_progress else None,
+                                workers=args.workers, stack_seeds=args.stack_seeds,
+                                stack_arms=args.stack_arms, ray=ray, fail_fast=args.fail_fast)
+    except CellsFailed as exc:
+        result, failed = exc.result, exc
+    if result is not None:  # None: every cell failed, nothing to tabulate
+        print()
+        print(result.table)
+        print()
+        print(f"table: {result.out_dir / 'table.md'}")
+        print(f"plot:  {result.plot}")
+    if failed is not None:
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

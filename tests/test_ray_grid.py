@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from fedaccel.errors import UserError
-from fedaccel.grids.experiment import load_experiment, run_experiment
+from fedaccel.grids.experiment import CellsFailed, load_experiment, run_experiment
 from fedaccel.grids.ray_tasks import RayOptions, _wait_for_writer, run_cells_on_ray
 from fedaccel.launch import run
 from fedaccel.runs.config import load_config
@@ -163,16 +164,21 @@ def test_a_retry_waits_while_a_live_writer_holds_the_folder(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tmp_path: Path) -> None:
-    """The MNIST cell finds no data; the grid stops with that line, and the digits cell beside it
-    is stopped too (at a checkpoint, not run to its end)."""
+    """The MNIST cell finds no data; with fail_fast the grid stops with that line, and the digits cell beside it
+    is stopped too (at a checkpoint, not run to its end). Without, it is said and the other cell finishes."""
     path = grid(tmp_path, "bad", {"data.dataset": ["mnist", "digits"]}, rounds=2000)
     experiment = load_experiment(path, [f"data.root={tmp_path / 'nowhere'}"])
     with pytest.raises(UserError, match="dataset folder does not exist") as info:
-        run_experiment(experiment, ray=RayOptions("auto"))
+        run_experiment(experiment, ray=RayOptions("auto"), fail_fast=True)
     assert not isinstance(info.value, ray.exceptions.RayError) and "\n" not in str(info.value)
     beside = experiment.out_dir / experiment.cells[1][0]
     _wait_for_writer(beside, timeout=60, every=0.1)
     assert not (beside / "summary.json").exists()
+    shutil.rmtree(experiment.out_dir)
+    experiment = load_experiment(path, [f"data.root={tmp_path / 'nowhere'}", "train.rounds=4"])
+    with pytest.raises(CellsFailed, match=r"^1 of 2 cells failed \(data.dataset=mnist\)"):
+        run_experiment(experiment, ray=RayOptions("auto"), progress=False)
+    assert (beside / "summary.json").is_file()
 
 
 @pytest.mark.slow

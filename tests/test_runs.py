@@ -456,15 +456,20 @@ def test_parallel_cells_give_the_numbers_of_serial_cells(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_failing_parallel_cell_stops_the_experiment(tmp_path: Path) -> None:
+def test_failing_parallel_cells_are_each_said_and_the_grid_ends_naming_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from fedaccel.grids.experiment import CellsFailed
+
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({
         "name": "broken", "out_dir": str(tmp_path / "out"),
         "base": {"data": {"dataset": "mnist", "root": str(tmp_path / "nowhere")}, "run": {"progress": False}},
         "grid": {"run.seed": [0, 1]},
     }))
-    with pytest.raises(UserError, match="nowhere"):
-        run_experiment(load_experiment(path), workers=2)
+    with pytest.raises(CellsFailed, match=r"^2 of 2 cells failed \(run.seed=[01], run.seed=[01]\)"):
+        run_experiment(load_experiment(path), workers=2, progress=False)
+    said = [line for line in capsys.readouterr().err.splitlines() if " failed: " in line]
+    assert len(said) == 2 and all("nowhere" in line for line in said)
 
 
 def test_python_api_page_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,11 +11,73 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fedaccel.errors import UserError
 from fedaccel.runs.config import Config
+from fedaccel.runs.folder import ERROR_FILE
 from fedaccel.runs.lifetime import die_with_parent
+
+if TYPE_CHECKING:
+    from fedaccel.grids.progress import GridProgress
+
+
+class CellFailed(UserError):
+    """A cell whose run raised: one line (the cell, the error, where its traceback is); the grid goes on with its
+    other cells (``fail_fast``: it stops) and running the grid again resumes this one."""
+
+    def __init__(self, line: str, cell: str = "") -> None:
+        super().__init__(line)
+        self.cell = cell
+
+    def __reduce__(self) -> tuple[Any, ...]:  # to and from a pool worker or a Ray task, with its cell
+        return CellFailed, (str(self), self.cell)
+
+
+def failed_cell(run_dir: Path, exc: Exception, since: float) -> CellFailed:
+    """The one line of a cell's error: a user error's own words, else its kind and first line, and the run folder's
+    ``error.txt`` where its rounds wrote it (since ``since``, a time.time()); an error before the rounds (no
+    error.txt) has its traceback printed here."""
+    words = str(exc).strip().splitlines()
+    said = (words[0] if words else type(exc).__name__) if isinstance(exc, UserError) else \
+        f"{type(exc).__name__}: {words[0] if words else ''}".rstrip(": ")
+    kept = run_dir / ERROR_FILE
+    try:
+        fresh = kept.stat().st_mtime >= since - 1
+    except OSError:
+        fresh = False
+    if fresh:
+        said += f" (its traceback: {kept})"
+    elif not isinstance(exc, UserError):
+        import traceback
+
+        print("".join(traceback.format_exception(exc)), end="", file=sys.stderr, flush=True)
+    return CellFailed(f"cell {run_dir.name} failed: {said}", run_dir.name)
+
+
+class Failures:
+    """The cells of a grid whose runs raised (:class:`CellFailed`), as they come: each said by the grid's
+    ``report``; ``fail_fast``: the first one stops the grid."""
+
+    def __init__(self, report: GridProgress, fail_fast: bool) -> None:
+        self.report, self.fail_fast = report, fail_fast
+        self.cells: list[str] = []
+
+    def group(self, cells: list[tuple[int, str]], failures: list[CellFailed]) -> None:
+        """``cells`` (index, name) run together ended, ``failures`` among them: those are said, the others counted
+        as done."""
+        by_cell = {failure.cell: failure for failure in failures}
+        ended = [(k, name) for k, name in cells if name not in by_cell]
+        if ended:
+            self.report.end_together(ended)
+        if failures and self.fail_fast:
+            raise failures[0]  # its line is the grid's last
+        for k, name in cells:
+            if name in by_cell:
+                self.cells.append(name)
+                self.report.fail(k, name, str(by_cell[name]))
 
 
 def verb(run_dir: Path) -> str:
@@ -37,7 +99,7 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
         os.environ["FEDACCEL_TORCH_THREADS"] = str(threads)
         if _worker_stopped:
             raise Interrupted(run_dir, None)
-    requests = stop_requests()
+    requests, since = stop_requests(), time.time()
     try:
         if (run_dir / "config.yaml").is_file():
             return resume(run_dir, progress=progress)
@@ -50,9 +112,21 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
 
         tqdm.write(f"{run_dir.name}: {diverged}", file=sys.stderr)
         return run_dir
+    except Exception as exc:
+        if stops_every_cell(exc):
+            raise
+        raise failed_cell(run_dir, exc, since) from exc
     finally:  # asked to stop while the run ended by itself (its last round): still no further cell
         if threads is not None and stop_requests() > requests:
             _worker_stopped = True
+
+
+def stops_every_cell(exc: BaseException) -> bool:
+    """An error no other cell would escape: a full disk, a quota, a file-size limit (the grid stops with the
+    command's own line for it)."""
+    from fedaccel.cli import disk_full, too_large
+
+    return disk_full(exc) or too_large(exc)
 
 
 _worker_stopped = False  # a parallel worker was asked to stop (SIGTERM from the experiment)

@@ -41,7 +41,7 @@ import yaml
 
 from fedaccel.disk import refuse_planted_links, temp_name
 from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown, spelled
-from fedaccel.grids.cell import run_cell, verb
+from fedaccel.grids.cell import CellFailed, Failures, run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.grids.same_grid import check_same_grid
 from fedaccel.runs.names import values_named
@@ -417,8 +417,12 @@ def check_run_options(workers: int, stack_seeds: bool, stack_arms: bool, ray: Ra
 
 def run_experiment(experiment: Experiment, *, progress: bool | None = None, workers: int = 1,
                    stack_seeds: bool = False, stack_arms: bool = False, ray: RayOptions | None = None,
-                   report: GridProgress | None = None) -> ExperimentResult:
+                   report: GridProgress | None = None, fail_fast: bool = False) -> ExperimentResult:
     """Run (or resume) every cell, then write the curves and the rounds-to-target table.
+
+    A cell whose run raises is said in one line (its traceback in its folder's ``error.txt``) and the others go
+    on; the table and curves are written of the rest, then `CellsFailed` is raised (``fail_fast``: the
+    first failed cell stops the grid, with its line). Running the grid again resumes the failed cells.
 
     ``workers`` > 1 runs that many cells at once, each in its own process with one torch
     thread (the small models of FL experiments gain more from parallel cells than from
@@ -467,30 +471,37 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     report.name_cells(experiment.cells)
     for k, name in skipped:
         report.skip(k, name)
+    failed = Failures(report, fail_fast)
     try:  # Ctrl-Z stops the grid (-j: its workers too) and its pace leaves the stop out; Ray tasks go on
         with nullcontext() if ray is not None else suspending():
             if ray is not None:
                 from fedaccel.grids.ray_tasks import run_cells_on_ray
 
-                run_cells_on_ray(todo, ray, report)
+                run_cells_on_ray(todo, ray, report, failed)
             elif stack_seeds and workers > 1 and len(groups := _seed_groups(todo, stacked_keys)) > 1:
-                run_cells_in_parallel(todo, workers, report, tasks=groups, job=run_seed_group_in_worker)
+                run_cells_in_parallel(todo, workers, report, failed, tasks=groups, job=run_seed_group_in_worker)
             elif stack_seeds:
                 for group in _seed_groups(todo, stacked_keys):
                     _no_stop_since(requests, experiment.out_dir)
-                    _run_seed_group(group, report, progress)
+                    failed.group([(k, name) for k, name, _, _ in group], _run_seed_group(group, report, progress))
             elif workers == 1 or len(todo) <= 1:
                 for k, name, config, run_dir in todo:
                     _no_stop_since(requests, experiment.out_dir)
                     report.start(k, name, run_dir, config.train.rounds, verb=verb(run_dir), follow=False)
-                    run_cell(config, run_dir, report.cell_bar(name, progress))
+                    try:
+                        run_cell(config, run_dir, report.cell_bar(name, progress))
+                    except CellFailed as failure:
+                        failed.group([(k, name)], [failure])
+                        continue
                     report.end(k, name)
             else:
-                run_cells_in_parallel(todo, workers, report)
+                run_cells_in_parallel(todo, workers, report, failed)
     finally:
         if own_report:
             report.close()
     runs = load_runs([d for d in run_dirs if (d / "metrics.jsonl").is_file()])
+    if failed.cells and not runs:  # nothing to tabulate
+        raise CellsFailed(None, failed.cells, len(experiment.cells))
     check_distinct(runs)  # a folder skipped as finished may hold another cell's copy (its config checked above)
     table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)
     if line := gaps_line(*grid_gaps(experiment.out_dir, experiment.cells, runs)):
@@ -498,7 +509,23 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     write_atomic(experiment.out_dir / "table.md", table + "\n")
     plot = plot_curves(runs, experiment.out_dir / "curves.png", metrics=experiment.metrics, title=experiment.name,
                        targets=experiment.targets, targets_from="grid's targets", palette=cell_palette(experiment, runs))
-    return ExperimentResult(experiment.out_dir, run_dirs, table, plot)
+    result = ExperimentResult(experiment.out_dir, run_dirs, table, plot)
+    if failed.cells:
+        raise CellsFailed(result, failed.cells, len(experiment.cells))
+    return result
+
+
+class CellsFailed(UserError):
+    """Cells of a grid whose runs raised, after the others ran and the table and curves were written of them
+    (``result``; None where no cell has rows): one line naming them and the way on."""
+
+    def __init__(self, result: ExperimentResult | None, cells: list[str], total: int) -> None:
+        shown_cells = ", ".join(cells[:5]) + (f" and {len(cells) - 5} more" if len(cells) > 5 else "")
+        super().__init__(f"{len(cells)} of {total} cells failed ({shown_cells}): each one's line is above, its "
+                         f"traceback in its folder's error.txt; fix the cause and run the same command again: it "
+                         f"keeps the finished cells and resumes these (one whose method's code you changed must start "
+                         f"again: delete its folder)")
+        self.result = result
 
 
 def cell_palette(experiment: Experiment, runs: list[Any], ignore: tuple[str, ...] = ()) -> Palette:
@@ -534,18 +561,19 @@ def _no_stop_since(requests: int, out_dir: Path) -> None:
         raise Interrupted(out_dir, None)
 
 
-def run_seed_group_in_worker(group: list[tuple[int, str, Config, Path]]) -> None:
+def run_seed_group_in_worker(group: list[tuple[int, str, Config, Path]]) -> list[CellFailed]:
     """A stacked group as an ``experiment -j N`` worker's task: one torch thread, no lines (the experiment's
-    process shows each cell from its folder)."""
+    process shows each cell from its folder); returns its failed cells."""
     from fedaccel.grids.progress import GridProgress
 
-    _run_seed_group(group, GridProgress(len(group), bars=False, stream=io.StringIO()), False, torch_threads=1)
+    return _run_seed_group(group, GridProgress(len(group), bars=False, stream=io.StringIO()), False, torch_threads=1)
 
 
 def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress, progress: bool | None = None,
-                    torch_threads: int | None = None) -> None:
+                    torch_threads: int | None = None) -> list[CellFailed]:
     """The group's runs in threads of one process, their client steps trained as one stacked
-    computation every round; a failing run stops the experiment with its own error. ``torch_threads``: as
+    computation every round; returns the runs that raised (a failed seed leaves the stack, the others go on); any
+    other error stops the experiment with its own words. ``torch_threads``: as
     :func:`~fedaccel.grids.cell.run_cell`'s ``threads``, in a pool worker."""
     from fedaccel.engine.stacked import SeedStack, in_seed_stack
 
@@ -580,6 +608,6 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
                 thread.join()
             raise
     clear_stop()  # the seeds' runs leave a stop request to this, their owner
-    if errors:
-        raise errors[0]
-    report.end_together([(k, name) for k, name, _, _ in group])
+    if other := [error for error in errors if not isinstance(error, CellFailed)]:
+        raise other[0]
+    return [error for error in errors if isinstance(error, CellFailed)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fedaccel.grids.cell import init_worker, run_cell, verb
+from fedaccel.grids.cell import CellFailed, Failures, init_worker, run_cell, verb
 from fedaccel.grids.suspend import suspending
 from fedaccel.runs.config import Config
 
@@ -26,18 +26,23 @@ if TYPE_CHECKING:
 Cell = tuple[int, str, Config, Path]
 
 
-def run_one_cell(cells: list[Cell]) -> None:
-    """A pool task of one cell (:func:`run_cells_in_parallel`'s default ``job``), one torch thread."""
+def run_one_cell(cells: list[Cell]) -> list[CellFailed]:
+    """A pool task of one cell (:func:`run_cells_in_parallel`'s default ``job``), one torch thread; returns its
+    failure, if it failed."""
     ((_, _, config, run_dir),) = cells
-    run_cell(config, run_dir, False, 1)
+    try:
+        run_cell(config, run_dir, False, 1)
+    except CellFailed as failure:
+        return [failure]
+    return []
 
 
-def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, *,
-                          tasks: list[list[Cell]] | None = None, job: Callable[[list[Cell]], Any] = run_one_cell
-                          ) -> None:
-    """Cells in ``workers`` processes, shown by ``report`` (a line per running cell); ``tasks``: the cells in
-    the groups one worker runs together by ``job`` (a top-level function: it goes to the worker by name), by
-    default each cell alone.
+def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, failed: Failures, *,
+                          tasks: list[list[Cell]] | None = None,
+                          job: Callable[[list[Cell]], list[CellFailed]] = run_one_cell) -> None:
+    """Cells in ``workers`` processes, shown by ``report`` (a line per running cell), their failures told to
+    ``failed``; ``tasks``: the cells in the groups one worker runs together by ``job`` (a top-level function: it
+    goes to the worker by name; it returns the cells that failed), by default each cell alone.
 
     The workers end with this process however it ends (see :func:`init_worker`); when it
     stops early (a failed cell, Ctrl-C) it kills them and drops the queued cells. A cell killed
@@ -66,7 +71,7 @@ def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, 
                 stacked = f" (stacked: {len(task)})" if len(task) > 1 else ""
                 for k, name, config, run_dir in task:
                     report.queue(k, name, run_dir, config.train.rounds, verb=verb(run_dir) + stacked)
-                pending[pool.submit(job, task)] = [(k, name) for k, name, _, _ in task]
+                pending[pool.submit(job, task)] = task
             handles.take()
             stopping = False
             while pending:
@@ -75,16 +80,16 @@ def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, 
                     stopping = True
                     handles.stop()
                 for future in [f for f in pending if stopping and f.cancelled()]:
-                    report.forget(pending.pop(future))  # dropped from the queue: wait() never counts it as done
+                    report.forget(named(pending.pop(future)))  # dropped from the queue: wait() never counts it done
                 finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in finished:
                     cells = pending.pop(future)
                     if future.cancelled() or (stopping and future.exception() is not None):
-                        report.forget(cells)  # stopped (Interrupted), or killed before its first round: resumed next time
+                        report.forget(named(cells))  # stopped (Interrupted), or killed before its first round: resumed
                         continue
-                    if future.exception() is not None:  # a failed cell stops the experiment with its own error
+                    if future.exception() is not None:  # not a cell's own failure (those are returned): it stops all
                         raise future.exception()  # type: ignore[misc]
-                    report.end_together(cells)
+                    failed.group(named(cells), future.result())
     except BaseException:
         handles.kill()
         del pool, handles  # not kept alive by the traceback: its queues' semaphores are released now, not warned of at exit
@@ -94,6 +99,10 @@ def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, 
         reason = signal_name()
         clear_stop()
         raise Interrupted(todo[0][3].parent, None, reason)
+
+
+def named(cells: list[Cell]) -> list[tuple[int, str]]:
+    return [(k, name) for k, name, _, _ in cells]
 
 
 class PoolHandles:

@@ -40,7 +40,7 @@ class GridProgress:
         left at the cells' pace (which cells resumed half-way mislead)."""
         self.stream = stream or sys.stderr
         self.bars = on_terminal(self.stream) if bars is None else bars
-        self.cells, self.ended, self.skipped = cells, 0, 0
+        self.cells, self.ended, self.skipped, self.failed = cells, 0, 0, 0
         self.rounds = rounds
         self._rounds_of: dict[int, tuple[Path, int, int]] = {}  # k -> (run folder, round it started at, rounds)
         self._rounds_ended = 0  # rounds the ended cells ran here
@@ -143,6 +143,19 @@ class GridProgress:
             self._bar_overall().update(len(cells))
             self._show_left(now=True)
 
+    def fail(self, k: int, cell: str, line: str) -> None:
+        """Cell ``k``'s run raised (``line`` says how): said, counted as failed, its rounds not run no longer left."""
+        if self.rounds is not None:
+            if (cell_rounds := self._rounds_of.get(k)) is not None:
+                self.rounds -= cell_rounds[2] - cell_rounds[1] - _ran(*cell_rounds)
+            elif k in self._queued:  # failed before a look saw it start
+                self.rounds -= self._queued[k][2] - self._first.get(k, 0)
+        self.forget([(k, cell)])
+        self.failed += 1
+        self._say(f"[{self.name} {k}/{self.grid_size}] {line} ({self._tally()})")
+        if self.bars:
+            self._bar_overall().update(1)
+
     def forget(self, cells: list[tuple[int, str]]) -> None:
         """Cells that stopped without finishing (a grid asked to stop): no longer followed, not counted as done."""
         self._running_read = None
@@ -234,12 +247,13 @@ class GridProgress:
         earlier)``: the line's [k/N] counts every cell."""
         elapsed = self._spent()
         earlier = f" to run done ({self.skipped} finished earlier)" if self.skipped else " done"
-        text = f"{self.ended}/{self.cells} cells{earlier}, {_minutes(elapsed)}"
+        text = f"{self.ended}/{self.cells} cells{earlier}{f', {self.failed} failed' if self.failed else ''}, " \
+               f"{_minutes(elapsed)}"
         left = self._left(elapsed)
         if left is not None:
             text += f", about {_minutes(left)} left"
         elif self.ended and self.rounds is None:
-            text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended))} left"
+            text += f", about {_minutes(elapsed / self.ended * (self.cells - self.ended - self.failed))} left"
         return text
 
     def _spent(self) -> float:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedaccel.errors import UserError
+from fedaccel.grids.cell import Failures
 from fedaccel.runs.config import Config, check_plugins, plugin_note
 
 if TYPE_CHECKING:
@@ -83,10 +84,11 @@ def run_cells_on_ray(
     todo: list[tuple[int, str, Config, Path]],
     options: RayOptions,
     report: GridProgress | None = None,
+    failed: Failures | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the cells ``todo`` ((index, name, config, run folder)) as Ray tasks, shown by ``report``;
-    returns what each task says of itself (run folder, node, process, whether it resumed), in
-    the order they ended.
+    """Run the cells ``todo`` ((index, name, config, run folder)) as Ray tasks, shown by ``report``, their failures
+    told to ``failed`` (by default the first stops the others); returns what each task says of itself (run
+    folder, node, process, whether it resumed, ``failed``: its failure), in the order they ended.
     """
     import ray
 
@@ -105,6 +107,7 @@ def run_cells_on_ray(
     if not todo:
         return []
     report = report or GridProgress(len(todo))
+    failed = failed or Failures(report, fail_fast=True)
     print(connect(options.address), file=sys.stderr, flush=True)
     task = ray.remote(_cell_task).options(
         num_cpus=options.cpus_per_cell, num_gpus=options.gpus_per_cell, max_retries=options.max_retries,
@@ -139,7 +142,7 @@ def run_cells_on_ray(
                             continue
                         raise _cell_error(exc, name) from None
                     ended.append(info)
-                    report.end(k, name)
+                    failed.group([(k, name)], [info["failed"]] if "failed" in info else [])
         except BaseException as exc:  # a failed cell, a second Ctrl-C: the other cells stop too
             for ref in pending:
                 ray.cancel(ref, force=isinstance(exc, KeyboardInterrupt))
@@ -186,7 +189,10 @@ def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s
             "resumed": (path / "config.yaml").is_file(), "skipped": (path / "summary.json").is_file()}
     if not info["skipped"]:
         cell._worker_stopped = False  # a Ray worker process runs task after task
-        cell.run_cell(config, path, False, threads)
+        try:
+            cell.run_cell(config, path, False, threads)
+        except cell.CellFailed as failure:
+            info["failed"] = failure
     return info
 
 

@@ -3,8 +3,8 @@
 A grid folder holds ``experiment.yaml`` (the experiment file, copied beside its runs), so its cells
 are known without running anything (:mod:`fedaccel.grids.gaps` reads them): :func:`grid_gaps` names
 each cell that is **missing** (no run
-folder, or one without rounds), **unfinished** (stopped before its configured rounds without
-diverging: an interrupted grid) or **running** (another process holds its lock,
+folder, or one without rounds), **failed** (an error stopped its rounds: its ``error.txt``), **unfinished**
+(stopped before its configured rounds without diverging: an interrupted grid) or **running** (another process holds its lock,
 :func:`fedaccel.runs.lock.holder`). A run that diverged is complete: it counts as its whole budget.
 
 ``fedaccel judge`` refuses verdicts that depend on such a cell (``--partial`` judges the complete
@@ -21,11 +21,13 @@ from typing import Any
 
 from fedaccel.errors import listed
 from fedaccel.report.reading import Run, value_at
+from fedaccel.runs.folder import ERROR_FILE
 
 
 @dataclass(frozen=True)
 class Gap:
-    """A cell whose run cannot be used as it is: ``why`` is missing, unfinished or running."""
+    """A cell whose run cannot be used as it is: ``why`` is missing, failed (an error stopped it), unfinished or
+    running."""
 
     cell: str
     why: str
@@ -62,7 +64,10 @@ def run_gap(run: Run) -> Gap | None:
         return Gap(run.path.name, "running", f"process {pid}")
     if not finished(run):
         rounds = budget(run)
-        return Gap(run.path.name, "unfinished", f"round {last_recorded(run)}" + (f" of {rounds}" if rounds else ""))
+        where = f"round {last_recorded(run)}" + (f" of {rounds}" if rounds else "")
+        if (run.path / ERROR_FILE).is_file():  # its rounds stopped on an error (fedaccel.runs.loop.keep_error)
+            return Gap(run.path.name, "failed", f"{where}, its {ERROR_FILE}")
+        return Gap(run.path.name, "unfinished", where)
     return None
 
 
@@ -80,7 +85,7 @@ def gaps_line(gaps: Sequence[Gap], total: int) -> str:
     if not gaps:
         return ""
     parts = []
-    for why in ("missing", "unfinished", "running"):
+    for why in ("missing", "failed", "unfinished", "running"):
         named = [g.cell + (f" ({g.detail})" if g.detail else "") for g in gaps if g.why == why]
         if named:
             parts.append(f"{why} {listed(named)}")

@@ -36,8 +36,11 @@ DIAGNOSTICS = "diagnostics.jsonl"  # the algorithm's diagnostics of every round,
 OWN_EVENTS = "tensorboard.json"  # the names of the TensorBoard event files fedaccel wrote into this run folder
 
 
+ERROR_FILE = "error.txt"  # the traceback of the error that stopped the run's rounds (gone once it runs again)
+
+
 RUN_FILES = ("config.yaml", METRICS, DIAGNOSTICS, CHECKPOINT, PREVIOUS_CHECKPOINT, "model.pt", "summary.json",
-             LOCK_FILE, OWN_EVENTS)  # what fedaccel writes in a run folder: no link may stand at these names
+             LOCK_FILE, OWN_EVENTS, ERROR_FILE)  # what fedaccel writes in a run folder: no link may stand at these names
 
 
 def new_run_dir(config: Config) -> Path:

@@ -38,7 +38,7 @@ from fedaccel.errors import ConfigError, UserError
 from fedaccel.runs.checkpoint import continued_parts, save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
-from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, METRICS
+from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, ERROR_FILE, METRICS
 from fedaccel.runs.rows import LOSSES, read_rows
 from fedaccel.runs.setup import Setup, apply_attacks
 from fedaccel.runs.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
@@ -162,6 +162,7 @@ def run_loop(
     events = _event_log(config, path, state.round)
     diverged = first_divergence(path / METRICS)  # (round, why) of an earlier part of this run, if any
     refused_rounds = 0  # rounds in a row in which the server refused every answer
+    (path / ERROR_FILE).unlink(missing_ok=True)  # an earlier part's error: this part runs again
     try:
         with stop_signals(), appending(path / METRICS) as metrics_file, appending(path / DIAGNOSTICS) as diag_file:
             last: dict[str, Any] = repair_checkpoint_row(setup, state, path, metrics_file, wall)
@@ -222,6 +223,10 @@ def run_loop(
             _sync(metrics_file, diag_file)  # a resume at the last round writes its row here, not in the loop
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
+    except Exception as exc:
+        if not isinstance(exc, (Interrupted, Diverged)):
+            keep_error(path, exc, state.round, checkpointed)
+        raise
     finally:
         if not isinstance(runtime, StackedMember):  # stacked seeds: their experiment clears it once all stopped
             clear_stop()
@@ -231,6 +236,20 @@ def run_loop(
     write_summary(path, rounds, last or _last_metrics(path / METRICS), finished=True,
                   diverged=diverged[0] if diverged else None, ran_on=ran_on, parts=parts, dp_noise=dp_noise)
     return state
+
+
+def keep_error(path: Path, exc: BaseException, rounds: int, checkpointed: int) -> None:
+    """``error.txt`` in the run folder: what stopped the rounds, with its traceback (a grid's log, or a terminal
+    closed since, may not keep them); a write that fails (a full disk, a link planted at its name) leaves it out:
+    the error itself is what the caller sees."""
+    import traceback
+
+    text = (f"an error stopped the run after {rounds} round(s); `fedaccel run --resume {path}` continues from its "
+            f"checkpoint of round {checkpointed}\n\n" + "".join(traceback.format_exception(exc)))
+    try:
+        write_atomic(path / ERROR_FILE, text)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def with_evaluated(state: FLState, models: list[str], n_clients: int, weights: Any = None) -> FLState:
