@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import fedaccel.plugins as plugins
-
 from fedaccel.algorithms.base import Algorithm, Part, compose
 from fedaccel.algorithms.bherd import bherd_selection
 from fedaccel.algorithms.dp import dp_settings, with_dp
 from fedaccel.algorithms.fednova import fednova_aggregate
 from fedaccel.algorithms.grab import grab_selection
 from fedaccel.algorithms.grab_reorder import grab_reordering
+from fedaccel.algorithms.guard import guarded
 from fedaccel.algorithms.scaffold import model_weighting
 from fedaccel.algorithms.scaffold import scaffold as scaffold_controls
 from fedaccel.algorithms.feddc import feddc as feddc_part
@@ -426,7 +426,7 @@ def plugin_recipe(plugin: plugins.Plugin) -> Recipe:
         if not isinstance(algorithm, Algorithm):
             raise ConfigError(f"{where}: {plugin.value} returned {shown(type(algorithm).__name__)}, not an "
                               "Algorithm (compose(name, *parts))")
-        return algorithm
+        return guarded(algorithm, where)  # its own stages' values checked on return (fedaccel.algorithms.guard)
 
     summary = (inspect.getdoc(build) or "").split("\n")[0] or "(no docstring)"
     return Recipe(checked, f"{summary} [{plugin.origin}]", plugin=plugin)
