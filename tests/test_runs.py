@@ -651,13 +651,18 @@ def test_a_diverged_run_keeps_its_last_finite_checkpoint(tmp_path: Path, monkeyp
     assert summary["diverged_round"] == 3 and summary["final"]["round"] == 3
 
 
+def strict(constant: str) -> None:
+    raise ValueError(f"{constant} is not standard JSON")
+
+
 def test_on_divergence_continue_runs_to_the_end_and_marks_the_run(tmp_path: Path, capsys) -> None:
     path = run(load_config(None, [*DIVERGING, "train.rounds=4", "run.on_divergence=continue"]), tmp_path / "run")
     assert "warning: the run diverged at round 1" in capsys.readouterr().err
     rows = metrics_of(path)
     assert [r["round"] for r in rows] == [0, 1, 2, 3, 4] and all(r["test_loss"] != r["test_loss"] for r in rows[1:])
-    summary = json.loads((path / "summary.json").read_text())
+    summary = json.loads((path / "summary.json").read_text(), parse_constant=strict)  # standard JSON: no bare NaN
     assert summary["finished"] is True and summary["diverged"] is True and summary["diverged_round"] == 1
+    assert summary["final"]["test_loss"] is None and summary["final"]["round"] == 4  # NaN written as null
     with pytest.raises(ConfigError, match="run.on_divergence must be one of stop, continue"):
         load_config(None, ["run.on_divergence=ignore"])
 
