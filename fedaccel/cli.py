@@ -230,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first write the finished cells stored in PACKED (a .jsonl.xz of `fedaccel pack`) into the "
                         "grid's folder, so they are not run again (a folder already there is kept)")
     p.add_argument("--fail-fast", action="store_true",
-                   help="stop the grid at the first cell whose run raises (by default the other cells go on, and "
-                        "the grid ends with exit status 1 naming the failed cells)")
+                   help="stop the grid at the first cell whose run raises (by default the other cells go on); "
+                        "either way a failed cell makes the exit status 1")
     add_workers_option(p, stacked=True)
     add_ray_options(p)
     add_tensorboard_option(p)
@@ -511,6 +511,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
         check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
         print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
+    from fedaccel.grids.cell import CellFailed
     from fedaccel.grids.experiment import CellsFailed
 
     failed = None
@@ -520,6 +521,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                                 stack_arms=args.stack_arms, ray=ray, fail_fast=args.fail_fast)
     except CellsFailed as exc:
         result, failed = exc.result, exc
+    except CellFailed as exc:  # --fail-fast: the first one stopped the grid
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if result is not None:  # None: every cell failed, nothing to tabulate
         print()
         print(result.table)

@@ -25,9 +25,10 @@ ARGS = {"start": (None, W, W, None, None), "upload": (None, W, None), "aggregate
         "server_end": (None, W, W, [UPDATE], None), "client_end": (None, W, W, W, None, None),
         "server_adjust": (None, [UPDATE], None)}
 
-tensors = st.builds(lambda shape, dtype: torch.zeros(shape, dtype=dtype),
-                    st.sampled_from([(5,), (4,), (1, 5), (), (5, 1)]), st.sampled_from([torch.float32, torch.float64,
-                                                                                          torch.int64]))
+tensors = st.builds(lambda shape, dtype, device: torch.zeros(shape, dtype=dtype, device=device),
+                    st.sampled_from([(5,), (4,), (1, 5), (), (5, 1)]),
+                    st.sampled_from([torch.float32, torch.float64, torch.int64]),
+                    st.sampled_from(["cpu", "cpu", "meta"]))  # meta: another device, on any machine
 leaves = st.one_of(st.none(), st.integers(), st.text(max_size=3), tensors, st.just(UPDATE))
 values = st.recursive(leaves, lambda inner: st.one_of(
     st.tuples(inner, inner), st.tuples(inner), st.lists(inner, max_size=3),
@@ -35,7 +36,8 @@ values = st.recursive(leaves, lambda inner: st.one_of(
 
 
 def like_w(value: object) -> bool:
-    return isinstance(value, torch.Tensor) and value.shape == (5,) and value.dtype == torch.float32
+    return (isinstance(value, torch.Tensor) and value.shape == (5,) and value.dtype == torch.float32
+            and value.device.type == "cpu")
 
 
 def fits(stage: str, value: object) -> bool:

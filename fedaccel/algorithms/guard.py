@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import Tensor
 
-from fedaccel.algorithms.base import Algorithm, ClientUpdate, Part, compose
+from fedaccel.algorithms.base import Algorithm, ClientUpdate
 from fedaccel.errors import UserError
 
 __all__ = ["StageFault", "guarded"]
@@ -103,5 +103,5 @@ def guarded(algorithm: Algorithm, where: str) -> Algorithm:
         changes = {stage: _checked(function, stage, part.name, where) for stage in CHECKS
                    if (function := getattr(part, stage)) is not None and _own(function)}
         parts.append(dataclasses.replace(part, **changes) if changes else part)
-    return compose(algorithm.name, *parts)
+    return dataclasses.replace(algorithm, parts=tuple(parts))
 

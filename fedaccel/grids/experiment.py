@@ -572,8 +572,8 @@ def run_seed_group_in_worker(group: list[tuple[int, str, Config, Path]]) -> list
 def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProgress, progress: bool | None = None,
                     torch_threads: int | None = None) -> list[CellFailed]:
     """The group's runs in threads of one process, their client steps trained as one stacked
-    computation every round; returns the runs that raised (a failed seed leaves the stack, the others go on); any
-    other error stops the experiment with its own words. ``torch_threads``: as
+    computation every round; returns the runs that raised, each tried again alone first (an error in the stacked
+    step reaches every member); any other error stops the experiment with its own words. ``torch_threads``: as
     :func:`~fedaccel.grids.cell.run_cell`'s ``threads``, in a pool worker."""
     from fedaccel.engine.stacked import SeedStack, in_seed_stack
 
@@ -610,4 +610,16 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
     clear_stop()  # the seeds' runs leave a stop request to this, their owner
     if other := [error for error in errors if not isinstance(error, CellFailed)]:
         raise other[0]
-    return [error for error in errors if isinstance(error, CellFailed)]
+    failed = {error.cell for error in errors if isinstance(error, CellFailed)}
+    if len(group) == 1 or not failed:
+        return [error for error in errors if isinstance(error, CellFailed)]
+    # an error in the stacked step reaches every member: each failed run goes on alone, from its checkpoint, so
+    # only the one whose own work raises fails (another method's, or another seed's, does not fail it)
+    alone = []
+    for _, name, config, run_dir in group:
+        if name in failed:
+            try:
+                run_cell(config, run_dir, False, torch_threads)
+            except CellFailed as failure:
+                alone.append(failure)
+    return alone

@@ -225,7 +225,7 @@ def run_loop(
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
     except Exception as exc:
         if not isinstance(exc, (Interrupted, Diverged)):
-            keep_error(path, exc, state.round, checkpointed)
+            keep_error(path, exc, state.round, checkpointed, config.run.runtime)
         raise
     finally:
         if not isinstance(runtime, StackedMember):  # stacked seeds: their experiment clears it once all stopped
@@ -238,14 +238,18 @@ def run_loop(
     return state
 
 
-def keep_error(path: Path, exc: BaseException, rounds: int, checkpointed: int) -> None:
+def keep_error(path: Path, exc: BaseException, rounds: int, checkpointed: int, runtime: str = "in-process") -> None:
     """``error.txt`` in the run folder: what stopped the rounds, with its traceback (a grid's log, or a terminal
     closed since, may not keep them); a write that fails (a full disk, a link planted at its name) leaves it out:
     the error itself is what the caller sees."""
     import traceback
 
-    text = (f"an error stopped the run after {rounds} round(s); `fedaccel run --resume {path}` continues from its "
-            f"checkpoint of round {checkpointed}\n\n" + "".join(traceback.format_exception(exc)))
+    import shlex
+
+    command = "deploy" if runtime == "flower-deployment" else "run"
+    text = (f"an error stopped the run after {rounds} round(s); `fedaccel {command} --resume "
+            f"{shlex.quote(str(path))}` continues from its checkpoint of round {checkpointed}\n\n"
+            + "".join(traceback.format_exception(exc)))
     try:
         write_atomic(path / ERROR_FILE, text)
     except Exception:  # noqa: BLE001
