@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ from fedaccel.flower.secure import fitres_content, masking_stage, secure_mod
 from fedaccel.flower.wire import pack, unpack
 from fedaccel.runs.config import check_plugins, from_dict, parse_yaml
 from fedaccel.runs.files import UnsafeFile, load_plain, save_plain
+from fedaccel.runs.folder import CLIENT_STATES
+from fedaccel.runs.lock import LOCK_FILE
 from fedaccel.runs.setup import Setup, apply_attacks, build_setup
 
 STATE = "fedaccel.client."  # prefix of the client's part states in context.state
@@ -85,24 +88,63 @@ def hello(message: Message, context: Context) -> Message:
         raise ValueError(f"partition-id {client} but the run has {setup.federation.n_clients} clients")
     start_round = int(message.content["config"].get("round", 0))
     known = context.state.get("fedaccel")
-    restored = False
+    restored, why = False, ""
     if known is None or known["config"] != config_text:  # a new Flower run: the states of round start_round
-        context.state["fedaccel"] = ConfigRecord({"config": config_text, "client": client})
-        states = saved_states(context, config_text, start_round) if start_round else None
-        restored = states is not None
+        record: dict[str, Any] = {"config": config_text, "client": client}
+        if folder := simulation_folder(message.content["config"].get("state-dir")):
+            record["state-dir"] = folder
+        context.state["fedaccel"] = ConfigRecord(record)
+        fresh = setup.algorithm.init_client(setup.federation.model.theta.clone())
+        try:
+            states = saved_states(context, config_text, start_round) if start_round else None
+        except UserError as exc:  # damaged or planted: this client starts afresh, and the server says why
+            states, why = None, str(exc)
+        restored = states is not None or stateless(fresh)
         if states is None:
-            states = setup.algorithm.init_client(setup.federation.model.theta.clone())
+            states = fresh
         pack(states, into=context.state, prefix=STATE)
-    reply = RecordDict({"hello": ConfigRecord({"client": client, "pid": os.getpid(), "restored": restored})})
+    said: dict[str, Any] = {"client": client, "pid": os.getpid(), "restored": restored}
+    if why:
+        said["why"] = why[:300]
+    reply = RecordDict({"hello": ConfigRecord(said)})
     return Message(reply, reply_to=message)
 
 
-def _state_folder(context: Context, config_text: str) -> Path | None:
-    """Where this node keeps its part states at checkpoint rounds (node config ``state-dir``)."""
-    folder = context.node_config.get("state-dir")
-    if not folder:
+def stateless(states: tuple[Any, ...]) -> bool:
+    """Whether a method keeps no state on its clients (FedAvg): nothing to keep, nothing to restore."""
+    return all(state is None for state in states)
+
+
+def in_simulation() -> bool:
+    """Whether this ClientApp runs in a Flower simulation: in a worker of Ray, which only a simulation starts here
+    (a deployment's node runs none)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
+def simulation_folder(given: Any) -> str | None:
+    """The folder a simulation's server names for its clients' states (``RUN/client-states``), where this node
+    takes it: in a simulation only (a deployment's node keeps its own ``state-dir``: its server could otherwise have
+    it write anywhere), and only a ``client-states`` folder of a run folder being written (its ``config.yaml`` and
+    its writer's lock beside it); None otherwise."""
+    if not given or not in_simulation():
         return None
-    return Path(str(folder)) / config_key(config_text)[:16]
+    folder = Path(str(given))
+    run = folder.parent
+    if folder.name != CLIENT_STATES or not (run / "config.yaml").is_file() or not (run / LOCK_FILE).is_file():
+        return None
+    return str(folder)
+
+
+def _state_folder(context: Context, config_text: str) -> Path | None:
+    """Where this node keeps its part states at checkpoint rounds: node config ``state-dir`` (a folder per config),
+    else in a simulation the run folder's ``client-states``, a folder per client (:func:`hello`)."""
+    folder = context.node_config.get("state-dir")
+    if folder:
+        return Path(str(folder)) / config_key(config_text)[:16]
+    known = context.state.get("fedaccel")
+    given = known.get("state-dir") if known is not None else None
+    return Path(str(given)) / f"client-{int(known['client'])}" if given else None  # type: ignore[index]
 
 
 def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, ...] | None:
@@ -130,13 +172,26 @@ def save_states(context: Context, setup: Setup, round_done: int, states: tuple[A
 
 
 def keep_states(context: Context, round_: int, states: tuple[Any, ...]) -> None:
-    """Write the states of ``round_`` (the last two rounds kept) where node config ``state-dir`` says."""
+    """Write the states of ``round_`` (the last two rounds kept) where node config ``state-dir`` says, or in a
+    simulation the run folder's ``client-states`` (there, a write that fails is said and the round goes on: a
+    Ray worker on another machine of a cluster may not reach the folder)."""
     folder = _state_folder(context, str(context.state["fedaccel"]["config"]))
-    if folder is None:
+    if folder is None or stateless(states):
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    save_plain(folder / f"round-{round_}.pt", to_plain(states))
-    for old in sorted(folder.glob("round-*.pt"), key=lambda f: int(f.stem.split("-")[1]))[:-2]:
+    try:
+        if folder.is_symlink():
+            raise UserError(f"{folder} is a link; its states were not kept")
+        folder.mkdir(parents=True, exist_ok=True)
+        save_plain(folder / f"round-{round_}.pt", to_plain(states))
+    except (OSError, UserError) as exc:
+        if context.node_config.get("state-dir"):
+            raise  # a deployment's own folder: the node's operator is told by the failed round
+        print(f"fedaccel client: the states of round {round_} were not kept ({exc}): a resume from that round "
+              "starts this client afresh", file=sys.stderr, flush=True)
+        return
+    kept = sorted((int(match[1]), file) for file in folder.iterdir()
+                  if (match := re.fullmatch(r"round-(\d+)\.pt", file.name)))
+    for _, old in kept[:-2]:
         old.unlink()
 
 

@@ -58,7 +58,7 @@ from fedaccel.flower.gate import (
 from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config, dump_yaml, plugin_note
-from fedaccel.runs.folder import CHECKPOINT
+from fedaccel.runs.folder import CHECKPOINT, CLIENT_STATES
 from fedaccel.runs.loop import run_loop
 from fedaccel.runs.secure import parse_secure
 from fedaccel.runs.setup import Setup, build_setup
@@ -415,12 +415,16 @@ def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float =
         time.sleep(0.2)
 
 
-def hello(grid: Grid, config_text: str, nodes: list[int], start_round: int = 0) -> Pushed:
+def hello(grid: Grid, config_text: str, nodes: list[int], start_round: int = 0, state_dir: Path | None = None
+          ) -> Pushed:
     """Send every node the config (each builds the run's setup on it); :func:`connect` collects
     the answers. ``start_round`` > 0 (a resumed run): nodes restore their part states of that
-    round if they kept them (node config ``state-dir``)."""
-    return push(grid, [Message(RecordDict({"config": ConfigRecord({"yaml": config_text, "round": start_round})}),
-                               node, "query.hello") for node in nodes])
+    round if they kept them (node config ``state-dir``; in a simulation, ``state_dir``, which only a simulation's
+    nodes take: :func:`fedaccel.flower.client.in_simulation`)."""
+    said: dict[str, Any] = {"yaml": config_text, "round": start_round}
+    if state_dir is not None:
+        said["state-dir"] = str(state_dir)
+    return push(grid, [Message(RecordDict({"config": ConfigRecord(said)}), node, "query.hello") for node in nodes])
 
 
 def connect(
@@ -441,7 +445,9 @@ def connect(
             continue
         client = int(reply.content["hello"]["client"])
         if start_round and not reply.content["hello"].get("restored", False):
-            log(f"client {client} kept no state of round {start_round}: it starts from a fresh state")
+            why = str(reply.content["hello"].get("why", ""))[:300]
+            log(f"client {client} kept no state of round {start_round}: it starts from a fresh state"
+                + (f" ({why})" if why else ""))
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
         mapping[client] = node
@@ -508,7 +514,11 @@ def serve(
         saved = load_checkpoint(path)
         start_round = int(saved["state"].round) if saved is not None else 0
         # the nodes build the run's setup on the hello while this process builds its own
-        sent = hello(grid, dump_yaml(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round)
+        kept = path / CLIENT_STATES if config.run.runtime == "flower-simulation" else None
+        if kept is not None:
+            check_client_states(kept)
+        sent = hello(grid, dump_yaml(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round,
+                     kept.resolve() if kept is not None else None)
         setup = build_setup(config)
         state, wall, parts = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():
@@ -529,6 +539,20 @@ def serve(
         IN_ROUNDS.clear()
         done.set()
     return path
+
+
+def check_client_states(folder: Path) -> None:
+    """A simulation's ``client-states`` folder, from someone else maybe: a folder of ``client-K`` folders of
+    ``round-N.pt`` files, no link at any level (its clients would write, and delete, through it); one line
+    otherwise, before any client is told of it."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise UserError(f"{folder} is not a plain folder; nothing was written (remove it, or use another folder)")
+    for client in folder.iterdir() if folder.is_dir() else ():
+        inner = list(client.iterdir()) if client.is_dir() and not client.is_symlink() else None
+        if (not re.fullmatch(r"client-\d+", client.name) or inner is None
+                or any(file.is_symlink() or not file.is_file() for file in inner)):
+            raise UserError(f"{client} is not a client's folder of plain files; nothing was written (remove it, "
+                            "or use another folder)")
 
 
 def _stop_when_asked(file: Path, done: threading.Event, poll: float = 0.2) -> None:

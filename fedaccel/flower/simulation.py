@@ -7,7 +7,9 @@ Ray itself stays up for the process's next simulation (:mod:`fedaccel.flower.war
 workers for a while (:mod:`fedaccel.flower.warm_actors`).
 The ServerApp runs in a thread of this process and writes the usual run folder. Ctrl-C and SIGTERM
 do what they do in process (:mod:`fedaccel.runs.stopping`): the first finishes the round, checkpoints it
-and stops; a second one, or one before the first round, stops at once (:func:`simulation_signals`).
+and stops; a second one, or one before the first round, stops at once (:func:`simulation_signals`). The
+clients keep their part states (SCAFFOLD's c_i, FedDyn's and FedDC's drifts, FedUMF's stored update) at each
+checkpoint in the run folder's ``client-states`` (removed when the run finishes), so a resumed run continues them.
 On a Ray cluster: start it with ``ray start --head`` / ``ray start --address HEAD:6379`` (fedaccel and
 the data on every node) and run with ``RAY_ADDRESS=auto`` on the head. SIGTERM to the whole process
 group (not only to this process) also ends Ray's own processes, and the round with them.
@@ -16,6 +18,7 @@ group (not only to this process) also ends Ray's own processes, and the round wi
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from typing import Any
 from fedaccel.errors import UserError
 from fedaccel.flower import ENV
 from fedaccel.runs.config import Config
+from fedaccel.runs.folder import CLIENT_STATES
 
 for _key, _value in {**ENV, "RAY_DEDUP_LOGS": "0"}.items():
     os.environ.setdefault(_key, _value)
@@ -79,6 +83,9 @@ def simulate(
             backend_config=backend,
         )
     remember_started(backend)
+    states = path / CLIENT_STATES
+    if (path / "summary.json").is_file() and states.is_dir() and not states.is_symlink():
+        shutil.rmtree(states, ignore_errors=True)  # what a resume would need: a finished (or diverged) run has none
     if failures:
         raise failures[0]
     if not (path / "summary.json").is_file():

@@ -37,6 +37,7 @@ OWN_EVENTS = "tensorboard.json"  # the names of the TensorBoard event files feda
 
 
 ERROR_FILE = "error.txt"  # the traceback of the error that stopped the run's rounds (gone once it runs again)
+CLIENT_STATES = "client-states"  # a Flower simulation's clients' part states at its checkpoints, one folder each
 
 
 RUN_FILES = ("config.yaml", METRICS, DIAGNOSTICS, CHECKPOINT, PREVIOUS_CHECKPOINT, "model.pt", "summary.json",

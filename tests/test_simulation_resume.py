@@ -1,0 +1,128 @@
+"""A Flower simulation stopped and resumed continues its clients' part states (SCAFFOLD's c_i): its clients keep
+them in the run folder's ``client-states`` at each checkpoint, as a deployment's nodes keep theirs in their
+``state-dir``. A resumed SCAFFOLD simulation used to start every client's control from zero, and its numbers
+left the uninterrupted run's."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("flwr")
+
+import fedaccel.runs.loop as loop  # noqa: E402
+from fedaccel.errors import UserError  # noqa: E402
+from fedaccel.launch import resume, run  # noqa: E402
+from fedaccel.runs.config import load_config  # noqa: E402
+from fedaccel.runs.stopping import STOP, Interrupted  # noqa: E402
+
+SCAFFOLD = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=dirichlet", "data.split.alpha=0.5",
+            "train.rounds=4", "train.lr=0.1", "train.batch_size=20", "run.progress=false", "algorithm=scaffold",
+            "run.checkpoint_every=1"]
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_resumed_scaffold_simulation_gives_the_uninterrupted_numbers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local = rows(run(load_config(None, SCAFFOLD), tmp_path / "in-process"))
+    metrics = loop._metrics
+
+    def stop_after_round_2(setup, state, report, wall):  # type: ignore[no-untyped-def]
+        row = metrics(setup, state, report, wall)
+        if state.round == 2:
+            STOP.set()  # as Ctrl-C does: the round is checkpointed, then the run stops
+        return row
+
+    monkeypatch.setattr(loop, "_metrics", stop_after_round_2)
+    simulated = tmp_path / "simulated"
+    with pytest.raises(Interrupted):
+        run(load_config(None, [*SCAFFOLD, "run.runtime=flower-simulation"]), simulated)
+    monkeypatch.setattr(loop, "_metrics", metrics)
+    assert [r["round"] for r in rows(simulated)] == [0, 1, 2]
+    kept = simulated / "client-states"
+    assert sorted(p.name for p in kept.iterdir()) == ["client-0", "client-1", "client-2"]
+    assert all((kept / f"client-{i}" / "round-2.pt").is_file() for i in range(3))
+
+    resume(simulated)
+    flower = rows(simulated)
+    assert [r["round"] for r in flower] == [0, 1, 2, 3, 4]
+    for a, b in zip(local, flower):
+        for key in ("test_acc", "test_loss", "train_loss"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
+    assert not kept.exists()  # a finished run resumes nothing: its clients' states are not kept
+
+
+# --- the folder, from someone else maybe ------------------------------------------------------------------------------
+
+kinds = st.sampled_from(["dir", "file", "link"])
+names = st.sampled_from(["client-0", "client-12", "client-x", "round-1.pt", "notes"])
+
+
+def build(root: Path, tree: dict) -> None:
+    """``tree``: name -> (kind, {name: kind}) under ``root``; a link points at a folder outside."""
+    outside = root.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    root.mkdir()
+    for name, (kind, inner) in tree.items():
+        entry = root / name
+        if kind == "link":
+            entry.symlink_to(outside)
+            continue
+        if kind == "file":
+            entry.write_bytes(b"x")
+            continue
+        entry.mkdir()
+        for inner_name, inner_kind in inner.items():
+            target = entry / inner_name
+            if inner_kind == "link":  # to a file that is there: only the link itself gives it away
+                (outside / inner_name).write_bytes(b"x")
+                target.symlink_to(outside / inner_name)
+            elif inner_kind == "file":
+                target.write_bytes(b"x")
+            else:
+                target.mkdir()
+
+
+@settings(max_examples=80, deadline=None)
+@given(tree=st.dictionaries(names, st.tuples(kinds, st.dictionaries(st.sampled_from(["round-1.pt", "round-2.pt", "x"]),
+                                                                    kinds, max_size=2)), max_size=3))
+def test_a_client_states_folder_with_a_link_or_a_stranger_is_refused_before_any_client_hears_of_it(tree: dict) -> None:
+    from fedaccel.flower.server import check_client_states
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "client-states"
+        build(root, tree)
+        plain = all(re.fullmatch(r"client-\d+", name) and kind == "dir" and all(k == "file" for k in inner.values())
+                    for name, (kind, inner) in tree.items())
+        if plain:
+            check_client_states(root)
+        else:
+            with pytest.raises(UserError, match="nothing was written"):
+                check_client_states(root)
+
+
+def test_only_a_simulations_node_takes_a_state_folder_and_only_a_running_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedaccel.flower import client
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("{}")
+    given = str(run_dir / "client-states")
+    assert client.simulation_folder(given) is None  # a deployment's node (no Ray here): the server's word is ignored
+    monkeypatch.setattr(client, "in_simulation", lambda: True)
+    assert client.simulation_folder(given) is None  # no writer holds the run
+    (run_dir / ".lock").write_text("")
+    assert client.simulation_folder(given) == given
+    assert client.simulation_folder(str(tmp_path / "elsewhere")) is None  # not a run's client-states
+    assert client.simulation_folder(str(tmp_path / "client-states")) is None
