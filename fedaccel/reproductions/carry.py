@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fedaccel.disk import fsync_folder
 from fedaccel.errors import ConfigError, UserError, shown
 from fedaccel.reproductions.snapshot import DIVERGED, SUFFIX, pack, read_packed, write_folder
+from fedaccel.runs.rows import summary_text
 
 if TYPE_CHECKING:
     from fedaccel.grids.experiment import Experiment
@@ -165,7 +165,7 @@ def _write_cell(run: Run, summary: dict[str, Any]) -> None:
     """The cell's folder, written aside in the grid folder and renamed into place: whole or absent."""
     with tempfile.TemporaryDirectory(prefix=RESTORING, dir=run.path.parent) as scratch:
         aside = write_folder(dataclasses.replace(run, path=Path(scratch) / run.path.name, summary=None))
-        (aside / SUMMARY).write_text(json.dumps(summary, indent=1), encoding="utf-8")
+        (aside / SUMMARY).write_text(summary_text(summary), encoding="utf-8")
         for file in aside.iterdir():
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())

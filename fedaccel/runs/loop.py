@@ -39,7 +39,7 @@ from fedaccel.runs.checkpoint import continued_parts, save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
 from fedaccel.runs.folder import CHECKPOINT, DIAGNOSTICS, ERROR_FILE, METRICS
-from fedaccel.runs.rows import LOSSES, read_rows
+from fedaccel.runs.rows import LOSSES, read_rows, summary_text
 from fedaccel.runs.setup import Setup, apply_attacks
 from fedaccel.runs.stopping import STOP, Interrupted, clear_stop, signal_name, stop_signals
 
@@ -370,19 +370,7 @@ def write_summary(path: Path, rounds: int, final: dict[str, Any], *, finished: b
         summary["parts"] = parts
     if diverged is not None:
         summary.update(diverged=True, diverged_round=diverged)
-    write_atomic(path / "summary.json", json.dumps(finite_or_null(summary), indent=1, allow_nan=False))
-
-
-def finite_or_null(value: Any) -> Any:
-    """``value`` with every NaN or infinite float as None: ``summary.json`` is standard JSON (a diverged run's last
-    row holds NaN losses, which JavaScript's and jq's readers refuse; ``"diverged": true`` says what they were)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(v) for v in value]
-    return value
+    write_atomic(path / "summary.json", summary_text(summary))
 
 
 def repair_checkpoint_row(setup: Setup, state: FLState, path: Path, metrics_file: Any, wall: float) -> dict[str, Any]:

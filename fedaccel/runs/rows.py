@@ -12,6 +12,7 @@ left by a kill, and is refused naming its line: nothing is deleted to get past i
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -222,3 +223,20 @@ def check_no_gap(file: Path, rows: list[dict], every: Any, *, through: int | Non
             f"{file}: round {due} is missing (eval.every = {every}){' and more' if more else ''}; "
             "its rows were lost: resume the run from an earlier checkpoint or run it again"
         )
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite float as None: ``summary.json`` is standard JSON (a diverged run's last
+    row holds NaN losses, which JavaScript's and jq's readers refuse; ``"diverged": true`` says what they were)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """``summary.json``'s text: standard JSON (:func:`finite_or_null`)."""
+    return json.dumps(finite_or_null(summary), indent=1, allow_nan=False)
