@@ -499,9 +499,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if not Path(args.file).exists():
         raise UserError(f"experiment file {args.file} not found")
     with said_if_slow(f"reading {args.file} (its cells' configs: torch loads)", quiet=args.no_progress):
-        from fedaccel.grids.experiment import load_experiment, run_experiment
+        from fedaccel.grids.experiment import load_experiment, run_experiment, seeds_note
 
         experiment = load_experiment(args.file, args.set)
+    if note := seeds_note(experiment):
+        print(note, file=sys.stderr, flush=True)
     if args.out:
         experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
     ray = ray_options(args)

@@ -528,6 +528,24 @@ class CellsFailed(UserError):
         self.result = result
 
 
+def seeds_note(experiment: Experiment) -> str:
+    """One line before a grid with claims runs, where its seeds are too few for any verdict: a claim pairs at most
+    the grid's seeds (less its ``tuning_seeds``), and its exact two-sided test's p is at least 2 / 2^n, above 0.05
+    for n < 6; so every verdict would be inconclusive, whatever the runs give. Empty otherwise."""
+    from fedaccel.report.statistics import ALPHA, smallest_p
+
+    if not experiment.claims:
+        return ""
+    seeds = sorted({config.run.seed for _, config in experiment.cells} - set(experiment.tuning_seeds))
+    n = len(seeds)
+    if smallest_p(n) <= ALPHA:
+        return ""
+    enough = next(k for k in range(n + 1, 64) if smallest_p(k) <= ALPHA)
+    return (f"note: the claims of {experiment.name} pair at most {n} seed(s): with {n} pairs the exact two-sided "
+            f"tests' smallest p is {smallest_p(n):.3g}, above {ALPHA:g}, so every verdict can only be inconclusive; "
+            f"{enough} judged seeds can decide one (add run.seed values now, before any verdict is seen)")
+
+
 def cell_palette(experiment: Experiment, runs: list[Any], ignore: tuple[str, ...] = ()) -> Palette:
     """The colours of the experiment's methods, from every cell in grid order (a run's own config where
     it ran), as ``plot`` of its folder draws them (:func:`fedaccel.grids.view.grid_view`)."""
