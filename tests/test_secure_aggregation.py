@@ -7,6 +7,7 @@ One round of FedAvg on digits, 3 clients, on Flower's simulation engine: a plain
 
 from __future__ import annotations
 
+import logging
 import copy
 import json
 from pathlib import Path
@@ -176,8 +177,11 @@ def bound(x: np.ndarray, sizes: np.ndarray, top: float | None = None) -> np.ndar
     (["algorithm=fedavgm"], frozenset()),  # a server optimiser (momentum: linear in the step, so the bound holds)
     ([], frozenset({2})),  # client 2 drops out after sharing its keys: the others' sum, its masks removed
 ])
-def test_secagg_on_the_servers_code_path_gives_the_plain_mean_of_those_summed(overrides, silent, monkeypatch) -> None:
-    setup, state, grid, report = secure_round([*overrides, SECURE], silent, monkeypatch)
+def test_secagg_on_the_servers_code_path_gives_the_plain_mean_of_those_summed(overrides, silent, monkeypatch,
+                                                                             caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        setup, state, grid, report = secure_round([*overrides, SECURE], silent, monkeypatch)
+    assert "strategy sampled 3 clients (out of 3)" in caplog.text  # was "(out of 0)": an empty client manager
     summed = [i for i in range(3) if i not in silent]
     w_plain, x, sizes = plain_round(setup, summed)
     error = np.abs(state.w.double().numpy() - w_plain.double().numpy())

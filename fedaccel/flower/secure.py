@@ -29,6 +29,7 @@ from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_pa
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.client_manager import SimpleClientManager
 from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
@@ -106,8 +107,11 @@ def secure_mean(grid: Any, exchange: Exchange, settings: SecureAggregation, weig
     strategy = OneRound(proxies, weights, settings.clipping_range)
     state = RecordDict({MAIN_CONFIGS_RECORD: ConfigRecord({Key.CURRENT_ROUND: round_ + 1}),
                         MAIN_PARAMS_RECORD: ArrayRecord()})
+    manager = SimpleClientManager()  # the workflow logs how many it sampled "out of" the manager's (0 when empty)
+    for proxy in proxies.values():
+        manager.register(proxy)
     context = LegacyContext(Context(run_id=run_id, node_id=0, node_config={}, state=state, run_config={}),
-                            strategy=strategy)
+                            strategy=strategy, client_manager=manager)
     workflow = SecAggPlusWorkflow(
         num_shares=settings.num_shares, reconstruction_threshold=settings.reconstruction_threshold,
         max_weight=float(max(weights.values())), clipping_range=settings.clipping_range,
