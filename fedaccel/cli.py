@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedaccel.errors import UserError, check_png_output, shown
+from fedaccel.errors import UserError, check_png_output, disk_full, shown, too_large
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,16 +104,6 @@ def reader_gone() -> int:
     return 1
 
 
-# what torch.save's C++ writer says when a write fails (it does not pass on the errno)
-WRITE_FAILED = ("No space left", "iostream error", "file write failed", "unexpected pos")
-
-
-def disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is a write that failed for want of space (ENOSPC, a quota, torch's writer)."""
-    if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in WRITE_FAILED)
-
 
 #: What to do about a file-system error, by errno (the cause itself is the system's words, ``strerror``).
 OS_ERROR_ADVICE = {
@@ -132,11 +122,6 @@ def os_error_message(exc: OSError) -> str:
     cause = (exc.strerror or type(exc).__name__).rstrip(".")
     advice = OS_ERROR_ADVICE.get(exc.errno) if exc.errno is not None else None
     return f"{where}: {cause}" + (f"; {advice}" if advice else "") + " (--debug shows where)"
-
-
-def too_large(exc: BaseException) -> bool:
-    """Whether ``exc`` is a write past the process's file-size limit (``ulimit -f``: EFBIG)."""
-    return isinstance(exc, OSError) and exc.errno == errno.EFBIG
 
 
 def too_large_message(exc: OSError) -> str:

@@ -17,6 +17,26 @@ class DataError(UserError):
     """A missing, truncated or corrupted dataset file."""
 
 
+# what torch.save's C++ writer says when a write fails (it does not pass on the errno)
+WRITE_FAILED = ("No space left", "iostream error", "file write failed", "unexpected pos")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that failed for want of space (ENOSPC, a quota, torch's writer)."""
+    import errno
+
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in WRITE_FAILED)
+
+
+def too_large(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write past the process's file-size limit (``ulimit -f``: EFBIG)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno == errno.EFBIG
+
+
 SHOWN = 200  # characters of a user's value an error message prints at most
 LISTED = 10  # names a "known: ..." list prints at most
 

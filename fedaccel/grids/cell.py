@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedaccel.errors import UserError
+from fedaccel.errors import UserError, disk_full, too_large
 from fedaccel.runs.config import Config
 from fedaccel.runs.folder import ERROR_FILE
 from fedaccel.runs.lifetime import die_with_parent
@@ -124,8 +124,6 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
 def stops_every_cell(exc: BaseException) -> bool:
     """An error no other cell would escape: a full disk, a quota, a file-size limit (the grid stops with the
     command's own line for it)."""
-    from fedaccel.cli import disk_full, too_large
-
     return disk_full(exc) or too_large(exc)
 
 
