@@ -19,8 +19,8 @@ rate is measured beside each repeat (the machine's speed drifts between repeats)
 the median of the per-repeat shares, and the share of the best rate seen is printed beside it. The
 equality check runs one round of both in float64 (relative gap at most 1e-9): in float32 the two
 round differently (hand-written gradients, other summation orders, more threads' split reductions) and
-this early training amplifies that. ``--smoke``: 500 samples, one repeat, to check that the script runs (its
-figures then mean nothing).
+this early training amplifies that. ``--smoke``: 250 samples (one step a client), one repeat, to check that the
+script runs (its figures then mean nothing).
 """
 
 from __future__ import annotations
@@ -135,10 +135,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (pinned)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--smoke", action="store_true",
-                        help="smallest size: 500 samples, 1 repeat (a test, not a measurement)")
+                        help="smallest size: 250 samples, 1 repeat (a test, not a measurement)")
     args = parser.parse_args()
     if args.smoke:
-        args.samples, args.repeats = 500, 1
+        args.samples, args.repeats = 250, 1  # 50 samples a client: one step of batch 50 a round
     torch.set_num_threads(args.threads)
 
     data = load_dataset("fashion-mnist", subset=args.samples, test_subset=500)

@@ -9,7 +9,7 @@ server step cost what the first such group costs, measured once across the grids
 
     python benchmarks/paper_estimate.py --device cuda [--grids svm_cases,svm_case2,fig3_alpha,cnn_case2]
     python benchmarks/paper_estimate.py --device cuda --stack-arms   # as `fedaccel experiment --stack-arms` runs them
-    python benchmarks/paper_estimate.py --smoke    # fig3_alpha, 2 seeds, 1 and 2 rounds, on the CPU: a test
+    python benchmarks/paper_estimate.py --smoke    # fig3_alpha, 2 seeds, 1 and 2 rounds, 1,000 samples, on the CPU
     python benchmarks/paper_estimate.py --smoke --stack-arms   # 8 of fig3_alpha's runs, 1,000 samples each: a test
 """
 
@@ -60,6 +60,7 @@ def main() -> None:
         arms_estimates(args, ("data.subset=1000",) if args.smoke else ())
         return
     r1, r2 = (int(r) for r in args.rounds.split(","))
+    more = ("data.subset=1000",) if args.smoke else ()  # the smoke's small data
     measured: dict[str, tuple[float, float]] = {}  # method -> (seconds a round, fixed seconds)
     for grid in args.grids.split(","):
         path = PAPER / f"{grid}.yaml"
@@ -76,15 +77,16 @@ def main() -> None:
                 f"/{spec['selection']}" if "selection" in spec else "") + (f"/{spec['variant']}" if "variant" in spec else "")
             by_method.setdefault(method, []).append(n)
         total = 0.0
-        if not measured:  # untimed: the process's first run pays CUDA's and the data's start (on an H200 the
-            # first method measured came out at 0 s a round without it: t(R2) < t(R1))
+        if not measured and not args.smoke:  # untimed: the process's first run pays CUDA's and the data's start (on
+            # an H200 the first method measured came out at 0 s a round without it: t(R2) < t(R1)); not at smoke size,
+            # whose figures mean nothing
             with tempfile.TemporaryDirectory() as scratch:
                 timed_group(path, 0, r1, args.device, args.seeds, Path(scratch))
         for method, members in by_method.items():
             if method not in measured:
                 with tempfile.TemporaryDirectory() as scratch:
-                    t1 = timed_group(path, members[0], r1, args.device, args.seeds, Path(scratch) / "a")
-                    t2 = timed_group(path, members[0], r2, args.device, args.seeds, Path(scratch) / "b")
+                    t1 = timed_group(path, members[0], r1, args.device, args.seeds, Path(scratch) / "a", more=more)
+                    t2 = timed_group(path, members[0], r2, args.device, args.seeds, Path(scratch) / "b", more=more)
                 rate = max(t2 - t1, 0.0) / (r2 - r1)
                 measured[method] = (rate, max(t1 - r1 * rate, 0.0))
             rate, fixed = measured[method]
@@ -106,7 +108,8 @@ def arms_estimates(args: argparse.Namespace, more: tuple[str, ...] = ()) -> None
         todo = [(k, name, config, Path(name)) for k, (name, config) in enumerate(experiment.cells, start=1)]
         groups = _seed_groups(todo, free)
         with tempfile.TemporaryDirectory() as scratch:
-            timed_group(path, 0, r1, args.device, args.seeds, Path(scratch) / "warm", free, more)  # the start
+            if not args.smoke:  # untimed: the start (not at smoke size, whose figures mean nothing)
+                timed_group(path, 0, r1, args.device, args.seeds, Path(scratch) / "warm", free, more)
             t1 = timed_group(path, 0, r1, args.device, args.seeds, Path(scratch) / "a", free, more)
             t2 = timed_group(path, 0, r2, args.device, args.seeds, Path(scratch) / "b", free, more)
         rate = max(t2 - t1, 0.0) / (r2 - r1)
