@@ -10,10 +10,19 @@ elsewhere warns as numpy would.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
-import numpy as np
+# One OpenMP thread (torch's intra-op threads, numpy's BLAS) in the test processes and in every process they start,
+# which inherit it: CLI runs, benchmark scripts, experiment workers, Flower's and Ray's processes. The suite runs a
+# worker per core, so a second thread only ever waits for a busy core, spinning: with two, tests/test_lean_step.py
+# took 39 s of CPU on an idle 2-core machine (26 s with one) and 350 s beside another suite (29 s). Set before
+# numpy and torch load (they read it once); a run still sets its own (fedaccel.runs.loop.choose_threads), and a
+# test that needs more threads asks for them (tests/test_fedgsnr.py). An explicit OMP_NUM_THREADS is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 import pytest
 
 

@@ -137,7 +137,8 @@ def test_the_servers_scores_by_blocks_of_coordinates_are_the_whole_vectors(k: in
 
 def test_the_servers_scores_run_numpys_blas_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """client_scores' matrix products (numpy's BLAS) run on one thread, inside the call only (OpenBLAS's idle
-    threads would spin on the cores torch trains on next), whatever torch's threads."""
+    threads would spin on the cores torch trains on next), whatever torch's threads. BLAS is given two threads
+    first: the suite runs with one (tests/conftest.py), where the limit would have nothing to do."""
     import threadpoolctl
 
     def blas() -> list[int]:
@@ -150,16 +151,19 @@ def test_the_servers_scores_run_numpys_blas_on_one_thread(monkeypatch: pytest.Mo
         seen.extend(blas())
         return einsum(*args, **kwargs)
 
-    before = blas()
     monkeypatch.setattr(np, "einsum", spy)
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(2)
-        client_scores([torch.ones(5), torch.zeros(5)], [torch.ones(5), torch.ones(5)], np.array([0.5, 0.5]), 4)
+        with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+            before = blas()
+            torch.set_num_threads(2)
+            client_scores([torch.ones(5), torch.zeros(5)], [torch.ones(5), torch.ones(5)], np.array([0.5, 0.5]), 4)
+            after = blas()
     finally:
         torch.set_num_threads(threads)
+    assert before and set(before) == {2}, before  # what the call found
     assert seen and set(seen) == {1}
-    assert blas() == before
+    assert after == before
 
 
 finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
