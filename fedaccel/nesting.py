@@ -21,6 +21,7 @@ _MARKS[[ord(c) for c in '[]{}"']] = True
 _STEP = np.zeros(256, dtype=np.int64)  # what each changes the depth by
 _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
+_NOT_MARKS = bytes(b for b in range(256) if not _MARKS[b])  # deleted by bytes.translate: the marks are left
 
 
 def nesting_depth(text: str) -> int:
@@ -29,6 +30,11 @@ def nesting_depth(text: str) -> int:
     after an odd run of backslashes is escaped: it neither opens nor closes a string). Counted on the text,
     every value counts, a duplicate key's dropped one included."""
     data = text.encode("utf-8", "surrogatepass")
+    if b"\\" not in data:  # no escaped quote: the marks alone, in order, say it (one C pass keeps them: a packed
+        # grid's record of 1.7 MB took 3x longer through the positions of every byte)
+        marks = np.frombuffer(data.translate(None, _NOT_MARKS), dtype=np.uint8)
+        outside = np.cumsum(marks == ord('"')) % 2 == 0
+        return int(np.cumsum(_STEP[marks] * outside).max(initial=0))
     code = np.frombuffer(data, dtype=np.uint8)
     at = np.flatnonzero(_MARKS[code])
     marks = code[at]
