@@ -11,8 +11,12 @@ workers are sized by their share of it (:func:`backend_config`), so a first simu
 client does not leave a one-CPU Ray to the next. It passes objects of up to :data:`INLINE_BYTES`
 inline with a task, as Ray passes small ones (Ray's default, 100 KiB, sends a 2NN's 358 KB model
 through its shared-memory store: 9.3 ms a round trip against 3.8 ms inline, measured here; a
-ClientApp message goes out and comes back every round). Pinned to flwr 1.42 (``RayBackend`` is not
-public API): if it is gone, nothing is patched and Ray restarts per simulation, as in Flower.
+ClientApp message goes out and comes back every round). It prestarts no worker for its first driver:
+Ray starts one per CPU, plain, but Flower's backend starts Ray with a runtime environment (its
+``PYTHONPATH``), so the ClientApp actors get workers of their own and the prestarted ones only
+started, sat idle and were stopped (two interpreters importing Ray, ~2 s of CPU a start on 2 cores).
+Pinned to flwr 1.42 (``RayBackend`` is not public API): if it is gone, nothing is patched and Ray
+restarts per simulation, as in Flower.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ def backend_config(clients: int, workers: int | None = None) -> dict[str, Any]:
         cores = int(ray.cluster_resources().get("CPU", cores))
     share = math.floor(cores / (workers or min(cores, clients)) * 1e4) / 1e4  # Ray counts 1e-4 CPUs
     init = {} if ray.is_initialized() else {"num_cpus": cores, "include_dashboard": False,
-                                            "_system_config": {"max_direct_call_object_size": INLINE_BYTES}}
+                                            "_system_config": {"max_direct_call_object_size": INLINE_BYTES,
+                                                               "prestart_worker_first_driver": False}}
     return {"client_resources": {"num_cpus": share, "num_gpus": 0.0}, "init_args": init}
 
 
