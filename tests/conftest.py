@@ -21,6 +21,11 @@ import warnings
 # numpy and torch load (they read it once); a run still sets its own (fedaccel.runs.loop.choose_threads), and a
 # test that needs more threads asks for them (tests/test_fedgsnr.py). An explicit OMP_NUM_THREADS is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# pytest keeps its rewrite of each test module's asserts as bytecode (tests/__pycache__/*-pytest-*.pyc, ignored by
+# git) unless bytecode is not written: where PYTHONDONTWRITEBYTECODE is set (as `make bytecode` says, an editable
+# install's habit) every worker rewrote every test module at every run, 6-9 s of CPU each on 2 cores. Here only,
+# for this process's imports (the test modules come after this file); what the tests start is left as it is.
+sys.dont_write_bytecode = False
 
 import numpy as np  # noqa: E402
 import pytest
