@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -286,6 +286,8 @@ def every_rule() -> list[Any]:
     arrays(np.float64, (n, 3), elements=st.integers(-4, 4).map(float)),
     st.lists(st.integers(1, 50).map(float), min_size=n, max_size=n),
     st.permutations(list(range(n))))))
+@example((np.array([[0.0, 0.0, 1.0] if i in (3, 4) else [0.0, 0.0, 0.0] for i in range(10)]),  # a full run found it:
+          [1.0] * 3 + [1.0, 2.0] + [1.0] * 5, [0, 1, 2, 4, 3, 5, 6, 7, 8, 9]))  # one update twice, two sample counts
 def test_every_rule_is_blind_to_the_order_of_the_uploads(case: tuple[np.ndarray, list[float], list[int]]) -> None:
     """The same updates (with their sample counts) in another upload order aggregate to the same vector. Small
     integers make every distance exact, so scores tie often: the ties go by the updates' values, never their

@@ -114,10 +114,12 @@ def krum_scores(distances: Tensor, f: int, variant: str) -> Tensor:
     return others.sort(dim=1).values[:, :k].sum(dim=1)
 
 
-def lowest(scores: Tensor, m: int, rows: Tensor, then: Tensor | None = None) -> list[int]:
+def lowest(scores: Tensor, m: int, rows: Tensor, then: Tensor | None = None,
+           weights: Sequence[float] | None = None) -> list[int]:
     """The indices of the m smallest scores. Equal scores go by ``then`` (Krum: the sum of squared distances to
     every other update, the one nearer the rest), then by the ``rows``' values (the first coordinate where two
-    differ decides): the choice never depends on the order of the rows."""
+    differ decides), then by ``weights`` where the chosen rows are weighted (the same update twice with two sample
+    counts): the choice never depends on the order of the rows."""
     keys = [[v if v == v else math.inf for v in x.tolist()] for x in (scores, scores if then is None else then)]
 
     def before(i: int, j: int) -> int:
@@ -126,16 +128,19 @@ def lowest(scores: Tensor, m: int, rows: Tensor, then: Tensor | None = None) -> 
                 return -1 if key[i] < key[j] else 1
         differ = torch.nonzero(rows[i] != rows[j])
         if not differ.numel():
-            return 0  # the same update twice: either is the same choice
+            if weights is None or weights[i] == weights[j]:
+                return 0  # the same update twice, of one weight: either is the same choice
+            return -1 if weights[i] < weights[j] else 1
         k = int(differ[0, 0])
         return -1 if bool(rows[i][k] < rows[j][k]) else 1
 
     return sorted(range(len(keys[0])), key=functools.cmp_to_key(before))[:m]
 
 
-def krum_lowest(distances: Tensor, f: int, variant: str, m: int, rows: Tensor) -> list[int]:
+def krum_lowest(distances: Tensor, f: int, variant: str, m: int, rows: Tensor,
+                weights: Sequence[float] | None = None) -> list[int]:
     """The m rows with the lowest Krum scores (ties: :func:`lowest`)."""
-    return lowest(krum_scores(distances, f, variant), m, rows, distances.sum(dim=1))
+    return lowest(krum_scores(distances, f, variant), m, rows, distances.sum(dim=1), weights)
 
 
 def _check_f(name: str, f: int) -> None:
@@ -200,7 +205,9 @@ def multikrum(*, f: int = 1, m: int | None = None, variant: str = "paper", serve
 def _multikrum_rule(f: int, m: int | None, variant: str) -> Rule:
     def rule(stacked: Tensor, updates: Sequence[ClientUpdate]) -> Tensor:
         n = stacked.shape[0]
-        keep = krum_lowest(squared_distances(stacked), f, variant, min(n, max(1, n - f) if m is None else m), stacked)
+        weighted = [u.weight for u in updates] if variant == "flower" else None
+        keep = krum_lowest(squared_distances(stacked), f, variant, min(n, max(1, n - f) if m is None else m), stacked,
+                           weighted)
         if variant == "flower":  # Flower averages the chosen updates by their sample counts
             weights = renormalised_weights([updates[i] for i in keep])
             return sum((stacked[i] * p for i, p in zip(keep, weights, strict=True)), torch.zeros_like(stacked[0]))
