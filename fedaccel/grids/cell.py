@@ -121,6 +121,16 @@ def run_cell(config: Config, run_dir: Path, progress: bool | None, threads: int 
             _worker_stopped = True
 
 
+def cell_failure(config: Config, run_dir: Path, progress: bool | None, threads: int | None = None
+                 ) -> CellFailed | None:
+    """:func:`run_cell`, its own failure returned rather than raised (None: it ran, or diverged)."""
+    try:
+        run_cell(config, run_dir, progress, threads)
+    except CellFailed as failure:
+        return failure
+    return None
+
+
 def stops_every_cell(exc: BaseException) -> bool:
     """An error no other cell would escape: a full disk, a quota, a file-size limit (the grid stops with the
     command's own line for it)."""

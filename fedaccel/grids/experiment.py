@@ -41,7 +41,7 @@ import yaml
 
 from fedaccel.disk import refuse_planted_links, temp_name
 from fedaccel.errors import ConfigError, UserError, listed, nearest_names, shown, spelled
-from fedaccel.grids.cell import CellFailed, Failures, run_cell, verb
+from fedaccel.grids.cell import CellFailed, Failures, cell_failure, run_cell, verb
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.grids.same_grid import check_same_grid
 from fedaccel.runs.names import values_named
@@ -488,12 +488,8 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
                 for k, name, config, run_dir in todo:
                     _no_stop_since(requests, experiment.out_dir)
                     report.start(k, name, run_dir, config.train.rounds, verb=verb(run_dir), follow=False)
-                    try:
-                        run_cell(config, run_dir, report.cell_bar(name, progress))
-                    except CellFailed as failure:
-                        failed.group([(k, name)], [failure])
-                        continue
-                    report.end(k, name)
+                    failure = cell_failure(config, run_dir, report.cell_bar(name, progress))
+                    failed.group([(k, name)], [failure] if failure else [])
             else:
                 run_cells_in_parallel(todo, workers, report, failed)
     finally:
@@ -633,11 +629,6 @@ def _run_seed_group(group: list[tuple[int, str, Config, Path]], report: GridProg
         return [error for error in errors if isinstance(error, CellFailed)]
     # an error in the stacked step reaches every member: each failed run goes on alone, from its checkpoint, so
     # only the one whose own work raises fails (another method's, or another seed's, does not fail it)
-    alone = []
-    for _, name, config, run_dir in group:
-        if name in failed:
-            try:
-                run_cell(config, run_dir, False, torch_threads)
-            except CellFailed as failure:
-                alone.append(failure)
-    return alone
+    alone = [cell_failure(config, run_dir, False, torch_threads) for _, name, config, run_dir in group
+             if name in failed]
+    return [failure for failure in alone if failure is not None]

@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fedaccel.grids.cell import CellFailed, Failures, init_worker, run_cell, verb
+from fedaccel.grids.cell import CellFailed, Failures, cell_failure, init_worker, verb
 from fedaccel.grids.suspend import suspending
 from fedaccel.runs.config import Config
 
@@ -30,11 +30,8 @@ def run_one_cell(cells: list[Cell]) -> list[CellFailed]:
     """A pool task of one cell (:func:`run_cells_in_parallel`'s default ``job``), one torch thread; returns its
     failure, if it failed."""
     ((_, _, config, run_dir),) = cells
-    try:
-        run_cell(config, run_dir, False, 1)
-    except CellFailed as failure:
-        return [failure]
-    return []
+    failure = cell_failure(config, run_dir, False, 1)
+    return [failure] if failure else []
 
 
 def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, failed: Failures, *,

@@ -189,9 +189,7 @@ def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s
             "resumed": (path / "config.yaml").is_file(), "skipped": (path / "summary.json").is_file()}
     if not info["skipped"]:
         cell._worker_stopped = False  # a Ray worker process runs task after task
-        try:
-            cell.run_cell(config, path, False, threads)
-        except cell.CellFailed as failure:
+        if failure := cell.cell_failure(config, path, False, threads):
             info["failed"] = failure
     return info
 
