@@ -678,14 +678,17 @@ def cmd_split_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from fedaccel.reproductions.reproduce import plan, reproduce
+    from fedaccel.reproductions.reproduce import ExperimentsFailed, plan, reproduce
 
     if args.plan:
         print(plan(args.paper, args.scale))
         return 0
-
-    report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
-                       workers=args.workers, ray=ray_options(args), render_only=args.render_only)
+    try:
+        report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,
+                           workers=args.workers, ray=ray_options(args), render_only=args.render_only)
+    except ExperimentsFailed as exc:  # as a grid with failed cells: the rest ran, exit status 1
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"report: {report}")
     return 0
 

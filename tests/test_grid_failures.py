@@ -138,3 +138,35 @@ def test_a_plain_run_that_raises_keeps_its_traceback_and_loses_it_when_resumed(
     monkeypatch.delenv("BREAK")
     assert main(["run", "--resume", str(out)]) == 0
     assert not (out / "error.txt").exists() and (out / "summary.json").is_file()
+
+
+def test_a_reproduction_runs_every_experiment_past_a_failed_cell_and_draws_its_report_once_fixed(
+        breaking: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Two experiment files stand in for a paper's, the first with the failing cell: the second still runs and is
+    packed, the report is not drawn, the exit status is 1 with the rerun command; rerun once fixed, the first
+    resumes and the report is drawn."""
+    from functools import partial
+
+    import fedaccel.reproductions.reproduce as reproduce_module
+    from fedaccel.reproductions.snapshot import SUFFIX
+
+    folder = tmp_path / "experiments" / "bherd" / "quick"
+    folder.mkdir(parents=True)
+    grid = yaml.safe_load(breaking.read_text())
+    for stem, mus in (("first", [1.0]), ("second", [0.1])):
+        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump(
+            {"base": grid["base"], "grid": {"algorithm.mu": mus, "run.seed": [0, 1]}}))
+    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
+    docs = tmp_path / "docs"
+    monkeypatch.setattr(reproduce_module, "reproduce", partial(reproduce_module.reproduce, docs=docs,
+                                                               out_root=tmp_path / "runs"))
+    data = docs / "bherd" / "data"
+    assert main(["reproduce", "bherd", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: 1 of 2 experiments had failed cells, so the report was not drawn (first: 1 "
+                              f"cell(s) ({FAILING})") and "run `fedaccel reproduce bherd` again" in err[-1], err[-1]
+    assert (data / f"second{SUFFIX}").is_file() and not (data / f"first{SUFFIX}").exists()
+    assert not list(docs.glob("*.md"))
+    monkeypatch.delenv("BREAK")
+    assert main(["reproduce", "bherd", "--no-progress"]) == 0
+    assert (data / f"first{SUFFIX}").is_file() and list(docs.glob("*.md"))

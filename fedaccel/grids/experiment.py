@@ -522,6 +522,7 @@ class CellsFailed(UserError):
                          f"keeps the finished cells and resumes these (one whose method's code you changed must start "
                          f"again: delete its folder)")
         self.result = result
+        self.cells = cells
 
 
 def seeds_note(experiment: Experiment) -> str:

@@ -122,7 +122,7 @@ def reproduce(
     ``render_only``), pack their runs beside the report, then draw the report and its figures from
     the packed data; returns the report path. ``workers`` and ``ray``
     (:class:`fedaccel.grids.ray_tasks.RayOptions`) as for :func:`run_experiment`."""
-    from fedaccel.grids.experiment import load_experiment, run_experiment
+    from fedaccel.grids.experiment import CellsFailed, load_experiment, run_experiment
     from fedaccel.grids.progress import GridProgress, rounds_left
     from fedaccel.reproductions.snapshot import SUFFIX, pack
 
@@ -138,14 +138,36 @@ def reproduce(
             if not (e.out_dir / name / "summary.json").is_file()]
     report = GridProgress(len(todo), bars=False if progress is False else None,  # one bar over every experiment's cells
                           rounds=rounds_left(todo))
+    failed: list[tuple[str, CellsFailed]] = []
     try:
         for index, (file, experiment) in enumerate(experiments, start=1):
             report.place = (index, len(experiments))
-            result = run_experiment(experiment, progress=progress, workers=workers, ray=ray, report=report)
+            try:
+                result = run_experiment(experiment, progress=progress, workers=workers, ray=ray, report=report)
+            except CellsFailed as exc:  # its finished cells wait in its folder; the next experiment runs
+                failed.append((file.stem, exc))
+                continue
             pack(result.run_dirs, data / f"{file.stem}{SUFFIX}")
     finally:
         report.close()
+    if failed:
+        raise ExperimentsFailed(_command(paper, scale) + (" --only " + " ".join(only) if only else ""), failed,
+                                len(experiments))
     return render(paper, scale, docs=docs, say=None if progress is False else say_on_stderr)
+
+
+class ExperimentsFailed(UserError):
+    """Experiments of a reproduction with failed cells, after every experiment ran: the others are packed, the
+    report is not drawn (it would mix this run's data with the committed data of these)."""
+
+    def __init__(self, command: str, failed: Sequence[tuple[str, Any]], total: int) -> None:
+        named = "; ".join(f"{stem}: {len(exc.cells)} cell(s) ({', '.join(exc.cells[:3])}"
+                          f"{' and more' if len(exc.cells) > 3 else ''})" for stem, exc in failed)
+        super().__init__(f"{len(failed)} of {total} experiments had failed cells, so the report was not drawn "
+                         f"({named}): each cell's line is above, its traceback in its folder's error.txt; the "
+                         f"other experiments are packed; fix the cause and run `{command}` again: it keeps the "
+                         f"finished cells and resumes these")
+        self.failed = [stem for stem, _ in failed]
 
 
 def say_on_stderr(line: str) -> None:
