@@ -516,12 +516,16 @@ def test_stacked_seeds_of_one_dataset_gather_from_one_copy_with_each_seeds_numbe
     (tmp_path / "same.yaml").write_text(yaml.safe_dump(spec))
     run_experiment(load_experiment(tmp_path / "same.yaml", overrides), progress=False, stack_seeds=True)
     assert copies == [1, 1]
-    def losses(run_dir: Any) -> list[float]:
-        return [json.loads(line)["test_loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    def rows(run_dir: Any) -> list[tuple[float, float]]:
+        return [(row["test_acc"], row["test_loss"]) for row in map(json.loads, (run_dir / "metrics.jsonl").open())]
 
     for seed in (0, 1, 2):
         alone = run(load_config(None, [*overrides, f"run.seed={seed}"]), tmp_path / f"alone{seed}")
-        assert losses(tmp_path / "stacked" / f"run.seed={seed}") == losses(alone)
+        for (acc, loss), (acc_alone, loss_alone) in zip(rows(tmp_path / "stacked" / f"run.seed={seed}"), rows(alone),
+                                                        strict=True):
+            # alone, the softmax runs in process: stacked, its batched matmuls sum in another order on some CPUs
+            # (equal bits on AMD's AVX2, 2e-8 apart on Intel's AVX-512), as the separate runs above
+            assert acc == acc_alone and loss == pytest.approx(loss_alone, rel=1e-5)
 
 
 @settings(max_examples=60, deadline=None)
