@@ -38,8 +38,7 @@ from fedaccel.launch import run
 from fedaccel.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedaccel.runs.config import load_config
 from fedaccel.runs.folder import CHECKPOINT, PREVIOUS_CHECKPOINT
-from fedaccel.runs.rows import (CLIENT_SCORES, MAX_DEPTH, MAX_INT_DIGITS, MAX_STEPS, _count, _counts,
-                                check_diagnostics, client_value_fits, parse_json)
+from fedaccel.runs.rows import MAX_DEPTH, MAX_INT_DIGITS, _count, _counts, parse_json
 
 ROUNDS = 6
 PEAK_BYTES = 64 * 2**20  # Python memory a refusal may take (a set of 10^8 rounds took 6 GB)
@@ -327,53 +326,6 @@ def test_a_list_of_counts_is_checked_as_each_count_would_be(values: list[Any]) -
     """What JSON gives (ints, booleans, floats such as 3.0, null, text): the list's check in C agrees with the check
     of each item."""
     assert _counts(values, 10) == all(_count(v, 10) for v in values)
-
-
-_DIAG_VALUE = (st.integers(-2, 3) | st.sampled_from([MAX_STEPS - 1, MAX_STEPS, MAX_STEPS + 1]) | st.booleans()
-               | st.none() | st.floats(allow_nan=True) | st.text(max_size=2))
-_DIAG_VALUES = _DIAG_VALUE | st.lists(_DIAG_VALUE, max_size=4) | st.dictionaries(st.text(max_size=2), _DIAG_VALUE,
-                                                                                 max_size=2)
-_FITTING = {"selected": st.lists(st.integers(0, MAX_STEPS - 1), max_size=4), "tau": st.integers(0, MAX_STEPS),
-            **{key: st.none() | st.integers() | st.floats(allow_nan=True) for key in CLIENT_SCORES},
-            "memory_bytes": _DIAG_VALUES}
-
-
-_MISFITS = {"selected": st.lists(_DIAG_VALUE, min_size=1, max_size=4) | _DIAG_VALUE, "memory_bytes": _DIAG_VALUES}
-
-
-def _mostly_fitting(key: str) -> st.SearchStrategy[Any]:
-    """A value for ``key``: three times in four one that fits, so that a row's one misfit is often its only one."""
-    return st.sampled_from([_FITTING[key]] * 3 + [_MISFITS.get(key, _DIAG_VALUES)]).flatmap(lambda values: values)
-
-
-_CLIENT_VALUES = st.lists(st.sampled_from(sorted(_FITTING)), unique=True, max_size=6).flatmap(
-    lambda keys: st.fixed_dictionaries({key: _mostly_fitting(key) for key in keys}))
-
-
-@settings(max_examples=300, deadline=None)
-@example(clients={"0": {"selected": [0, 1], "tau": 2}, "1": {"selected": [0, -1]}}, scores={})  # each misfit alone
-@example(clients={"0": {"selected": [0, 1], "tau": 2}, "1": {"selected": 3}}, scores={})
-@example(clients={"0": {"tau": 2}, "1": {"tau": True}}, scores={})
-@example(clients={"0": {"gsnr": 1.5, "distance": None}}, scores={"n": {"0": 2, "1": "x"}})
-@example(clients={"0": {"selected": [0], "steps": [1.0]}}, scores={})
-@given(clients=st.dictionaries(st.text(max_size=2), _CLIENT_VALUES, max_size=4),
-       scores=st.dictionaries(st.sampled_from(CLIENT_SCORES), st.dictionaries(
-           st.text(max_size=2), _FITTING["gsnr"] | _DIAG_VALUES, max_size=3), max_size=2))
-def test_a_diagnostics_row_is_refused_exactly_when_one_of_its_values_does_not_fit(
-        clients: dict[str, dict[str, Any]], scores: dict[str, dict[str, Any]]) -> None:
-    """check_diagnostics asks each key's values at once before asking them one by one: on any row JSON gives, it
-    refuses exactly when client_value_fits refuses a client's value (under clients.<id> or <score>.<id>)."""
-    from fedaccel.errors import UserError
-
-    row = json.loads(json.dumps({"round": 1, "clients": clients, **scores}))
-    values = [(k, v) for c in row["clients"].values() for k, v in c.items()]
-    values += [(key, v) for key in scores for v in row[key].values()]
-    try:
-        check_diagnostics(Path("d.jsonl"), row)
-        refused = False
-    except UserError:
-        refused = True
-    assert refused == (not all(client_value_fits(k, v) for k, v in values))
 
 
 @CRAFTED
