@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_certs)
 
     p = sub.add_parser("experiment", help="run a grid of configs, then plot and tabulate")
-    p.add_argument("file")
+    p.add_argument("file", help="the experiment file (YAML: base, grid, targets, claims; docs/experiments.md)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override in every cell")
     p.add_argument("--out", help="the experiment's folder, its cells' run folders inside (default: the file's "
                                  "out_dir, else runs/<name>)")
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_split_report)
 
     p = sub.add_parser("reproduce", help="run a paper's experiments and write its reproduction report")
-    p.add_argument("paper", help="bherd, fedgsnr or fedumf")
+    p.add_argument("paper", help=f"one of {', '.join(PAPERS)} (its experiments: experiments/<paper>/)")
     p.add_argument("--scale", default="quick", choices=["quick", "paper"])
     p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
     p.add_argument("--plan", action="store_true",
@@ -283,10 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("algorithms", help="the methods `algorithm:` takes: built in, and from installed packages")
     p.set_defaults(handler=cmd_algorithms)
 
-    p = sub.add_parser("data", help="list datasets and where they are; `data get NAME` downloads one")
+    p = sub.add_parser("data", help="list datasets and where they are; `data get NAME` downloads one",
+                       usage="fedaccel data [-h] [--install]  |  fedaccel data get [-h] NAME [NAME ...]")
     p.add_argument("--install", action="store_true", help="install the embedded Fashion-MNIST")
     p.set_defaults(handler=cmd_data, data_command=None)
-    get = p.add_subparsers(dest="data_command", metavar="get").add_parser(
+    get = p.add_subparsers(dest="data_command", metavar="{get}", title="to download one (optional)").add_parser(
         "get", help="download a dataset into the folder loading looks in (checksum checked, resumable)")
     get.add_argument("names", nargs="+", metavar="NAME", help="mnist, fashion-mnist, emnist, cifar10 or cifar100")
     get.add_argument("--to", metavar="FOLDER", help="put it here (default: FEDACCEL_DATA_<NAME>, "
@@ -533,6 +534,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 PLOT_METRICS = ("test_acc", "test_loss", "train_loss")
+PAPERS = ("bherd", "fedgsnr", "fedumf", "field", "privacy")  # reproduce's papers (a test holds it to the folders)
 COMPARE_TARGETS = (0.5, 0.7, 0.8)  # without --targets and without a grid's targets:
 
 

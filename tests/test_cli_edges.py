@@ -259,3 +259,12 @@ def test_every_option_a_commands_help_names_is_one_it_takes() -> None:
         text = re.sub(r"-\n\s+", "-", command.format_help())  # an option wrapped at its hyphen
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text))
         assert named <= takes, f"`fedaccel {name} --help` names {sorted(named - takes)}, which it does not take"
+
+
+def test_reproduces_help_names_every_paper_it_takes() -> None:
+    """`reproduce --help` once named three of the five papers (its list is kept in the CLI, which must not import
+    the reproductions to print its help)."""
+    from fedaccel.cli import PAPERS
+    from fedaccel.reproductions.reproduce import papers
+
+    assert list(PAPERS) == papers()
