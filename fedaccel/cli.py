@@ -412,8 +412,17 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config or args.set or args.out:
             raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
-        config = read_run_config(Path(args.resume) / "config.yaml")
+        from fedaccel.launch import said_finished
+
         out = Path(args.resume)
+        if not (out / "config.yaml").is_file():
+            raise UserError(f"{out} is not a run folder (no config.yaml)")
+        config = read_run_config(out / "config.yaml")
+        if config.run.runtime != "flower-deployment":  # its SuperNodes would wait for clients it never had
+            raise UserError(f"{out} ran with run.runtime {config.run.runtime}, not as a deployment: "
+                            f"`fedaccel run --resume {shlex.quote(str(out))}` continues it")
+        if said_finished(out, config):  # at once, before a SuperLink and its SuperNodes start
+            return 0
     else:
         with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
             config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
@@ -666,6 +675,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
 def cmd_split_report(args: argparse.Namespace) -> int:
     from fedaccel.data.splits import format_report, label_counts, plot_heatmap
     from fedaccel.runs.config import load_config
+    from fedaccel.runs.names import method_name
     from fedaccel.runs.setup import build_partition
 
     config = load_config(args.config, args.set)
@@ -674,7 +684,8 @@ def cmd_split_report(args: argparse.Namespace) -> int:
     dataset, partition = build_partition(config)
     counts = label_counts(partition, dataset.y_train.numpy(), dataset.num_classes)
     print(format_report(counts))
-    title = f"{config.data.dataset}, split {config.data.split['name']}, {len(partition)} clients"
+    # the split with the options the config spells (dirichlet alpha=0.3), as a method is named
+    title = f"{config.data.dataset}, split {method_name(config.data.split)}, {len(partition)} clients"
     print(f"heat map: {plot_heatmap(counts, args.out, title=title, force=args.force)}")
     return 0
 

@@ -52,6 +52,15 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
     return path
 
 
+def said_finished(path: Path, config: Config) -> bool:
+    """Whether the run in ``path`` (of ``config``) is finished, said in one line where it is: nothing to resume."""
+    if not finished(path, config.train.rounds):
+        return False
+    print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "
+          f"nothing to resume, nothing was changed; {more_rounds(path, config.run.runtime)}", file=sys.stderr)
+    return True
+
+
 def finished(path: Path, rounds: int) -> bool:
     """Whether the run in ``path`` says it finished its ``rounds`` and its last metrics row is that
     round (a run whose last row was cut short is resumed, not called finished)."""
@@ -97,10 +106,7 @@ def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | N
     if device is not None:
         check_device_name(device)
         config.run.device = device
-    if finished(path, config.train.rounds):
-        print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "
-              f"nothing to resume, nothing was changed; {more_rounds(path, config.run.runtime)}",
-              file=sys.stderr)
+    if said_finished(path, config):
         return path
     with lock_run_dir(path):  # before restore_state cuts the metrics back
         if config.run.runtime not in LOCAL_RUNTIMES:

@@ -93,6 +93,9 @@ def test_claims_are_checked_when_the_experiment_is_loaded(tmp_path: Path) -> Non
         load_experiment(write_grid(tmp_path / "b", [{**CLAIMS[0], "measure": "speed"}]) / "experiment.yaml")
     with pytest.raises(ConfigError, match="unknown key 'expected'"):
         load_experiment(write_grid(tmp_path / "c", [{**CLAIMS[0], "expected": "less"}]) / "experiment.yaml")
+    with pytest.raises(ConfigError, match=r"rounds_to 90 is not an accuracy between 0 and 1 \(test_acc\) \(as a "
+                                          r"fraction: \{rounds_to: 0.9\}\)"):  # a percentage: judged as never reached
+        load_experiment(write_grid(tmp_path / "d", [{**CLAIMS[0], "measure": {"rounds_to": 90}}]) / "experiment.yaml")
 
 
 def test_judge_without_claims_is_one_line(tmp_path: Path, capsys) -> None:

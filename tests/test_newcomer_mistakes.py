@@ -133,6 +133,31 @@ def test_resume_of_a_finished_run_says_how_to_get_more_rounds(tmp_path: Path, ca
                  "--no-progress"]) == 0
 
 
+def test_deploy_resume_of_a_finished_or_undeployed_run_answers_at_once(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """A new user's `deploy --resume` of a finished deployment started a SuperLink and 5 SuperNodes and waited 20 s
+    for a round that never came; of an in-process run folder it waited for 10 SuperNodes until killed. Both now
+    answer in one line before any process starts (no `flower/` folder is made)."""
+    import yaml
+
+    from fedaccel.cli import main
+
+    pytest.importorskip("flwr")
+    out, argv = tmp_path / "r", ["run", "--out", str(tmp_path / "r"), "--no-progress"]
+    for item in ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=1"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert refused(["deploy", "--resume", str(out)], tmp_path, capsys) == (
+        f"error: {out} ran with run.runtime in-process, not as a deployment: `fedaccel run --resume {out}` continues it")
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    config["run"]["runtime"] = "flower-deployment"  # as `fedaccel deploy` writes it
+    (out / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["deploy", "--resume", str(out)]) == 0
+    assert "is already finished (round 1 of 1): nothing to resume" in capsys.readouterr().err
+    assert not (out / "flower").exists()
+
+
 def test_the_command_for_more_rounds_deploys_a_deployed_run_and_quotes_its_path() -> None:
     from fedaccel.launch import more_rounds
 

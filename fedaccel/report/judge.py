@@ -88,9 +88,12 @@ def parse_measure(spec: Any, where: str) -> Measure:
                 return make(spec[len(prefix):])
     if isinstance(spec, Mapping):
         if "rounds_to" in spec and set(spec) <= {"rounds_to", "metric"}:
-            target = spec["rounds_to"]
+            target, metric = spec["rounds_to"], str(spec.get("metric", "test_acc"))
             if isinstance(target, (int, float)) and not isinstance(target, bool):
-                return rounds_to(float(target), str(spec.get("metric", "test_acc")))
+                if metric.rpartition("/")[2].endswith("_acc") and not 0.0 <= target <= 1.0:  # 90: a percentage
+                    hint = f" (as a fraction: {{rounds_to: {target / 100:g}}})" if 1.0 < target <= 100.0 else ""
+                    raise ConfigError(f"{where}: rounds_to {target:g} is not an accuracy between 0 and 1 ({metric}){hint}")
+                return rounds_to(float(target), metric)
         if len(spec) == 1 and "mean_over_rounds" in spec:
             return mean_over_rounds(str(spec["mean_over_rounds"]))
         if len(spec) == 1 and "final" in spec:
