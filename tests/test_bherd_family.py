@@ -474,3 +474,23 @@ def test_a_selection_heat_map_of_many_clients_draws_the_first_twenty_and_says_so
     assert many._suptitle.get_text().endswith(": the first 20 of 60 clients that trained")
     few = selection_figure(run(7))
     assert sum(ax.get_visible() for ax in few.axes) == 7 and few._suptitle.get_text().endswith("(clients-7)")
+
+
+def test_a_selection_heat_map_says_what_black_and_white_mean(tmp_path: pathlib.Path) -> None:
+    """The heat maps of selected steps had no legend: a reader could not tell selected from not. A legend below says
+    black is selected, white not; and a client that selected every step (alpha = 1) is drawn black, not white as an
+    image of one value was scaled."""
+    from matplotlib.colors import to_hex
+
+    from fedaccel.report.diagnostics import selection_figure
+
+    rows = [{"round": r, "clients": {"0": {"selected": [0, 2], "tau": 4}, "1": {"selected": [0, 1, 2, 3], "tau": 4}}}
+            for r in (1, 2)]
+    (tmp_path / "diagnostics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fig = selection_figure(tmp_path)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["selected", "not selected"]
+    assert [to_hex(h.get_facecolor()) for h in legend.legend_handles] == ["#000000", "#ffffff"]
+    some, every = (ax.images[0] for ax in fig.axes[:2])
+    assert [to_hex(c) for c in some.to_rgba(some.get_array()[0])] == ["#000000", "#ffffff", "#000000", "#ffffff"]
+    assert {to_hex(c) for c in every.to_rgba(every.get_array()).reshape(-1, 4)} == {"#000000"}

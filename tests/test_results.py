@@ -299,8 +299,10 @@ def test_compare_table_speedups(experiment):
     # targets, per seed (interpolated): 0.5 -> fedavg 3 and 3, fast 1 and 1 (3.00×); 0.8 -> fedavg never (its
     # last round, 5) and 4 + 0.2/0.3 = 4.67, mean 4.83; fast 3 and 3 (1.61×); 0.95 -> never. Two seeds can never
     # tell a difference apart (the smallest two-sided p is 0.5): ≈
-    assert fedavg[4:] == ["3", "1.00×", "4.8 [2.7–7] (1 of 2 never)", "1.00×", "—", "—"]
-    assert fast[4:] == ["1", "3.00× ≈", "3", "≥ 1.61× ≈", "—", "—"]  # ≥: FedAvg's never-seed counts as its last round
+    # (4.83's interval, 2.7 to 7, cut at the 5-round budget); at 0.95 no seed of either gets there
+    assert fedavg[4:] == ["3", "1.00×", "4.8 [2.7–5] (1 of 2 never)", "1.00×", "never (2 of 2)", "—"]
+    assert fast[4:] == ["1", "3.00× ≈", "3", "≥ 1.61× ≈", "never (2 of 2)", "—"]  # ≥: FedAvg's never-seed counts as
+    # its last round
 
 
 def test_compare_table_baseline_choice(experiment):
@@ -682,6 +684,43 @@ def test_a_rounds_interval_never_starts_below_zero_rounds() -> None:
     assert SeedRounds({0: 10.0, 1: 12.0, 2: 11.0}, 0).cell() == "11 [8.5–13.5]"  # a low end above 0 is kept
 
 
+def test_a_rounds_interval_never_ends_past_the_rounds_budget(tmp_path) -> None:
+    """A user saw ``18.2 [14.3–22.2]`` on a 20-round run: a seed counts at most its budget (one that never gets there
+    counts as its last round), so the mean cannot pass it either; the high end is cut at the cell's runs' budget
+    (train.rounds), as the low end is at 0."""
+    from fedaccel.report.statistics import t_interval
+    from fedaccel.report.tables import SeedRounds, seed_rounds
+
+    by_seed = {0: 20.0, 1: 20.0, 2: 20.0, 3: 20.0, 4: 14.0, 5: 15.2}
+    assert t_interval(list(by_seed.values()))[1] > 20
+    never = frozenset({0, 1, 2, 3})
+    assert SeedRounds(by_seed, 4, never, budget=20.0).cell() == "18.2 [15.2–20] (4 of 6 never)"
+    assert SeedRounds({0: 10.0, 1: 12.0, 2: 11.0}, 0, budget=30.0).cell() == "11 [8.5–13.5]"  # a high end inside kept
+    # the budget is the runs' train.rounds: 10 here, one seed at round 3.5, two never there
+    for seed, accs in enumerate(([0.1] * 10, [0.1, 0.2, 0.4, 0.6] + [0.7] * 6, [0.2] * 10)):
+        write_run(tmp_path / "e" / f"s{seed}", make_config("fedavg", seed), accs)
+    rounds = seed_rounds(load_runs(tmp_path / "e"), 0.5)
+    assert rounds.budget == 10 and t_interval(list(rounds.by_seed.values()))[1] > 10
+    assert rounds.cell() == "7.8 [0–10] (2 of 3 never)"
+
+
+def test_a_cell_no_seed_got_there_says_so_and_its_speed_up_is_a_bound(tmp_path) -> None:
+    """A cell whose seeds all missed the target showed "—", though the legend counts a seed that never gets there as
+    its last round and a cell with some such seeds says ``(4 of 6 never)``: it says ``never (n of n)``, and its
+    speed-up is the bound the partial case gives (``≤``, its seeds at their budget); ``—`` only where neither the
+    row nor its baseline has a seed that got there."""
+    from fedaccel.report.tables import ROUNDS_NOTE
+
+    for seed in (0, 1, 2):
+        write_run(tmp_path / "e" / f"fedavg-s{seed}", make_config("fedavg", seed), [0.2, 0.4, 0.6, 0.7, 0.8])
+        write_run(tmp_path / "e" / f"slow-s{seed}", make_config("slow", seed), [0.1, 0.2, 0.3, 0.3, 0.4 + 0.01 * seed])
+    rows = _rows(compare_table(load_runs(tmp_path / "e"), targets=[0.6, 0.9]))
+    assert rows["fedavg (baseline)"][4:] == ["3", "1.00×", "never (3 of 3)", "—"]
+    # 3 rounds over its budget 5; three pairs cannot tell it apart (the smallest sign-flip p is 0.25)
+    assert rows["slow"][4:] == ["never (3 of 3)", "≤ 0.60× ≈", "never (3 of 3)", "—"]
+    assert "never (n of n): no seed got there" in ROUNDS_NOTE
+
+
 def test_long_names_lose_the_options_every_name_shares_so_the_legend_shows_what_differs() -> None:
     """DP cells (``fedavg + dp clip=0.19 delta=1e-05 target_epsilon=8``) were cut to ``... ta… #5``: when a name
     is longer than the limit, the options one value throughout are left out of every name, and names that would
@@ -700,3 +739,23 @@ def test_long_names_lose_the_options_every_name_shares_so_the_legend_shows_what_
                                     limit=20) == ["bherd", "bherd + dp"]
     clash = ["fedavg + dp clip=0.19 delta=1e-05", "fedavg + dp delta=1e-05"]  # both would be "fedavg + dp"
     assert without_constant_options(clash, limit=20) == clash
+
+
+def test_a_drawn_band_stays_within_what_the_metric_can_be(tmp_path):
+    """Three seeds' t band (mean ± 4.3 standard errors) went below 0 for accuracy and loss, and can pass 1 for
+    accuracy: the drawn band is cut to [0, 1] for accuracy, to 0 and up for a loss; the panel's range follows."""
+    for seed, (accs, losses) in enumerate((([0.02, 0.99, 0.5], [0.01, 2.0, 0.2]), ([0.3, 0.97, 0.9], [0.5, 0.5, 0.9]),
+                                           ([0.01, 0.6, 0.98], [0.02, 3.0, 0.05]))):
+        write_run(tmp_path / "e" / f"s{seed}", make_config("fedavg", seed), accs, losses=losses)
+    runs = load_runs(tmp_path / "e")
+    fig = _make_figure(runs, ["test_acc", "test_loss"])
+    for ylabel, low, high in (("test accuracy", 0.0, 1.0), ("test loss", 0.0, np.inf)):
+        ax = _panel(fig, ylabel)
+        metric = "test_acc" if ylabel == "test accuracy" else "test_loss"
+        _, mean, half = results.mean_ci(runs, metric)
+        assert (mean - half).min() < low or (mean + half).max() > high  # the t band itself passes a bound
+        (band,) = ax.collections
+        y = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
+        assert y.min() >= low and y.max() <= high
+        assert y.min() == pytest.approx(low) or y.max() == pytest.approx(high)  # cut there, not left out
+        assert ax.get_ylim()[0] >= low - 0.06 * (ax.get_ylim()[1] - low)  # the range is the cut band's, padded

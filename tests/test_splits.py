@@ -308,3 +308,18 @@ def test_a_handed_in_partition_is_taken_as_it_is_or_refused_in_one_line(parts: l
         assert not valid and "\n" not in str(error) and str(error).startswith("partition ")
         return
     assert valid and [list(a) for a in got] == parts and all(a.dtype == np.int64 for a in got)
+
+
+def test_the_split_report_title_names_the_split_with_its_options(tmp_path, monkeypatch) -> None:
+    """The heat map said "split dirichlet, 10 clients" whatever the alpha: the title names the split as a method is
+    named, with the options the config spells."""
+    import fedaccel.data.splits as splits
+    from fedaccel.cli import main
+
+    monkeypatch.delenv("FEDACCEL_DATA_FASHION_MNIST", raising=False)  # the built-in copy, wherever the test runs
+    titles = []
+    monkeypatch.setattr(splits, "plot_heatmap", lambda counts, out, title="", force=False: titles.append(title) or out)
+    args = ["split-report", "--set", "data.split=dirichlet", "--set", "data.split.alpha=0.3", "--set", "data.clients=10",
+            "--set", "data.subset=2000", "-o", str(tmp_path / "split.png")]
+    assert main(args) == 0
+    assert titles == ["fashion-mnist, split dirichlet alpha=0.3, 10 clients"]

@@ -107,8 +107,11 @@ MAX_SELECTION_PANELS = 20  # clients drawn in a selection heat map: 1,000 panels
 
 def selection_figure(run_dir: str | Path, title: str = "", *, rows: Rows | None = None) -> Any:
     """Heat map of selected local steps: rounds (y) x step index (x), one panel per client (the first
-    :data:`MAX_SELECTION_PANELS` clients of a run with more, as its title says). ``rows``: the run's diagnostics
-    rows, already read (:func:`diagnostic_figures`), by folder."""
+    :data:`MAX_SELECTION_PANELS` clients of a run with more, as its title says); black a selected step, white one
+    not selected, as the legend below says. ``rows``: the run's diagnostics rows, already read
+    (:func:`diagnostic_figures`), by folder."""
+    from matplotlib.patches import Patch
+
     diagnostics = _rows(run_dir, rows)
     selected = per_client(diagnostics, "selected")
     if not selected:
@@ -119,14 +122,17 @@ def selection_figure(run_dir: str | Path, title: str = "", *, rows: Rows | None 
     for ax, (client, (rounds, chosen)) in zip(axes, shown_clients):
         image = selection_image(rounds, chosen, max(taus[client][1]) if client in taus else None)
         width = image.shape[1]
-        ax.imshow(image, aspect="auto", interpolation="nearest", cmap="Greys",
-                  extent=(-0.5, width - 0.5, rounds[-1] + 0.5, rounds[0] - 0.5))
+        ax.imshow(image, aspect="auto", interpolation="nearest", cmap="Greys", vmin=0.0, vmax=1.0,  # 1 black
+                  extent=(-0.5, width - 0.5, rounds[-1] + 0.5, rounds[0] - 0.5))  # (a panel all 1 too: alpha = 1)
         ax.set_title(f"client {client}")
         ax.set_xlabel("local step index")
         ax.set_ylabel("round")
     some = (f": the first {len(shown_clients)} of {len(selected):,} clients that trained"
             if len(shown_clients) < len(selected) else "")
     fig.suptitle((title or f"selected local gradients ({Path(run_dir).name})") + some)
+    fig.legend(handles=[Patch(facecolor="black", edgecolor="0.4", label="selected"),
+                        Patch(facecolor="white", edgecolor="0.4", label="not selected")],
+               loc="outside lower center", ncols=2, frameon=False, fontsize="small")
     return fig
 
 

@@ -318,6 +318,23 @@ def _line_styles(groups: Sequence[tuple[str, Sequence[Run]]], palette: Palette) 
     return styles
 
 
+def band_bounds(metric: str) -> tuple[float, float]:
+    """What a metric can be, to cut a drawn confidence band to: an accuracy lies in [0, 1], a loss is at least 0;
+    other metrics are not cut. (A t band of three seeds, mean ± 4.3 standard errors, reaches below 0.)"""
+    plain = metric.rpartition("/")[2].rsplit(".", 1)[-1]
+    if plain == "acc" or plain.endswith("_acc") or "accuracy" in plain:
+        return 0.0, 1.0
+    if "loss" in plain:
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def _band(metric: str, mean: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The drawn band of ``mean ± half``, cut to :func:`band_bounds` (the tables' numbers are not cut)."""
+    low, high = band_bounds(metric)
+    return np.clip(mean - half, low, high), np.clip(mean + half, low, high)
+
+
 def _first_shown_round(x_all: np.ndarray) -> int:
     """Rounds from this one on set the y-range: the first ~5% (and round 0) only in the overview."""
     last = int(x_all.max()) if x_all.size else 0
@@ -349,11 +366,11 @@ def _make_figure(
     first rounds, round 0's untrained model among them, would flatten the differences), and a thin
     panel above it shows all values when that range leaves some out. Loss metrics spanning more
     than :data:`LOG_DECADES` decades are drawn on a log scale; ``targets`` are dotted lines on the
-    ``target_metric`` panel. Lines are the mean over seeds with a 95% Student-t band; groups are
-    drawn in legend order, each later one on top, in their method's colour (``palette``, default
-    :func:`grid_palette` of ``runs``; see :func:`_line_styles`). The legend sits below the panels
-    with :func:`legend_labels` and says where the targets came from (``targets_from``, e.g.
-    ``"grid's targets"``); the figure grows to hold it.
+    ``target_metric`` panel. Lines are the mean over seeds with a 95% Student-t band (cut to what the
+    metric can be: :func:`band_bounds`); groups are drawn in legend order, each later one on top, in their
+    method's colour (``palette``, default :func:`grid_palette` of ``runs``; see :func:`_line_styles`). The
+    legend sits below the panels with :func:`legend_labels` and says where the targets came from
+    (``targets_from``, e.g. ``"grid's targets"``); the figure grows to hold it.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -414,7 +431,7 @@ def _make_figure(
             if st["dashes"] is not None:
                 line.set_dashes(st["dashes"])
             if np.any(half > 0):
-                ax.fill_between(x, mean - half, mean + half, color=st["color"], alpha=0.18, linewidth=0, zorder=1)
+                ax.fill_between(x, *_band(metric, mean, half), color=st["color"], alpha=0.18, linewidth=0, zorder=1)
             handles.setdefault(i, line)
             if over is not None:
                 over.plot(x, mean, color=st["color"], linewidth=0.9, zorder=st["zorder"])
@@ -460,7 +477,7 @@ def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarr
     the groups that did not diverge (where one did): a loss of 1e33 leaves the others readable, and the overview
     above shows every group whole."""
     present = [(x, m, h) for x, m, h in curves if x.size]
-    every = np.concatenate([np.concatenate([m - h, m + h]) for _, m, h in present])
+    every = np.concatenate([np.concatenate(_band(metric, m, h)) for _, m, h in present])
     every = every[np.isfinite(every)]
     kept = [(x, m, h) for (x, m, h), gone in zip(curves, diverged, strict=True) if x.size and not gone]
     present = kept or present
@@ -477,7 +494,8 @@ def _panel_plan(metric: str, curves: list[tuple[np.ndarray, np.ndarray, np.ndarr
         return plan
     lo_all, hi_all = float(every.min()), float(every.max())
     first = _first_shown_round(np.concatenate([x for x, _, _ in present]))
-    late = np.concatenate([np.concatenate([m - h, m + h])[np.concatenate([x, x]) >= first] for x, m, h in present])
+    late = np.concatenate([np.concatenate(_band(metric, m, h))[np.concatenate([x, x]) >= first]
+                           for x, m, h in present])
     late = late[np.isfinite(late)]
     if plan["log"]:
         late = late[late > 0]

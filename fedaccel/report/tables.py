@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedaccel.errors import UserError, listed, shown
-from fedaccel.report.claims import final, reached, rounds_to
+from fedaccel.report.claims import final, last_round, reached, rounds_to
 from fedaccel.report.claims import speed_up as speed_up_of
 from fedaccel.report.completeness import run_gap
 from fedaccel.runs.names import family_name
@@ -32,6 +32,7 @@ from fedaccel.report.reading import (
     metric_label,
     run_curve,
     series,
+    value_at,
 )
 from fedaccel.report.statistics import ALPHA, sign_flip_p, t_interval
 
@@ -125,24 +126,34 @@ class SeedRounds:
     by_seed: dict[Any, float]
     censored: int
     never: frozenset = frozenset()  # the seeds that never got there (their value is their last round)
+    budget: float | None = None  # the most rounds a seed can count: its runs' rounds budget (train.rounds)
 
     @property
     def reached(self) -> bool:
         return len(self.by_seed) > self.censored
 
     @property
+    def all_never(self) -> bool:
+        """Every seed measured, none got there (each counts as its last round)."""
+        return bool(self.by_seed) and not self.reached
+
+    @property
     def mean(self) -> float:
         return float(np.mean(list(self.by_seed.values())))
 
     def cell(self) -> str:
-        """``mean [low–high]`` (95% t interval over seeds, its low end at 0 at least: no run takes fewer rounds),
-        ``(k of n never)`` when some are censored."""
+        """``mean [low–high]`` (95% t interval over seeds, cut to what the mean can be: from 0 rounds to the
+        ``budget``, where a seed that never gets there counts), ``(k of n never)`` when some are censored,
+        ``never (n of n)`` when all are; ``—`` without seeds."""
+        if self.all_never:
+            return f"never ({self.censored} of {len(self.by_seed)})"
         if not self.reached:
             return "—"
         text = _fmt_rounds(_rounded(self.mean))
         if len(self.by_seed) > 1:
             low, high = t_interval(list(self.by_seed.values()))
-            low, high = (_fmt_rounds(_rounded(v)) for v in (max(low, 0.0), high))
+            top = high if self.budget is None else min(high, self.budget)
+            low, high = (_fmt_rounds(_rounded(v)) for v in (max(low, 0.0), top))
             if high != low:
                 text += f" [{low}–{high}]"
         if self.censored:
@@ -158,24 +169,29 @@ def _rounded(rounds: float) -> float:
 
 def seed_rounds(group: Sequence[Run], target: float, metric: str = "test_acc") -> SeedRounds:
     """Each seed's rounds to ``target`` as the claims measure it (:func:`fedaccel.report.claims.rounds_to`). An
-    unfinished or running run that has not reached it yet is left out: its last round is no budget."""
-    measure, by_seed, never_seeds = rounds_to(target, metric), {}, set()
+    unfinished or running run that has not reached it yet is left out: its last round is no budget. The budget is
+    the largest of the runs' rounds budgets (``train.rounds``, or the last round where that is not set)."""
+    measure, by_seed, never_seeds, budgets = rounds_to(target, metric), {}, set(), []
     for run in group:
         if run_curve(run, metric):
             never = not reached(run, target, metric)
             if never and run_gap(run) is not None:
                 continue
             by_seed[run.seed] = measure.of(run)
+            planned = value_at(run.config, "train.rounds")
+            budgets.append(max(last_round(run), planned if isinstance(planned, int) else 0))
             if never:
                 never_seeds.add(run.seed)
-    return SeedRounds(by_seed, len(never_seeds), frozenset(never_seeds))
+    return SeedRounds(by_seed, len(never_seeds), frozenset(never_seeds), float(max(budgets)) if budgets else None)
 
 
 def speed_up(rounds: SeedRounds, base: SeedRounds) -> str:
     """The speed-up over the baseline (:func:`fedaccel.report.claims.speed_up`: the baseline's mean rounds
     over the row's, on the seeds both have), marked ``≈`` when the paired seeds cannot tell the two apart
-    (the exact sign-flip test of the per-seed differences, p > 0.05, or fewer than two pairs)."""
-    if not rounds.reached or not base.reached:
+    (the exact sign-flip test of the per-seed differences, p > 0.05, or fewer than two pairs). A side whose seeds
+    all never got there counts them at their last round, as a side with some such seeds does: a bound; ``—`` where
+    neither side has a seed that got there (two budgets, no speed-up)."""
+    if not (rounds.by_seed and base.by_seed) or not (rounds.reached or base.reached):
         return "—"
     seeds = [s for s in rounds.by_seed if s in base.by_seed]
     mine = float(np.mean([rounds.by_seed[s] for s in seeds])) if seeds else 0.0
@@ -215,10 +231,11 @@ def compare_table(
     Columns: method, seeds, best (mean over seeds of each seed's best), final (each seed's final value as
     the claims measure it, the mean of its last 3 evaluations: mean ± std over seeds), then per target
     ``T`` the rounds to ``T`` (each seed's interpolated crossing, restricted to its last round, as the
-    claims count it: the mean over seeds with its 95% t interval, and how many never got there) and the
-    speed-up (:func:`speed_up`: the baseline's mean rounds over the row's, on the seeds both have), marked ``≈`` when the paired seeds cannot tell it from the baseline (``—`` when either never
-    reaches ``T``). ``baseline`` names the baseline groups (default ``fedavg``, else the first group):
-    see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
+    claims count it: the mean over seeds with its 95% t interval cut to [0, rounds budget], and how many never
+    got there; ``never (n of n)`` when none did) and the speed-up (:func:`speed_up`: the baseline's mean rounds over
+    the row's, on the seeds both have, a bound where seeds never got there), marked ``≈`` when the paired seeds
+    cannot tell it from the baseline (``—`` when neither side ever reaches ``T``). ``baseline`` names the baseline
+    groups (default ``fedavg``, else the first group): see :func:`_baseline_indices`. An unknown ``baseline`` raises :class:`UserError`.
     """
     runs = load_runs(runs)
     groups = group_runs(runs)
@@ -285,8 +302,10 @@ def privacy_cell(group: Sequence[Run], level: tuple[str, tuple[str, str]] = CLIE
 
 
 ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the target, restricted to its last round "
-               "(a seed that never gets there counts as its last round), the mean over seeds with its 95% t interval. "
+               "(a seed that never gets there counts as its last round), the mean over seeds with its 95% t interval, cut to "
+               "[0, the rounds budget]; never (n of n): no seed got there. "
                "Speed-up: the baseline's mean rounds over the row's, on the seeds both have; ≥ (≤) where seeds of the baseline "
-               "(the row) never got there, their last round a bound; ? where both sides have such seeds. Final: each seed's mean "
+               "(the row) never got there, their last round a bound; ? where both sides have such seeds; — where no seed of "
+               "either got there. Final: each seed's mean "
                "of its last 3 evaluations, mean ± std over seeds. "
                "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05; always with fewer than two pairs).")
