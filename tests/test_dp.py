@@ -159,7 +159,7 @@ def test_every_target_epsilon_the_repository_asks_for_is_in_the_table(monkeypatc
 
 
 COVERED = {"fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "centralized", "fedprox", "bherd", "bherd-fedavg",
-           "grab-reorder"}
+           "grab-reorder", "bherd-fedprox"}
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -298,3 +298,15 @@ def test_any_dp_mapping_builds_or_is_one_line(spec: dict) -> None:
         assert "\n" not in str(err) and str(err)
     else:
         assert any(p.name == "dp" for p in algorithm.parts)
+
+
+def test_a_private_plan_is_refused_where_every_client_trains() -> None:
+    """fedgsnr-fedumf: FedUMF has every client train, so the private plan's releases would be of all N clients, not
+    of the accountant's sample of uploaders; refused in one line. FedGSNR with BHerd, whose trainers are the
+    uploaders, keeps its private plan."""
+    dp = {"clip": 1.0, "noise_multiplier": 1.0, **POPULATION, "plan_clip": {"g": 1.0, "s": 1.0, "n": 100}}
+    with pytest.raises(ConfigError, match="plan_clip cannot cover fedgsnr-fedumf: its part 'fedumf' chooses who "
+                                          "trains") as err:
+        build_algorithm("fedgsnr-fedumf", dp=dp, fraction=0.5)
+    assert "\n" not in str(err.value)
+    assert [p.name for p in build_algorithm("fedgsnr-bherd", dp=dp).parts] == ["fedgsnr", "bherd", "dp"]

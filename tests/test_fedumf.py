@@ -187,7 +187,8 @@ def test_alpha_one_is_allowed_and_recipes_build() -> None:
         assert build_algorithm(name).parts[0].name == "fedumf"
 
 
-@pytest.mark.parametrize(("name", "plain"), [("fedumf", "FedAvg"), ("fedumf-feddc", "feddc"), ("fedumf-scaffold", "scaffold")])
+@pytest.mark.parametrize(("name", "plain"), [("fedumf", "FedAvg"), ("fedumf-feddc", "feddc"), ("fedumf-scaffold", "scaffold"),
+                                             ("fedumf-bherd", "bherd"), ("fedgsnr-fedumf", "fedgsnr")])
 def test_the_full_participation_note_names_the_method_fedumf_is_combined_with(
         name: str, plain: str, capsys: pytest.CaptureFixture) -> None:
     """At C = 1 FedUMF-X authorises every client every round: it is X, not FedAvg (a new user saw "fedumf-feddc ...

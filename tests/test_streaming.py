@@ -25,7 +25,7 @@ from test_stacked import algorithm_for, assert_states_close, federation
 STREAMING = {
     "fedavg", "centralized", "fedprox", "fedgsnr", "fedgsnr-fedprox", "fedgsnr-scaffold", "fedumf", "fedumf-fedprox",
     "fedumf-scaffold", "bherd", "bherd-fedavg", "grab-reorder", "fednova", "scaffold", "bherd-fednova",
-    "bherd-scaffold",
+    "bherd-scaffold", "bherd-fedprox", "fedgsnr-bherd", "fedumf-bherd", "fedgsnr-fedumf",
 }
 
 

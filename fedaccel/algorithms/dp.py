@@ -559,6 +559,10 @@ def _private_plan(algorithm: Algorithm, settings: DPSettings, planning: Mapping[
     if planning is None or planning.get("plan", "gsnr") != "gsnr":
         raise ConfigError(f"algorithm.dp.plan_clip covers FedGSNR's own plan (plan: gsnr), not plan: "
                           f"{shown(None if planning is None else planning.get('plan'))}")
+    if chooser := next((part for part in algorithm.parts if part.participation is not None), None):
+        raise ConfigError(f"algorithm.dp.plan_clip cannot cover {algorithm.name}: its part {shown(chooser.name)} chooses "
+                          "who trains (FedUMF: every client), and the private plan's releases are of the training "
+                          "clients, so they would not be the accountant's sample of the uploaders")
     from fedaccel.algorithms.dp_plan import private_planning
 
     clip = settings.plan_clip

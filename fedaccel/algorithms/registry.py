@@ -268,6 +268,42 @@ def bherd_scaffold(
     )
 
 
+def bherd_fedprox(*, alpha: float = 0.5, mu: float = 0.01, selection: str = "herding") -> Algorithm:
+    """BHerd-FedProx: herds the FedProx-corrected directions (the proximal term in each step's direction)."""
+    return compose("bherd-fedprox", fedprox_term(mu=mu), bherd_selection(alpha=alpha, selection=selection),
+                   mean_aggregate())
+
+
+# --- the three papers' methods with each other ---------------------------------------------------
+# Each is its methods' parts in one recipe, composed as with the baselines: FedGSNR plans a client's steps, BHerd
+# herds the directions of those steps, FedUMF has every client train and fuses its stored update, which is the
+# real local update (end minus start, as with SCAFFOLD's controls), while the upload is BHerd's estimate of it
+# plus the fused part (fedaccel.engine.round: delta = estimate + (w - theta0)).
+
+
+def fedgsnr_bherd(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr", alpha: float = 0.5,
+                  selection: str = "herding") -> Algorithm:
+    """FedGSNR with BHerd-FedAvg: planned local steps per client, the herd of their directions uploaded."""
+    return compose("fedgsnr-bherd", fedgsnr_planning(samples=samples, e_const=e_const, plan=plan),
+                   bherd_selection(alpha=alpha, selection=selection), mean_aggregate())
+
+
+def fedumf_bherd(*, fraction: float = 0.1, alpha: float = 1.0, bherd_alpha: float = 0.5, selection: str = "herding",
+                 weighting: str = "data") -> Algorithm:
+    """FedUMF with BHerd-FedAvg: all clients train, a fraction C uploads the herd of its directions and fuses.
+
+    ``alpha`` is FedUMF's fusion coefficient (as in every fedumf-* recipe), ``bherd_alpha`` BHerd's fraction."""
+    return compose("fedumf-bherd", fedumf_part(fraction=fraction, alpha=alpha),
+                   bherd_selection(alpha=bherd_alpha, selection=selection), mean_aggregate(weighting=weighting))
+
+
+def fedgsnr_fedumf(*, samples: int = 64, e_const: int = 20, plan: str = "gsnr", fraction: float = 0.1,
+                   alpha: float = 1.0, weighting: str = "data") -> Algorithm:
+    """FedGSNR with FedUMF: every client trains its planned steps, a fraction C uploads and fuses."""
+    return compose("fedgsnr-fedumf", fedgsnr_planning(samples=samples, e_const=e_const, plan=plan),
+                   fedumf_part(fraction=fraction, alpha=alpha), mean_aggregate(weighting=weighting))
+
+
 # --- end BHerd family recipes --------------------------------------------------------------------
 
 
@@ -296,6 +332,10 @@ RECIPES: dict[str, Recipe] = {
     "scaffold": Recipe(scaffold, "SCAFFOLD: control variates correct the client drift (option II)"),
     "bherd-fednova": Recipe(bherd_fednova, "BHerd with FedNova's normalised averaging"),
     "bherd-scaffold": Recipe(bherd_scaffold, "BHerd herding SCAFFOLD-corrected local gradients"),
+    "bherd-fedprox": Recipe(bherd_fedprox, "BHerd herding FedProx-corrected local gradients"),
+    "fedgsnr-bherd": Recipe(fedgsnr_bherd, "FedGSNR with BHerd: planned local steps, the herd of them uploaded"),
+    "fedumf-bherd": Recipe(fedumf_bherd, "FedUMF with BHerd: all clients train, a fraction uploads its herd and fuses"),
+    "fedgsnr-fedumf": Recipe(fedgsnr_fedumf, "FedGSNR with FedUMF: all clients train planned steps, a fraction uploads"),
 }
 
 

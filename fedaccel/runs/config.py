@@ -723,7 +723,7 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
     if config.train.participation is not None:
         return  # the schedule selects the uploaders, not C
     if "fraction" in hyperparameters(name) and config.algorithm.get("fraction", config.train.client_fraction) == 1:
-        plain = name.removeprefix("fedumf-") if name.startswith("fedumf-") else "FedAvg"
+        plain = name.replace("-fedumf", "").removeprefix("fedumf-") if name != "fedumf" else "FedAvg"
         print(f"note: {name} with C = 1 authorises every client every round: it is {plain}; "
               "set train.client_fraction below 1 for partial participation", file=sys.stderr)
 
