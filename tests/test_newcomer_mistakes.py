@@ -4,6 +4,7 @@ instead of a table of dashes or another command's error."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,22 @@ def test_the_compare_note_reads_any_configs_someone_wrote(configs: list[dict]) -
         section = key.split(".", 1)[0]
         assert section not in ("algorithm", "run", "name") and key != "train.dp_sgd", key
         assert all(section in config for config in configs), key
+
+
+@pytest.mark.parametrize("baseline, fault", [
+    ("fedavgg", "unknown baseline 'fedavgg'; the groups are: 'fedavg', 'scaffold'"),
+    (3, "baseline must be a method's label such as fedavg, not 3")])
+def test_a_baseline_that_names_no_group_is_refused_before_any_cell_runs(
+        baseline: object, fault: str, tmp_path: Path) -> None:
+    """A new user's `baseline: fedavgg` was said after both cells had run, and no table was written."""
+    import yaml
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"name": "typo", "base": {"data": {"dataset": "digits", "clients": 2}},
+                                    "grid": {"algorithm": ["fedavg", "scaffold"]}, "baseline": baseline}))
+    with pytest.raises(ConfigError, match="^" + re.escape(f"{path}: {fault}")):
+        load_experiment(path)
+    assert not (tmp_path / "runs").exists()
+    path.write_text(path.read_text().replace("fedavgg", "fedavg"))
+    if baseline == "fedavgg":
+        assert load_experiment(path).baseline == "fedavg"

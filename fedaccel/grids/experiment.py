@@ -157,6 +157,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     claims, tuning, _ = claims_from_file(path)
     looks_from_file(path)  # a bad looks: section is one line when the file is loaded, not when it is judged
     check_claims(claims, [(cell, spec, config.to_dict()) for (cell, spec), (_, config) in zip(specs, cells)], str(path))
+    if raw.get("baseline") is not None:  # a typo in it would cost the grid's table after every cell ran
+        check_grid_baseline(path, raw["baseline"], [(cell, spec, config) for (cell, spec), (_, config) in zip(specs, cells)])
     as_ran = None
     if fixed:  # the copy beside the runs names the cells as they ran (the file's comments are not kept)
         said = ", ".join(f"{key}={shown(value, 60)}" for key, value in fixed.items())
@@ -164,6 +166,20 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
                       str(figures_by) if figures_by else None, diagnostics, claims, tuning, path,
                       [spec for _, spec in specs], as_ran)
+
+
+def check_grid_baseline(path: Path, baseline: Any, cells: list[tuple[str, dict[str, Any], Config]]) -> None:
+    """``baseline:`` names a group of the grid's runs as its table will label them (their configs, before any
+    runs); else one line naming the groups."""
+    from fedaccel.report.reading import Run
+    from fedaccel.report.tables import check_baseline
+
+    if not isinstance(baseline, str):
+        raise ConfigError(f"{path}: baseline must be a method's label such as fedavg, not {shown(baseline, 60)}")
+    try:
+        check_baseline([Run(Path(cell), config.to_dict(), [], spec=spec) for cell, spec, config in cells], baseline)
+    except UserError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def check_experiment_keys(path: Path, raw: dict[str, Any]) -> None:

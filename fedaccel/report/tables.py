@@ -84,6 +84,11 @@ def _label_parts(label: str) -> tuple[str, set[str]]:
     return name, set(rest[:-1].split(", ")) if rest.endswith(")") else set()
 
 
+def check_baseline(runs: Sequence[Run], baseline: str) -> None:
+    """:class:`UserError` where ``baseline`` names none of the groups of ``runs`` (a grid's cells, before they run)."""
+    _baseline_indices(group_runs(list(runs)), baseline)
+
+
 def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None) -> list[int]:
     """For every group, the index of the group it is measured against.
 
