@@ -37,6 +37,9 @@ def test_built_in_colours_are_apart_and_fallbacks_are_none_of_them() -> None:
     names = {name: color for name, color in METHOD_COLORS.items() if name != "bherd-fedavg"}  # bherd's alias
     assert len(set(names.values())) == len(names)
     assert not set(FALLBACK_COLORS) & set(METHOD_COLORS.values())
+    from fedaccel.algorithms.registry import RECIPES
+
+    assert set(RECIPES) <= set(METHOD_COLORS)  # every built-in method its own colour, the same in every figure
 
 
 @given(st.text(min_size=1, max_size=30).filter(lambda s: s not in METHOD_COLORS))

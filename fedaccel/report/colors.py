@@ -42,6 +42,10 @@ METHOD_COLORS: dict[str, str] = {
     "fedumf-feddc": "#66a61e",
     "fedumf-fedprox": "#e6ab02",
     "fedumf-scaffold": "#6b6ecf",
+    "bherd-fedprox": "#a63603",
+    "fedgsnr-bherd": "#c51b7d",
+    "fedumf-bherd": "#4d9221",
+    "fedgsnr-fedumf": "#35978f",
 }
 
 #: Colours of other names (plugins, compositions), none of them a built-in method's.
