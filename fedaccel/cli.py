@@ -412,9 +412,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config or args.set or args.out:
             raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
+        from fedaccel.disk import refuse_planted_links
         from fedaccel.launch import said_finished
+        from fedaccel.runs.folder import RUN_FILES
 
         out = Path(args.resume)
+        refuse_planted_links(out, RUN_FILES)  # a folder from someone else: before anything is read
         if not (out / "config.yaml").is_file():
             raise UserError(f"{out} is not a run folder (no config.yaml)")
         config = read_run_config(out / "config.yaml")

@@ -310,3 +310,16 @@ def test_a_private_plan_is_refused_where_every_client_trains() -> None:
         build_algorithm("fedgsnr-fedumf", dp=dp, fraction=0.5)
     assert "\n" not in str(err.value)
     assert [p.name for p in build_algorithm("fedgsnr-bherd", dp=dp).parts] == ["fedgsnr", "bherd", "dp"]
+    without = {key: value for key, value in dp.items() if key != "plan_clip"}  # no hint that would be refused too
+    with pytest.raises(ConfigError, match="its part 'fedgsnr' sends planning statistics to the server;") as err:
+        build_algorithm("fedgsnr-fedumf", dp=without, fraction=0.5)
+    assert "give algorithm.dp.plan_clip" not in str(err.value)
+
+
+def test_fedumf_with_bherd_is_covered_when_its_c_draws_the_accountants_sample() -> None:
+    """As FedUMF alone: its uploaders are FedAvg's sample at C, its stored update stays on the client, and BHerd's
+    herd is the upload the DP mean clips; another C is refused."""
+    dp = {"clip": 1.0, "noise_multiplier": 1.0, **POPULATION}
+    assert [p.name for p in build_algorithm("fedumf-bherd", dp=dp, fraction=0.5).parts] == ["fedumf", "bherd", "dp"]
+    with pytest.raises(ConfigError, match="where the accountant's Bernoulli rate is 0.5"):
+        build_algorithm("fedumf-bherd", dp=dp, fraction=0.2)

@@ -757,7 +757,7 @@ def test_deploy_resume_is_refused_with_one_line_while_another_process_writes_the
     assert main(argv) == 2  # a run folder for other hosts: only with TLS and registered keys
     ours = [line for line in capsys.readouterr().err.splitlines() if "ClientAppActor" not in line]  # not Ray's late lines
     assert ours and ours[0].startswith("error: --prepare needs --tls DIR: SuperNodes on other hosts join ")
-    prepare(load_config(None, [*TINY, "data.clients=2"]), out.resolve())
+    prepare(load_config(None, [*TINY, "data.clients=2", "run.runtime=flower-deployment"]), out.resolve())  # as deploy
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from fedaccel.runs.lock import lock_run_dir; "
          "lock = lock_run_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(out)],

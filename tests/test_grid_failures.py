@@ -142,9 +142,9 @@ def test_a_plain_run_that_raises_keeps_its_traceback_and_loses_it_when_resumed(
 
 def test_a_reproduction_runs_every_experiment_past_a_failed_cell_and_draws_its_report_once_fixed(
         breaking: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    """Two experiment files stand in for a paper's, the first with the failing cell: the second still runs and is
-    packed, the report is not drawn, the exit status is 1 with the rerun command; rerun once fixed, the first
-    resumes and the report is drawn."""
+    """Two experiment files stand in for a paper's, the first with the failing cell: the second still runs, nothing
+    is packed and no report drawn (the committed set stays whole), the exit status is 1 with the rerun command;
+    rerun once fixed, the first resumes, both are packed and the report is drawn."""
     from functools import partial
 
     import fedaccel.reproductions.reproduce as reproduce_module
@@ -163,10 +163,27 @@ def test_a_reproduction_runs_every_experiment_past_a_failed_cell_and_draws_its_r
     data = docs / "bherd" / "data"
     assert main(["reproduce", "bherd", "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: 1 of 2 experiments had failed cells, so the report was not drawn (first: 1 "
-                              f"cell(s) ({FAILING})") and "run `fedaccel reproduce bherd` again" in err[-1], err[-1]
-    assert (data / f"second{SUFFIX}").is_file() and not (data / f"first{SUFFIX}").exists()
+    assert err[-1].startswith(f"error: 1 of 2 experiments had failed cells (first: 1 cell(s) ({FAILING})") and (
+        "nothing was packed" in err[-1] and "run `fedaccel reproduce bherd` again" in err[-1]), err[-1]
+    assert (tmp_path / "runs" / "bherd-quick" / "second" / "algorithm.mu=0.1,run.seed=1" / "summary.json").is_file()
+    assert not data.exists()
     assert not list(docs.glob("*.md"))
     monkeypatch.delenv("BREAK")
     assert main(["reproduce", "bherd", "--no-progress"]) == 0
-    assert (data / f"first{SUFFIX}").is_file() and list(docs.glob("*.md"))
+    assert (data / f"first{SUFFIX}").is_file() and (data / f"second{SUFFIX}").is_file() and list(docs.glob("*.md"))
+
+
+def test_a_grid_whose_baseline_cells_all_failed_ends_as_failed_cells_not_an_unknown_baseline(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The baseline's only cell fails before its first row (a split it cannot make): its group is not among the
+    rows, and the table's "unknown baseline" was the grid's error (exit 2, and `reproduce` stopped on it); now the
+    grid ends as any grid with failed cells, exit 1 naming the cell."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({
+        "name": "nobase", "out_dir": str(tmp_path / "out"),
+        "base": {"model": "softmax", "data": {"dataset": "digits", "subset": 200, "clients": 2}, "train": {"rounds": 1}},
+        "grid": {"variant": [{"algorithm": "fedavg", "data.clients": 5000}, {"algorithm": "fedprox"}]},
+        "baseline": "fedavg"}))
+    assert main(["experiment", str(grid), "--no-progress"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: 1 of 2 cells failed (variant=algorithm=fedavg+data.clients=5000)"), last

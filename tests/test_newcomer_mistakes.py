@@ -157,6 +157,11 @@ def test_deploy_resume_of_a_finished_or_undeployed_run_answers_at_once(tmp_path:
     assert main(["deploy", "--resume", str(out)]) == 0
     assert "is already finished (round 1 of 1): nothing to resume" in capsys.readouterr().err
     assert not (out / "flower").exists()
+    (tmp_path / "elsewhere.json").write_bytes((out / "summary.json").read_bytes())
+    (out / "summary.json").unlink()
+    (out / "summary.json").symlink_to(tmp_path / "elsewhere.json")  # a planted link: refused, not followed
+    assert "summary.json" in refused(["deploy", "--resume", str(out)], tmp_path, capsys)
+    assert not (out / "flower").exists()
 
 
 def test_the_command_for_more_rounds_deploys_a_deployed_run_and_quotes_its_path() -> None:

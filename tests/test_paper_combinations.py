@@ -18,15 +18,20 @@ REDUCTIONS = [
     ("fedumf-bherd", {"fraction": 1.0, "bherd_alpha": 0.5}, "bherd", {"alpha": 0.5}),
     ("fedumf-bherd", {"fraction": 0.5, "alpha": 1.0, "bherd_alpha": 1.0}, "fedumf", {"fraction": 0.5, "alpha": 1.0}),
     ("fedgsnr-fedumf", {"samples": 2, "e_const": 3, "fraction": 1.0}, "fedgsnr", {"samples": 2, "e_const": 3}),
+    # FedGSNR switched off: equal clients, a uniform plan of each client's own steps (tau = 3)
+    ("fedgsnr-fedumf", {"plan": "uniform", "e_const": 3, "fraction": 0.5}, "fedumf", {"fraction": 0.5}),
+    ("fedgsnr-bherd", {"plan": "uniform", "e_const": 3, "alpha": 0.5}, "bherd", {"alpha": 0.5}),
 ]
+EQUAL = (9, 9, 9)  # client sizes where FedGSNR's uniform plan is each client's own tau
 
 
 @pytest.mark.parametrize("name, options, plain, plain_options", REDUCTIONS,
                          ids=[f"{n}-is-{p}" for n, _, p, _ in REDUCTIONS])
 def test_a_combination_with_one_part_off_is_the_other_part_alone(
         name: str, options: dict, plain: str, plain_options: dict) -> None:
-    combined, _ = run(name, linear_federation(), 4, **options)
-    alone, _ = run(plain, linear_federation(), 4, **plain_options)
+    sizes = EQUAL if options.get("plan") == "uniform" else (6, 9, 12)
+    combined, _ = run(name, linear_federation(sizes), 4, **options)
+    alone, _ = run(plain, linear_federation(sizes), 4, **plain_options)
     torch.testing.assert_close(combined.w, alone.w, atol=1e-6, rtol=0)
     assert not torch.equal(alone.w, linear_federation().model.theta)  # it did move
 
@@ -52,15 +57,18 @@ def test_a_combination_with_both_parts_on_is_neither_alone(name: str, options: d
 
 
 def test_fedgsnr_bherd_herds_the_steps_fedgsnr_planned() -> None:
-    """Each client selects alpha of its planned steps (its round's tau), not of the steps it would take unplanned."""
+    """Each client selects alpha of the steps FedGSNR planned for it (the round's plan), not of its own tau."""
     fed = linear_federation()
     _, reports = run("fedgsnr-bherd", fed, 3, samples=2, e_const=3, alpha=0.5)
-    planned = [{int(c): v["tau"] for c, v in report.diag["clients"].items()} for report in reports]
-    assert any(set(p.values()) != set(fed.steps.tolist()) for p in planned)  # the plan changed the steps
-    for report, taus in zip(reports, planned):
-        for client, values in report.diag["clients"].items():
-            assert len(values["selected"]) == selected_count(0.5, taus[int(client)])
-            assert all(0 <= s < taus[int(client)] for s in values["selected"])
+    plans = [{int(c): steps for c, steps in report.diag["steps"].items()} for report in reports]
+    assert any(sorted(plan.values()) != sorted(fed.steps.tolist()) for plan in plans)  # the plan changed the steps
+    for report, plan in zip(reports, plans):
+        herded = {int(c): v for c, v in report.diag["clients"].items()}
+        assert set(herded) == {c for c, steps in plan.items() if steps > 0}
+        for client, values in herded.items():
+            assert values["tau"] == plan[client]
+            assert len(values["selected"]) == selected_count(0.5, plan[client])
+            assert all(0 <= s < plan[client] for s in values["selected"])
 
 
 def test_fedumf_bherd_uploads_the_herd_of_a_fraction_and_keeps_every_clients_update() -> None:
@@ -72,3 +80,21 @@ def test_fedumf_bherd_uploads_the_herd_of_a_fraction_and_keeps_every_clients_upd
         assert sorted(report.diag["clients"]) == sorted(str(c) for c in report.participation.upload)
     stored = [client[0].update for client in state.clients]  # FedUMF's part is first
     assert all(update is not None and update.abs().sum() > 0 for update in stored)
+    # after one round (every client starts from w0, no fusion) the stored updates are FedUMF's own: the real local
+    # updates, not BHerd's estimates of them (which only go up)
+    herding, _ = run("fedumf-bherd", linear_federation(), 1, fraction=0.5, bherd_alpha=0.5)
+    plain, _ = run("fedumf", linear_federation(), 1, fraction=0.5)
+    for ours, theirs in zip(herding.clients, plain.clients):
+        torch.testing.assert_close(ours[0].update, theirs[0].update, atol=0, rtol=0)
+
+
+def test_fedgsnr_fedumf_never_fuses_an_update_that_went_up() -> None:
+    """FedGSNR plans 0 steps for some client-rounds (the Dirichlet plan, 8 clients): such a client does not train,
+    and the update it keeps may be one it uploaded. At C = 1 every stored update went up, so nothing may be fused:
+    the run is FedGSNR's (a review found it fused the uploaded update again, 0.094 apart after 12 rounds)."""
+    sizes = (6, 9, 12, 6, 9, 12, 6, 9)
+    options = {"samples": 2, "e_const": 3, "plan": "dirichlet"}
+    combined, reports = run("fedgsnr-fedumf", linear_federation(sizes), 12, fraction=1.0, **options)
+    assert any(steps == 0 for report in reports for steps in report.diag["steps"].values())  # the case arises
+    alone, _ = run("fedgsnr", linear_federation(sizes), 12, **options)
+    torch.testing.assert_close(combined.w, alone.w, atol=1e-6, rtol=0)

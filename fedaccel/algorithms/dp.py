@@ -40,7 +40,7 @@ noised mean's model and are post-processing of it: allowed (they declare ``Part.
 written to the run folder (BHerd's selected steps, for example) are outside the guarantee.
 
 A part with those stages is admitted when it declares what keeps it inside (``Part.upload_fraction``,
-``Part.no_extras``), checked against the settings: FedUMF (and fedumf-fedprox). Its ``participation`` uploads
+``Part.no_extras``), checked against the settings: FedUMF (and fedumf-fedprox, fedumf-bherd). Its ``participation`` uploads
 exactly ``sample_clients(info, C)``, FedAvg's sampling of the run, so it is admitted when that sample is the
 accountant's: round(C N) = m under ``train.sampling: fixed``, C = ``train.client_fraction`` under ``bernoulli``
 (each client with probability C; no ``train.participation`` schedule: the config refuses one under DP). Its
@@ -498,17 +498,18 @@ def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
                 releases_every_round=True)
 
 
-def outside(part: Part, settings: DPSettings) -> str | None:
+def outside(part: Part, settings: DPSettings, *, plan_hint: bool = True) -> str | None:
     """Why ``part`` is outside the guarantee of ``settings`` (None: inside). A ``client_end`` that declares
     ``no_extras`` and a ``participation`` that declares its ``upload_fraction`` are inside when that fraction's
-    sample is the accountant's (module docstring)."""
+    sample is the accountant's (module docstring). ``plan_hint``: FedGSNR's refusal names plan_clip (not where
+    another part has every client train: :func:`_private_plan` refuses that too)."""
     for stage, why in OUTSIDE.items():
         if getattr(part, stage, None) is None or (stage == "client_end" and part.no_extras) or (
                 stage == "server_end" and part.models_only):
             continue
         if stage != "participation" or part.upload_fraction is None:
             hint = " (give algorithm.dp.plan_clip: {g: C_g, s: C_s, n: n_max} to make its plan private)" \
-                if part.name == "fedgsnr" and stage == "plan_client" else ""
+                if part.name == "fedgsnr" and stage == "plan_client" and plan_hint else ""
             return why + hint
         if settings.sampling == "bernoulli":
             if part.upload_fraction == settings.fraction:
@@ -529,13 +530,14 @@ def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.
     ``samples``, ``e_const`` and ``plan``) by the private plan where ``settings.plan_clip`` is given; a part
     outside the guarantee is one line."""
     private_plan = _private_plan(algorithm, settings, planning)
+    plan_hint = not any(part.participation is not None for part in algorithm.parts)
     for part in algorithm.parts:
-        why = None if part.name == "mean" or part is private_plan[0] else outside(part, settings)
+        why = None if part.name == "mean" or part is private_plan[0] else outside(part, settings, plan_hint=plan_hint)
         if why is not None:
             raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its part {part.name!r} {why}; "
                               "client-level DP composes with recipes whose server takes the mean of the uploads "
-                              "(fedavg, fedprox, bherd, grab-reorder, fedumf, fedgsnr with plan_clip, server "
-                              "optimisers)")
+                              "(fedavg, fedprox, bherd, grab-reorder, fedumf and their combinations, fedgsnr with "
+                              "plan_clip, server optimisers)")
     if not any(part.name == "mean" for part in algorithm.parts):
         raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its server takes no mean of the uploads")
     names = [part.name for part in algorithm.parts]

@@ -20,6 +20,10 @@ SCAFFOLD, FedDC) and aggregator. Choices where the paper is silent (also in
 - A client unselected for several rounds fuses its *latest* stored update: all clients train
   every round, so that update is always from round t-1 (the paper's g_{t-1}). The
   learning-rate ratio uses the rate the stored update was computed with, which is eta_{t-1}.
+- A stored update that went up (the client uploaded in the round it was computed) is never fused: where a
+  part plans 0 steps for a client in a round (FedGSNR in ``fedgsnr-fedumf``), the client does not train, and its
+  stored update may be one the server already averaged (with every client training every round, as in the
+  paper, this changes nothing).
 - The stored update is the end of the local trajectory minus the *fused* start, so a fused
   client's next stored update does not contain the fused part again (Algorithm 1, line 113).
 - S_t is drawn exactly as FedAvg's sampling (:func:`~fedaccel.algorithms.sampling.sample_clients`,
@@ -48,6 +52,7 @@ class FedUMFClient:
     update: Tensor | None = None  # g^i = theta_end - theta_start of the latest round it trained
     update_lr: float = 0.0  # the learning rate g^i was computed with
     authorised_round: int = -1  # the last round the client was in S_t (-1: never)
+    sent: bool = False  # whether ``update`` itself went up (a round the client uploaded): never fused again
 
 
 def fedumf(*, fraction: float = 0.1, alpha: float = 1.0) -> Part:
@@ -76,7 +81,7 @@ def fedumf(*, fraction: float = 0.1, alpha: float = 1.0) -> Part:
 
     def start(ctx: ClientContext, w: Tensor, theta0: Tensor, ss: State, cs: FedUMFClient) -> Tensor:
         newly_authorised = ctx.uploads and cs.authorised_round != ctx.info.round - 1
-        if not newly_authorised or cs.update is None:
+        if not newly_authorised or cs.update is None or cs.sent:
             return theta0
         coefficient = alpha * ctx.info.lr / cs.update_lr
         return theta0.add(cs.update, alpha=coefficient)  # a new tensor: w is never touched
@@ -85,7 +90,7 @@ def fedumf(*, fraction: float = 0.1, alpha: float = 1.0) -> Part:
         ctx: ClientContext, w: Tensor, theta0: Tensor, theta_end: Tensor, ss: State, cs: FedUMFClient
     ) -> tuple[FedUMFClient, dict[str, Tensor]]:
         authorised = ctx.info.round if ctx.uploads else cs.authorised_round
-        state = FedUMFClient(theta_end - theta0, ctx.info.lr, authorised)
+        state = FedUMFClient(theta_end - theta0, ctx.info.lr, authorised, sent=ctx.uploads)
         return state, {}  # the stored update stays on the client: nothing extra goes up
 
     return Part(

@@ -515,7 +515,12 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     if failed.cells and not runs:  # nothing to tabulate
         raise CellsFailed(None, failed.cells, len(experiment.cells))
     check_distinct(runs)  # a folder skipped as finished may hold another cell's copy (its config checked above)
-    table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)
+    try:
+        table = compare_table(runs, experiment.targets or TABLE_TARGETS, baseline=experiment.baseline)
+    except UserError:
+        if not failed.cells:
+            raise
+        raise CellsFailed(None, failed.cells, len(experiment.cells)) from None  # e.g. every baseline cell failed
     if line := gaps_line(*grid_gaps(experiment.out_dir, experiment.cells, runs)):
         table += f"\n\nWarning: {line}."
     write_atomic(experiment.out_dir / "table.md", table + "\n")

@@ -139,34 +139,36 @@ def reproduce(
     report = GridProgress(len(todo), bars=False if progress is False else None,  # one bar over every experiment's cells
                           rounds=rounds_left(todo))
     failed: list[tuple[str, CellsFailed]] = []
+    finished = []
     try:
         for index, (file, experiment) in enumerate(experiments, start=1):
             report.place = (index, len(experiments))
             try:
-                result = run_experiment(experiment, progress=progress, workers=workers, ray=ray, report=report)
+                finished.append((file, run_experiment(experiment, progress=progress, workers=workers, ray=ray,
+                                                      report=report)))
             except CellsFailed as exc:  # its finished cells wait in its folder; the next experiment runs
                 failed.append((file.stem, exc))
-                continue
-            pack(result.run_dirs, data / f"{file.stem}{SUFFIX}")
     finally:
         report.close()
-    if failed:
+    if failed:  # nothing packed: the committed data and report stay one set until every experiment finishes
         raise ExperimentsFailed(_command(paper, scale) + (" --only " + " ".join(only) if only else ""), failed,
-                                len(experiments))
+                                len(experiments), out_root / f"{paper}-{scale}")
+    for file, result in finished:
+        pack(result.run_dirs, data / f"{file.stem}{SUFFIX}")
     return render(paper, scale, docs=docs, say=None if progress is False else say_on_stderr)
 
 
 class ExperimentsFailed(UserError):
-    """Experiments of a reproduction with failed cells, after every experiment ran: the others are packed, the
-    report is not drawn (it would mix this run's data with the committed data of these)."""
+    """Experiments of a reproduction with failed cells, after every experiment ran: nothing is packed and the
+    report is not drawn (the committed data and report stay one set); the finished cells wait in ``runs``."""
 
-    def __init__(self, command: str, failed: Sequence[tuple[str, Any]], total: int) -> None:
+    def __init__(self, command: str, failed: Sequence[tuple[str, Any]], total: int, runs: Path) -> None:
         named = "; ".join(f"{stem}: {len(exc.cells)} cell(s) ({', '.join(exc.cells[:3])}"
                           f"{' and more' if len(exc.cells) > 3 else ''})" for stem, exc in failed)
-        super().__init__(f"{len(failed)} of {total} experiments had failed cells, so the report was not drawn "
-                         f"({named}): each cell's line is above, its traceback in its folder's error.txt; the "
-                         f"other experiments are packed; fix the cause and run `{command}` again: it keeps the "
-                         f"finished cells and resumes these")
+        super().__init__(f"{len(failed)} of {total} experiments had failed cells ({named}): each cell's line is "
+                         f"above, its traceback in its folder's error.txt; nothing was packed and the report was not "
+                         f"drawn (the finished cells are kept in {runs}); fix the cause and run `{command}` again: "
+                         f"it keeps the finished cells, resumes these, then packs and draws")
         self.failed = [stem for stem, _ in failed]
 
 

@@ -722,6 +722,8 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
     name = config.algorithm["name"]
     if config.train.participation is not None:
         return  # the schedule selects the uploaders, not C
+    if "fedumf" not in name.split("-"):
+        return  # a plugin's fraction: what C = 1 makes of it is its own
     if "fraction" in hyperparameters(name) and config.algorithm.get("fraction", config.train.client_fraction) == 1:
         plain = name.replace("-fedumf", "").removeprefix("fedumf-") if name != "fedumf" else "FedAvg"
         print(f"note: {name} with C = 1 authorises every client every round: it is {plain}; "
