@@ -96,6 +96,10 @@ def test_claims_are_checked_when_the_experiment_is_loaded(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match=r"rounds_to 90 is not an accuracy between 0 and 1 \(test_acc\) \(as a "
                                           r"fraction: \{rounds_to: 0.9\}\)"):  # a percentage: judged as never reached
         load_experiment(write_grid(tmp_path / "d", [{**CLAIMS[0], "measure": {"rounds_to": 90}}]) / "experiment.yaml")
+    for target in (float("nan"), -0.5):  # on a loss too: judged "never" on every run
+        with pytest.raises(ConfigError, match="is not a target a run can reach"):
+            load_experiment(write_grid(tmp_path / f"e{target}", [
+                {**CLAIMS[0], "measure": {"rounds_to": target, "metric": "test_loss"}}]) / "experiment.yaml")
 
 
 def test_judge_without_claims_is_one_line(tmp_path: Path, capsys) -> None:

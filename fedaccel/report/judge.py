@@ -39,6 +39,7 @@ grid's runs and the incomplete cells each claim depends on (:mod:`fedaccel.repor
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,9 @@ def parse_measure(spec: Any, where: str) -> Measure:
         if "rounds_to" in spec and set(spec) <= {"rounds_to", "metric"}:
             target, metric = spec["rounds_to"], str(spec.get("metric", "test_acc"))
             if isinstance(target, (int, float)) and not isinstance(target, bool):
+                if not math.isfinite(target) or target < 0:  # a target no metric reaches: every run "never"
+                    raise ConfigError(f"{where}: rounds_to {target:g} is not a target a run can reach (a finite "
+                                      "number, 0 or more)")
                 if metric.rpartition("/")[2].endswith("_acc") and not 0.0 <= target <= 1.0:  # 90: a percentage
                     hint = f" (as a fraction: {{rounds_to: {target / 100:g}}})" if 1.0 < target <= 100.0 else ""
                     raise ConfigError(f"{where}: rounds_to {target:g} is not an accuracy between 0 and 1 ({metric}){hint}")
