@@ -193,7 +193,7 @@ def test_the_compare_note_reads_any_configs_someone_wrote(configs: list[dict]) -
 
 
 @pytest.mark.parametrize("baseline, fault", [
-    ("fedavgg", "unknown baseline 'fedavgg'; the groups are: 'fedavg', 'scaffold'"),
+    ("fedavgg", "unknown baseline 'fedavgg'; the groups are: 'fedavg', 'scaffold'; nearest: 'fedavg'"),
     (3, "baseline must be a method's label such as fedavg, not 3")])
 def test_a_baseline_that_names_no_group_is_refused_before_any_cell_runs(
         baseline: object, fault: str, tmp_path: Path) -> None:

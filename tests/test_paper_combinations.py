@@ -98,3 +98,14 @@ def test_fedgsnr_fedumf_never_fuses_an_update_that_went_up() -> None:
     assert any(steps == 0 for report in reports for steps in report.diag["steps"].values())  # the case arises
     alone, _ = run("fedgsnr", linear_federation(sizes), 12, **options)
     torch.testing.assert_close(combined.w, alone.w, atol=1e-6, rtol=0)
+
+
+def test_fedumf_bherds_two_alphas_are_each_named_in_their_errors() -> None:
+    """``alpha`` is FedUMF's fusion coefficient there, ``bherd_alpha`` BHerd's fraction: each error names its own."""
+    from fedaccel.algorithms.registry import build_algorithm
+    from fedaccel.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^fedumf-bherd bherd_alpha \(BHerd's fraction of steps\) must be in"):
+        build_algorithm("fedumf-bherd", bherd_alpha=2.0)
+    with pytest.raises(ConfigError, match="^fedumf alpha must be in"):
+        build_algorithm("fedumf-bherd", alpha=2.0)

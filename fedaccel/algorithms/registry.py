@@ -293,6 +293,8 @@ def fedumf_bherd(*, fraction: float = 0.1, alpha: float = 1.0, bherd_alpha: floa
     """FedUMF with BHerd-FedAvg: all clients train, a fraction C uploads the herd of its directions and fuses.
 
     ``alpha`` is FedUMF's fusion coefficient (as in every fedumf-* recipe), ``bherd_alpha`` BHerd's fraction."""
+    if not 0 < bherd_alpha <= 1:  # BHerd's own check would call it alpha, which here is FedUMF's
+        raise ConfigError(f"fedumf-bherd bherd_alpha (BHerd's fraction of steps) must be in (0, 1], got {bherd_alpha}")
     return compose("fedumf-bherd", fedumf_part(fraction=fraction, alpha=alpha),
                    bherd_selection(alpha=bherd_alpha, selection=selection), mean_aggregate(weighting=weighting))
 

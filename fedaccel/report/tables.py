@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaccel.errors import UserError, listed, shown
+from fedaccel.errors import UserError, listed, nearest_names, shown
 from fedaccel.report.claims import final, last_round, reached, rounds_to
 from fedaccel.report.claims import speed_up as speed_up_of
 from fedaccel.report.completeness import run_gap
@@ -111,8 +111,10 @@ def _baseline_indices(groups: list[tuple[str, list[Run]]], baseline: str | None)
             and wanted <= _label_parts(label)[1] | {f"{k}={v}" for k, v in flats[i].items()}
         ]
         if not candidates:
+            close = nearest_names(baseline, labels, cutoff=0.6)[:1]  # whole, to copy (the list cuts long labels)
             raise UserError(f"unknown baseline {shown(baseline)}; the groups are: "
-                            + listed([repr(s) for s in labels], near=repr(baseline)))
+                            + listed([repr(s) for s in labels], near=repr(baseline))
+                            + (f"; nearest: {close[0]!r}" if close else ""))
 
     def agreement(i: int, j: int) -> int:
         return sum(flats[i].get(k) == v for k, v in flats[j].items())
