@@ -530,7 +530,7 @@ def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.
     ``samples``, ``e_const`` and ``plan``) by the private plan where ``settings.plan_clip`` is given; a part
     outside the guarantee is one line."""
     private_plan = _private_plan(algorithm, settings, planning)
-    plan_hint = not any(part.participation is not None for part in algorithm.parts)
+    plan_hint = trainer_chooser(algorithm) is None
     for part in algorithm.parts:
         why = None if part.name == "mean" or part is private_plan[0] else outside(part, settings, plan_hint=plan_hint)
         if why is not None:
@@ -549,6 +549,11 @@ def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.
     return Algorithm(algorithm.name, parts)
 
 
+def trainer_chooser(algorithm: Algorithm) -> Part | None:
+    """The part that chooses who trains (FedUMF: every client), if any: a private plan's releases would be of them."""
+    return next((part for part in algorithm.parts if part.participation is not None), None)
+
+
 def _private_plan(algorithm: Algorithm, settings: DPSettings, planning: Mapping[str, Any] | None
                   ) -> tuple[Part | None, Part | None]:
     """(FedGSNR's planning part, the private plan that replaces it) with ``plan_clip``; (None, None) without."""
@@ -561,7 +566,7 @@ def _private_plan(algorithm: Algorithm, settings: DPSettings, planning: Mapping[
     if planning is None or planning.get("plan", "gsnr") != "gsnr":
         raise ConfigError(f"algorithm.dp.plan_clip covers FedGSNR's own plan (plan: gsnr), not plan: "
                           f"{shown(None if planning is None else planning.get('plan'))}")
-    if chooser := next((part for part in algorithm.parts if part.participation is not None), None):
+    if chooser := trainer_chooser(algorithm):
         raise ConfigError(f"algorithm.dp.plan_clip cannot cover {algorithm.name}: its part {shown(chooser.name)} chooses "
                           "who trains (FedUMF: every client), and the private plan's releases are of the training "
                           "clients, so they would not be the accountant's sample of the uploaders")

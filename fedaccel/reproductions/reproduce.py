@@ -169,7 +169,6 @@ class ExperimentsFailed(UserError):
                          f"above, its traceback in its folder's error.txt; nothing was packed and the report was not "
                          f"drawn (the finished cells are kept in {runs}); fix the cause and run `{command}` again: "
                          f"it keeps the finished cells, resumes these, then packs and draws")
-        self.failed = [stem for stem, _ in failed]
 
 
 def say_on_stderr(line: str) -> None:
