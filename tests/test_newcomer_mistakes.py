@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_crafted_files import refused
 
@@ -209,3 +209,41 @@ def test_a_baseline_that_names_no_group_is_refused_before_any_cell_runs(
     path.write_text(path.read_text().replace("fedavgg", "fedavg"))
     if baseline == "fedavgg":
         assert load_experiment(path).baseline == "fedavg"
+
+
+@settings(max_examples=40, deadline=None)
+@given(baseline=st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12)
+       | st.lists(st.text(max_size=3), max_size=2) | st.sampled_from(["fedavg", "scaffold", "fedav", "fedavg (x=1)"]))
+def test_any_baseline_loads_only_as_a_group_of_the_grid_or_is_one_line(baseline: object) -> None:
+    """Whatever an experiment file's `baseline:` holds: the grid loads with it naming one of its groups, or it is
+    refused in one line at load."""
+    import tempfile
+
+    import yaml
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "grid.yaml"
+        path.write_text(yaml.safe_dump({"name": "any", "base": {"data": {"dataset": "digits", "clients": 2}},
+                                        "grid": {"algorithm": ["fedavg", "scaffold"]}, "baseline": baseline}))
+        try:
+            loaded = load_experiment(path).baseline
+        except ConfigError as refusal:
+            assert "\n" not in str(refusal)
+        else:
+            assert loaded is None or loaded in ("fedavg", "scaffold")
+
+
+@given(target=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**40, 10**40),
+       metric=st.sampled_from(["test_acc", "train_acc", "client_mean/test_acc", "test_loss", "train_loss"]))
+def test_any_rounds_to_target_is_a_reachable_one_or_one_line(target: float, metric: str) -> None:
+    """A claim's `rounds_to:` is taken only where some run could reach it: finite, 0 or more, and a fraction for an
+    accuracy; anything else is one line."""
+    from fedaccel.report.judge import parse_measure
+
+    try:
+        parse_measure({"rounds_to": target, "metric": metric}, "claims[0]")
+    except ConfigError as refusal:
+        assert "\n" not in str(refusal)
+        assert not math.isfinite(target) or target < 0 or (metric.endswith("_acc") and target > 1)
+    else:
+        assert math.isfinite(target) and target >= 0 and (not metric.endswith("_acc") or target <= 1)
