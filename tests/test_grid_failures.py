@@ -187,3 +187,38 @@ def test_a_grid_whose_baseline_cells_all_failed_ends_as_failed_cells_not_an_unkn
     assert main(["experiment", str(grid), "--no-progress"]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: 1 of 2 cells failed (variant=algorithm=fedavg+data.clients=5000)"), last
+
+
+def test_a_reproduction_stopped_after_a_failed_experiment_still_names_it(
+        breaking: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Ctrl-C during the second experiment, after the first had a failed cell: the stop's own line (exit 130) comes
+    after one naming the failed experiment, which the stop would otherwise hide until the next run."""
+    from functools import partial
+
+    import fedaccel.grids.experiment as experiment_module
+    import fedaccel.reproductions.reproduce as reproduce_module
+    from fedaccel.runs.stopping import Interrupted
+
+    folder = tmp_path / "experiments" / "bherd" / "quick"
+    folder.mkdir(parents=True)
+    grid = yaml.safe_load(breaking.read_text())
+    for stem, mus in (("first", [1.0]), ("second", [0.1])):
+        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump(
+            {"base": grid["base"], "grid": {"algorithm.mu": mus, "run.seed": [0, 1]}}))
+    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
+    monkeypatch.setattr(reproduce_module, "reproduce", partial(reproduce_module.reproduce, docs=tmp_path / "docs",
+                                                               out_root=tmp_path / "runs"))
+    run_experiment = experiment_module.run_experiment
+
+    def stopped_in_second(experiment, **kwargs):
+        if experiment.out_dir.name == "second":
+            raise Interrupted(experiment.out_dir, None)
+        return run_experiment(experiment, **kwargs)
+
+    monkeypatch.setattr(experiment_module, "run_experiment", stopped_in_second)
+    assert main(["reproduce", "bherd", "--no-progress"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    said = [k for k, line in enumerate(lines) if line.startswith(
+        f"before this stop, 1 of 2 experiments had failed cells (first: 1 cell(s) ({FAILING})")]
+    assert said and "run `fedaccel reproduce bherd` again" in lines[said[0]], lines
+    assert said[0] < len(lines) - 1 and "continues" in lines[-1], lines  # the stop's own line comes last

@@ -148,14 +148,23 @@ def reproduce(
                                                       report=report)))
             except CellsFailed as exc:  # its finished cells wait in its folder; the next experiment runs
                 failed.append((file.stem, exc))
+    except BaseException:  # a later stop (Ctrl-C, a full disk) says too which experiments had failed before it
+        if failed:
+            say_on_stderr(f"before this stop, {_experiments_failed(paper, scale, only, failed, experiments, out_root)}")
+        raise
     finally:
         report.close()
     if failed:  # nothing packed: the committed data and report stay one set until every experiment finishes
-        raise ExperimentsFailed(_command(paper, scale) + (" --only " + " ".join(only) if only else ""), failed,
-                                len(experiments), out_root / f"{paper}-{scale}")
+        raise _experiments_failed(paper, scale, only, failed, experiments, out_root)
     for file, result in finished:
         pack(result.run_dirs, data / f"{file.stem}{SUFFIX}")
     return render(paper, scale, docs=docs, say=None if progress is False else say_on_stderr)
+
+
+def _experiments_failed(paper: str, scale: str, only: Sequence[str], failed: Sequence[tuple[str, Any]],
+                        experiments: Sequence[Any], out_root: Path) -> ExperimentsFailed:
+    return ExperimentsFailed(_command(paper, scale) + (" --only " + " ".join(only) if only else ""), failed,
+                             len(experiments), out_root / f"{paper}-{scale}")
 
 
 class ExperimentsFailed(UserError):
