@@ -88,9 +88,10 @@ def more_rounds(path: Path, runtime: str | None = None) -> str:
     ``run.runtime``; a deployed run's config is deployed again)."""
     import shlex
 
-    command = "deploy" if runtime == "flower-deployment" else "run"
-    return (f"for more rounds, run its config again into a new folder: `fedaccel {command} "
-            f"{shlex.quote(str(Path(path) / 'config.yaml'))} --set train.rounds=N`")
+    deployed = runtime == "flower-deployment"
+    return (f"for more rounds, run its config again into a new folder: `fedaccel {'deploy' if deployed else 'run'} "
+            f"{shlex.quote(str(Path(path) / 'config.yaml'))} --set train.rounds=N`"
+            + (" (with `--prepare --tls DIR` where its SuperNodes run on other hosts)" if deployed else ""))
 
 
 def resume(run_dir: str | Path, *, progress: bool | None = None, device: str | None = None) -> Path:

@@ -168,7 +168,8 @@ def test_the_command_for_more_rounds_deploys_a_deployed_run_and_quotes_its_path(
     from fedaccel.launch import more_rounds
 
     assert more_rounds(Path("my runs/x"), "flower-deployment").endswith(
-        "`fedaccel deploy 'my runs/x/config.yaml' --set train.rounds=N`")
+        "`fedaccel deploy 'my runs/x/config.yaml' --set train.rounds=N` (with `--prepare --tls DIR` where its "
+        "SuperNodes run on other hosts)")
     assert more_rounds(Path("r"), "in-process").endswith("`fedaccel run r/config.yaml --set train.rounds=N`")
 
 
