@@ -445,14 +445,33 @@ def test_recipes_are_registered_by_composition() -> None:
         assert [p.name for p in build_algorithm(name).parts] == parts
 
 
-def test_selection_heat_map_spans_all_steps_and_rounds() -> None:
-    from fedaccel.report.diagnostics import selection_image
+def test_selection_heat_map_spans_all_steps_and_rounds_and_greys_what_was_no_step() -> None:
+    """Selected 1, taken but not selected 0, no step at all (a round not trained, a step past that round's tau, as
+    FedGSNR plans it) light grey: a white cell there would read as a step BHerd left out."""
+    from fedaccel.report.diagnostics import NO_STEP, selection_image
 
-    image = selection_image([2, 3, 5], [[0, 3], [1], [4]], tau=6)  # did not train in round 4
+    image = selection_image([2, 3, 5], [[0, 3], [1], [4]], [6, 3, 6])  # did not train in round 4; 3 steps in round 3
     expected = np.zeros((4, 6))
+    expected[1, 3:] = expected[2, :] = NO_STEP
     expected[0, [0, 3]] = expected[1, 1] = expected[3, 4] = 1.0
     np.testing.assert_array_equal(image, expected)
-    assert selection_image([1], [[0, 2]], tau=None).shape == (1, 3)  # older runs: no tau recorded
+    older = selection_image([1, 2], [[0, 2], [1]], None)  # older runs: no tau recorded, up to the last selected step
+    np.testing.assert_array_equal(older, [[1, 0, 1], [0, 1, 0]])
+
+
+def test_a_selection_heat_map_says_no_step_only_where_a_cell_had_none(tmp_path: pathlib.Path) -> None:
+    from fedaccel.report.diagnostics import selection_figure
+
+    def legend(taus: list[int], rounds: list[int]) -> list[str]:
+        folder = tmp_path / f"{taus}-{rounds}"
+        folder.mkdir()
+        rows = [{"round": r, "clients": {"0": {"selected": [0], "tau": t}}} for r, t in zip(rounds, taus)]
+        (folder / "diagnostics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return [t.get_text() for t in selection_figure(folder).legends[0].get_texts()]
+
+    assert legend([4, 4], [1, 2]) == ["selected", "not selected"]  # every step taken: the figures of BHerd as before
+    assert legend([4, 2], [1, 2])[2:] == ["no step (not trained, or past τ)"]
+    assert legend([4, 4], [1, 3])[2:] == ["no step (not trained, or past τ)"]
 
 
 def test_a_selection_heat_map_of_many_clients_draws_the_first_twenty_and_says_so(tmp_path: pathlib.Path) -> None:

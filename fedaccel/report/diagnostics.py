@@ -88,16 +88,23 @@ def save_figure(fig: Any, out: str | Path, force: bool = False) -> Path:
 MAX_IMAGE = 20_000_000  # cells of a selection heat map (80 MB): a run of 20,000 rounds of 1,000 steps
 
 
-def selection_image(rounds: list[int], chosen: list[list[int]], tau: int | None) -> np.ndarray:
-    """Rows: rounds from the first to the last (zero where the client did not train); columns:
-    the tau step indices (without tau, as recorded by older runs: up to the last selected step)."""
-    width = max([tau or 1, *(max(c) + 1 for c in chosen if c)])  # a step beyond tau widens it, not crashes it
+NO_STEP = 0.25  # a heat-map cell with no step: a round the client did not train, a step beyond that round's tau
+
+
+def selection_image(rounds: list[int], chosen: list[list[int]], taus: list[int | None] | None) -> np.ndarray:
+    """Rows: rounds from the first to the last; columns: step indices up to the largest tau (without
+    tau, as recorded by older runs: up to the last selected step). A cell is 1 where the step was selected, 0 where
+    it was taken and not selected, :data:`NO_STEP` where there was no step: a round the client did not train, a step
+    beyond that round's tau (``taus``: per round of ``rounds``, as FedGSNR plans it; None where not recorded)."""
+    taus = taus or [None] * len(rounds)
+    width = max([1, *(t for t in taus if t), *(max(c) + 1 for c in chosen if c)])  # a step beyond tau widens it
     height = rounds[-1] - rounds[0] + 1
     if height * width > MAX_IMAGE:
         raise UserError(f"the heat map of selected steps would be {height:,} rounds x {width:,} steps, more than "
                         f"{MAX_IMAGE:,} cells: the run is too long to draw, or its diagnostics.jsonl was damaged")
-    image = np.zeros((height, width), dtype=np.float32)
-    for round_, steps in zip(rounds, chosen):
+    image = np.full((height, width), NO_STEP, dtype=np.float32)
+    for round_, steps, tau in zip(rounds, chosen, taus):
+        image[round_ - rounds[0], :tau or width] = 0.0
         image[round_ - rounds[0], steps] = 1.0
     return image
 
@@ -108,8 +115,9 @@ MAX_SELECTION_PANELS = 20  # clients drawn in a selection heat map: 1,000 panels
 def selection_figure(run_dir: str | Path, title: str = "", *, rows: Rows | None = None) -> Any:
     """Heat map of selected local steps: rounds (y) x step index (x), one panel per client (the first
     :data:`MAX_SELECTION_PANELS` clients of a run with more, as its title says); black a selected step, white one
-    not selected, as the legend below says. ``rows``: the run's diagnostics rows, already read
-    (:func:`diagnostic_figures`), by folder."""
+    not selected, light grey no step (a round not trained, a step past that round's tau), as the legend below says.
+    ``rows``: the run's diagnostics rows, already read (:func:`diagnostic_figures`), by folder."""
+    from matplotlib import colormaps
     from matplotlib.patches import Patch
 
     diagnostics = _rows(run_dir, rows)
@@ -119,8 +127,11 @@ def selection_figure(run_dir: str | Path, title: str = "", *, rows: Rows | None 
     taus = per_client(diagnostics, "tau")
     shown_clients = list(selected.items())[:MAX_SELECTION_PANELS]
     fig, axes = _figure(len(shown_clients), height=3.6)
+    no_step = False
     for ax, (client, (rounds, chosen)) in zip(axes, shown_clients):
-        image = selection_image(rounds, chosen, max(taus[client][1]) if client in taus else None)
+        tau_of = dict(zip(*taus[client])) if client in taus else {}
+        image = selection_image(rounds, chosen, [tau_of.get(r) for r in rounds])
+        no_step |= bool((image == NO_STEP).any())
         width = image.shape[1]
         ax.imshow(image, aspect="auto", interpolation="nearest", cmap="Greys", vmin=0.0, vmax=1.0,  # 1 black
                   extent=(-0.5, width - 0.5, rounds[-1] + 0.5, rounds[0] - 0.5))  # (a panel all 1 too: alpha = 1)
@@ -130,9 +141,12 @@ def selection_figure(run_dir: str | Path, title: str = "", *, rows: Rows | None 
     some = (f": the first {len(shown_clients)} of {len(selected):,} clients that trained"
             if len(shown_clients) < len(selected) else "")
     fig.suptitle((title or f"selected local gradients ({Path(run_dir).name})") + some)
-    fig.legend(handles=[Patch(facecolor="black", edgecolor="0.4", label="selected"),
-                        Patch(facecolor="white", edgecolor="0.4", label="not selected")],
-               loc="outside lower center", ncols=2, frameon=False, fontsize="small")
+    handles = [Patch(facecolor="black", edgecolor="0.4", label="selected"),
+               Patch(facecolor="white", edgecolor="0.4", label="not selected")]
+    if no_step:  # a round not trained, or a shorter one (FedGSNR's plan): not a step BHerd left out
+        handles.append(Patch(facecolor=colormaps["Greys"](NO_STEP), edgecolor="0.4",
+                             label="no step (not trained, or past τ)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize="small")
     return fig
 
 
