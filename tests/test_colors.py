@@ -93,3 +93,25 @@ def test_a_diagnostics_figure_names_and_colours_each_run_by_its_method(tmp_path:
     assert drawn == {"fedavg split=iid": (METHOD_COLORS["fedavg"], "-"),
                      "bherd alpha=0.5 split=iid": (METHOD_COLORS["bherd"], "--"),
                      "bherd alpha=0.5 split=case2": (METHOD_COLORS["bherd"], ":")}
+
+
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of ``#rrggbb``."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+              for c in (int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))]
+    xyz = [sum(m * c for m, c in zip(row, linear)) / white for row, white in
+           zip(((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505)), (0.9505, 1.0, 1.089))]
+    x, y, z = (t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz)
+    return 116 * y - 16, 500 * (x - y), 200 * (y - z)
+
+
+def test_fallback_colours_are_apart_from_each_other_and_from_the_methods_most_figures_show() -> None:
+    """A new user's "bherd + adam" and "fedavg + median" were two near-identical blues (CIE Lab distance 23,
+    and 17 from FedAvg's): a plugin's curve must be told from its neighbours' at a glance."""
+    import itertools
+    import math
+
+    common = [METHOD_COLORS[m] for m in ("fedavg", "bherd", "centralized", "fedadam", "fedavgm", "scaffold", "fedprox")]
+    assert min(math.dist(_lab(a), _lab(b)) for a, b in itertools.combinations(FALLBACK_COLORS, 2)) >= 26.9
+    assert min(math.dist(_lab(a), _lab(b)) for a in FALLBACK_COLORS for b in common) >= 29.9
+    assert all(_lab(c)[0] < 85 and math.hypot(*_lab(c)[1:]) > 15 for c in FALLBACK_COLORS)  # no near-white, no grey

@@ -48,9 +48,11 @@ METHOD_COLORS: dict[str, str] = {
     "fedgsnr-fedumf": "#35978f",
 }
 
-#: Colours of other names (plugins, compositions), none of them a built-in method's.
-FALLBACK_COLORS: tuple[str, ...] = ("#7570b3", "#e7298a", "#a6761d", "#5f9ea0", "#00a087", "#3c5488",
-                                    "#f39b7f", "#8491b4", "#91d1c2", "#b09c85", "#6a3d9a", "#b15928")
+#: Colours of other names (plugins, compositions), none of them a built-in method's: chosen for distance (CIE Lab)
+#: from each other (at least 26.9) and from FedAvg, BHerd, centralized SGD, FedAdam, FedAvgM, SCAFFOLD and FedProx's
+#: (at least 29.9), which most figures show beside them; neither grey nor near-white.
+FALLBACK_COLORS: tuple[str, ...] = ("#ddcc77", "#e7298a", "#00a087", "#66ccee", "#882255", "#fb9a99",
+                                    "#a6761d", "#332288", "#cab2d6", "#a6d854", "#f781bf", "#91d1c2")
 
 
 #: How far each further setting of one family is shaded: towards black (< 0) or white (> 0).
