@@ -777,3 +777,34 @@ def test_pip_installs_the_plugin_package_with_the_entry_point_the_tests_write(tm
     assert len(infos) == 1
     text = (infos[0] / "entry_points.txt").read_text()
     assert "[fedaccel.algorithms]" in text and f"myprox = {MODULE}:myprox" in text
+
+
+def test_a_grid_whose_finished_cells_ran_other_plugin_code_runs_no_cell(
+    site: Path, put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A new user edited the method, added a seed and ran the grid again: the new cell ran on the new code, the
+    finished ones stayed, and table.md mixed the two versions (exit 0), a folder compare and judge then refuse.
+    Now nothing runs and nothing is rewritten; with the grid's own version installed again it continues."""
+    grid = tmp_path / "grid.yaml"
+
+    def write(seeds: list[int]) -> None:
+        grid.write_text(yaml.safe_dump({"name": "mine", "out_dir": str(tmp_path / "out"),
+                                        "base": {"model": "softmax", "train": {"rounds": 2},
+                                                 "data": {"dataset": "digits", "subset": 200, "clients": 2}},
+                                        "grid": {"algorithm": ["fedavg", "myprox"], "run.seed": seeds}}))
+
+    write([0])
+    assert main(["experiment", str(grid), "--no-progress"]) == 0
+    table = (tmp_path / "out" / "table.md").read_bytes()
+    write([0, 1])
+    edited = (site / f"{MODULE}.py").read_text() + "\n# an edit\n"
+    put("edited", source=edited)
+    capsys.readouterr()
+    assert main(["experiment", str(grid), "--no-progress"]) == 2
+    line = one_line(capsys)
+    assert "uses algorithm 'myprox' of fedaccel-myprox 0.1.0; installed here:" in line and "(sha256 differ)" in line
+    assert "No cell ran" in line and "--out" in line, line
+    assert not list((tmp_path / "out").glob("*run.seed=1*")) and (tmp_path / "out" / "table.md").read_bytes() == table
+    put("again")  # the version the grid ran with
+    assert main(["experiment", str(grid), "--no-progress"]) == 0
+    assert len(list((tmp_path / "out").glob("*run.seed=1*"))) == 2

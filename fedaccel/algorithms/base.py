@@ -55,7 +55,7 @@ LocalTerm = Callable[[Tensor, Tensor], None]
 class RoundInfo:
     """What every stage may read about the current round."""
 
-    round: int  # t, 0-based
+    round: int  # t, 0-based: 0 in the round metrics.jsonl and the progress bar call round 1
     lr: float  # eta_t, the local learning rate this round
     prev_lr: float  # eta_{t-1} (equal to lr in round 0)
     weights: np.ndarray  # p_i = |D_i| / sum_j |D_j| for all N clients

@@ -45,7 +45,8 @@ from fedaccel.grids.cell import CellFailed, Failures, cell_failure, run_cell, ve
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.grids.same_grid import check_same_grid
 from fedaccel.runs.names import values_named
-from fedaccel.runs.config import Config, check_name, dump_yaml, from_dict, parse_overrides, read_yaml, set_path
+from fedaccel.runs.config import (Config, check_name, check_plugins, dump_yaml, from_dict, parse_overrides, read_yaml,
+                                  set_path)
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.folder import METRICS
 from fedaccel.runs.lock import LOCK_FILE
@@ -376,7 +377,9 @@ def same_config(stored: Any, config: Config) -> bool:
 
 
 def check_same_config(run_dir: Path, config: Config) -> None:
-    """A cell folder from an earlier, different grid must not pass for this one."""
+    """A cell folder from an earlier, different grid must not pass for this one, nor one whose plugins (its
+    method's, model's, dataset's code) differ from those installed now: its rows beside new cells' would mix two
+    versions of the method in one table, which ``compare`` and ``judge`` then refuse."""
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         return
@@ -388,6 +391,12 @@ def check_same_config(run_dir: Path, config: Config) -> None:
         raise ConfigError(
             f"{run_dir} holds a run of a different config; delete it or give the experiment another out_dir"
         )
+    try:
+        check_plugins(stored_path.read_text(encoding="utf-8", errors="replace"), str(run_dir))
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}. No cell ran: this grid's cells would mix two versions of its code in one table "
+                          "(the version its finished cells ran with, reinstalled, continues the grid; for the new "
+                          "code, give the grid another out_dir: --out)") from None
 
 
 def check_grid_folder(experiment: Experiment) -> None:
@@ -540,8 +549,8 @@ class CellsFailed(UserError):
         shown_cells = ", ".join(cells[:5]) + (f" and {len(cells) - 5} more" if len(cells) > 5 else "")
         super().__init__(f"{len(cells)} of {total} cells failed ({shown_cells}): each one's line is above, its "
                          f"traceback in its folder's error.txt; fix the cause and run the same command again: it "
-                         f"keeps the finished cells and resumes these (one whose method's code you changed must start "
-                         f"again: delete its folder)")
+                         f"keeps the finished cells and resumes these (with its method's code changed, the grid starts "
+                         f"again in another out_dir: --out)")
         self.result = result
         self.cells = cells
 
