@@ -23,7 +23,7 @@ from fedaccel.errors import ConfigError
 from fedaccel.runs.config import load_config
 
 pytest.importorskip("opacus")
-from fedaccel.engine.dp_sgd import SampleDP, check_model, sample_dp, sample_epsilon  # noqa: E402
+from fedaccel.engine.dp_sgd import SampleDP, check_delta, check_model, sample_dp, sample_epsilon  # noqa: E402
 
 
 def federation(dp: SampleDP, batch: int = 4) -> Federation:
@@ -170,7 +170,9 @@ def test_a_model_opacus_cannot_take_per_sample_gradients_of_is_refused_in_one_li
 
 
 @pytest.mark.parametrize(("spec", "says"), [
-    ({"clip": 1.0}, "noise_multiplier must be a finite number"),
+    ({"clip": 1.0}, "train.dp_sgd needs noise_multiplier \\(e.g."),
+    ({}, "train.dp_sgd needs clip and noise_multiplier"),
+    ({"clip": 1.0, "noise_multiplier": None}, "noise_multiplier must be a finite number"),
     ({"clip": 0, "noise_multiplier": 1.0}, "must be > 0"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "delta": 2}, "delta must be in"),
     ({"clip": 1.0, "noise_multiplier": 1.0, "sigma": 1}, "no option 'sigma'"),
@@ -230,3 +232,25 @@ def test_any_hand_written_dp_sgd_is_taken_or_one_config_error_line(spec: object)
     else:
         assert spec is None or (settings_ is not None and settings_.batches in ("poisson", "shuffled")
                                 and settings_.clip > 0 and settings_.noise_multiplier > 0 and 0 < settings_.delta < 1)
+
+
+def test_delta_must_be_below_one_over_the_largest_clients_samples(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A new user's delta 0.5 ran, and every row said epsilon -0.686 (Opacus's bound below 0 from delta ~0.1):
+    delta at or above 1/n lets the guarantee fail outright for a client of n samples."""
+    check_delta(SampleDP(1.0, 1.0, delta=1 / 13), [12, 9])  # below 1/12: taken
+    for delta in (1 / 12, 0.5):
+        with pytest.raises(ConfigError, match=r"delta must be below 1/n = 1/12 \(the largest client's samples\)"):
+            check_delta(SampleDP(1.0, 1.0, delta=delta), [12, 9])
+    argv = ["run", "--out", str(tmp_path / "r"), "--no-progress", "--set", "data.dataset=digits", "--set",
+            "data.clients=2", "--set", "train.rounds=1", "--set", "train.dp_sgd={clip: 1.0, noise_multiplier: 1.0, "
+            "delta: 0.5}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: train.dp_sgd.delta must be below 1/n = 1/") and err.count("\n") == 1, err
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(1e-9, 0.999), st.floats(0.3, 5.0), st.floats(1e-4, 1.0), st.integers(1, 2000))
+def test_a_spent_epsilon_is_never_below_zero(delta: float, sigma: float, rate: float, steps: int) -> None:
+    eps = sample_epsilon(SampleDP(1.0, sigma, delta=delta), rate, steps)
+    assert eps >= 0.0 and math.isfinite(eps) or eps == math.inf

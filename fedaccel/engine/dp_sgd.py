@@ -61,6 +61,10 @@ def sample_dp(spec: Any) -> SampleDP | None:
     if not isinstance(batches, str) or batches not in BATCHES:
         raise ConfigError(f"train.dp_sgd.batches must be {' or '.join(BATCHES)}, got {shown(batches)}")
     values = {key: spec.get(key, 1e-5 if key == "delta" else None) for key in KEYS}
+    missing = [key for key, value in values.items() if value is None and key not in spec]
+    if missing:
+        raise ConfigError(f"train.dp_sgd needs {' and '.join(missing)} (e.g. {{clip: 1.0, noise_multiplier: 1.0}}): "
+                          "the per-sample clip norm and the noise's standard deviation over it")
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
             raise ConfigError(f"train.dp_sgd.{key} must be a finite number, got {shown(value)}")
@@ -69,6 +73,16 @@ def sample_dp(spec: Any) -> SampleDP | None:
     if not 0 < values["delta"] < 1:
         raise ConfigError(f"train.dp_sgd.delta must be in (0, 1), got {shown(values['delta'])}")
     return SampleDP(*(float(values[key]) for key in KEYS), batches)
+
+
+def check_delta(settings: SampleDP, sizes: Sequence[int]) -> None:
+    """delta below 1/n for every client's n samples (``sizes``), else one line: with probability delta the
+    guarantee may fail outright (a sample released whole), and Opacus's epsilon turns negative from delta ~0.1."""
+    largest = max(sizes, default=0)
+    if largest > 0 and not settings.delta < 1 / largest:
+        raise ConfigError(f"train.dp_sgd.delta must be below 1/n = 1/{largest} (the largest client's samples), got "
+                          f"{settings.delta:g}: with probability delta the guarantee may fail outright, e.g. one "
+                          "sample released whole; 1e-5, or below 1/n^2, is usual")
 
 
 def poisson_batches(index: np.ndarray, steps: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -171,7 +185,7 @@ def sample_epsilon(settings: SampleDP, sample_rate: float, steps: int) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "optimal order is the largest alpha": its advice only
         eps, _ = analysis.get_privacy_spent(orders=orders, rdp=rdp, delta=settings.delta)
-    return float(eps)
+    return max(float(eps), 0.0)  # the conversion's bound can fall below 0 at a large delta; epsilon cannot
 
 
 def step_counter() -> Part:
