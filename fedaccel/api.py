@@ -36,6 +36,7 @@ from fedaccel.errors import UserError, shown
 from fedaccel.report.reading import load_run
 from fedaccel.runs.checkpoint import restore_state
 from fedaccel.runs.config import (
+    OBJECT_KEY,
     Config,
     DataConfig,
     EvalConfig,
@@ -150,8 +151,10 @@ def _config(
     train_options: dict[str, Any],
 ) -> Config:
     """The run's config, checked as a config file would be (one-line ConfigErrors)."""
-    if isinstance(algorithm, Algorithm):
-        section: dict[str, Any] = {"name": algorithm.name}
+    if isinstance(algorithm, Algorithm):  # its settings are in its parts, not a config: their fingerprint is kept
+        from fedaccel.algorithms.fingerprint import fingerprint
+
+        section: dict[str, Any] = {"name": algorithm.name, OBJECT_KEY: fingerprint(algorithm)}
     else:
         section = _named(dict(algorithm) if isinstance(algorithm, Mapping) else algorithm, "algorithm", "fedavg")
     options = {"rounds": rounds, **train_options}

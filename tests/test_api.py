@@ -119,6 +119,59 @@ def test_an_algorithm_object_is_used_as_it_is(tmp_path: Path) -> None:
     assert "name: my-prox" in (tmp_path / "a/config.yaml").read_text()
 
 
+def test_an_algorithm_objects_settings_tell_its_runs_apart_in_tables_and_on_resume(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A new user's myprox(mu=5.0) and myprox(mu=0.0), given as objects, were both recorded as `name: myprox` and
+    `compare` pooled them into one row (and FedAvg with a term added into FedAvg's). Now the config keeps the
+    object's fingerprint: one setting's seeds share a row, two settings do not, and a resume with another
+    setting, or from the command line (which cannot rebuild an object), is one line."""
+    from fedaccel.cli import main
+    from fedaccel.report.tables import compare_table
+
+    def prox(mu: float) -> Any:
+        return compose("my-prox", fedprox(mu=mu), mean_aggregate())
+
+    fit(tmp_path / "g" / "strong0", algorithm=prox(5.0))
+    fit(tmp_path / "g" / "strong1", algorithm=prox(5.0), seed=1)
+    fit(tmp_path / "g" / "none", algorithm=prox(0.0))
+    fit(tmp_path / "g" / "fedavg", algorithm="fedavg")
+    fit(tmp_path / "g" / "fedavg-termed", algorithm=compose("fedavg", fedprox(mu=5.0), mean_aggregate()))
+    recorded = {run.name: yaml.safe_load((run / "config.yaml").read_text())["algorithm"]
+                for run in (tmp_path / "g").iterdir()}
+    assert recorded["strong0"] == recorded["strong1"] != recorded["none"]
+    assert recorded["fedavg"] == {"name": "fedavg"} and set(recorded["fedavg-termed"]) == {"name", "object"}
+    rows = [line.split(" | ")[:2] for line in compare_table([tmp_path / "g"], [0.5]).splitlines()[2:]
+            if line.startswith("|")]
+    assert sorted(seeds for _, seeds in rows) == ["1", "1", "1", "2"], rows  # the 5.0 pair alone shares a row
+    with pytest.raises(UserError, match="holds a run with algorithm.object"):
+        fit(tmp_path / "g" / "none", algorithm=prox(5.0), resume=True)
+    fit(tmp_path / "g" / "none", algorithm=prox(0.0), resume=True)  # its own setting is taken
+    (tmp_path / "g" / "strong0" / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["run", "--resume", str(tmp_path / "g" / "strong0")]) == 2
+    err = capsys.readouterr().err
+    assert "was a Python object given to fedaccel.train" in err and "resume=True" in err and err.count("\n") == 1
+
+
+def test_an_algorithm_objects_fingerprint_is_the_same_in_another_process() -> None:
+    """Nothing of an address or a hash seed enters it: a resume in a new process finds the same setting."""
+    import os
+    import subprocess
+    import sys
+
+    from fedaccel.algorithms.fingerprint import fingerprint
+
+    code = ("from fedaccel import compose; from fedaccel.algorithms.fedprox import fedprox; "
+            "from fedaccel.algorithms.mean import mean_aggregate; from fedaccel.algorithms.fingerprint import "
+            "fingerprint; print(fingerprint(compose('my-prox', fedprox(mu=0.3), mean_aggregate())))")
+    here = fingerprint(compose("my-prox", fedprox(mu=0.3), mean_aggregate()))
+    for seed in ("1", "2"):
+        there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+        assert there == here
+    assert fingerprint(compose("my-prox", fedprox(mu=0.30000001), mean_aggregate())) != here
+
+
 @pytest.mark.parametrize(
     "options,message",
     [

@@ -673,6 +673,11 @@ def validate_attack(attack: Any, n_clients: int) -> None:
         raise ConfigError("attack from_round must be >= 0")
 
 
+#: The ``algorithm:`` key ``fedaccel.train`` records for a method given as a Python object: its fingerprint
+#: (:mod:`fedaccel.algorithms.fingerprint`), which tells its settings apart in tables and on resume.
+OBJECT_KEY = "object"
+
+
 def build_algorithm_from(config: Config) -> Any:
     """The configured algorithm. A recipe with a ``fraction`` hyperparameter (FedUMF's C) that
     the config leaves unset takes ``train.client_fraction``: one knob for "who is selected"."""
@@ -680,6 +685,10 @@ def build_algorithm_from(config: Config) -> Any:
 
     params = {k: v for k, v in config.algorithm.items() if k not in ("name", "preset")}
     name = config.algorithm["name"]
+    if OBJECT_KEY in params:
+        raise ConfigError(f"algorithm {shown(name)} of this run was a Python object given to fedaccel.train "
+                          f"({OBJECT_KEY}: {shown(params[OBJECT_KEY])}, its fingerprint), not a recipe a config can "
+                          "build: continue it with fedaccel.train(..., resume=True) and the same object")
     if "fraction" in hyperparameters(name) and "fraction" not in params:
         params["fraction"] = config.train.client_fraction
     if params.get("dp") is not None:
