@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from fedaccel import History, compose, train
@@ -238,3 +240,12 @@ def test_keep_models_keeps_the_global_model_of_every_evaluated_round(tmp_path: P
     shorter = fit(tmp_path / "b", rounds=2, keep_models=True)
     assert torch.equal(shorter.models[2], history.models[2])  # the round-2 model, not a later one
     assert fit(tmp_path / "c").models == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0, 10, allow_nan=False), st.floats(0, 10, allow_nan=False))
+def test_two_settings_of_an_algorithm_object_have_two_fingerprints_and_one_setting_one(a: float, b: float) -> None:
+    from fedaccel.algorithms.fingerprint import fingerprint
+
+    first, second = (fingerprint(compose("my-prox", fedprox(mu=mu), mean_aggregate())) for mu in (a, b))
+    assert (first == second) == (a == b and str(a) == str(b))  # 0.0 and -0.0 are two settings' floats too
