@@ -60,10 +60,11 @@ def shown(value: object, limit: int = SHOWN) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def listed(names: object, limit: int = LISTED, near: object = None) -> str:
-    """``a, b, c`` for at most ``limit`` names, then ``and N more``; with ``near`` (an unknown
-    name), the up to five known names closest to it come first."""
-    names = [str(n) if len(str(n)) <= 60 else str(n)[:57] + "..." for n in names]  # type: ignore[attr-defined]
+def listed(names: object, limit: int = LISTED, near: object = None, width: int | None = 60) -> str:
+    """``a, b, c`` for at most ``limit`` names, then ``and N more``, each cut to ``width`` characters (None: whole);
+    with ``near`` (an unknown name), the up to five known names closest to it come first."""
+    names = [str(n) if width is None or len(str(n)) <= width else str(n)[:width - 3] + "..."
+             for n in names]  # type: ignore[attr-defined]
     if near is not None and len(names) > limit:
         close = nearest_names(near, names, cutoff=0.5)
         names = close + [n for n in names if n not in close]

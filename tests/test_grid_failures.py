@@ -90,6 +90,8 @@ def test_a_failing_cell_is_one_line_the_others_finish_and_the_grid_resumes_it_on
     assert last.startswith(f"error: {len(failed)} of 4 cells failed (") and FAILING in last
     table = (out / "table.md").read_text()  # the table says which cells are missing and why
     assert f"{len(failed)} of 4 cells incomplete: failed " in table and f"{FAILING} (round 1 of 3, its error.txt)" in table
+    marked = [line.split(" | ")[0] for line in table.splitlines() if "runs incomplete)" in line]
+    assert marked == ["| myprox mu=1.0 (1 of 2 runs incomplete)"], table  # its row's numbers: 1 round
     assert (out / "curves.png").is_file()
 
     monkeypatch.delenv("BREAK")  # the cause fixed: the same command resumes the failed cells

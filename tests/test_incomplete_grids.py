@@ -219,3 +219,20 @@ def test_any_claim_side_fits_the_grid_or_is_one_line(side: dict) -> None:
         check_claims(claims, demo_cells(), "e.yaml")
     except ConfigError as error:
         assert "\n" not in str(error) and str(error).startswith("e.yaml: claims[0].a")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text(st.characters(codec="ascii", exclude_characters="\n"), min_size=1, max_size=90),
+                          st.sampled_from(["missing", "failed", "unfinished", "running"]), st.integers(0, 10**6)),
+                min_size=1, max_size=4))
+def test_the_incomplete_cells_line_cuts_a_long_cell_name_never_its_detail(cells: list) -> None:
+    """A new user's line read "(round 2 of 3,..." : the detail of a cell (its round, its error.txt) was cut with its
+    long name."""
+    from fedaccel.report.completeness import Gap, gaps_line
+
+    gaps = [Gap(name, why, f"round {k} of {k + 1}, its error.txt") for name, why, k in cells]
+    line = gaps_line(gaps, len(gaps) + 3)
+    for gap in gaps:
+        assert f"({gap.detail})" in line
+        shown = gap.cell if len(gap.cell) <= 60 else gap.cell[:57] + "..."
+        assert f"{shown} ({gap.detail})" in line

@@ -86,7 +86,7 @@ def gaps_line(gaps: Sequence[Gap], total: int) -> str:
         return ""
     parts = []
     for why in ("missing", "failed", "unfinished", "running"):
-        named = [g.cell + (f" ({g.detail})" if g.detail else "") for g in gaps if g.why == why]
-        if named:
-            parts.append(f"{why} {listed(named)}")
+        named = [listed([g.cell]) + (f" ({g.detail})" if g.detail else "") for g in gaps if g.why == why]
+        if named:  # a long cell name is cut, its detail (the round, its error.txt) never
+            parts.append(f"{why} {listed(named, width=None)}")
     return f"{len(gaps)} of {total} cells incomplete: {'; '.join(parts)}"

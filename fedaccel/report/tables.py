@@ -227,6 +227,15 @@ def final_values(group: Sequence[Run], metric: str) -> list[float]:
     return values
 
 
+def incomplete_note(group: Sequence[Run]) -> str:
+    """`` (k of n runs incomplete)`` where runs of the row failed, stopped or still run: their numbers are of the
+    rounds they reached, beside complete runs' (the line below the table names them); empty otherwise."""
+    from fedaccel.report.completeness import run_gap
+
+    k = sum(run_gap(run) is not None for run in group)
+    return f" ({k} of {len(group)} runs incomplete)" if k else ""
+
+
 def compare_table(
     runs: Sequence[Run] | Iterable[str | Path | Run],
     targets: Sequence[float],
@@ -274,13 +283,13 @@ def compare_table(
             best = np.nanmax(per_run, axis=1) if higher_better(metric) else np.nanmin(per_run, axis=1)
             best_cell = _fmt_num(float(best.mean()))
             finals = np.array(final_values(group, metric))
-            final_cell = _fmt_num(float(finals.mean()))
+            final_cell = _fmt_num(float(finals.mean())) if finals.size else "—"
             if finals.size > 1:
                 final_cell += f" ± {_fmt_num(float(finals.std()))}"
         else:
             best_cell = final_cell = "—"
         is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
-        shown = label + (" (baseline)" if is_baseline else "")
+        shown = label + (" (baseline)" if is_baseline else "") + incomplete_note(group)
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
         row += [privacy[i] or "no DP"] * any(privacy) + [samples[i] or "no DP-SGD"] * any(samples)
         diverged = diverged_at(group)
