@@ -21,7 +21,8 @@ from fedaccel.cli import main
 W = torch.zeros(5)
 UPDATE = ClientUpdate(0, 1.0, 1, torch.zeros(5))
 # each stage's arguments as a runtime passes them (the reference tensor where the value must be like one)
-ARGS = {"start": (None, W, W, None, None), "upload": (None, W, None), "aggregate": (None, W, [UPDATE]),
+ARGS = {"init_server": (W,), "init_client": (W,), "local_term": (None, W, None, None),
+        "start": (None, W, W, None, None), "upload": (None, W, None), "aggregate": (None, W, [UPDATE]),
         "server_end": (None, W, W, [UPDATE], None), "client_end": (None, W, W, W, None, None),
         "server_adjust": (None, [UPDATE], None)}
 
@@ -29,7 +30,8 @@ tensors = st.builds(lambda shape, dtype, device: torch.zeros(shape, dtype=dtype,
                     st.sampled_from([(5,), (4,), (1, 5), (), (5, 1)]),
                     st.sampled_from([torch.float32, torch.float64, torch.int64]),
                     st.sampled_from(["cpu", "cpu", "meta"]))  # meta: another device, on any machine
-leaves = st.one_of(st.none(), st.integers(), st.text(max_size=3), tensors, st.just(UPDATE))
+leaves = st.one_of(st.none(), st.integers(), st.text(max_size=3), tensors, st.just(UPDATE), st.just(len),
+                  st.just(lambda theta, grad: None), st.just(object()))  # functions, objects: no state
 values = st.recursive(leaves, lambda inner: st.one_of(
     st.tuples(inner, inner), st.tuples(inner), st.lists(inner, max_size=3),
     st.dictionaries(st.one_of(st.text(max_size=2), st.integers()), inner, max_size=2)), max_leaves=4)
@@ -40,15 +42,31 @@ def like_w(value: object) -> bool:
             and value.device.type == "cpu")
 
 
+def storable(value: object) -> bool:
+    """What a checkpoint holds of a state, as docs/reference/parts.md writes it."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, ClientUpdate)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(storable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and not k.startswith("$") and storable(v) for k, v in value.items())
+    return False
+
+
 def fits(stage: str, value: object) -> bool:
     """The contract, as docs/parts.md writes each stage's return."""
+    if stage in ("init_server", "init_client"):
+        return storable(value)
+    if stage == "local_term":
+        return value is None or callable(value)
     if stage in ("start", "upload", "aggregate"):
         return like_w(value)
     if stage == "server_end":
-        return isinstance(value, tuple) and len(value) == 2 and like_w(value[0])
+        return isinstance(value, tuple) and len(value) == 2 and like_w(value[0]) and storable(value[1])
     if stage == "client_end":
         return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict)
-                and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value[1].items()))
+                and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value[1].items())
+                and storable(value[0]))
     return isinstance(value, (list, tuple)) and all(isinstance(u, ClientUpdate) for u in value)
 
 
@@ -105,3 +123,45 @@ def test_a_plugin_uploading_half_a_model_stops_its_run_in_one_line_naming_the_pa
     assert err[-1].startswith("error: algorithm 'myprox' of fedaccel-myprox 0.1.0: part 'half''s upload returned a "
                               "torch.float32 tensor of shape (325,); it must return a tensor like the update it was "
                               "given: torch.float32, shape (650,)"), err
+
+
+TENSOR_TERM = '''
+from fedaccel import Part, build_algorithm, compose
+
+
+def myprox(*, mu: float = 0.01):
+    return compose("myprox", Part(name="term", local_term=lambda ctx, w, ss, cs: w * mu),
+                   *build_algorithm("fedavg").parts)
+'''
+FUNCTION_STATE = '''
+from fedaccel import Part, build_algorithm, compose
+
+
+def myprox(*, mu: float = 0.01):
+    return compose("myprox", Part(name="keeps", init_server=lambda w0: {"f": lambda x: x}),
+                   *build_algorithm("fedavg").parts)
+'''
+
+
+@pytest.mark.parametrize(("source", "says"), [
+    (TENSOR_TERM, "part 'term''s local_term returned a torch.float32 tensor of shape (650,); it must return None or "
+                  "a function term(theta, grad)"),
+    (FUNCTION_STATE, "part 'keeps''s init_server returned a dict a checkpoint cannot hold (cannot store a function)"),
+], ids=["local-term-a-tensor", "state-a-function"])
+def test_a_plugins_term_or_state_of_the_wrong_kind_stops_its_run_in_one_line_before_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, source: str, says: str) -> None:
+    """A new user's local_term returning a tensor ended in torch's "'Tensor' object is not callable", and a state
+    holding a function in "cannot store a function" after every round had trained, neither naming the part."""
+    forget()
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site", source=source)))
+    try:
+        assert main(["run", "--set", "model=softmax", "--set", "data={dataset: digits, subset: 200, clients: 3}",
+                     "--set", "train.rounds=2", "--set", "algorithm=myprox", "--set", "run.progress=false",
+                     "--out", str(tmp_path / "run")]) == 2
+    finally:
+        forget()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: algorithm 'myprox' of fedaccel-myprox 0.1.0: {says}"), err
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    rows = metrics.read_text().splitlines() if metrics.is_file() else []
+    assert len(rows) <= 1  # round 0 at most: stopped before the rounds' training, not after it

@@ -50,8 +50,11 @@ def _said(value: Any) -> str:
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}" + (
             f" on {value.device}" if value.device.type != "cpu" else "")
     if isinstance(value, tuple):
-        return f"a tuple of {len(value)}"
-    return "None" if value is None else f"a {type(value).__name__}"
+        held = [why for item in value if (why := _unstorable(item)) is not None]
+        return f"a tuple of {len(value)}" + (f" whose state a checkpoint cannot hold ({held[0]})" if held else "")
+    why = _unstorable(value)
+    return "None" if value is None else f"a {type(value).__name__}" + (
+        f" a checkpoint cannot hold ({why})" if why and isinstance(value, (dict, list)) else "")
 
 
 def _pair(value: Any) -> bool:
@@ -62,15 +65,39 @@ def _extras(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in value.items())
 
 
+def _unstorable(state: Any) -> str | None:
+    """Why a checkpoint, a Flower node and the wire cannot hold ``state`` (:func:`~fedaccel.algorithms.states.to_plain`:
+    ``cannot store a function``), or None where they can."""
+    from fedaccel.algorithms.states import to_plain
+
+    try:
+        to_plain(state)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def _storable(state: Any) -> bool:
+    return _unstorable(state) is None
+
+
+_STATE = ("a state a checkpoint can hold: tensors, numbers, strings, None, lists, tuples, dicts with string keys "
+          "or dataclasses (not a function, nor another object)")
+
 #: stage -> (whether its value is fit, given the call's arguments; what it must return, given them)
 CHECKS: dict[str, tuple[Callable[[Any, tuple[Any, ...]], bool], Callable[[tuple[Any, ...]], str]]] = {
+    "init_server": (lambda out, args: _storable(out), lambda args: _STATE),
+    "init_client": (lambda out, args: _storable(out), lambda args: _STATE),
+    "local_term": (lambda out, args: out is None or callable(out),
+                   lambda args: "None or a function term(theta, grad) that adds to grad in place"),
     "start": (lambda out, args: _like(out, args[2]), lambda args: _tensor_like(args[2], "the start point given")),
     "upload": (lambda out, args: _like(out, args[1]), lambda args: _tensor_like(args[1], "the update it was given")),
     "aggregate": (lambda out, args: _like(out, args[1]), lambda args: _tensor_like(args[1], "the model w")),
-    "server_end": (lambda out, args: _pair(out) and _like(out[0], args[1]),
-                   lambda args: f"(w_next, state), w_next {_tensor_like(args[1], 'the model w')}"),
-    "client_end": (lambda out, args: _pair(out) and _extras(out[1]),
-                   lambda args: "(client state, extras), extras a dict of names to tensors"),
+    "server_end": (lambda out, args: _pair(out) and _like(out[0], args[1]) and _storable(out[1]),
+                   lambda args: f"(w_next, state), w_next {_tensor_like(args[1], 'the model w')}, the state "
+                                f"{_STATE}"),
+    "client_end": (lambda out, args: _pair(out) and _extras(out[1]) and _storable(out[0]),
+                   lambda args: f"(client state, extras), extras a dict of names to tensors, the state {_STATE}"),
     "server_adjust": (lambda out, args: isinstance(out, (list, tuple)) and all(isinstance(u, ClientUpdate) for u in out),
                       lambda args: "a list of ClientUpdate"),
 }
