@@ -808,3 +808,13 @@ def test_a_grid_whose_finished_cells_ran_other_plugin_code_runs_no_cell(
     put("again")  # the version the grid ran with
     assert main(["experiment", str(grid), "--no-progress"]) == 0
     assert len(list((tmp_path / "out").glob("*run.seed=1*"))) == 2
+
+
+def test_an_option_its_recipe_declares_int_takes_no_fraction(capsys: pytest.CaptureFixture) -> None:
+    """A new user's `k: int = 3` took `--set algorithm.k=2.5` and recorded 2.5 (a str option was checked)."""
+    assert main(["run", "--set", "algorithm={name: fedgsnr, e_const: 2.5}", "--set", "train.rounds=1"]) == 2
+    assert "e_const must be a whole number (its recipe says int), got 2.5" in one_line(capsys)
+    for whole in (2, 20):  # taken at load: the config's check raises nothing
+        from fedaccel.runs.config import load_config
+
+        assert load_config(None, [f"algorithm={{name: fedgsnr, e_const: {whole}}}"]).algorithm["e_const"] == whole

@@ -370,9 +370,13 @@ def check_option_kinds(where: str, function: Callable[..., Any], params: Mapping
     """Every option of ``params`` that ``function`` holds to its default's kind (:func:`kind_checked`) is of that
     kind; else one line starting with ``where``."""
     checked = kind_checked(function)
+    whole = {k for k, p in inspect.signature(function).parameters.items()
+             if getattr(p.annotation, "__name__", p.annotation) == "int"}  # `k: int = 3` takes no 2.5
     for option, value in params.items():
         if option in checked and (what := option_fault(value, checked[option])) is not None:
             raise ConfigError(f"{where}: {option} must be {what}, got {shown(value)}")
+        if option in whole and not (isinstance(value, int) and not isinstance(value, bool)) and value is not None:
+            raise ConfigError(f"{where}: {option} must be a whole number (its recipe says int), got {shown(value)}")
 
 
 def hyperparameters(name: str) -> dict[str, Any]:
