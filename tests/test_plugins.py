@@ -818,3 +818,30 @@ def test_an_option_its_recipe_declares_int_takes_no_fraction(capsys: pytest.Capt
         from fedaccel.runs.config import load_config
 
         assert load_config(None, [f"algorithm={{name: fedgsnr, e_const: {whole}}}"]).algorithm["e_const"] == whole
+
+
+def test_packed_cells_carry_their_plugins_and_another_code_restores_none(
+    site: Path, put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A grid carried to another machine (`pack`, then `experiment --from`) kept its cells' configs but not their
+    plugins line: judged there, or beside new cells, nothing said which code made them. Now the line travels,
+    the restored cells read as the originals, and where other code is installed nothing is written."""
+    grid = tmp_path / "grid.yaml"
+    base = {"model": "softmax", "train": {"rounds": 2}, "data": {"dataset": "digits", "subset": 200, "clients": 2}}
+    grid.write_text(yaml.safe_dump({"name": "mine", "out_dir": str(tmp_path / "out"), "base": base,
+                                    "grid": {"algorithm": ["fedavg", "myprox"]}}))
+    assert main(["experiment", str(grid), "--no-progress"]) == 0
+    packed = tmp_path / "mine.jsonl.xz"
+    assert main(["pack", str(tmp_path / "out"), "-o", str(packed)]) == 0
+    cell = "algorithm=myprox"
+    assert main(["experiment", str(grid), "--from", str(packed), "--out", str(tmp_path / "there"),
+                 "--no-progress"]) == 0
+    assert recorded_plugins((tmp_path / "there" / cell / "config.yaml").read_text(), "there") == recorded_plugins(
+        (tmp_path / "out" / cell / "config.yaml").read_text(), "out") != {}
+    put("edited", source=(site / f"{MODULE}.py").read_text() + "\n# an edit\n")
+    capsys.readouterr()
+    assert main(["experiment", str(grid), "--from", str(packed), "--out", str(tmp_path / "elsewhere"),
+                 "--no-progress"]) == 2
+    line = one_line(capsys)
+    assert f"cell '{cell}' uses algorithm 'myprox' of fedaccel-myprox 0.1.0; installed here:" in line, line
+    assert line.rstrip().endswith("nothing written") and not (tmp_path / "elsewhere").exists()

@@ -104,7 +104,14 @@ def _packed(tmp: Path, lines: list[str] | bytes) -> Path:
 def hostile_pack(draw: st.DrawFn) -> tuple[str, list[str]]:
     """A packed grid with one fault of the issue's kinds: nesting too deep, a field of the wrong type (a
     non-list ``metrics``), a row readers refuse, too many cells; returned with words the refusal says."""
-    kind = draw(st.sampled_from(["deep", "type", "row", "rounds", "surrogate", "cells"]))
+    kind = draw(st.sampled_from(["deep", "type", "row", "rounds", "surrogate", "cells", "plugins"]))
+    if kind == "plugins":  # the plugins line a cell carries: a mapping of kinds to records of five strings
+        record = {"name": "m", "distribution": "d", "version": "1", "entry_point": "m:m", "sha256": "ab"}
+        wrong = draw(st.sampled_from([
+            [record], {"algorithm": "x"}, {"algorithm": {**record, "sha256": 3}}, {"algorithm": {"name": "m"}},
+            {"algorithm": {**record, "extra": "y"}}, {"algorithm": None}, "algorithm",
+            {"algorithm": {**record, "name": None}}]))
+        return "plugins of the wrong form", [json.dumps({**GOOD, "plugins": wrong})]
     if kind == "deep":
         depth = draw(st.integers(40, 100_000))
         where = draw(st.sampled_from(["config", "metrics", "top"]))

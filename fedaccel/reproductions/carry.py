@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fedaccel.disk import fsync_folder
 from fedaccel.errors import ConfigError, UserError, shown
 from fedaccel.reproductions.snapshot import DIVERGED, SUFFIX, pack, read_packed, write_folder
+from fedaccel.runs.config import check_recorded
 from fedaccel.runs.rows import summary_text
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ def restore_finished(experiment: Experiment, packed: Path) -> Restored:
         if (difference := config_difference(run.config, cells[name])) is not None:
             raise UserError(f"{packed}: cell {shown(name)} ran with another config than {experiment.name}'s "
                             f"({difference}); nothing written")
+        try:  # the plugins that made it are installed here, the same code: else new cells would mix two versions
+            check_recorded(run.plugins, f"{packed}: cell {shown(name)}")
+        except ConfigError as exc:
+            raise UserError(f"{exc}; nothing written") from None
     if out.is_dir() and not out.is_symlink():  # what a restore cut short left (a cell is renamed into place whole)
         for left in out.glob(RESTORING + "*"):
             if left.is_dir() and not left.is_symlink():

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedaccel.disk import open_regular
 from fedaccel.errors import UserError, shown
-from fedaccel.runs.config import check_name, dump_yaml
+from fedaccel.runs.config import PLUGIN_KEYS, PLUGINS_NOTE, check_name, dump_yaml
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.rows import check_diagnostics, check_no_gap, check_row, json_reason, parse_json, rounds_of
 
@@ -54,6 +54,8 @@ def pack(run_dirs: Sequence[str | Path], out: str | Path) -> bool:
         run = load_run(run_dir)
         diagnostics = read_diagnostics(run_dir) if (run_dir / "diagnostics.jsonl").is_file() else None
         record: dict[str, Any] = {"cell": run_dir.name, "config": run.config, "diagnostics": diagnostics}
+        if run.plugins:  # its config.yaml's plugins line: what made the run travels with it
+            record["plugins"] = run.plugins
         if run.diverged_round is not None:  # counts as its whole budget, not its stop round
             record["summary"] = ({k: run.summary[k] for k in DIVERGED if k in run.summary} if run.summary else
                                  {"diverged": True, "diverged_round": run.diverged_round})  # said by its rows alone
@@ -97,7 +99,8 @@ def read_packed(file: str | Path, into: str | Path) -> list[Run]:
         metrics = record["metrics"] if record.get("metrics_verbatim") else _with_diag(record["metrics"], diagnostics)
         check_no_gap(Path(file) / record["cell"] / "metrics", metrics, value_at(config, "eval.every"))
         runs.append(Run(path=Path(into) / record["cell"], config=config, metrics=metrics,
-                        summary=record.get("summary"), packed=True, diagnostics=diagnostics))
+                        summary=record.get("summary"), packed=True, diagnostics=diagnostics,
+                        plugins=record.get("plugins", {})))
     return runs
 
 
@@ -108,6 +111,8 @@ def write_folder(run: Run) -> Path:
     fsynced one by one."""
     run.path.mkdir(parents=True, exist_ok=True)
     config = dump_yaml(run.config, sort_keys=False, allow_unicode=True)
+    if run.plugins:
+        config += f"{PLUGINS_NOTE}{json.dumps(run.plugins, sort_keys=True)}\n"
     (run.path / "config.yaml").write_text(config, encoding="utf-8")
     (run.path / "metrics.jsonl").write_text(_jsonl(run.metrics), encoding="utf-8")
     if run.diagnostics is not None:  # the runner writes one, empty where the algorithm has no diagnostics
@@ -169,6 +174,11 @@ def _record_fault(record: Any) -> str | None:
             return f"{key} is {shown(record.get(key, 'missing'), 40)}, not a {kind[0].__name__}"
     if not isinstance(record.get("summary", {}), dict) or not isinstance(record.get("metrics_verbatim", False), bool):
         return "summary or metrics_verbatim of the wrong type"
+    plugins = record.get("plugins", {})
+    if not (isinstance(plugins, dict) and all(isinstance(kind, str) and isinstance(r, dict) and set(r) == PLUGIN_KEYS
+                                              and all(isinstance(v, str) and "\n" not in v for v in r.values())
+                                              for kind, r in plugins.items())):
+        return "plugins of the wrong form (kind: {name, distribution, version, entry_point, sha256})"
     return None
 
 
