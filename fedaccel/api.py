@@ -116,7 +116,8 @@ def train(
     """
     where = next(module.parameters(), torch.empty(0)).device if device is None else resolve_device(device)
     partition = checked_partition(partition, len(x_train), "partition")  # before a run folder is written
-    config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options)
+    config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options,
+                     data=(x_train, y_train, x_test, y_test))
     config.run.device = str(where)
     if isinstance(algorithm, Algorithm):
         algo = algorithm
@@ -149,8 +150,14 @@ def _config(
     eval_every: int,
     progress: bool,
     train_options: dict[str, Any],
+    data: tuple[Tensor, ...] = (),
 ) -> Config:
-    """The run's config, checked as a config file would be (one-line ConfigErrors)."""
+    """The run's config, checked as a config file would be (one-line ConfigErrors). What a config cannot name (the
+    module, the data and partition given, an Algorithm object) is recorded by its fingerprint
+    (:mod:`fedaccel.algorithms.fingerprint`): the module's architecture (not its weights, which the seed draws),
+    the data's and partition's bytes, so that runs on other data, another split or model are told apart."""
+    from fedaccel.algorithms.fingerprint import fingerprint_of
+
     if isinstance(algorithm, Algorithm):  # its settings are in its parts, not a config: their fingerprint is kept
         from fedaccel.algorithms.fingerprint import fingerprint
 
@@ -163,8 +170,10 @@ def _config(
     config = Config(
         name=str(section["name"]),
         algorithm=section,
-        model={"name": type(module).__name__},
-        data=DataConfig(dataset="custom", clients=len(partition)),
+        model={"name": type(module).__name__, OBJECT_KEY: fingerprint_of(
+            repr(module), [(name, tuple(t.shape), str(t.dtype)) for name, t in module.state_dict().items()])},
+        data=DataConfig(dataset="custom", clients=len(partition), split={
+            "name": "given", "data": fingerprint_of(*data), "partition": fingerprint_of(list(partition))}),
         train=_build(TrainConfig, options, "train."),
         eval=EvalConfig(every=eval_every, train_samples=None),
         run=RunConfig(seed=seed, progress=progress, out_dir="runs/api"),

@@ -155,6 +155,33 @@ def test_an_algorithm_objects_settings_tell_its_runs_apart_in_tables_and_on_resu
     assert "was a Python object given to fedaccel.train" in err and "resume=True" in err and err.count("\n") == 1
 
 
+def test_runs_on_another_partition_data_or_model_are_told_apart_and_seeds_of_one_are_not(tmp_path: Path) -> None:
+    """train() recorded every partition as `split: iid` of `dataset: custom` and a model by its class name, so a
+    researcher's IID and label-sorted runs of FedAvg (or two widths of one model) shared one row of `compare`. The
+    config now keeps fingerprints of the partition, the data and the architecture (not its weights: the seeds')."""
+    from fedaccel.report.tables import compare_table
+
+    iid = np.array_split(np.random.default_rng(0).permutation(len(Y)), 4)
+
+    def mlp(width: int) -> nn.Module:
+        return nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, 2))
+
+    for name, module, parts, x, seed in [("sorted0", model(), CLIENTS, X, 0), ("sorted1", model(), CLIENTS, X, 1),
+                                         ("iid", model(), iid, X, 0), ("scaled", model(), CLIENTS, X * 2, 0),
+                                         ("wide", mlp(8), CLIENTS, X, 0), ("wider", mlp(16), CLIENTS, X, 0)]:
+        train(module, x, Y, parts, x, Y, rounds=2, lr=0.2, batch_size=10, progress=False, seed=seed,
+              run_dir=tmp_path / "g" / name)
+    config = {run.name: yaml.safe_load((run / "config.yaml").read_text()) for run in (tmp_path / "g").iterdir()}
+    assert config["sorted0"]["data"]["split"] == config["sorted1"]["data"]["split"]
+    assert config["sorted0"]["data"]["split"]["name"] == "given"
+    assert config["iid"]["data"]["split"]["partition"] != config["sorted0"]["data"]["split"]["partition"]
+    assert config["scaled"]["data"]["split"]["data"] != config["sorted0"]["data"]["split"]["data"]
+    assert config["wide"]["model"] != config["wider"]["model"] and config["sorted0"]["model"] == config["sorted1"]["model"]
+    rows = [line.split(" | ")[1] for line in compare_table([tmp_path / "g"], [0.5]).splitlines()[2:]
+            if line.startswith("|")]
+    assert sorted(rows) == ["1", "1", "1", "1", "2"], rows  # the two seeds of one setting alone share a row
+
+
 def test_an_algorithm_objects_fingerprint_is_the_same_in_another_process() -> None:
     """Nothing of an address or a hash seed enters it: a resume in a new process finds the same setting."""
     import os

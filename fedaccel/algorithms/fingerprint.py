@@ -28,8 +28,14 @@ MAX_DEPTH = 24  # levels of values followed (a deeper value is fed as its type)
 
 def fingerprint(algorithm: Algorithm) -> str:
     """``DIGITS`` hex digits of the SHA-256 of ``algorithm``'s name and parts (module docstring)."""
+    return fingerprint_of(algorithm.name, algorithm.parts)
+
+
+def fingerprint_of(*values: Any) -> str:
+    """``DIGITS`` hex digits of the SHA-256 of ``values`` fed as the module docstring says (``train``'s own data
+    and partition too: their bytes)."""
     digest = hashlib.sha256()
-    _feed(digest, (algorithm.name, algorithm.parts), 0, set())
+    _feed(digest, values, 0, set())
     return digest.hexdigest()[:DIGITS]
 
 
