@@ -62,6 +62,26 @@ def rows(run_dir: Path) -> list[dict]:
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def two_experiments(breaking: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two experiment files stand in for BHerd's under ``tmp_path``, the first with the failing cell (mu 1, seed 1);
+    ``fedaccel reproduce bherd`` then runs them into ``tmp_path / "runs"`` and writes to the returned docs folder."""
+    from functools import partial
+
+    import fedaccel.reproductions.reproduce as reproduce_module
+
+    folder = tmp_path / "experiments" / "bherd" / "quick"
+    folder.mkdir(parents=True)
+    grid = yaml.safe_load(breaking.read_text())
+    for stem, mus in (("first", [1.0]), ("second", [0.1])):
+        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump(
+            {"base": grid["base"], "grid": {"algorithm.mu": mus, "run.seed": [0, 1]}}))
+    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
+    docs = tmp_path / "docs"
+    monkeypatch.setattr(reproduce_module, "reproduce", partial(reproduce_module.reproduce, docs=docs,
+                                                               out_root=tmp_path / "runs"))
+    return docs
+
+
 @pytest.mark.parametrize("runner", [[], ["--stack-seeds"], ["--stack-arms"], ["-j", "2"]],
                          ids=["sequential", "stacked-seeds", "stacked-arms", "workers"])
 def test_a_failing_cell_is_one_line_the_others_finish_and_the_grid_resumes_it_once_fixed(
@@ -147,21 +167,9 @@ def test_a_reproduction_runs_every_experiment_past_a_failed_cell_and_draws_its_r
     """Two experiment files stand in for a paper's, the first with the failing cell: the second still runs, nothing
     is packed and no report drawn (the committed set stays whole), the exit status is 1 with the rerun command;
     rerun once fixed, the first resumes, both are packed and the report is drawn."""
-    from functools import partial
-
-    import fedaccel.reproductions.reproduce as reproduce_module
     from fedaccel.reproductions.snapshot import SUFFIX
 
-    folder = tmp_path / "experiments" / "bherd" / "quick"
-    folder.mkdir(parents=True)
-    grid = yaml.safe_load(breaking.read_text())
-    for stem, mus in (("first", [1.0]), ("second", [0.1])):
-        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump(
-            {"base": grid["base"], "grid": {"algorithm.mu": mus, "run.seed": [0, 1]}}))
-    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
-    docs = tmp_path / "docs"
-    monkeypatch.setattr(reproduce_module, "reproduce", partial(reproduce_module.reproduce, docs=docs,
-                                                               out_root=tmp_path / "runs"))
+    docs = two_experiments(breaking, tmp_path, monkeypatch)
     data = docs / "bherd" / "data"
     assert main(["reproduce", "bherd", "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -195,21 +203,10 @@ def test_a_reproduction_stopped_after_a_failed_experiment_still_names_it(
         breaking: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """Ctrl-C during the second experiment, after the first had a failed cell: the stop's own line (exit 130) comes
     after one naming the failed experiment, which the stop would otherwise hide until the next run."""
-    from functools import partial
-
     import fedaccel.grids.experiment as experiment_module
-    import fedaccel.reproductions.reproduce as reproduce_module
     from fedaccel.runs.stopping import Interrupted
 
-    folder = tmp_path / "experiments" / "bherd" / "quick"
-    folder.mkdir(parents=True)
-    grid = yaml.safe_load(breaking.read_text())
-    for stem, mus in (("first", [1.0]), ("second", [0.1])):
-        (folder / f"{stem}.yaml").write_text(f"# {stem}\n" + yaml.safe_dump(
-            {"base": grid["base"], "grid": {"algorithm.mu": mus, "run.seed": [0, 1]}}))
-    monkeypatch.setattr(reproduce_module, "ROOT", tmp_path)
-    monkeypatch.setattr(reproduce_module, "reproduce", partial(reproduce_module.reproduce, docs=tmp_path / "docs",
-                                                               out_root=tmp_path / "runs"))
+    two_experiments(breaking, tmp_path, monkeypatch)
     run_experiment = experiment_module.run_experiment
 
     def stopped_in_second(experiment, **kwargs):
