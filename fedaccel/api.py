@@ -119,6 +119,10 @@ def train(
     config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options,
                      data=(x_train, y_train, x_test, y_test))
     config.run.device = str(where)
+    if config.train.dp_sgd is not None:  # as a config's run checks it (fedaccel.runs.setup)
+        from fedaccel.engine.dp_sgd import check_model
+
+        check_model(module, type(module).__name__)
     if isinstance(algorithm, Algorithm):
         algo = algorithm
     else:
@@ -196,11 +200,19 @@ def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, f
     return init_state(setup.algorithm, fed.model.theta.clone(), fed.n_clients), 0.0, []
 
 
+#: What train() records by fingerprint (:func:`_config`); a run started before it has none of them.
+FINGERPRINTS = (f"algorithm.{OBJECT_KEY}", f"model.{OBJECT_KEY}", "data.split.data", "data.split.partition")
+
+
 def _check_same_settings(path: Path, config: Config) -> None:
     """A run continues only with the settings it was started with (its progress bar and device aside)."""
     check_plugins((path / "config.yaml").read_text(encoding="utf-8", errors="replace"), str(path))
     stored = _flat(_build(Config, read_yaml(path / "config.yaml"), "").to_dict())
     wanted = _flat(config.to_dict())
+    older = [key for key in FINGERPRINTS if key in wanted and key not in stored]
+    if older:  # no setting could match: say why, not "resume it with its settings"
+        raise UserError(f"{path} was started by a fedaccel that did not record {older[0]} (the fingerprint of what "
+                        "you gave train()), so it cannot be checked to be the same: start it again in another folder")
     for key in sorted(set(stored) | set(wanted)):
         if key not in ("run.progress", "run.device") and stored.get(key) != wanted.get(key):
             raise UserError(

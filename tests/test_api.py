@@ -182,6 +182,21 @@ def test_runs_on_another_partition_data_or_model_are_told_apart_and_seeds_of_one
     assert sorted(rows) == ["1", "1", "1", "1", "2"], rows  # the two seeds of one setting alone share a row
 
 
+def test_a_run_recorded_before_the_fingerprints_is_refused_on_resume_saying_why(tmp_path: Path) -> None:
+    """Its config has no `model.object` (or data fingerprints): no setting could match, so the line says why rather
+    than "resume it with its settings" (a review finding)."""
+    fit(tmp_path / "run", rounds=2)
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    del config["model"]["object"]
+    config["data"]["split"] = {"name": "iid"}  # as train() recorded every partition before
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "run" / "summary.json").unlink()
+    with pytest.raises(UserError, match="was started by a fedaccel that did not record model.object .* start it "
+                                        "again in another folder") as err:
+        fit(tmp_path / "run", rounds=2, resume=True)
+    assert "\n" not in str(err.value)
+
+
 def test_an_algorithm_objects_fingerprint_is_the_same_in_another_process() -> None:
     """Nothing of an address or a hash seed enters it: a resume in a new process finds the same setting."""
     import os
@@ -276,3 +291,18 @@ def test_two_settings_of_an_algorithm_object_have_two_fingerprints_and_one_setti
 
     first, second = (fingerprint(compose("my-prox", fedprox(mu=mu), mean_aggregate())) for mu in (a, b))
     assert (first == second) == (a == b and str(a) == str(b))  # 0.0 and -0.0 are two settings' floats too
+
+
+def test_a_global_an_algorithm_objects_term_reads_is_a_setting_too() -> None:
+    """A script's `MU = 5.0` read by its term gave the fingerprint of `MU = 0.0` (a review finding): the globals a
+    stage reads are fed by value."""
+    from fedaccel import Part
+    from fedaccel.algorithms.fingerprint import fingerprint
+
+    source = "def term(ctx, w, ss, cs):\n    return lambda theta, grad: grad.add_(theta - w, alpha=MU)\n"
+    prints = []
+    for mu in (5.0, 0.0, 5.0):
+        script: dict[str, Any] = {"MU": mu}
+        exec(source, script)  # noqa: S102 - the test's own text: a script's module
+        prints.append(fingerprint(compose("g", Part(name="p", local_term=script["term"]), mean_aggregate())))
+    assert prints[0] == prints[2] != prints[1]

@@ -247,6 +247,15 @@ def test_delta_must_be_below_one_over_the_largest_clients_samples(tmp_path: Path
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: train.dp_sgd.delta must be below 1/n = 1/") and err.count("\n") == 1, err
+    from fedaccel import train  # the Python API builds its own setup: refused there too (a review finding)
+
+    with pytest.raises(ConfigError, match=r"delta must be below 1/n = 1/12 .*got 0.5: "):
+        fed = federation(SampleDP(1.0, 1.0))
+        train(torch.nn.Linear(3, 2).double(), fed.x_train, fed.y_train, fed.partition, fed.x_train, fed.y_train,
+              rounds=1, progress=False, run_dir=tmp_path / "api", dp_sgd={"clip": 1.0, "noise_multiplier": 1.0,
+                                                                           "delta": 0.5})
+    with pytest.raises(ConfigError, match=r"got 1e-05 \(the default\): .* set train.dp_sgd.delta: 1e-07"):
+        check_delta(SampleDP(1.0, 1.0), [112_800])  # EMNIST's balanced split in one client (centralized)
 
 
 @settings(max_examples=40, deadline=None)

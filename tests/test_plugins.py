@@ -845,3 +845,21 @@ def test_packed_cells_carry_their_plugins_and_another_code_restores_none(
     line = one_line(capsys)
     assert f"cell '{cell}' uses algorithm 'myprox' of fedaccel-myprox 0.1.0; installed here:" in line, line
     assert line.rstrip().endswith("nothing written") and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_grid_of_many_plugin_cells_hashes_the_plugin_once_when_it_runs_again(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each finished cell's plugins line is checked against the installed code, once per distinct line: a thousand
+    cells of one plugin hashed its package a thousand times (a review finding)."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"name": "mine", "out_dir": str(tmp_path / "out"),
+                                    "base": {"model": "softmax", "train": {"rounds": 1}, "algorithm": "myprox",
+                                             "data": {"dataset": "digits", "subset": 100, "clients": 2}},
+                                    "grid": {"run.seed": [0, 1, 2, 3]}}))
+    assert main(["experiment", str(grid), "--no-progress"]) == 0
+    hashed = []
+    real = plugins.code_hash
+    monkeypatch.setattr(plugins, "code_hash", lambda *args, **kw: hashed.append(args) or real(*args, **kw))
+    assert main(["experiment", str(grid), "--no-progress"]) == 0  # every cell finished: checked, skipped
+    assert 1 <= len(hashed) <= 2, hashed  # the check, and the experiment file's own config at load at most

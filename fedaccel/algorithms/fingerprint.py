@@ -3,8 +3,8 @@
 a fingerprint of its name and its parts as they would compute, so that runs of one setting share it and runs of
 two settings (``myprox(mu=5.0)`` and ``myprox(mu=0.0)``, FedAvg with a term added and FedAvg) do not.
 
-Fed in: each part's stage functions as code (bytecode, constants, names), their defaults and the values their
-closures hold; numbers, strings, containers, tensors and arrays (their bytes), ``functools.partial`` objects,
+Fed in: each part's stage functions as code (bytecode, constants, names), their defaults, the values their
+closures hold and the globals they read (a script's ``MU = 5.0``; modules and classes by name); numbers, strings, containers, tensors and arrays (their bytes), ``functools.partial`` objects,
 dataclasses and other objects' attributes, recursively. Nothing is called. Addresses never enter, so the same
 setting gives the same fingerprint in another process (a resume) on the same Python and torch.
 """
@@ -83,6 +83,11 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
                 deeper(cell.cell_contents)
             except ValueError:  # a cell not yet filled
                 put(b"<empty cell>")
+        known = value.__globals__  # a script's `MU = 5.0` that the term reads: a setting too
+        for name in sorted(_global_names(value.__code__)):
+            if name in known:
+                deeper(name)
+                deeper(known[name])
     elif isinstance(value, types.CodeType):
         put(value.co_code)
         deeper(value.co_consts)
@@ -103,3 +108,13 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
         attributes = getattr(value, "__dict__", None)
         if isinstance(attributes, dict):
             deeper(attributes)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names ``code`` and the functions defined in it may look up as globals (attribute names too: a global
+    of that name is fed all the same, which changes nothing between two runs of one setting)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names

@@ -21,6 +21,7 @@ In process only: the stacked runtime batches clients' steps in a form Opacus doe
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -80,9 +81,11 @@ def check_delta(settings: SampleDP, sizes: Sequence[int]) -> None:
     guarantee may fail outright (a sample released whole), and Opacus's epsilon turns negative from delta ~0.1."""
     largest = max(sizes, default=0)
     if largest > 0 and not settings.delta < 1 / largest:
+        below = 10.0 ** math.floor(math.log10(0.1 / largest))  # a round delta under 1/(10 n)
+        default = " (the default)" if settings.delta == SampleDP.delta else ""
         raise ConfigError(f"train.dp_sgd.delta must be below 1/n = 1/{largest} (the largest client's samples), got "
-                          f"{settings.delta:g}: with probability delta the guarantee may fail outright, e.g. one "
-                          "sample released whole; 1e-5, or below 1/n^2, is usual")
+                          f"{settings.delta:g}{default}: with probability delta the guarantee may fail outright, "
+                          f"e.g. one sample released whole; set train.dp_sgd.delta: {below:g}, or below 1/n^2")
 
 
 def poisson_batches(index: np.ndarray, steps: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -63,6 +63,10 @@ class Federation:
         sizes = np.array([len(p) for p in partition])
         if (sizes == 0).any():
             raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples")
+        if options.dp_sgd is not None:  # every way in (a config, fedaccel.train, a Flower client) builds one
+            from fedaccel.engine.dp_sgd import check_delta
+
+            check_delta(options.dp_sgd, sizes.tolist())
         if device is None:  # where the module is (FlatModel refuses one without parameters)
             device = next(module.parameters(), torch.empty(0)).device
         self.device = torch.device(device)

@@ -45,8 +45,8 @@ from fedaccel.grids.cell import CellFailed, Failures, cell_failure, run_cell, ve
 from fedaccel.grids.pool import run_cells_in_parallel
 from fedaccel.grids.same_grid import check_same_grid
 from fedaccel.runs.names import values_named
-from fedaccel.runs.config import (Config, check_name, check_plugins, dump_yaml, from_dict, parse_overrides, read_yaml,
-                                  set_path)
+from fedaccel.runs.config import (Config, check_name, check_recorded_once, dump_yaml, from_dict, parse_overrides,
+                                  read_yaml, recorded_plugins, set_path)
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.folder import METRICS
 from fedaccel.runs.lock import LOCK_FILE
@@ -376,7 +376,7 @@ def same_config(stored: Any, config: Config) -> bool:
     return resolved == wanted
 
 
-def check_same_config(run_dir: Path, config: Config) -> None:
+def check_same_config(run_dir: Path, config: Config, checked: set[str] | None = None) -> None:
     """A cell folder from an earlier, different grid must not pass for this one, nor one whose plugins (its
     method's, model's, dataset's code) differ from those installed now: its rows beside new cells' would mix two
     versions of the method in one table, which ``compare`` and ``judge`` then refuse."""
@@ -392,7 +392,8 @@ def check_same_config(run_dir: Path, config: Config) -> None:
             f"{run_dir} holds a run of a different config; delete it or give the experiment another out_dir"
         )
     try:
-        check_plugins(stored_path.read_text(encoding="utf-8", errors="replace"), str(run_dir))
+        text = stored_path.read_text(encoding="utf-8", errors="replace")
+        check_recorded_once(recorded_plugins(text, str(run_dir)), str(run_dir), set() if checked is None else checked)
     except ConfigError as exc:
         raise ConfigError(f"{exc}. No cell ran: this grid's cells would mix two versions of its code in one table "
                           "(the version its finished cells ran with, reinstalled, continues the grid; for the new "
@@ -476,10 +477,10 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     if written is not None and not (experiment.copy is None and copy.exists() and copy.samefile(experiment.source)):
         write_atomic(copy, written)
     todo: list[tuple[int, str, Config, Path]] = []
-    run_dirs, skipped = [], []
+    run_dirs, skipped, plugins_checked = [], [], set()
     for k, (name, config) in enumerate(experiment.cells, start=1):
         run_dir = experiment.out_dir / name
-        check_same_config(run_dir, config)
+        check_same_config(run_dir, config, plugins_checked)
         run_dirs.append(run_dir)
         if (run_dir / "summary.json").is_file():
             skipped.append((k, name))

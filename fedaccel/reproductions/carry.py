@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fedaccel.disk import fsync_folder
 from fedaccel.errors import ConfigError, UserError, shown
 from fedaccel.reproductions.snapshot import DIVERGED, SUFFIX, pack, read_packed, write_folder
-from fedaccel.runs.config import check_recorded
+from fedaccel.runs.config import check_recorded_once
 from fedaccel.runs.rows import summary_text
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def restore_finished(experiment: Experiment, packed: Path) -> Restored:
     cells = dict(experiment.cells)
     out = experiment.out_dir
     runs = read_packed(packed, out)  # bounds, types and rows checked before anything is written
+    plugins_checked: set[str] = set()
     for run in runs:
         name = run.path.name
         if name not in cells:
@@ -91,7 +92,7 @@ def restore_finished(experiment: Experiment, packed: Path) -> Restored:
             raise UserError(f"{packed}: cell {shown(name)} ran with another config than {experiment.name}'s "
                             f"({difference}); nothing written")
         try:  # the plugins that made it are installed here, the same code: else new cells would mix two versions
-            check_recorded(run.plugins, f"{packed}: cell {shown(name)}")
+            check_recorded_once(run.plugins, f"{packed}: cell {shown(name)}", plugins_checked)
         except ConfigError as exc:
             raise UserError(f"{exc}; nothing written") from None
     if out.is_dir() and not out.is_symlink():  # what a restore cut short left (a cell is renamed into place whole)

@@ -816,6 +816,15 @@ def check_plugins(text: str, where: str) -> None:
     check_recorded(recorded_plugins(text, where), where)
 
 
+def check_recorded_once(records: Mapping[str, Mapping[str, str]], where: str, checked: set[str]) -> None:
+    """:func:`check_recorded`, skipped for records already in ``checked`` (and added to it once they pass): a grid
+    of a thousand cells of one plugin hashes its package once, not a thousand times."""
+    key = json.dumps(records, sort_keys=True)
+    if key not in checked:
+        check_recorded(records, where)
+        checked.add(key)
+
+
 def check_recorded(records: Mapping[str, Mapping[str, str]], where: str) -> None:
     """:func:`check_plugins` of the records a ``config.yaml`` holds (:func:`recorded_plugins`): each is installed
     here, the same; else one line naming ``where``. Nothing is imported: the installed plugin's files are hashed

@@ -70,10 +70,9 @@ def build_setup(config: Config) -> Setup:
     model_args = {k: v for k, v in config.model.items() if k != "name"}
     module = build_model(config.model["name"], dataset.input_shape, dataset.num_classes, seed=seed, **model_args)
     if config.train.dp_sgd is not None:
-        from fedaccel.engine.dp_sgd import check_delta, check_model, sample_dp
+        from fedaccel.engine.dp_sgd import check_model
 
         check_model(module, config.model["name"])
-        check_delta(sample_dp(config.train.dp_sgd), [len(p) for p in partition])
     federation = Federation(
         module,
         dataset.x_train,
