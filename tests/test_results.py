@@ -22,15 +22,17 @@ def make_config(algorithm="fedavg", seed=0, split="case1", name="", **algo_param
         "algorithm": {"name": algorithm, **algo_params},
         "data": {"dataset": "mnist", "split": split, "clients": 10},
         "model": {"name": "cnn"},
-        "train": {"rounds": 5, "lr": 0.05},
+        "train": {"lr": 0.05},  # rounds: write_run's, the rows written
         "run": {"seed": seed, "device": "cpu"},
     }
 
 
 def write_run(folder: Path, config: dict, accs, losses=None, start_round=1, finished=True) -> Path:
     folder.mkdir(parents=True)
-    train = config.get("train", {})  # readers refuse rows beyond train.rounds
-    config = {**config, "train": {**train, "rounds": max(train.get("rounds", 0), start_round + len(accs) - 1)}}
+    train = config.get("train", {})  # readers refuse rows beyond train.rounds; unset: a finished run ran them all,
+    last = start_round + len(accs) - 1  # an unfinished one was cut 3 rounds short
+    rounds = max(train["rounds"], last) if "rounds" in train else last if finished else last + 3
+    config = {**config, "train": {**train, "rounds": rounds}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     lines = []
     for i, acc in enumerate(accs):

@@ -28,9 +28,11 @@ from fedaccel.flower.simulation import simulation_signals  # noqa: E402
 from fedaccel.runs import stopping  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# tests/test_flower.py's TINY with more rounds: the signal comes after round 2, the run must still be going
+# tests/test_flower.py's TINY with more rounds: the signal comes after round 2, the run must still be going when
+# its handler runs (a round takes tens of ms; on a loaded machine the signal's handler waited out 9 rounds once)
+ROUNDS = 40
 TINY = ["data.dataset=digits", "model=softmax", "data.clients=3", "data.split=dirichlet", "data.split.alpha=0.5",
-        "train.rounds=12", "train.lr=0.1", "train.batch_size=20", "run.progress=false", "algorithm=fedavg",
+        f"train.rounds={ROUNDS}", "train.lr=0.1", "train.batch_size=20", "run.progress=false", "algorithm=fedavg",
         "run.checkpoint_every=100"]
 
 
@@ -122,11 +124,11 @@ def test_ctrl_c_finishes_the_round_checkpoints_it_and_resume_gives_the_uninterru
     # prints prefixed "(pid=N)" (once a SIGSEGV in its metrics thread, on a loaded machine), is Ray's, not the run's
     own = [line for line in stderr.splitlines() if not line.lstrip().startswith("(pid=")]
     assert not [line for line in own if "Traceback" in line or "*** SIG" in line], stderr[-3000:]
-    assert 3 <= stopped_at < 12 and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
+    assert 3 <= stopped_at < ROUNDS and rows(out)[-1]["round"] == stopped_at and not (out / "summary.json").exists()
 
     assert main(["run", "--resume", str(out)]) == 0
     resumed = rows(out)
-    assert [r["round"] for r in resumed] == list(range(13))
+    assert [r["round"] for r in resumed] == list(range(ROUNDS + 1))
     for a, b in zip(local, resumed, strict=True):
         for key in ("test_acc", "test_loss", "train_loss"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
