@@ -502,7 +502,7 @@ def deploy(
     show = config.run.progress if progress is None else progress
     done = checkpoint_round(run_dir) if resume else 0
     if show:  # at once, as `fedaccel run` does: the processes and the data take a while to start
-        what = f"{config.model['name']}, {n} clients"
+        what = f"model {config.model['name']} (each SuperNode builds it), {n} clients"
         print(run_line(config, run_dir, done, what, 'runtime flower-deployment' + (', TLS' if tls else '')),
               file=sys.stderr, flush=True)
         print(f"starting SuperLink and {n} SuperNodes", file=sys.stderr, flush=True)
