@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fedaccel.report.claims import crossing
 from fedaccel.report.tuned import tuned_swap_p
@@ -96,6 +98,19 @@ def test_seeds_for_power() -> None:
     assert seeds_for_power(0.5, 1.0) == 34
     assert seeds_for_power(5.0, 0.0) == 6 and seeds_for_power(100.0, 1.0) == 6
     assert seeds_for_power(0.0, 1.0) is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0.3, 60.0), st.floats(0.3, 60.0))
+@example(3.0, 5.0)  # a new user's plan: 14 seeds at 5 sd, where 3 sd needed 6 (scipy's NaN lower tail)
+@example(5.0, 14.0)
+def test_a_larger_effect_never_needs_more_seeds(smaller: float, larger: float) -> None:
+    """The power grows with the effect over its sd, so the pairs needed cannot: scipy's noncentral t gave NaN for
+    the lower tail at large shifts, a NaN power read as "not enough", and 5 sd asked for 14 pairs where 6 do."""
+    smaller, larger = sorted((smaller, larger))
+    needed = seeds_for_power(smaller, 1.0), seeds_for_power(larger, 1.0)
+    assert needed[1] <= needed[0], needed
+    assert smaller < 3 or needed[0] == 6  # 3 sd and more: the exact test's floor of 6 pairs is enough
 
 
 REPS = 600
