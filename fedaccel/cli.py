@@ -697,6 +697,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedaccel.reproductions.reproduce import ExperimentsFailed, plan, reproduce
 
     if args.plan:
+        others = [flag for flag, given in (("--render-only", args.render_only), ("--only", args.only)) if given]
+        if others:  # the plan reads the committed data of every experiment and runs nothing
+            raise UserError(f"--plan runs and draws nothing: leave out {' and '.join(others)}, or --plan")
         print(plan(args.paper, args.scale))
         return 0
     try:
