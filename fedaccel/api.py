@@ -158,7 +158,7 @@ def _config(
 ) -> Config:
     """The run's config, checked as a config file would be (one-line ConfigErrors). What a config cannot name (the
     module, the data and partition given, an Algorithm object) is recorded by its fingerprint
-    (:mod:`fedaccel.algorithms.fingerprint`): the module's architecture (not its weights, which the seed draws),
+    (:mod:`fedaccel.algorithms.fingerprint`): the module's architecture (:func:`architecture`; not its weights),
     the data's and partition's bytes, so that runs on other data, another split or model are told apart."""
     from fedaccel.algorithms.fingerprint import fingerprint_of
 
@@ -174,8 +174,7 @@ def _config(
     config = Config(
         name=str(section["name"]),
         algorithm=section,
-        model={"name": type(module).__name__, OBJECT_KEY: fingerprint_of(
-            repr(module), [(name, tuple(t.shape), str(t.dtype)) for name, t in module.state_dict().items()])},
+        model={"name": type(module).__name__, OBJECT_KEY: architecture(module)},
         data=DataConfig(dataset="custom", clients=len(partition), split={
             "name": "given", "data": fingerprint_of(*data), "partition": fingerprint_of(list(partition))}),
         train=_build(TrainConfig, options, "train."),
@@ -184,6 +183,26 @@ def _config(
     )
     check_participation(config, len(partition))
     return config
+
+
+def architecture(module: nn.Module) -> str:
+    """The fingerprint of ``module``'s architecture: its layers as ``repr`` shows them (addresses left out), its
+    state's names, shapes and dtypes, and the ``forward`` of each class of its own (not torch's); not its weights, so
+    a pretrained start and a fresh one share it."""
+    import re
+
+    from fedaccel.algorithms.fingerprint import fingerprint_of
+
+    state = [(name, tuple(t.shape), str(t.dtype)) if isinstance(t, Tensor) and not _uninitialized(t)
+             else (name, type(t).__qualname__) for name, t in module.state_dict().items()]
+    own = sorted({type(m) for m in module.modules() if not type(m).__module__.startswith("torch.")},
+                 key=lambda kind: f"{kind.__module__}.{kind.__qualname__}")
+    return fingerprint_of(re.sub(r" at 0x[0-9a-fA-F]+", "", repr(module)), state,
+                          [(f"{kind.__module__}.{kind.__qualname__}", getattr(kind, "forward", None)) for kind in own])
+
+
+def _uninitialized(tensor: Tensor) -> bool:
+    return isinstance(tensor, nn.parameter.UninitializedTensorMixin)
 
 
 def _start_or_resume(setup: Setup, path: Path, resume: bool) -> tuple[FLState, float, list[dict[str, Any]]]:

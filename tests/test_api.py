@@ -306,3 +306,57 @@ def test_a_global_an_algorithm_objects_term_reads_is_a_setting_too() -> None:
         exec(source, script)  # noqa: S102 - the test's own text: a script's module
         prints.append(fingerprint(compose("g", Part(name="p", local_term=script["term"]), mean_aggregate())))
     assert prints[0] == prints[2] != prints[1]
+
+
+def test_what_a_term_reads_of_an_object_is_the_attributes_its_code_names(tmp_path: Path) -> None:
+    """A script's `args.mu` read by its term fed the whole argparse Namespace (its --seed, its --out), and a module
+    logger fed every logger of the process: seeds of one setting split into rows, and a resume was refused (a
+    review finding). Now only the attributes the code names count, and of a logger nothing but its type."""
+    import argparse
+    import logging
+
+    from fedaccel import Part
+    from fedaccel.algorithms.fingerprint import fingerprint
+
+    source = ("def term(ctx, w, ss, cs):\n    log.debug('term')\n"
+              "    return lambda theta, grad: grad.add_(theta - w, alpha=args.mu)\n")
+
+    def printed(mu: float, seed: int, out: str) -> str:
+        script: dict[str, Any] = {"args": argparse.Namespace(mu=mu, seed=seed, out=out),
+                                  "log": logging.getLogger(f"script{seed}")}
+        exec(source, script)  # noqa: S102 - the test's own text: a script's module
+        return fingerprint(compose("g", Part(name="p", local_term=script["term"]), mean_aggregate()))
+
+    first = printed(5.0, 0, "a0")
+    logging.getLogger("another.logger.since").info("x")  # the process's loggers change between runs
+    assert printed(5.0, 1, "a1") == first != printed(0.0, 0, "a0")
+
+
+def test_a_module_with_extra_state_trains_and_an_address_in_its_repr_is_no_setting(tmp_path: Path) -> None:
+    """A state_dict entry that is not a tensor (torch's get_extra_state) made train() fail at its fingerprint, and a
+    function in a layer's repr put a memory address in it (review findings)."""
+    from fedaccel.api import architecture
+
+    class Noted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.act = nn.Linear(6, 2), (lambda x: x)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.act(self.fc(x))
+
+        def get_extra_state(self) -> dict:
+            return {"note": "mine"}
+
+        def set_extra_state(self, state: dict) -> None:
+            pass
+
+        def extra_repr(self) -> str:
+            return f"act={self.act}"  # '<function ... at 0x...>'
+
+    assert "0x" in repr(Noted())
+    assert architecture(Noted()) == architecture(Noted())
+    fit(tmp_path / "r", rounds=1)  # the plain Linear
+    history = train(Noted(), X, Y, CLIENTS, X, Y, rounds=1, lr=0.2, batch_size=10, progress=False,
+                    run_dir=tmp_path / "noted")
+    assert len(history.metrics) == 2

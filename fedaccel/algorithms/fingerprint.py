@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import torch
 from fedaccel.algorithms.base import Algorithm
 
 DIGITS = 12  # hex digits of the fingerprint kept in the run's config
+CHUNK_BYTES = 64 << 20  # data hashed a chunk at a time (from a GPU, or not contiguous): no second copy of it
 MAX_DEPTH = 24  # levels of values followed (a deeper value is fed as its type)
 
 
@@ -50,12 +52,17 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
     seen.add(id(value))
     deeper = functools.partial(_feed, digest, depth=depth + 1, seen=seen)
     if isinstance(value, torch.Tensor):
-        data = value.detach().cpu().contiguous()
-        put(f"tensor{data.dtype}{tuple(data.shape)}".encode())
-        put(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+        put(f"tensor{value.dtype}{tuple(value.shape)}".encode())
+        _feed_tensor(put, value.detach())
     elif isinstance(value, np.ndarray):
         put(f"array{value.dtype}{value.shape}".encode())
-        put(np.ascontiguousarray(value).tobytes() if value.dtype != object else repr(value.tolist()).encode())
+        if value.dtype == object:
+            put(repr(value.tolist()).encode())
+        else:  # its buffer, a chunk of rows at a time: never a second copy of the data
+            rows = value.reshape(1, -1) if value.ndim == 0 else value
+            step = max(1, CHUNK_BYTES // max(1, rows[0].nbytes if len(rows) else 1))
+            for start in range(0, len(rows), step):
+                put(np.ascontiguousarray(rows[start:start + step]).view(np.uint8).reshape(-1))
     elif isinstance(value, (tuple, list)):
         put(f"{type(value).__name__}{len(value)}".encode())
         for item in value:
@@ -78,23 +85,26 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
         deeper(value.__code__)
         deeper(value.__defaults__)
         deeper(value.__kwdefaults__)
+        names = _global_names(value.__code__)
+        read = functools.partial(_feed_read, digest, names=names, depth=depth + 1, seen=seen)
         for cell in value.__closure__ or ():
             try:
-                deeper(cell.cell_contents)
+                read(cell.cell_contents)
             except ValueError:  # a cell not yet filled
                 put(b"<empty cell>")
         known = value.__globals__  # a script's `MU = 5.0` that the term reads: a setting too
-        for name in sorted(_global_names(value.__code__)):
+        for name in sorted(names):
             if name in known:
                 deeper(name)
-                deeper(known[name])
+                read(known[name])
     elif isinstance(value, types.CodeType):
         put(value.co_code)
         deeper(value.co_consts)
         deeper(value.co_names)
     elif isinstance(value, types.MethodType):
         deeper(value.__func__)
-        deeper(value.__self__)
+        code = getattr(value.__func__, "__code__", None)
+        _feed_read(digest, value.__self__, _global_names(code) if code else set(), depth + 1, seen)
     elif isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType)):
         put(f"{type(value).__name__} {getattr(value, '__module__', '')}.{getattr(value, '__qualname__', value.__name__)}"
             .encode())
@@ -118,3 +128,39 @@ def _global_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
     return names
+
+
+#: What a function reads is fed whole when it is of these kinds; another object only by the attributes its code
+#: names (``args.mu``, not ``args.seed``; a logger's caches never): a setting, not the state of the script.
+WHOLE = (type(None), bool, int, float, complex, str, bytes, torch.Tensor, np.ndarray, tuple, list, dict, set,
+         frozenset, functools.partial, types.FunctionType, types.MethodType, types.CodeType, types.ModuleType, type,
+         types.BuiltinFunctionType)
+
+
+def _feed_read(digest: Any, value: Any, names: set[str], depth: int, seen: set[int]) -> None:
+    """A value a function reads (a closure's cell, a global): whole where :data:`WHOLE` or a dataclass; else its
+    type and the plain attributes of its ``__dict__`` whose names the function's code holds (nothing is called:
+    no property, no ``__getattr__``)."""
+    if isinstance(value, WHOLE) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        _feed(digest, value, depth, seen)
+        return
+    digest.update(f"read {type(value).__module__}.{type(value).__qualname__}".encode())
+    attributes = getattr(value, "__dict__", None)
+    if not isinstance(attributes, dict):
+        return
+    for name in sorted(names & set(attributes)):
+        if isinstance(attributes[name], (type(None), bool, int, float, complex, str, bytes, torch.Tensor, np.ndarray)):
+            _feed(digest, name, depth, seen)
+            _feed(digest, attributes[name], depth, seen)
+
+
+def _feed_tensor(put: Callable[[Any], Any], data: torch.Tensor) -> None:
+    """The bytes of ``data`` in order, a chunk of rows at a time (from a GPU, or of a view that is not contiguous):
+    no second copy of the whole."""
+    rows = data.reshape(1, -1) if data.dim() == 0 else data
+    if not rows.numel():
+        return
+    step = max(1, CHUNK_BYTES // max(1, rows[0].numel() * rows.element_size()))
+    for start in range(0, rows.shape[0], step):
+        piece = rows[start:start + step].contiguous().cpu()  # a view where it is already one
+        put(piece.reshape(-1).view(torch.uint8).numpy())
