@@ -676,8 +676,8 @@ def test_a_deployment_stopped_by_ctrl_c_then_killed_with_sigkill_resumes_with_th
     assert not live_flower_processes(within=tmp_path)
     lines = [line for line in stderr.splitlines()
              if not line.startswith("reading ")]  # said when loading the config takes seconds (a loaded machine)
-    assert lines[0].startswith(f"scaffold: softmax, 2 clients, rounds 1-{rounds} -> {out.resolve()} [runtime "
-                               "flower-deployment"), lines[:3]
+    assert lines[0].startswith(f"scaffold: model softmax (each SuperNode builds it), 2 clients, rounds 1-{rounds} -> "
+                               f"{out.resolve()} [runtime flower-deployment"), lines[:3]
     assert lines[1] == "starting SuperLink and 2 SuperNodes", lines[:3]
     assert "\r" not in stderr  # into a pipe: lines, never a redrawn bar (the bar is for a terminal, as in process)
     assert "fedaccel server: round" not in stderr  # the ServerApp's round lines go to its log, not here
