@@ -24,6 +24,7 @@ import torch
 from fedaccel.algorithms.base import Algorithm
 
 DIGITS = 12  # hex digits of the fingerprint kept in the run's config
+SCALARS = (type(None), bool, int, float, complex, str, bytes)  # fed as their repr
 CHUNK_BYTES = 64 << 20  # data hashed a chunk at a time (from a GPU, or not contiguous): no second copy of it
 MAX_DEPTH = 24  # levels of values followed (a deeper value is fed as its type)
 
@@ -43,7 +44,7 @@ def fingerprint_of(*values: Any) -> str:
 
 def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
     put = digest.update
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+    if isinstance(value, SCALARS):
         put(repr((type(value).__name__, value)).encode())
         return
     if depth > MAX_DEPTH or id(value) in seen:
@@ -60,9 +61,8 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
             put(repr(value.tolist()).encode())
         else:  # its buffer, a chunk of rows at a time: never a second copy of the data
             rows = value.reshape(1, -1) if value.ndim == 0 else value
-            step = max(1, CHUNK_BYTES // max(1, rows[0].nbytes if len(rows) else 1))
-            for start in range(0, len(rows), step):
-                put(np.ascontiguousarray(rows[start:start + step]).view(np.uint8).reshape(-1))
+            _feed_chunks(put, rows, rows[0].nbytes if len(rows) else 1,
+                         lambda piece: np.ascontiguousarray(piece).view(np.uint8).reshape(-1))
     elif isinstance(value, (tuple, list)):
         put(f"{type(value).__name__}{len(value)}".encode())
         for item in value:
@@ -132,9 +132,8 @@ def _global_names(code: types.CodeType) -> set[str]:
 
 #: What a function reads is fed whole when it is of these kinds; another object only by the attributes its code
 #: names (``args.mu``, not ``args.seed``; a logger's caches never): a setting, not the state of the script.
-WHOLE = (type(None), bool, int, float, complex, str, bytes, torch.Tensor, np.ndarray, tuple, list, dict, set,
-         frozenset, functools.partial, types.FunctionType, types.MethodType, types.CodeType, types.ModuleType, type,
-         types.BuiltinFunctionType)
+WHOLE = (*SCALARS, torch.Tensor, np.ndarray, tuple, list, dict, set, frozenset, functools.partial, types.FunctionType,
+         types.MethodType, types.CodeType, types.ModuleType, type, types.BuiltinFunctionType)
 
 
 def _feed_read(digest: Any, value: Any, names: set[str], depth: int, seen: set[int]) -> None:
@@ -149,7 +148,7 @@ def _feed_read(digest: Any, value: Any, names: set[str], depth: int, seen: set[i
     if not isinstance(attributes, dict):
         return
     for name in sorted(names & set(attributes)):
-        if isinstance(attributes[name], (type(None), bool, int, float, complex, str, bytes, torch.Tensor, np.ndarray)):
+        if isinstance(attributes[name], (*SCALARS, torch.Tensor, np.ndarray)):
             _feed(digest, name, depth, seen)
             _feed(digest, attributes[name], depth, seen)
 
@@ -160,7 +159,12 @@ def _feed_tensor(put: Callable[[Any], Any], data: torch.Tensor) -> None:
     rows = data.reshape(1, -1) if data.dim() == 0 else data
     if not rows.numel():
         return
-    step = max(1, CHUNK_BYTES // max(1, rows[0].numel() * rows.element_size()))
-    for start in range(0, rows.shape[0], step):
-        piece = rows[start:start + step].contiguous().cpu()  # a view where it is already one
-        put(piece.reshape(-1).view(torch.uint8).numpy())
+    _feed_chunks(put, rows, rows[0].numel() * rows.element_size(),  # .contiguous(): a view where it is one
+                 lambda piece: piece.contiguous().cpu().reshape(-1).view(torch.uint8).numpy())
+
+
+def _feed_chunks(put: Callable[[Any], Any], rows: Any, row_bytes: int, as_bytes: Callable[[Any], Any]) -> None:
+    """``rows`` (a tensor or an array) fed ``as_bytes`` a chunk of :data:`CHUNK_BYTES` at a time, in order."""
+    step = max(1, CHUNK_BYTES // max(1, row_bytes))
+    for start in range(0, len(rows), step):
+        put(as_bytes(rows[start:start + step]))

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedaccel.disk import open_regular
 from fedaccel.errors import UserError, shown
-from fedaccel.runs.config import PLUGIN_KEYS, PLUGINS_NOTE, check_name, dump_yaml
+from fedaccel.runs.config import PLUGINS_NOTE, check_name, dump_yaml, plugin_records
 from fedaccel.runs.files import write_atomic
 from fedaccel.runs.rows import check_diagnostics, check_no_gap, check_row, json_reason, parse_json, rounds_of
 
@@ -174,10 +174,7 @@ def _record_fault(record: Any) -> str | None:
             return f"{key} is {shown(record.get(key, 'missing'), 40)}, not a {kind[0].__name__}"
     if not isinstance(record.get("summary", {}), dict) or not isinstance(record.get("metrics_verbatim", False), bool):
         return "summary or metrics_verbatim of the wrong type"
-    plugins = record.get("plugins", {})
-    if not (isinstance(plugins, dict) and all(isinstance(kind, str) and isinstance(r, dict) and set(r) == PLUGIN_KEYS
-                                              and all(isinstance(v, str) and "\n" not in v for v in r.values())
-                                              for kind, r in plugins.items())):
+    if not plugin_records(record.get("plugins", {})):
         return "plugins of the wrong form (kind: {name, distribution, version, entry_point, sha256})"
     return None
 

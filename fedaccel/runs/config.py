@@ -799,15 +799,21 @@ def recorded_plugins(text: str, where: str) -> dict[str, dict[str, str]]:
                 record = json.loads(line[len(PLUGINS_NOTE):])
             except ValueError:
                 record = None
-            if not (isinstance(record, dict) and all(isinstance(r, dict) and set(r) == PLUGIN_KEYS and
-                                                      all(isinstance(v, str) for v in r.values())
-                                                      for r in record.values())):
+            if not plugin_records(record):
                 raise ConfigError(f"{where}: its plugins line is damaged: {shown(line, 120)}")
             return record
     return {}
 
 
 PLUGIN_KEYS = {"name", "distribution", "version", "entry_point", "sha256"}
+
+
+def plugin_records(value: Any) -> bool:
+    """Whether ``value`` is of the form :func:`plugin_note` writes (a ``config.yaml``'s line, a packed cell's
+    ``plugins``): kind -> {name, distribution, version, entry_point, sha256}, each a string of one line."""
+    return isinstance(value, dict) and all(
+        isinstance(kind, str) and isinstance(r, dict) and set(r) == PLUGIN_KEYS
+        and all(isinstance(v, str) and "\n" not in v for v in r.values()) for kind, r in value.items())
 
 
 def check_plugins(text: str, where: str) -> None:
