@@ -307,3 +307,21 @@ def test_a_non_finite_upload_counts_as_zero_so_one_client_still_moves_the_sum_by
 
     (got, clip), (expected, expected_clip) = step([broken, other]), step([zero, other])
     assert torch.equal(got, expected) and clip == expected_clip and bool(torch.isfinite(got).all())
+
+
+@pytest.mark.parametrize("runtime", ["in-process", "stacked"])
+def test_a_round_lists_the_uploads_it_counted_as_zero_and_does_not_count_them_uploaded(
+        tmp_path: object, runtime: str) -> None:
+    """Local SGD that overflows (the squared SVM at lr 1e30, 8 steps) makes every upload non-finite: the rows name
+    the clients whose upload counted as zero (``diag.zeroed``, as Flower's gate lists them under ``rejected``), and
+    ``uploaded`` is 0, not the number of clients; the model stays finite."""
+    from fedaccel.cli import main
+
+    out = tmp_path / runtime  # type: ignore[operator]
+    overrides = ["model=svm", "data.clients=10", "train.client_fraction=0.5", "train.rounds=2", "data.subset=400",
+                 "train.batch_size=5", "train.lr=1e30", "run.progress=false", f"run.runtime={runtime}",
+                 "algorithm={name: fedavg, dp: {clip: 1.0, noise_multiplier: 0.5}}"]
+    assert main(["run", *[a for o in overrides for a in ("--set", o)], "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
+    assert [len(row["diag"]["zeroed"]) for row in rows] == [5, 5]
+    assert [row["uploaded"] for row in rows] == [0, 0] and all(math.isfinite(row["test_loss"]) for row in rows)

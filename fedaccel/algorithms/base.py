@@ -39,6 +39,7 @@ the updates are kept and handed over as a list, as always.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -254,6 +255,7 @@ class Part:
     upload_fraction: float | None = None  # C: participation uploads exactly sample_clients(info, C)
     no_extras: bool = False  # client_end never returns extras: the part's client state stays on the client
     models_only: bool = False  # server_end reads w, w_next and whether anyone uploaded, never an upload's values
+    zeroes_non_finite: bool = False  # counts an upload of no finite norm as zero: the round's diag lists them
 
 
 # the stages that run on a client and are given the part's server state ``ss``
@@ -319,6 +321,13 @@ def compose(name: str, *parts: Part) -> Algorithm:
     if planners and not all(planners):
         raise ValueError(f"{name}: plan_server without plan_client")
     return algorithm
+
+
+def finite_norm(delta: Tensor) -> float | None:
+    """``delta``'s Euclidean norm in float64, or None where it is not finite (an element that is not, or a float64
+    update too large to square)."""
+    norm = float(torch.linalg.vector_norm(delta.to(torch.float64)))
+    return norm if math.isfinite(norm) else None
 
 
 def tensor_bytes(tensors: Sequence[Tensor] | Mapping[str, Tensor]) -> int:

@@ -68,7 +68,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedaccel.algorithms.base import Algorithm, ClientContext, ClientUpdate, Part, RoundInfo, make_rng, seeded_normal
+from fedaccel.algorithms.base import (
+    Algorithm,
+    ClientContext,
+    ClientUpdate,
+    Part,
+    RoundInfo,
+    finite_norm,
+    make_rng,
+    seeded_normal,
+)
 from fedaccel.errors import ConfigError, shown
 
 PART_NAME = "dp"
@@ -407,9 +416,9 @@ def clipped(delta: Tensor, clip: float) -> Tensor:
 def finite_or_zero(delta: Tensor) -> tuple[Tensor, float]:
     """(``delta``, its float64 norm), or zero and 0 for a non-finite ``delta`` (local training that overflowed):
     a rule that reads no data, so one client still moves the sum by at most the clip norm (a NaN norm is never
-    above it, and would pass unclipped)."""
-    norm = float(torch.linalg.vector_norm(delta.to(torch.float64)))
-    return (delta, norm) if math.isfinite(norm) else (torch.zeros_like(delta), 0.0)
+    above it, and would pass unclipped). The round's diag lists such clients (``zeroed``, ``Part.zeroes_non_finite``)."""
+    norm = finite_norm(delta)
+    return (delta, norm) if norm is not None else (torch.zeros_like(delta), 0.0)
 
 
 def standard_normal(info: RoundInfo, shape: torch.Size) -> Tensor:
@@ -442,7 +451,8 @@ def dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
         share = settings.noise_multiplier * settings.clip / math.sqrt(settings.expected_uploads)
         return clipped(delta, settings.clip) + client_noise(ctx.info, ctx.client, delta, share)
 
-    return Part(name=PART_NAME, aggregate=aggregate, upload=upload if on_client else None)
+    return Part(name=PART_NAME, aggregate=aggregate, upload=upload if on_client else None,
+                zeroes_non_finite=not on_client)  # with client noise, each client zeroes its own
 
 
 def update_only(update: ClientUpdate) -> Tensor:
@@ -495,7 +505,7 @@ def adaptive_dp_mean(settings: DPSettings, *, server_lr: float = 1.0) -> Part:
         return torch.sub(w, total, alpha=server_lr / m), next_clip
 
     return Part(name=PART_NAME, init_server=init, aggregate=aggregate, server_end=server_end,
-                releases_every_round=True)
+                releases_every_round=True, zeroes_non_finite=True)
 
 
 def outside(part: Part, settings: DPSettings, *, plan_hint: bool = True) -> str | None:

@@ -21,6 +21,7 @@ from fedaccel.algorithms.base import (
     Participation,
     RoundInfo,
     State,
+    finite_norm,
     tensor_bytes,
 )
 from fedaccel.algorithms.sampling import sample_clients, scheduled_clients
@@ -47,7 +48,7 @@ class FLState:
 @dataclass
 class RoundReport:
     """What happened in one round: who took part, what it cost, the parts' diagnostics;
-    ``uploaded``: the updates aggregated (not those of clients lost, rejected or skipped)."""
+    ``uploaded``: the updates aggregated (not those of clients lost, rejected, skipped or zeroed)."""
 
     round: int
     participation: Participation
@@ -255,6 +256,8 @@ def run_round(
     else:
         for k, part in algorithm.with_stage("server_adjust"):
             updates = part.server_adjust(info, updates, server[k])  # type: ignore[misc]
+        if zeroed := zeroed_clients(algorithm, updates):
+            diag["zeroed"] = zeroed
         k_agg, aggregator = algorithm.single("aggregate")  # type: ignore[misc]
         w_next = aggregator.aggregate(info, state.w, updates)  # type: ignore[misc]
         for k, part in algorithm.with_stage("server_end"):
@@ -275,8 +278,17 @@ def run_round(
         state, round=state.round + 1, w=w_next, server=tuple(server_list),
         clients=runtime.states(state.clients), totals=totals, evaluated=track(state.evaluated, state.w, updates),
     )
-    report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag, uploaded=len(updates))
+    uploaded = len(updates) - len(diag.get("zeroed", ()))  # a zeroed upload moved nothing, as one Flower refuses
+    report = RoundReport(state.round, who, bytes_up, bytes_down, local_steps, diag, uploaded=uploaded)
     return new_state, report
+
+
+def zeroed_clients(algorithm: Algorithm, updates: Sequence[ClientUpdate]) -> list[int]:
+    """The clients whose upload a part counts as zero, having no finite norm (``Part.zeroes_non_finite``:
+    client-level DP; Flower's gate refuses such an upload before it, under ``rejected``)."""
+    if not any(part.zeroes_non_finite for part in algorithm.parts):
+        return []
+    return [u.client for u in updates if finite_norm(u.delta) is None]
 
 
 def takes_sink(runtime: ClientRuntime) -> bool:

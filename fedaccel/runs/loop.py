@@ -438,7 +438,7 @@ def _metrics(setup: Setup, state: FLState, report: RoundReport | None, wall: flo
     row.update(sample_epsilon_columns(setup, state))  # sample-level DP-SGD: each client's epsilon(delta) so far
     if report is not None:
         row["clients"] = len(report.participation.train)
-        row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected or skipped
+        row["uploaded"] = report.uploaded  # aggregated: not the clients lost, rejected, skipped or zeroed
         if isinstance(rejected := report.diag.get("rejected"), dict):
             row["rejected"] = len(rejected)  # replies not used (why, by client: diag.rejected)
         row["round_bytes_up"] = report.bytes_up  # this round's own (the others are running totals)

@@ -45,7 +45,7 @@ def scalars(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]
             yield tag, float(value)  # type: ignore[arg-type]
         elif isinstance(value, dict):
             yield from scalars(value, tag + "/")
-        elif isinstance(value, list) and key in ("lost", "rejected", "unavailable", "stragglers", "dropped"):
+        elif isinstance(value, list) and key in ("lost", "rejected", "unavailable", "stragglers", "dropped", "zeroed"):
             yield tag, float(len(value))
 
 
