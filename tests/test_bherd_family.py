@@ -457,6 +457,8 @@ def test_selection_heat_map_spans_all_steps_and_rounds_and_greys_what_was_no_ste
     np.testing.assert_array_equal(image, expected)
     older = selection_image([1, 2], [[0, 2], [1]], None)  # older runs: no tau recorded, up to the last selected step
     np.testing.assert_array_equal(older, [[1, 0, 1], [0, 1, 0]])
+    planned_none = selection_image([1, 2], [[0, 1], []], [2, 0])  # a round planned 0 steps: grey, not white
+    np.testing.assert_array_equal(planned_none, [[1, 1], [NO_STEP, NO_STEP]])
 
 
 def test_a_selection_heat_map_says_no_step_only_where_a_cell_had_none(tmp_path: pathlib.Path) -> None:

@@ -104,7 +104,7 @@ def selection_image(rounds: list[int], chosen: list[list[int]], taus: list[int |
                         f"{MAX_IMAGE:,} cells: the run is too long to draw, or its diagnostics.jsonl was damaged")
     image = np.full((height, width), NO_STEP, dtype=np.float32)
     for round_, steps, tau in zip(rounds, chosen, taus):
-        image[round_ - rounds[0], :tau or width] = 0.0
+        image[round_ - rounds[0], :width if tau is None else tau] = 0.0  # tau 0: no step at all
         image[round_ - rounds[0], steps] = 1.0
     return image
 
