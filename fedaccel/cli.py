@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="run a paper's experiments and write its reproduction report")
     p.add_argument("paper", help=f"one of {', '.join(PAPERS)} (its experiments: experiments/<paper>/)")
     p.add_argument("--scale", default="quick", choices=["quick", "paper"])
-    p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run")
+    p.add_argument("--only", nargs="+", default=[], help="experiment names (file stems) to run (with --plan: to plan)")
     p.add_argument("--plan", action="store_true",
                    help="run nothing: the committed data as a pilot, the seeds each claim needs for 80%% power")
     p.add_argument("--render-only", action="store_true",
@@ -697,10 +697,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedaccel.reproductions.reproduce import ExperimentsFailed, plan, reproduce
 
     if args.plan:
-        others = [flag for flag, given in (("--render-only", args.render_only), ("--only", args.only)) if given]
-        if others:  # the plan reads the committed data of every experiment and runs nothing
-            raise UserError(f"--plan runs and draws nothing: leave out {' and '.join(others)}, or --plan")
-        print(plan(args.paper, args.scale))
+        if args.render_only:  # the plan reads the committed data and runs nothing
+            raise UserError("--plan runs and draws nothing: leave out --render-only, or --plan")
+        print(plan(args.paper, args.scale, only=args.only))
         return 0
     try:
         report = reproduce(args.paper, args.scale, only=args.only, progress=False if args.no_progress else None,

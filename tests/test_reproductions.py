@@ -339,6 +339,8 @@ def test_plan_reads_the_committed_data_as_a_pilot() -> None:
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert int(cells[2]) >= 4 and (cells[-1].isdigit() and int(cells[-1]) >= 6 or cells[-1].startswith("—"))
+    one = [line for line in plan("fedumf", only=["table2_noniid"]).splitlines()[2:] if line.startswith("|")]
+    assert one == [row for row, c in zip(rows, fedumf.CLAIMS) if c.experiment == "table2_noniid"] and len(one) == 13
 
 
 # --- the reference-code grids: their verdicts are what their committed runs give -----------------------

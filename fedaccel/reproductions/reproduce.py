@@ -374,14 +374,14 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
     return Report(report, figures, "\n".join(lines) + "\n", drawings, claims)
 
 
-def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 0.8) -> str:
-    """The committed data as a pilot: per claim, the seeds it needs for ``power``
-    (:func:`fedaccel.report.judge.plan_rows`), as a Markdown table."""
+def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 0.8, only: Sequence[str] = ()) -> str:
+    """The committed data as a pilot: per claim (of the experiments in ``only``, if given), the seeds it needs for
+    ``power`` (:func:`fedaccel.report.judge.plan_rows`), as a Markdown table."""
     from fedaccel.report.claims import judge
     from fedaccel.report.judge import plan_rows, plan_table
     from fedaccel.reproductions.snapshot import SUFFIX, read_packed
 
-    files = experiment_files(paper, scale)  # first: an unknown paper is one line, not an ImportError
+    files = experiment_files(paper, scale, only)  # first: an unknown paper or name is one line, not an ImportError
     claims_module = claims_module_of(paper, scale)
     figures = _figures_folder(paper, scale, docs)
     tuning = getattr(claims_module, "TUNING_SEEDS", ())
@@ -389,9 +389,10 @@ def plan(paper: str, scale: str = "quick", *, docs: Path = DOCS, power: float = 
         runs = {}
         for file in files:
             data = figures / "data" / f"{file.stem}{SUFFIX}"
-            if data.is_file():
+            if data.is_file() and (not only or file.stem.removesuffix(TUNING) in only):
                 runs[file.stem] = read_packed(data, Path(tmp) / file.stem)
-        judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs]
+        judged = [judge(c, claim_runs(c, runs), tuning) for c in claims_module.CLAIMS if c.experiment in runs
+                  and (not only or c.experiment in only)]  # a tuning experiment's runs serve its experiment's claims
     return plan_table(plan_rows(judged, power), power)
 
 
