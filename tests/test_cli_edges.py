@@ -268,3 +268,16 @@ def test_reproduces_help_names_every_paper_it_takes() -> None:
     from fedaccel.reproductions.reproduce import papers
 
     assert list(PAPERS) == papers()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(-(2**70), 2**70))
+def test_a_seed_is_refused_in_one_line_outside_what_every_generator_takes(seed: int) -> None:
+    """A negative seed gave numpy's traceback (split-report too), a 20-digit one torch's overflow mid-run."""
+    from fedaccel.runs.config import MAX_SEED
+
+    if 0 <= seed <= MAX_SEED:
+        assert load_config(None, [f"run.seed={seed}"]).run.seed == seed
+    else:
+        with pytest.raises(ConfigError, match=r"^run\.seed must be a whole number from 0 to 4,294,967,295$"):
+            load_config(None, [f"run.seed={seed}"])

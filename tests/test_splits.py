@@ -143,11 +143,45 @@ def test_label_k_exact_k_labels_and_even_use(k: int) -> None:
         assert shares.max() - shares.min() <= 1
 
 
-def test_label_k_fewer_slots_than_classes_drops_unheld_classes() -> None:
-    labels = balanced_labels(100)
-    parts = run("label-k", labels, 2, k=2)  # 4 of 10 classes held
-    counts = label_counts(parts, labels, 10)
-    assert ((counts > 0).sum(axis=1) == 2).all() and (counts.sum(axis=0) > 0).sum() == 4
+def test_label_k_with_fewer_slots_than_classes_is_refused_not_a_split_that_drops_classes() -> None:
+    """2 clients x 2 labels held 4 of 10 classes: the other 6 classes' samples went to no client, unsaid."""
+    with pytest.raises(ConfigError, match=r"^label-k: 2 clients x k = 2 hold 4 labels in all, fewer than the 10 "):
+        run("label-k", balanced_labels(100), 2, k=2)
+    assert sum(map(len, run("label-k", balanced_labels(100), 5, k=2))) == 100  # 10 slots: every sample
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(st.floats(0, 1), st.floats(0.01, 1)), min_size=1, max_size=4),
+       st.integers(0, 2**32 - 1))
+def test_nonbalance_gives_every_sample_to_a_client_or_is_refused(
+        n_clients: int, fractions: list[tuple[float, float]], seed: int) -> None:
+    """Label fractions with no group holding every label (0.5, 0.3, 0.2) left a class to nobody: 6,000 of
+    Fashion-MNIST's samples trained by no client. Now each client keeps its group's number of labels, and every
+    sample is held, or the clients hold fewer labels in all than there are classes, refused in one line."""
+    labels = balanced_labels(400)
+    client_fractions, label_fractions = zip(*fractions)
+    try:
+        parts = run("nonbalance", labels, n_clients, seed=seed, client_fractions=client_fractions,
+                    label_fractions=label_fractions)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        assert sum(client_fractions) == 0 or "fewer than the 10 classes" in str(exc), exc
+        return
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(400))
+    held = (label_counts(parts, labels, 10) > 0).sum(axis=1)  # a group's number of labels, each client
+    assert set(held.tolist()) <= {max(1, int(np.floor(f * 10 + 0.5))) for f in label_fractions}
+
+
+def test_nonbalance_keeps_its_draw_where_a_group_holds_every_label() -> None:
+    """The repair draws nothing where every class is held: the paper's splits (a group with every label) are
+    the ones drawn before it."""
+    from fedaccel.data.splits import _cover_every_label
+
+    rng = np.random.default_rng(0)
+    sets = [np.arange(10), np.array([1, 2])]
+    state = rng.bit_generator.state
+    assert [s.tolist() for s in _cover_every_label(sets, 10, rng)] == [list(range(10)), [1, 2]]
+    assert rng.bit_generator.state == state
 
 
 def test_shards_each_client_few_labels() -> None:

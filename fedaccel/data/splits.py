@@ -312,15 +312,16 @@ def label_k(labels: np.ndarray, n_clients: int, rng: np.random.Generator, *, k: 
     The N*k class slots (k consecutive ones per client) are filled by passes, each a fresh random
     permutation of the classes, reordered at its start so no client gets a class twice; so every class
     is held by floor(Nk/C) or ceil(Nk/C) clients and a client's k classes are distinct; each class's samples
-    are divided as evenly as possible among its holders. Covers every sample when N*k >= C; otherwise
-    the classes nobody holds are dropped (unavoidable). A client has fewer than k labels only if some
-    class has fewer samples than holders.
+    are divided as evenly as possible among its holders. Covers every sample: N*k < C, where some classes
+    would have no holder and their samples would go to no client, is refused. A client has fewer than k labels
+    only if some class has fewer samples than holders.
     """
     ranks, n_classes = _ranks(labels)
     if k < 1:
         raise ConfigError(f"label-k needs k >= 1, got k={k}")
     if k > n_classes:
         raise ConfigError(f"label-k k={k} is larger than the number of classes ({n_classes})")
+    _check_every_label_held("label-k", n_clients * k, n_classes, f"{n_clients} clients x k = {k}")
     slots: list[int] = []
     while len(slots) < n_clients * k:
         perm = [int(c) for c in rng.permutation(n_classes)]
@@ -364,12 +365,14 @@ def nonbalance(
     10% of the clients (at least one) hold all labels, 40% hold half of the labels, 50% hold 20% of
     the labels (rounded, at least one). Groups are positional: the first clients are the abundant
     ones, then medium, then less. Each client's labels are chosen at random; each class's samples are
-    divided as evenly as possible among the clients holding it. Covers every sample.
+    divided as evenly as possible among the clients holding it. Covers every sample: where no group holds
+    every label and a class drawn for nobody remains, a label held twice is swapped for it
+    (:func:`_cover_every_label`); where the clients hold fewer labels in all than there are classes, refused.
     """
     cf = list(client_fractions)
-    if len(cf) != len(label_fractions) or min(cf) < 0 or sum(cf) <= 0:
+    if not cf or len(cf) != len(label_fractions) or min(cf) < 0 or sum(cf) <= 0:
         raise ConfigError(
-            "nonbalance needs client_fractions and label_fractions of equal length, fractions >= 0"
+            "nonbalance needs client_fractions and label_fractions: non-empty lists of equal length, fractions >= 0"
         )
     if not all(0 < f <= 1 for f in label_fractions):
         raise ConfigError(f"nonbalance label_fractions must lie in (0, 1], got {list(label_fractions)}")
@@ -379,11 +382,38 @@ def nonbalance(
     if groups[richest] == 0:  # keep one client holding the most labels, so every label is held
         groups[int(np.argmax(groups))] -= 1
         groups[richest] += 1
+    sizes = [max(1, int(np.floor(frac * n_classes + 0.5))) for frac in label_fractions]
+    _check_every_label_held("nonbalance", sum(g * m for g, m in zip(groups, sizes)), n_classes,
+                            f"its groups of {', '.join(map(str, groups))} clients with "
+                            f"{', '.join(map(str, sizes))} labels each")
     label_sets = []
-    for size, frac in zip(groups, label_fractions):
-        n_labels = max(1, int(np.floor(frac * n_classes + 0.5)))
+    for size, n_labels in zip(groups, sizes):
         label_sets += [rng.choice(n_classes, n_labels, replace=False) for _ in range(size)]
-    return _split_by_label_sets(labels, label_sets, rng)
+    return _split_by_label_sets(labels, _cover_every_label(label_sets, n_classes, rng), rng)
+
+
+def _check_every_label_held(split: str, slots: int, n_classes: int, holders: str) -> None:
+    """One line where ``slots`` labels held in all cannot cover the ``n_classes`` classes: the samples of a class
+    nobody holds would go to no client."""
+    if slots < n_classes:
+        raise ConfigError(f"{split}: {holders} hold {slots} labels in all, fewer than the {n_classes} classes, so "
+                          "the samples of some classes would go to no client; give the clients more labels, or "
+                          "more clients")
+
+
+def _cover_every_label(label_sets: list[np.ndarray], n_classes: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``label_sets`` with every class held by some client: each class nobody holds takes the place of a label,
+    drawn at random, that another client holds too (one exists while a class is missing and the sets hold at least
+    ``n_classes`` labels). Each client keeps its number of distinct labels; sets that cover every class are
+    returned as they are (no draw)."""
+    sets = [np.array(s) for s in label_sets]
+    missing = np.setdiff1d(np.arange(n_classes), np.concatenate(sets))
+    for label in missing:
+        held = np.bincount(np.concatenate(sets), minlength=n_classes)
+        shared = [(j, i) for j, s in enumerate(sets) for i, c in enumerate(s) if held[c] > 1]
+        j, i = shared[int(rng.integers(len(shared)))]
+        sets[j][i] = label
+    return sets
 
 
 def pareto(

@@ -508,6 +508,9 @@ def _check_params(kind: str, name: str, params: dict[str, Any], function: Any) -
     check_option_kinds(f"{kind} {shown(name)}", function, params)
 
 
+MAX_SEED = 2**32 - 1  # numpy's seeds are non-negative; torch's and the derived streams' stay within 64 bits
+
+
 def validate(config: Config) -> None:
     """Check names and values now, so a bad config fails before any work is done."""
     from fedaccel.data import DATASETS, dataset_names, dataset_plugin
@@ -528,6 +531,7 @@ def validate(config: Config) -> None:
     model_factory(str(config.model["name"]))  # a built-in, or an installed plugin's; else one line
     local_options(config)  # LocalOptions validates its own values
     checks = [
+        (0 <= config.run.seed <= MAX_SEED, f"run.seed must be a whole number from 0 to {MAX_SEED:,}"),
         (config.data.clients >= 1, "data.clients must be >= 1"),
         (config.train.rounds >= 1, "train.rounds must be >= 1"),
         (0 < config.train.client_fraction <= 1, "train.client_fraction must be in (0, 1]"),
