@@ -704,3 +704,18 @@ def test_a_round_stops_the_run_only_where_clients_answered_and_every_answer_was_
     if why is not None:
         client = next(iter(rejected))
         assert why.startswith(f"the server refused the answer of every client ({len(rejected)}; client {client}: ")
+
+
+@pytest.mark.parametrize("shift, refused", [(2, True), (4, True), (3, False), (1, False)])
+def test_a_label_flip_that_changes_no_target_of_the_svm_is_refused(tmp_path: Path, shift: int, refused: bool) -> None:
+    """The squared SVM trains on parity: shift 2 left every attacked client honest, and its run equalled the clean
+    one, unsaid. An odd shift changes every target and runs."""
+    from fedaccel.runs.setup import build_setup
+
+    config = load_config(None, [*SMALL, "model=svm", f"attacks=[{{kind: label-flip, clients: [0], shift: {shift}}}]"])
+    if not refused:
+        assert build_setup(config).config.attacks
+        return
+    with pytest.raises(ConfigError, match=rf"^attack label-flip with shift {shift} changes no target of model svm, "
+                                          r"which trains on its classes' parity \(even \+1, odd -1\)"):
+        build_setup(config)

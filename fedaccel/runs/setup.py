@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from fedaccel.algorithms.base import Algorithm, make_rng
 from fedaccel.algorithms.registry import get_recipe
 from fedaccel.engine.device import resolve_device
 from fedaccel.engine.federation import Federation
+from fedaccel.errors import ConfigError
 from fedaccel.runs.config import Config, build_algorithm_from, local_options
 
 
@@ -73,6 +75,7 @@ def build_setup(config: Config) -> Setup:
         from fedaccel.engine.dp_sgd import check_model
 
         check_model(module, config.model["name"])
+    check_label_flips(config, module, dataset.num_classes)
     federation = Federation(
         module,
         dataset.x_train,
@@ -87,6 +90,26 @@ def build_setup(config: Config) -> Setup:
     )
     algorithm = build_algorithm_from(config)
     return Setup(config, federation, algorithm, config.train.client_fraction, dataset.num_classes)
+
+
+def check_label_flips(config: Config, module: Any, num_classes: int) -> None:
+    """One line where a label flip changes no target the model trains on: the squared SVM's parity labels
+    (even +1, odd -1) stay where an even shift moves every class, and the attacked run would be the clean one."""
+    targets = getattr(module, "targets", None)
+    if targets is None:
+        return
+    classes = torch.arange(num_classes)
+    for attack in config.attacks:
+        shift = attack.get("shift", 1)
+        if attack["kind"] == "label-flip" and torch.equal(targets(classes), targets((classes + shift) % num_classes)):
+            raise ConfigError(f"attack label-flip with shift {shift} changes no target of model "
+                              f"{config.model['name']}, which trains on its classes' {_labels(module)}: the attacked "
+                              "clients would train as honest ones; give a shift that moves a class to another target")
+
+
+def _labels(module: Any) -> str:
+    """What a model's ``targets`` keeps of a class, in words."""
+    return "parity (even +1, odd -1)" if getattr(module, "labels", None) == "parity" else "targets"
 
 
 def apply_attacks(setup: Setup, round_: int) -> None:
