@@ -392,6 +392,23 @@ def test_local_mirror_layout_and_published_mirrors_kept(monkeypatch: pytest.Monk
     assert source.mirrors[0].startswith("https://ossci-datasets.s3.amazonaws.com/")
 
 
+def test_a_mirror_given_as_a_folder_path_is_read_as_its_file_url(
+    closed_port: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """``FEDACCEL_DATA_MIRROR=/shared/datasets`` (a path, no ``file://``) was urllib's "unknown url type"
+    traceback; it is the folder's ``file://`` URL, relative paths too."""
+    files, arrays = mnist_files()
+    (tmp_path / "shared" / "mnist").mkdir(parents=True)
+    for fname, data in files.items():
+        (tmp_path / "shared" / "mnist" / fname).write_bytes(data)
+    use_source(monkeypatch, "mnist", files, closed_port)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(download.MIRROR_ENV, "shared")
+    assert download.mirror_urls("mnist", download.SOURCES["mnist"])[0] == (tmp_path / "shared").as_uri() + "/mnist/"
+    get_dataset("mnist", tmp_path / "got")
+    assert sorted(p.name for p in (tmp_path / "got").iterdir()) == sorted(files)
+
+
 def test_progress_on_stderr_only_when_asked(
     server: tuple[str, Served], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
 ) -> None:

@@ -17,8 +17,8 @@ A wrong checksum removes the download and fails in one line; nothing is unpacked
 answers (offline, DNS failure, every mirror down) the error is one line saying which files to put
 into which folder by hand.
 
-**A local mirror.** ``FEDACCEL_DATA_MIRROR`` names base URLs (``http(s)://`` or ``file://``,
-comma-separated) tried before the published ones; a file is looked for at
+**A local mirror.** ``FEDACCEL_DATA_MIRROR`` names base URLs (``http(s)://`` or ``file://``, or a
+folder's path, comma-separated) tried before the published ones; a file is looked for at
 ``<mirror>/<dataset>/<file name>``, e.g. ``http://10.0.0.5:8000/mnist/train-images-idx3-ubyte.gz``.
 An offline cluster serves one folder of the published files (``python -m http.server``) or shares
 it (``file:///shared/datasets/``); tests point it at a server on 127.0.0.1. The checksums still
@@ -143,9 +143,14 @@ def mirror_urls(name: str, source: Source, mirrors: Sequence[str] | None = None,
     """Base URLs to try for dataset ``name``, in order: ``FEDACCEL_DATA_MIRROR``'s (as
     ``<mirror>/<name>/``; not with ``local=False``), then ``mirrors`` if given, else the published ones."""
     env = os.environ.get(MIRROR_ENV, "") if local else ""
-    local_mirrors = [m.strip() for m in env.split(",") if m.strip()]
+    local_mirrors = [as_url(m.strip()) for m in env.split(",") if m.strip()]
     bases = [m.rstrip("/") + f"/{name}/" for m in local_mirrors]
     return bases + [m if m.endswith("/") else m + "/" for m in (source.mirrors if mirrors is None else mirrors)]
+
+
+def as_url(mirror: str) -> str:
+    """A mirror as a URL: a folder's path (no ``scheme://``) as its ``file://`` URL, a URL as it is."""
+    return mirror if "://" in mirror else Path(mirror).expanduser().resolve().as_uri()
 
 
 # --------------------------------------------------------------------------- one file
