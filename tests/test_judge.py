@@ -373,8 +373,8 @@ def test_looks_in_the_experiment_file_judge_its_rows_by_the_stages_combination(t
     assert row["p"] == pytest.approx(expected.p) and row["p"] > 2 / 64  # the combination, not the pooled seeds
     assert row["seeds_raised"] == "looks at 3 seeds" and row["stages"] == [list(SEEDS[:3]), list(SEEDS[3:])]
     assert "p combines its stages' own tests" in capsys.readouterr().out
-    for bad in ([[0, 1], [1, 2]], [0, 1], {"seeds": [[0, 1]], "cap": 2}, [[]]):
-        raw["looks"] = bad
+    for bad in ([[0, 1], [1, 2]], [0, 1], {"seeds": [[0, 1]], "cap": 2}, [[]], [[*SEEDS[:2], 17]]):
+        raw["looks"] = bad  # the last: a seed no cell runs (a typo that moved every row's stage weights and p)
         (grid / "experiment.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
         assert main(["judge", str(grid)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -436,3 +436,19 @@ def test_any_dotted_key_is_a_config_key_or_one_line(parts: list[str]) -> None:
         assert fault is None
     if parts[0] not in ("run", "train", "algorithm", "data", "model", "name"):
         assert fault is not None
+
+
+def test_an_experiment_whose_looks_name_a_seed_it_does_not_run_is_refused_when_loaded(tmp_path: Path) -> None:
+    import yaml
+
+    from fedaccel.errors import ConfigError
+    from fedaccel.grids.experiment import load_experiment
+
+    path = tmp_path / "raised.yaml"
+    base = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    spec = {"name": "raised", "base": str(base), "grid": {"run.seed": [0, 1, 2, 3]}, "looks": [[0, 1]]}
+    path.write_text(yaml.safe_dump(spec))
+    assert load_experiment(path).cells
+    path.write_text(yaml.safe_dump({**spec, "looks": [[0, 1, 7]]}))
+    with pytest.raises(ConfigError, match=r"looks names seed 7, which no cell of the grid runs \(its seeds: 0, 1, 2, 3\)"):
+        load_experiment(path)

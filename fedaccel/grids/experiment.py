@@ -31,7 +31,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +156,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     from fedaccel.report.judge import check_claims, claims_from_file, looks_from_file
 
     claims, tuning, _ = claims_from_file(path)
-    looks_from_file(path)  # a bad looks: section is one line when the file is loaded, not when it is judged
+    raised = looks_from_file(path)  # a bad looks: section is one line when the file is loaded, not when it is judged
+    if raised is not None:
+        check_looks_seeds(path, raised.looks, {config.run.seed for _, config in cells})
     check_claims(claims, [(cell, spec, config.to_dict()) for (cell, spec), (_, config) in zip(specs, cells)], str(path))
     if raw.get("baseline") is not None:  # a typo in it would cost the grid's table after every cell ran
         check_grid_baseline(path, raw["baseline"], [(cell, spec, config) for (cell, spec), (_, config) in zip(specs, cells)])
@@ -167,6 +169,21 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return Experiment(name, out_dir, cells, targets, raw.get("baseline"), metrics,
                       str(figures_by) if figures_by else None, diagnostics, claims, tuning, path,
                       [spec for _, spec in specs], as_ran)
+
+
+def check_looks_seeds(path: Path, looks: tuple[tuple[Any, ...], ...], seeds: set[Any]) -> None:
+    """Every seed of ``looks:`` is one of the grid's: a typo (17 for 7) moved the stages' weights and the p of every
+    row, unsaid."""
+    stray = [seed for stage in looks for seed in stage if seed not in seeds]
+    if stray:
+        raise ConfigError(f"{path}: looks names seed {shown(stray[0])}, which no cell of the grid runs (its seeds: "
+                          f"{listed(sorted(seeds, key=repr))})")
+
+
+def cell_seed(spec: Mapping[str, Any]) -> Any:
+    """A cell's ``run.seed`` as its spec spells it (the default, 0, where it says none)."""
+    run = spec.get("run")
+    return run.get("seed", 0) if isinstance(run, Mapping) else 0
 
 
 def check_grid_baseline(path: Path, baseline: Any, cells: list[tuple[str, dict[str, Any], Config]]) -> None:
