@@ -115,6 +115,7 @@ def train(
     where the model, the data and every state live; they are moved there once.
     """
     where = next(module.parameters(), torch.empty(0)).device if device is None else resolve_device(device)
+    check_data(module, {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test})
     partition = checked_partition(partition, len(x_train), "partition")  # before a run folder is written
     config = _config(module, partition, algorithm, rounds, seed, eval_every, progress, train_options,
                      data=(x_train, y_train, x_test, y_test))
@@ -143,6 +144,26 @@ def train(
         final = run_loop(setup, state, path, wall=wall, progress=progress, parts=parts,
                          on_eval=keep if keep_models else None)
     return History(load_run(path).metrics, final, path, models)
+
+
+def check_data(module: nn.Module, data: Mapping[str, Any]) -> None:
+    """One line, before a run folder is written, where the data cannot train ``module``: not tensors, labels not as
+    many as inputs, or, for a module that trains by cross-entropy (no ``loss`` of its own), labels that are not
+    class indices (floats, one-hot rows); torch said it mid-run, in a traceback, leaving a folder behind."""
+    for name, value in data.items():
+        if not isinstance(value, Tensor):
+            raise UserError(f"{name} must be a torch tensor, got {type(value).__name__}")
+    for split in ("train", "test"):
+        x, y = data[f"x_{split}"], data[f"y_{split}"]
+        if x.dim() == 0 or y.dim() == 0 or len(x) != len(y):
+            raise UserError(f"x_{split} and y_{split} must hold one label per input: shapes {tuple(x.shape)} and "
+                            f"{tuple(y.shape)}")
+        if callable(getattr(module, "loss", None)):
+            continue  # the module's own loss says what labels it takes
+        if y.dim() != 1 or y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+            raise UserError(f"y_{split} must be class indices, a 1-D integer tensor, for {type(module).__name__}'s "
+                            f"cross-entropy: got {str(y.dtype).removeprefix('torch.')} of shape {tuple(y.shape)}"
+                            + (" (one-hot rows? y.argmax(1) gives their indices)" if y.dim() == 2 else ""))
 
 
 def _config(

@@ -250,6 +250,22 @@ def test_a_partition_out_of_range_overlapping_or_fractional_is_refused_before_a_
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("labels, message", [
+    (lambda y: y[:-5], r"x_train and y_train must hold one label per input: shapes \(\d+, 6\) and \(\d+,\)"),
+    (lambda y: y.float(), r"y_train must be class indices, a 1-D integer tensor, for \w+'s cross-entropy: got float32"),
+    (lambda y: torch.nn.functional.one_hot(y), r"got int64 of shape \(\d+, \d+\) \(one-hot rows\? y.argmax\(1\)"),
+    (lambda y: y.numpy(), r"y_train must be a torch tensor, got ndarray"),
+])
+def test_labels_that_cannot_train_the_module_are_one_line_before_a_folder(
+        labels: Any, message: str, tmp_path: Path) -> None:
+    """Labels shorter than the inputs, floats and one-hot rows were torch's errors mid-run, with error.txt left
+    in a new run folder."""
+    with pytest.raises(UserError, match=message) as err:
+        train(model(), X, labels(Y), [np.arange(0, 30), np.arange(30, 60)], X, Y, run_dir=tmp_path / "x", rounds=1,
+              progress=False)
+    assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # participation and order through the API; keep_models
 # ---------------------------------------------------------------------------------------------
