@@ -445,7 +445,8 @@ def natural(
     if partition is None:
         raise ConfigError("split 'natural' needs a dataset that provides a natural partition")
     if len(partition) != n_clients:
-        raise ConfigError(f"natural partition has {len(partition)} clients but n_clients={n_clients}")
+        raise ConfigError(f"the dataset's natural partition has {len(partition)} clients, not {n_clients}: "
+                          f"set data.clients={len(partition)}")
     return [np.sort(a) for a in checked_partition(partition, len(labels), "natural partition")]
 
 
