@@ -381,7 +381,7 @@ def test_cifar_damage(tmp_path: Path) -> None:
     tgz = write_tarball(tmp_path / "cifar-10-python.tar.gz", "cifar-10-batches-py", files)
     raw = tgz.read_bytes()
     tgz.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(DataError, match="corrupt or truncated archive"):
+    with pytest.raises(DataError, match="not a readable tar archive .*: point data.root at the CIFAR archive"):
         load_dataset("cifar10", tgz)
     folder = tmp_path / "f"
     folder.mkdir()

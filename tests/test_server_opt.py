@@ -242,6 +242,20 @@ def test_bad_server_optimisers_fail_in_one_line(spec: Any, words: str) -> None:
     assert words in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(("recipe", "options", "words"), [
+    ("fedavgm", {"momentum": 1.0}, "algorithm.momentum must be in [0, 1), got 1.0"),
+    ("fedadagrad", {"server_lr": 0.0}, "algorithm.server_lr must be > 0, got 0.0"),
+    ("fedadam", {"beta2": 1.5}, "algorithm.beta2 must be in [0, 1), got 1.5"),
+    ("fedyogi", {"beta1": -0.1}, "algorithm.beta1 must be in [0, 1), got -0.1"),
+])
+def test_a_server_optimiser_recipes_own_keys_are_named_as_a_config_spells_them(
+        recipe: str, options: dict[str, float], words: str) -> None:
+    """`algorithm=fedavgm, algorithm.momentum=1` said "server_opt sgd: momentum ...", a key the user never set."""
+    with pytest.raises(ConfigError) as caught:
+        build_algorithm(recipe, **options)
+    assert str(caught.value) == words
+
+
 def test_a_recipe_with_its_own_server_optimiser_refuses_another() -> None:
     with pytest.raises(ConfigError, match="has a server optimiser already"):
         build_algorithm("fedadam", server_opt="yogi")

@@ -288,7 +288,7 @@ def test_natural_returns_given_partition() -> None:
         ("natural", 10, 2, {}, "needs a dataset"),
         ("natural", 10, 2, {"partition": [[0, 1], [1, 2]]}, "two clients"),
         ("natural", 10, 2, {"partition": [[0, 10], [1]]}, "outside"),
-        ("natural", 10, 3, {"partition": [[0], [1]]}, "n_clients=3"),
+        ("natural", 10, 3, {"partition": [[0], [1]]}, "natural partition has 2 clients, not 3: set data.clients=2"),
     ],
 )
 def test_errors(name: str, n: int, n_clients: int, args: dict, message: str) -> None:

@@ -38,7 +38,14 @@ from fedaccel.algorithms.fedumf import fedumf as fedumf_part
 from fedaccel.algorithms.mean import mean_aggregate
 from fedaccel.algorithms.robust import RULES, with_robust_aggregate
 from fedaccel.algorithms.server_opt import PART_NAME as SERVER_OPT
-from fedaccel.algorithms.server_opt import SERVER_OPTIMISERS, server_adagrad, server_adam, server_avgm, server_yogi
+from fedaccel.algorithms.server_opt import (
+    SERVER_OPTIMISERS,
+    check_settings,
+    server_adagrad,
+    server_adam,
+    server_avgm,
+    server_yogi,
+)
 from fedaccel.errors import ConfigError, listed, shown
 
 
@@ -64,11 +71,13 @@ def fedavg(*, server_lr: float = 1.0) -> Algorithm:
 
 def fedavgm(*, server_lr: float = 1.0, momentum: float = 0.9) -> Algorithm:
     """FedAvgM (Hsu et al., 2019): server momentum on FedAvg's step, m = beta m + Delta, w + eta_s m."""
+    check_settings("algorithm.", server_lr, "server_lr", momentum=momentum)  # the keys as the recipe spells them
     return compose("fedavgm", mean_aggregate(), server_avgm(lr=server_lr, momentum=momentum))
 
 
 def fedadagrad(*, server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, variant: str = "paper") -> Algorithm:
     """FedAdagrad (Reddi et al., 2021, Algorithm 2) on FedAvg's step; ``variant: flower`` is Flower's."""
+    check_settings("algorithm.", server_lr, "server_lr", beta1=beta1)
     return compose("fedadagrad", mean_aggregate(), server_adagrad(lr=server_lr, beta1=beta1, tau=tau, variant=variant))
 
 
@@ -76,6 +85,7 @@ def fedadam(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, variant: str = "paper"
 ) -> Algorithm:
     """FedAdam (Reddi et al., 2021, Algorithm 2: no bias correction) on FedAvg's step."""
+    check_settings("algorithm.", server_lr, "server_lr", beta1=beta1, beta2=beta2)
     part = server_adam(lr=server_lr, beta1=beta1, beta2=beta2, tau=tau, variant=variant)
     return compose("fedadam", mean_aggregate(), part)
 
@@ -84,6 +94,7 @@ def fedyogi(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, variant: str = "paper"
 ) -> Algorithm:
     """FedYogi (Reddi et al., 2021, Algorithm 2) on FedAvg's step."""
+    check_settings("algorithm.", server_lr, "server_lr", beta1=beta1, beta2=beta2)
     part = server_yogi(lr=server_lr, beta1=beta1, beta2=beta2, tau=tau, variant=variant)
     return compose("fedyogi", mean_aggregate(), part)
 

@@ -52,12 +52,18 @@ class ServerMoments:
     v: Tensor | None = None
 
 
-def _check(name: str, lr: float, **betas: float) -> None:
+def check_settings(prefix: str, lr: float, lr_key: str = "lr", **betas: float) -> None:
+    """The step size > 0 and each beta in [0, 1), else one line naming the key as the user spelled it:
+    ``prefix`` + key (``"server_opt adam: "``, or ``"algorithm."`` for a recipe's own ``server_lr``)."""
     if not lr > 0:
-        raise ConfigError(f"server_opt {name}: lr must be > 0, got {shown(lr)}")
+        raise ConfigError(f"{prefix}{lr_key} must be > 0, got {shown(lr)}")
     for key, value in betas.items():
         if not 0 <= value < 1:
-            raise ConfigError(f"server_opt {name}: {key} must be in [0, 1), got {shown(value)}")
+            raise ConfigError(f"{prefix}{key} must be in [0, 1), got {shown(value)}")
+
+
+def _check(name: str, lr: float, **betas: float) -> None:
+    check_settings(f"server_opt {name}: ", lr, **betas)
 
 
 def server_sgd(*, lr: float = 1.0, momentum: float = 0.0) -> Part:

@@ -181,8 +181,10 @@ def _read_archive(archive: Path, wanted: tuple[str, ...]) -> dict[str, bytes]:
                     assert f is not None  # regular files always have a payload
                     found[base] = f.read()
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+        reason = str(e).splitlines()[0].rstrip(":")  # tarfile lists every method it tried, one line each
         raise DataError(
-            f"{archive}: corrupt or truncated archive ({e}); delete it and copy it again"
+            f"{archive}: not a readable tar archive ({reason}): point data.root at the CIFAR archive (or its folder); "
+            "where it is that archive, it is damaged: copy it again"
         ) from None
     missing = [f for f in wanted if f not in found]
     if missing:

@@ -192,7 +192,7 @@ def case1(labels: np.ndarray, n_clients: int, rng: np.random.Generator) -> Parts
 
 
 def case2(labels: np.ndarray, n_clients: int, rng: np.random.Generator) -> Parts:
-    """BHerd Case 2 (one label per client): every sample of label l goes to client l mod N.
+    """BHerd Case 2 (one label per client): with N <= L, every sample of label l goes to client l mod N.
 
     With N <= L labels a client holds the labels congruent to it mod N (N = 5, 10 labels: two each).
     With N > L, label l is spread, sample by sample in index order, over the clients n with
@@ -236,14 +236,14 @@ def dirichlet(
     labels: np.ndarray, n_clients: int, rng: np.random.Generator, *, alpha: float = 0.5,
     min_size: int = 10, sizes: str | None = None, sigma: float = 0.3,
 ) -> Parts:
-    """Dirichlet label skew (Hsu et al. 2019; FedGSNR D.1). Covers every sample.
+    """Dirichlet label skew (class-major as NIID-Bench; FedGSNR D.1; client-major with sizes). Covers every sample.
 
-    Default: per class, shares over clients ~ Dir(alpha * 1_N). Every client must get at least
-    ``min(min_size, n // N)`` samples: up to ``DIRICHLET_TRIES`` draws are tried, then the best one is
-    repaired by moving samples from the largest clients (so it always terminates).
+    Default: per class, shares over clients ~ Dir(alpha * 1_N) (NIID-Bench, Li et al. 2022). Every client
+    must get at least ``min(min_size, n // N)`` samples: up to ``DIRICHLET_TRIES`` draws are tried, then the
+    best one is repaired by moving samples from the largest clients (so it always terminates).
 
-    ``sizes='equal'|'lognormal'`` switches to FedDC's client-major form: each client has a label prior
-    ~ Dir(alpha * 1_C) and a target size (equal, or lognormal(0, sigma) quantity skew); clients draw
+    ``sizes='equal'|'lognormal'`` switches to the client-major form (Hsu et al. 2019, as FedDC's code
+    draws it): each client has a label prior ~ Dir(alpha * 1_C) and a target size (equal, or lognormal(0, sigma) quantity skew); clients draw
     labels from their priors, renormalised over the labels not yet used up.
     """
     if not alpha > 0:

@@ -62,7 +62,8 @@ class Federation:
             raise ConfigError("the partition has no clients")
         sizes = np.array([len(p) for p in partition])
         if (sizes == 0).any():
-            raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples")
+            raise ConfigError(f"client(s) {np.flatnonzero(sizes == 0).tolist()} hold no samples: the split left them "
+                              "empty (fewer clients, more data, or dirichlet's min_size above 0)")
         if options.dp_sgd is not None:  # every way in (a config, fedaccel.train, a Flower client) builds one
             from fedaccel.engine.dp_sgd import check_delta
 

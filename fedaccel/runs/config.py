@@ -55,7 +55,7 @@ class TrainConfig:
     rounds: int = 50  # T, communication rounds
     lr: float = 0.01  # eta_0, local learning rate
     batch_size: int = 50  # B, local mini-batch size
-    local_epochs: float = 1.0  # E (fractional allowed): tau_i = floor(E |D_i| / B), or see last_batch
+    local_epochs: float = 1.0  # E (fractional allowed): tau_i = max(1, floor(E |D_i| / B)), or see last_batch
     # tau for every client instead of E |D_i| / B (FedGSNR's baselines); shared: K = int(E ceil(mean |D_i| / B))
     # on every client, as the FedDC code's SCAFFOLD runs (preset feddc-code)
     local_steps: int | str | None = None
@@ -72,7 +72,7 @@ class TrainConfig:
     # batch order: fixed (seeded, once per client), reshuffle (every round, RR), reshuffle_epoch (every epoch,
     # a DataLoader's shuffle=True) or given
     order: str = "fixed"
-    # drop: full batches only, tau_i = floor(E |D_i| / B) (the papers'); partial: ceil(|D_i| / B) batches an
+    # drop: full batches only, tau_i = max(1, floor(E |D_i| / B)) (the papers'); partial: ceil(|D_i| / B) batches an
     # epoch, the last one short and its loss the mean over its samples (a DataLoader, drop_last=False)
     last_batch: str = "drop"
     reshuffle: bool = False  # older spelling of order: reshuffle (kept for existing configs and run folders)
@@ -547,6 +547,7 @@ def validate(config: Config) -> None:
         (config.run.stack_size is None or config.run.stack_size >= 1, "run.stack_size must be >= 1 or null (auto)"),
         (config.run.threads is None or config.run.threads >= 1, "run.threads must be >= 1 or null (auto)"),
         (config.data.subset is None or config.data.subset >= 1, "data.subset must be >= 1 or null"),
+        (config.data.test_subset is None or config.data.test_subset >= 1, "data.test_subset must be >= 1 or null"),
         (config.eval.train_samples is None or config.eval.train_samples >= 1, "eval.train_samples must be >= 1 or null"),
     ]
     for ok, message in checks:
