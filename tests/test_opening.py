@@ -125,3 +125,16 @@ def test_no_sentence_rests_on_a_raised_row_whose_p_is_not_adjusted(strength: str
     staged = [rows[0] | {"stages": [[0], [1]], "stage_weights": [0.5, 0.75 ** 0.5]}]
     assert not [line for line in problems(Opening("Q?", (Finding(text, ("A is faster",), strength),)), staged)
                 if "p not adjusted" in line]
+
+
+def test_rows_whose_stages_cannot_reach_the_level_are_cited_as_detecting_nothing() -> None:
+    """BHerd's opening cited "smallest detectable: 0.0001851 final test acc" for rows whose stages (5, 5, 1) can
+    never give p < 0.0625: such rows detect nothing, said once; a raised mean row's effect is the pooled seeds'."""
+    rows = [row("A is faster than F", "inconclusive", q=0.1) | {"smallest_p_at_stages": 0.0625},
+            row("A is faster than F: lower train loss", "inconclusive", q=0.1) | {"smallest_p_at_stages": 0.0625},
+            row("A is faster than G", "inconclusive", q=0.3, mde=1.5) | {"mde_pooled": True}]
+    opening = Opening("Does A accelerate?", (Finding("Against F and G we could not tell.", ("A is faster than",),
+                                                      "could not tell"),))
+    assert render(opening, rows).endswith(
+        "(rows 1, 2, 3: inconclusive, q ≥ 0.1; smallest detectable: 1.5 rounds to 0.8 test accuracy (seeds pooled); "
+        "none at the stages of 2 rows (no p below 0.0625 there).)")

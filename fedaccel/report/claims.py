@@ -50,11 +50,13 @@ from fedaccel.report.statistics import (
     combined_p,
     detectable_effect,
     detectable_margin,
+    detectable_staged,
     median_interval,
     outside_p,
     sign_flip_interval,
     sign_flip_p,
     sign_test_p,
+    smallest_staged_p,
     stage_weights,
     swap_p,
     tost_p,
@@ -189,7 +191,7 @@ class Claim:
     paper: str = ""  # the paper's own number or wording
     margin: float = 0.0  # in the measure's units; required (> 0) for "equal"
     value: float = 0.0  # compared with a's values when there is no b
-    detect: float | None = None  # `fedaccel judge --plan`: the difference to detect (default: the pilot's)
+    detect: float | None = None  # `judge --plan`: the true difference a - b to plan for (default: the pilot mean)
     measure_b: Measure | None = None  # b's measure when it differs from a's (two columns of the same runs)
     added: str = ""  # written after the runs had been seen (post hoc), and why: its own BH family, said in its row
 
@@ -274,6 +276,8 @@ class Judgement:
     paper_side: bool = False  # the test's evidence points the paper's way
     undecided: str = ""  # why a claim with a p-value stays out of the family (an over-censored "equal" row)
     mde: float | None = None  # inconclusive rows: the effect detectable with MDE_POWER (None: n too small)
+    mde_pooled: bool = False  # a raised row's mde is for its seeds pooled, not for the stages its p combines
+    stage_floor: float | None = None  # a raised row whose stages cannot reach the level: the smallest p they give
     non_finite: dict[str, list[Any]] = field(default_factory=dict)  # seeds left out: a side's measure not finite
     tuning: dict[str, Any] = field(default_factory=dict)  # per BEST key: every value's figures on the tuning seeds
     tuned_test: bool = False  # p counts the choice of the best values (fedaccel.report.tuned)
@@ -316,7 +320,9 @@ class Judgement:
              **({"swapped_differences": [_num(x) for x in self.swapped]} if self.stage_swap else {}),
              "method": "; ".join([self.as_method(), STAGED_METHOD, *([STAGED_SWAP] if self.stage_swap else [])])}
             if self.stages else {}) | (
-            {"censored_seeds": self.censored_seeds} if self.censored_seeds else {})
+            {"censored_seeds": self.censored_seeds} if self.censored_seeds else {}) | (
+            {"mde_pooled": True} if self.mde_pooled else {}) | (
+            {"smallest_p_at_stages": self.stage_floor} if self.stage_floor is not None else {})
 
 
 def _plain(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -674,7 +680,7 @@ def verdict(j: Judgement, q: float | None, alpha: float = ALPHA) -> str:
 
 
 def minimum_detectable(j: Judgement) -> float | None:
-    """The effect the claim's test detects with :data:`MDE_POWER` at its pairs and observed sd: a mean
+    """The effect the claim's test detects with :data:`MDE_POWER` at its pairs and observed sd, all pooled: a mean
     difference, a median beyond the margin, or for "equal" the margin it could show."""
     d = np.asarray(j.differences, dtype=float)
     if d.size < 2 or (j.claim.measure.target is not None and min(j.censored) >= d.size):
@@ -685,10 +691,32 @@ def minimum_detectable(j: Judgement) -> float | None:
     return detectable_effect(sd, d.size, median=j.estimand == "median", power=MDE_POWER)
 
 
+def staged_detectable(j: Judgement) -> tuple[float | None, bool, float | None]:
+    """A raised row's smallest detectable effect at the stages its p combines: (the effect, whether it is for the
+    pooled seeds instead, the smallest p the stages can give where that is above the level and nothing can be
+    detected). A median or "equal" row's is exact at the stages (sign tests, normal differences); a mean row's
+    sign-flip tests have no such sum, so its effect is the pooled seeds' (said in the row)."""
+    sizes = [len(stage) for stage in j.stages]
+    floor = smallest_staged_p(sizes, j.stage_weights)
+    if floor > ALPHA:
+        return None, False, floor
+    pooled = minimum_detectable(j)
+    if pooled is None or j.estimand == "mean":
+        return pooled, pooled is not None, None
+    sd = float(np.std(j.differences, ddof=1))
+    staged = detectable_staged(sd, sizes, j.stage_weights, equal=j.claim.expect == "equal", power=MDE_POWER)
+    return (pooled, True, None) if staged is None else (staged, False, None)
+
+
 def _decide(j: Judgement, q: float | None, alpha: float = ALPHA) -> None:
     j.q = q
     j.verdict = verdict(j, q, alpha)
-    j.mde = minimum_detectable(j) if j.verdict == "inconclusive" and not j.undecided else None
+    j.mde, j.mde_pooled, j.stage_floor = None, False, None
+    if j.verdict == "inconclusive" and not j.undecided:
+        if j.stages:
+            j.mde, j.mde_pooled, j.stage_floor = staged_detectable(j)
+        else:
+            j.mde = minimum_detectable(j)
 
 
 def judge(claim: Claim, runs: Sequence[Run] | None, tuning_seeds: Sequence[Any] = (),
@@ -922,9 +950,14 @@ def numbers(j: Judgement) -> str:
                  "(counted at the last round)")
     if j.undecided:
         text += f"; not decided: {j.undecided}"
-    if j.mde is not None:
+    if j.stage_floor is not None:
+        what = "margin could be shown" if c.expect == "equal" else "difference could be detected"
+        text += f"; could not tell: no {what} at these stages: the smallest p they can give is {j.stage_floor:.3g}"
+    elif j.mde is not None:
         what = "margin it could show" if c.expect == "equal" else f"{j.estimand} difference it could detect"
-        text += f"; could not tell: the smallest {what} is {j.mde:{f}} ({MDE_POWER:.0%} power)"
+        basis = (", for the seeds pooled, not the stages its p combines" if j.mde_pooled else
+                 ", stages combined" if j.stages else "")
+        text += f"; could not tell: the smallest {what} is {j.mde:{f}} ({MDE_POWER:.0%} power{basis})"
     if j.note:
         text += f"; {j.note}"
     text += "".join(f"; {label}" for label in labels(j))

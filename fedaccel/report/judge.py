@@ -16,7 +16,7 @@ value)::
         expect: equal
         margin: 0.01                      # required for equal, in the measure's units
         why: one point of accuracy is within the run-to-run noise the paper reports
-        detect: 0.005                     # --plan: the difference to detect (default: the pilot's)
+        detect: 0.005                     # --plan: the true difference a - b to plan for (default: the pilot's mean)
       - text: The mean of the client models scores as well as the broadcast model
         a: {algorithm: feddyn}            # a and b may be the same runs, measured two ways:
         b: {algorithm: feddyn}
@@ -74,7 +74,7 @@ from fedaccel.report.completeness import Gap, gaps_line, grid_gaps
 from fedaccel.report.identity import check_identity
 from fedaccel.runs.names import value_name, values_named
 from fedaccel.report.reading import Run
-from fedaccel.report.statistics import seeds_for_power
+from fedaccel.report.statistics import seeds_for_equivalence, seeds_for_power
 
 CLAIM_KEYS = {"text", "a", "b", "measure", "b_measure", "expect", "margin", "why", "value", "detect", "paper", "added"}
 CLAIMS_FILE = "claims.json"
@@ -429,33 +429,44 @@ def plan(claims: Sequence[Claim], runs: Sequence[Run], tuning_seeds: Sequence[An
 
 
 def plan_rows(judgements: Sequence[Judgement], power: float = 0.8) -> list[dict[str, Any]]:
-    """Per judged claim of a pilot: its pairs, the difference to detect (the claim's ``detect``, else the
-    pilot's mean difference; for ``equal``, the room left inside the margin), the pilot's standard
-    deviation of the differences, and the seeds needed for ``power`` (None: more than 1,000 or no
-    effect to detect)."""
+    """Per judged claim of a pilot: its pairs, the difference to detect, the pilot's standard deviation of the
+    differences, and the seeds needed for ``power`` by the test its verdict uses (None: more than 1,000, or no
+    effect to detect). The true difference a - b is the claim's ``detect``, else the pilot's mean difference;
+    what is to be detected is its distance from what the verdict tests: from the margin of a directional claim
+    (``a - b < -margin`` for less, ``> margin`` for greater; 0 without one), and for ``equal`` the room left inside
+    the margin. The power is the sign-flip test's (the t test's, near enough) for a mean, the sign test's for a
+    median beyond its margin, and TOST's by sign tests for ``equal``, under normal differences of that mean and sd."""
     rows = []
     for j in judgements:
         d = np.asarray(j.differences, dtype=float)
-        effect = j.claim.detect
-        if effect is None:
-            effect = float(d.mean()) if d.size else 0.0
-        if j.claim.expect == "equal":
-            effect = j.claim.margin - abs(float(d.mean())) if d.size else 0.0
+        truth = j.claim.detect if j.claim.detect is not None else float(d.mean()) if d.size else 0.0
         sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
-        outside = j.claim.expect == "equal" and effect <= 0  # no number of seeds shows a difference inside the margin
+        equal = j.claim.expect == "equal"
+        centre = 0.0 if equal else _centre(j.claim)
+        effect = j.claim.margin - abs(truth) if equal else truth - centre
+        outside = equal and effect <= 0  # no number of seeds shows a difference inside the margin
         against = _against(j.claim, effect)  # more seeds would only show the other way better
-        needed = (seeds_for_power(effect, sd, power=power) if d.size > 1 and np.isfinite(sd) and not outside
-                  and not against else None)
+        needed = None
+        if d.size > 1 and np.isfinite(sd) and not outside and not against:
+            needed = (seeds_for_equivalence(truth, sd, j.claim.margin, power=power) if equal else
+                      seeds_for_power(effect, sd, power=power, median=j.estimand == "median"))
         rows.append({"text": j.claim.text, "measure": j.claim.measure.name, "pilot_seeds": j.seeds,
-                     "effect": effect, "sd": sd, "seeds_needed": needed, "equal": j.claim.expect == "equal",
-                     "outside": outside, "against": against})
+                     "effect": effect, "sd": sd, "seeds_needed": needed, "equal": equal, "centre": centre,
+                     "test": "TOST" if equal else j.estimand, "outside": outside, "against": against})
     return rows
 
 
+def _centre(claim: Claim) -> float:
+    """What a directional claim's verdict tests a - b against: ``-margin`` for less, ``+margin`` for greater (the
+    sign test of the median there, :func:`fedaccel.report.claims.claim_test`); 0 without a margin."""
+    return -claim.margin if claim.expect == "less" else claim.margin
+
+
 def _against(claim: Claim, effect: float) -> bool:
-    """The difference to detect points against the claim's direction (a - b above 0 for ``less``, below for
-    ``greater``): no number of seeds is planned for it (a user was asked for 9 seeds "to detect" an effect
-    whose pilot lay on the other side of 0)."""
+    """The difference to detect (from the tested centre: 0, or the margin) points against the claim's direction
+    (above it for ``less``, below for ``greater``): no number of seeds is planned for it (a user was asked for 9
+    seeds "to detect" an effect whose pilot lay on the other side of 0; another for 6 where the pilot's difference,
+    -1.5, fell short of the claimed margin, -1.6)."""
     return (claim.expect == "less" and effect > 0) or (claim.expect == "greater" and effect < 0)
 
 
@@ -467,14 +478,23 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
                   "— (the pilot's difference is outside the margin)" if r.get("outside") else
                   "— (the pilot seeds lean the other way: more seeds would not show the claim)" if r.get("against") else
                   "— (no effect, or > 1000)")
-        effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else "")
+        beyond = f" (beyond the margin, {r['centre']:+.4g})" if r.get("centre") else ""
+        effect = f"{r['effect']:.4g}" + (" (room in the margin)" if r.get("equal") else beyond)
         lines.append(f"| {r['text']} | {r['measure']} | {r['pilot_seeds']} | {effect} | {r['sd']:.4g} | {needed} |")
+    if any(r.get("centre") for r in rows):
+        lines += ["", MARGIN_PLAN_NOTE]
     if any(r.get("equal") for r in rows):
         lines += ["", EQUAL_PLAN_NOTE]
     return "\n".join(lines)
 
 
-EQUAL_PLAN_NOTE = ("Room in the margin (a claim of no difference, `expect: equal`): the margin less the pilot's |mean "
-                   "difference|, the distance the equivalence test (TOST) must tell from the margin's edge. Below 0 the "
-                   "pilot's difference lies outside the margin: no number of seeds would show the claim, if the pilot "
-                   "is right.")
+MARGIN_PLAN_NOTE = ("Beyond the margin (a claim that a − b lies below −margin, `less`, or above +margin, `greater`): "
+                    "the true difference (`detect:`, else the pilot's mean) less that centre, which the verdict's sign "
+                    "test of the median tests against; the seeds are those with which it shows the claim (normal "
+                    "differences with the pilot's sd). On the wrong side of the centre no number of seeds would show "
+                    "the claim, if the pilot is right.")
+EQUAL_PLAN_NOTE = ("Room in the margin (a claim of no difference, `expect: equal`): the margin less the |true difference| "
+                   "(`detect:`, else the pilot's mean), the distance the equivalence test (TOST by sign tests) must tell "
+                   "from the margin's edge; the seeds are those with which that test shows it (normal differences with "
+                   "the pilot's sd). Below 0 the pilot's difference lies outside the margin: no number of seeds would "
+                   "show the claim, if the pilot is right.")

@@ -17,7 +17,9 @@ All tests are on the per-seed differences ``d_s = m(a_s) - m(b_s)`` of paired ru
 - :func:`stage_weights` / :func:`combined_p` / :func:`combined_interval`: seeds raised after a look, judged by
   the inverse-normal combination of each stage's own one-sided test (docs/raised-seeds.md);
 - :func:`bh_adjust`: Benjamini–Hochberg adjusted p-values (q) across a family of claims;
-- :func:`seeds_for_power`, :func:`detectable_effect`, :func:`detectable_margin`: 80% power.
+- :func:`seeds_for_power`, :func:`seeds_for_equivalence`, :func:`detectable_effect`, :func:`detectable_margin`,
+  :func:`detectable_staged`: 80% power, each of the test the verdict uses (:func:`sign_power`, :func:`tost_power`
+  and their stages' combinations, exact under normal differences; the t test's for a mean).
 """
 
 from __future__ import annotations
@@ -359,11 +361,72 @@ def _nct_cdf(df: int, shift: float, x: float) -> float:
     return value
 
 
-def _sign_count(n: int, alpha: float) -> int | None:
-    """The fewest of ``n`` values on one side that the two-sided sign test at ``alpha`` decides on."""
+def critical_counts(ns: Sequence[int] | np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """Per n, the fewest of ``n`` values on one side of the centre with which the two-sided sign test decides at
+    ``alpha``: the smallest c with ``min(1, 2 P(B >= c)) <= alpha``, B ~ Binomial(n, 1/2), the floats
+    :func:`sign_test_p` compares; ``n + 1`` where no count does (n below :func:`_exact_floor`).
+
+    >>> critical_counts([5, 6, 10, 11]).tolist()
+    [6, 6, 9, 10]
+    """
     from scipy.stats import binom
 
-    return next((c for c in range(n + 1) if 2 * binom.sf(c - 1, n, 0.5) <= alpha), None)
+    n = np.atleast_1d(np.asarray(ns, dtype=int))
+    guess = np.nan_to_num(binom.ppf(1 - alpha / 2, n, 0.5)).astype(int) + 1  # up to rounding
+    ks = guess[:, None] + np.arange(-3, 4)  # monotone in k: the first that decides is the count
+    decides = (np.minimum(1.0, 2 * binom.sf(ks - 1, n[:, None], 0.5)) <= alpha) & (ks >= 0) & (ks <= n[:, None])
+    if decides[:, 0].any():  # rounding moved the guess by more than the window: count every k
+        return np.array([next((k for k in range(m + 1) if min(1.0, 2 * float(binom.sf(k - 1, m, 0.5))) <= alpha),
+                              m + 1) for m in n])
+    return np.where(decides.any(axis=1), ks[np.arange(n.size), decides.argmax(axis=1)], n + 1)
+
+
+def _sign_count(n: int, alpha: float) -> int | None:
+    """The fewest of ``n`` values on one side that the two-sided sign test at ``alpha`` decides on."""
+    count = int(critical_counts([n], alpha)[0])
+    return count if count <= n else None
+
+
+def sign_power(toward: float, ns: Sequence[int] | np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """Per n, the power of the two-sided sign test at ``alpha`` to decide on the side of its centre where normal
+    differences lie, their mean ``toward`` standard deviations beyond the centre: P(Binomial(n, Φ(toward)) >= c_n),
+    c_n from :func:`critical_counts` (exact under the normal model; 0 where n pairs cannot decide at all)."""
+    from scipy.special import bdtrc, ndtr
+
+    n = np.atleast_1d(np.asarray(ns, dtype=int))
+    return np.asarray(bdtrc(critical_counts(n, alpha) - 1, n, ndtr(toward)), dtype=float)
+
+
+def tost_power(mean: float, margin: float, ns: Sequence[int] | np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """Per n, the power of an "equal" claim's verdict (:func:`tost_p` at ``alpha / 2`` a side, as the claim's
+    two-sided p) for normal differences of ``mean``, the margin ``±margin`` (both in standard deviations): it agrees
+    when at most ``n - c_n`` differences lie at or below ``-margin`` and at most as many at or above ``+margin``
+    (:func:`critical_counts`); the trinomial sum over those counts, exact under the normal model."""
+    from scipy.special import bdtr, ndtr
+    from scipy.stats import binom
+
+    n = np.atleast_1d(np.asarray(ns, dtype=int))
+    room = n - critical_counts(n, alpha)  # the most differences beyond either margin
+    low, high = float(ndtr(-margin - mean)), float(ndtr(mean - margin))  # P(d < -margin), P(d > margin)
+    rest = min(1.0, high / (1 - low)) if low < 1 else 0.0  # beyond +margin, among those not below -margin
+    i = np.arange(max(int(room.max()), 0) + 1)[None, :]  # below -margin
+    counted = i <= room[:, None]
+    terms = binom.pmf(i, n[:, None], low) * bdtr(np.maximum(room[:, None], 0), n[:, None] - i, rest)
+    return np.where(counted, terms, 0.0).sum(axis=1)
+
+
+def _first_reaching(power_at: Callable[[np.ndarray], np.ndarray], power: float, start: int, most: int) -> int | None:
+    """The fewest n in ``start..most`` with ``power_at(n) >= power``, computed in blocks that double (most pilots
+    need few seeds, so the search stops early); None when none does. The exact tests' power is not monotone in n
+    (a count that decides at n may not at n + 1), so this is the first n that reaches it, not every n after."""
+    n, block = start, 16
+    while n <= most:
+        ns = np.arange(n, min(most, n + block - 1) + 1)
+        hit = np.flatnonzero(power_at(ns) >= power)
+        if hit.size:
+            return int(ns[hit[0]])
+        n, block = int(ns[-1]) + 1, block * 2
+    return None
 
 
 def _smallest(reach: Callable[[float], float], power: float, guess: float) -> float:
@@ -385,7 +448,7 @@ def detectable_effect(sd: float, n: int, *, median: bool = False, power: float =
     pairs with differences of standard deviation ``sd`` detect with ``power`` in a two-sided test at
     ``alpha``: the t test's power (noncentral t) for the mean; for the median (``median``) the sign
     test's, with normal differences. None when ``n`` pairs cannot reach ``alpha`` at all."""
-    from scipy.stats import binom, norm
+    from scipy.stats import norm
 
     if n < _exact_floor(alpha) or not math.isfinite(sd):
         return None
@@ -394,38 +457,138 @@ def detectable_effect(sd: float, n: int, *, median: bool = False, power: float =
     guess = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / math.sqrt(n)  # the normal approximation
     if not median:
         return _smallest(lambda e: _t_power(e, sd, n, alpha), power, guess)
-    count = _sign_count(n, alpha)
-    return _smallest(lambda e: float(binom.sf(count - 1, n, norm.cdf(e / sd))), power, guess)
+    return _smallest(lambda e: float(sign_power(e / sd, [n], alpha)[0]), power, guess)
 
 
 def detectable_margin(sd: float, n: int, *, power: float = 0.8, alpha: float = ALPHA) -> float | None:
     """The smallest margin within which ``n`` pairs show equivalence (:func:`tost_p` at ``alpha / 2`` a
     side, as a claim's two-sided p) with ``power`` when the true difference is 0 (normal, sd ``sd``)."""
-    from scipy.stats import binom, norm
-
     if n < _exact_floor(alpha) or not math.isfinite(sd):
         return None
     if sd <= 0:
         return 0.0
-    count = _sign_count(n, alpha)  # at least this many below +margin, and as many above -margin
-    room = n - count  # at most this many beyond either margin
-
-    def reach(margin: float) -> float:
-        out = float(norm.sf(margin / sd))  # beyond one margin
-        low = np.arange(room + 1)  # beyond -margin; then beyond +margin among the rest
-        return float(np.sum(binom.pmf(low, n, out) * binom.cdf(room, n - low, out / (1 - out))))
-
-    return _smallest(reach, power, sd)  # margins of about one sd: the guess
+    return _smallest(lambda margin: float(tost_power(0.0, margin / sd, [n], alpha)[0]), power, sd)  # guess: one sd
 
 
 def seeds_for_power(effect: float, sd: float, *, power: float = 0.8, alpha: float = ALPHA,
-                    most: int = 1000) -> int | None:
-    """Pairs needed to detect a mean difference ``effect`` with ``power`` in a two-sided paired test at
-    ``alpha``, with differences of standard deviation ``sd`` (the t-test's power from the noncentral t,
-    and at least the pairs the exact sign-flip test needs to reach ``alpha`` at all); None beyond ``most``."""
+                    most: int = 1000, median: bool = False) -> int | None:
+    """Pairs needed to detect a difference ``effect`` (beyond the tested centre) with ``power`` in a two-sided
+    paired test at ``alpha``, with differences of standard deviation ``sd``: for a mean the t test's power from the
+    noncentral t (the sign-flip test's, near enough), at least the pairs the exact test needs to reach ``alpha``
+    at all; for a median (``median``) the sign test's own (:func:`sign_power`, normal differences). None beyond
+    ``most``."""
     floor = _exact_floor(alpha)
     if effect == 0:
         return None
     if sd <= 0:
         return floor
+    if median:
+        return _first_reaching(lambda ns: sign_power(abs(effect) / sd, ns, alpha), power, max(2, floor), most)
     return next((n for n in range(max(2, floor), most + 1) if _t_power(effect, sd, n, alpha) >= power), None)
+
+
+def seeds_for_equivalence(mean: float, sd: float, margin: float, *, power: float = 0.8, alpha: float = ALPHA,
+                          most: int = 1000) -> int | None:
+    """Pairs with which an "equal" claim's verdict (TOST by sign tests, :func:`tost_power`) agrees with ``power``
+    when the differences are normal with ``mean`` and ``sd`` inside ``±margin``; None when ``mean`` lies at or
+    beyond the margin or more than ``most`` are needed."""
+    _check_margin(margin)
+    if not abs(mean) < margin:
+        return None
+    if sd <= 0:
+        return _exact_floor(alpha)
+    return _first_reaching(lambda ns: tost_power(mean / sd, margin / sd, ns, alpha), power, max(2, _exact_floor(alpha)),
+                           most)
+
+
+def smallest_staged_p(sizes: Sequence[int], weights: Sequence[float]) -> float:
+    """The smallest two-sided p the inverse-normal combination (:func:`combined_p`) of stages of ``sizes`` pairs
+    can give: each stage's exact one-sided test at its own smallest, 1/2^n_k, all on one side (at least that: ties
+    or a swap can only raise it). Above ``ALPHA`` no effect of any size can be detected at those stages.
+
+    >>> round(smallest_staged_p([5, 5, 1], stage_weights([5, 5, 1], 20)), 4)  # BHerd's Fig. 3 grids
+    0.0625
+    """
+    return min(1.0, 2 * combined_p([0.5 ** n if n else None for n in sizes], weights))
+
+
+STAGED_STATES = 2_000_000  # the most joint outcomes an exact staged power enumerates
+
+
+def _stage_z(n: int) -> np.ndarray:
+    """Per count k = 0..n on the tested side of the centre, a stage's z, Φ⁻¹(1 - P(B >= k)) (as :func:`combined_p`)."""
+    from scipy.special import ndtri
+
+    return -ndtri(np.asarray(_at_least(n)))
+
+
+def staged_sign_power(toward: float, sizes: Sequence[int], weights: Sequence[float],
+                      alpha: float = ALPHA) -> float | None:
+    """:func:`sign_power` for the inverse-normal combination of stages of ``sizes`` pairs: the chance that the
+    stages' one-sided sign tests, combined with ``weights``, give a two-sided p at most ``alpha`` on the side the
+    normal differences lie ``toward`` sds beyond the centre; exact, summed over every stage's count. None when the
+    stages have more than :data:`STAGED_STATES` joint outcomes."""
+    from scipy.special import ndtr
+    from scipy.stats import binom
+
+    if math.prod(n + 1 for n in sizes) > STAGED_STATES:
+        return None
+    z, chance = np.zeros(1), np.ones(1)
+    for n, w in zip(sizes, weights):
+        if n:  # a stage without pairs: z = 0
+            z = (z[:, None] + w * _stage_z(n)[None, :]).ravel()
+            chance = (chance[:, None] * binom.pmf(np.arange(n + 1), n, ndtr(toward))[None, :]).ravel()
+    return float(chance[np.minimum(1.0, 2 * ndtr(-z)) <= alpha].sum())
+
+
+def staged_tost_power(mean: float, margin: float, sizes: Sequence[int], weights: Sequence[float],
+                      alpha: float = ALPHA) -> float | None:
+    """:func:`tost_power` for the inverse-normal combination of stages: each one-sided sign test of TOST combined
+    across the stages, and equivalence shown when both combined sides give a two-sided p at most ``alpha``; exact,
+    summed over every stage's counts below ``-margin`` and above ``+margin`` (trinomial). None when the stages
+    have more than :data:`STAGED_STATES` joint outcomes."""
+    from scipy.special import ndtr
+    from scipy.stats import multinomial
+
+    if math.prod((n + 1) * (n + 2) // 2 for n in sizes) > STAGED_STATES:
+        return None
+    low, high = float(ndtr(-margin - mean)), float(ndtr(mean - margin))
+    z_low, z_high, chance = np.zeros(1), np.zeros(1), np.ones(1)
+    for n, w in zip(sizes, weights):
+        if not n:
+            continue
+        below, above = (a.ravel() for a in np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij"))
+        keep = below + above <= n
+        below, above = below[keep], above[keep]
+        counts = np.stack([below, above, n - below - above], axis=1)
+        p = multinomial.pmf(counts, n, [low, high, max(0.0, 1 - low - high)])
+        z = w * _stage_z(n)  # the inside tests count the differences not beyond each margin
+        z_low = (z_low[:, None] + z[n - below][None, :]).ravel()
+        z_high = (z_high[:, None] + z[n - above][None, :]).ravel()
+        chance = (chance[:, None] * p[None, :]).ravel()
+    shown = (np.minimum(1.0, 2 * ndtr(-z_low)) <= alpha) & (np.minimum(1.0, 2 * ndtr(-z_high)) <= alpha)
+    return float(chance[shown].sum())
+
+
+def detectable_staged(sd: float, sizes: Sequence[int], weights: Sequence[float], *, equal: bool = False,
+                      power: float = 0.8, alpha: float = ALPHA) -> float | None:
+    """:func:`detectable_effect` (a median beyond its centre) or, with ``equal``, :func:`detectable_margin` for the
+    inverse-normal combination of stages of ``sizes`` pairs (:func:`staged_sign_power`, :func:`staged_tost_power`).
+    None when the stages cannot reach ``alpha`` at all (:func:`smallest_staged_p`), the sd is not finite, or the
+    stages have too many joint outcomes to sum."""
+    from scipy.stats import norm
+
+    if smallest_staged_p(sizes, weights) > alpha or not math.isfinite(sd):
+        return None
+    if sd <= 0:
+        return 0.0
+    if equal:
+        def reach(x: float) -> float | None:
+            return staged_tost_power(0.0, x / sd, sizes, weights, alpha)
+    else:
+        def reach(x: float) -> float | None:
+            return staged_sign_power(x / sd, sizes, weights, alpha)
+    if reach(sd) is None:
+        return None
+    guess = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / math.sqrt(max(1, sum(sizes)))
+    return _smallest(lambda x: float(reach(x)), power, sd if equal else guess)

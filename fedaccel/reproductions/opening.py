@@ -122,7 +122,7 @@ def render(opening: Opening, rows: Sequence[Mapping[str, Any]], fmt: Mapping[str
             continue
         qs = [rows[i]["q"] for i in indices if rows[i]["q"] is not None]
         if finding.strength == UNSURE:
-            detail = "; ".join(_detectable(rows[i], (fmt or {}).get(rows[i]["measure"], ".3g")) for i in indices)
+            detail = _detectables([rows[i] for i in indices], fmt or {})
             decided = f", q ≥ {min(qs):.3g}" if qs else ""  # 3 digits: 0.0504 is not "0.05"
             note = f"{numbers}: inconclusive{decided}; smallest detectable: {detail}"
         else:
@@ -145,6 +145,24 @@ def how_judged(rows: Sequence[Mapping[str, Any]]) -> str:
     return "".join(f"; {label}" for label in said)
 
 
+def _detectables(rows: Sequence[Mapping[str, Any]], fmt: Mapping[str, str]) -> str:
+    """The rows' smallest detectable effects in a few words: "0.234 rounds to 0.935 test accuracy", marked when it
+    is for the seeds pooled rather than the stages the row's p combines; rows whose stages cannot reach the level
+    at all (:func:`fedaccel.report.claims.staged_detectable`) said once, with the smallest p those give."""
+    words = [_detectable(row, fmt.get(row["measure"], ".3g")) for row in rows if _reaches(row)]
+    floors = [row["smallest_p_at_stages"] for row in rows if not _reaches(row)]
+    if floors:
+        rows_ = "its stages" if len(floors) == 1 else f"the stages of {len(floors)} rows"
+        words.append(f"none at {rows_} (no p below {min(floors):.3g} there)")
+    return "; ".join(words)
+
+
+def _reaches(row: Mapping[str, Any]) -> bool:
+    return row.get("mde") is not None or row.get("smallest_p_at_stages") is None
+
+
 def _detectable(row: Mapping[str, Any], fmt: str) -> str:
     what = "margin" if row["expect"] == "equal" else row["measure"].split(" (")[0]
-    return f"{row['mde']:{fmt}} {what}" if row.get("mde") is not None else f"none at {row['seeds']} seeds ({what})"
+    if row.get("mde") is not None:
+        return f"{row['mde']:{fmt}} {what}" + (" (seeds pooled)" if row.get("mde_pooled") else "")
+    return f"none at {row['seeds']} seeds ({what})"
