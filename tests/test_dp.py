@@ -323,3 +323,33 @@ def test_fedumf_with_bherd_is_covered_when_its_c_draws_the_accountants_sample() 
     assert [p.name for p in build_algorithm("fedumf-bherd", dp=dp, fraction=0.5).parts] == ["fedumf", "bherd", "dp"]
     with pytest.raises(ConfigError, match="where the accountant's Bernoulli rate is 0.5"):
         build_algorithm("fedumf-bherd", dp=dp, fraction=0.2)
+
+
+def test_a_resume_keeps_the_rounds_a_target_epsilon_was_calibrated_for(tmp_path: Path, capsys) -> None:
+    """config.yaml's train.rounds edited from 2 to 4 under a target_epsilon run: the resume recalibrated z for 4
+    rounds, and every row's epsilon, summary's too, was computed as if all rounds had the new z (a reported 8 where
+    the truth was 10.2). Refused now, naming why; a given noise_multiplier may still run more rounds (epsilon grows
+    with them), and no run is cut below its checkpoint."""
+    import yaml
+
+    base = ["data.dataset=digits", "model=softmax", "data.clients=10", "data.subset=300", "train.rounds=2",
+            "train.client_fraction=0.5", "run.progress=false"]
+    for dp, more_allowed in (("{clip: 1.0, target_epsilon: 8.0}", False), ("{clip: 1.0, noise_multiplier: 1.5}", True)):
+        out = tmp_path / ("target" if not more_allowed else "given")
+        assert main(["run", *[a for o in [*base, f"algorithm.dp={dp}"] for a in ("--set", o)], "--out", str(out)]) == 0
+        config = yaml.safe_load((out / "config.yaml").read_text())
+        config["train"]["rounds"] = 4
+        (out / "config.yaml").write_text(yaml.safe_dump(config))
+        capsys.readouterr()
+        assert main(["run", "--resume", str(out)]) == (0 if more_allowed else 2)
+        if more_allowed:
+            rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            assert [row["round"] for row in rows] == [0, 1, 2, 3, 4] and rows[4]["epsilon"] > rows[2]["epsilon"]
+        else:
+            err = capsys.readouterr().err
+            assert "in train.rounds (train.rounds: 2 then, 4 now)" in err and "target_epsilon calibrated" in err
+            assert err.count("\n") == 1
+    config["train"]["rounds"] = 1
+    (out / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["run", "--resume", str(out)]) == 2
+    assert "has train.rounds = 1, below its checkpoint's round 4: a run is never cut short" in capsys.readouterr().err

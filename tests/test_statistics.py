@@ -58,6 +58,12 @@ def test_sign_flip_p_matches_scipy_and_the_paper_case() -> None:
     assert smallest_p(5) == 0.0625 and smallest_p(6) == pytest.approx(0.03125)
 
 
+def test_the_smallest_p_beyond_the_exact_range_is_that_of_the_draws_made() -> None:
+    """smallest_p said 1/200,001 where the Monte Carlo draws 229,376 sign vectors (whole chunks): 25 pairs all one
+    way give p = 1/229,377, which is what smallest_p(25) must say."""
+    assert sign_flip_p(np.ones(25)) == smallest_p(25) == pytest.approx(1 / 229_377)
+
+
 def test_sign_flip_beyond_the_exact_range_is_a_seeded_monte_carlo() -> None:
     d = np.random.default_rng(0).normal(0.5, 1.0, 25)
     first, again = sign_flip_p(d, seed=3), sign_flip_p(d, seed=3)

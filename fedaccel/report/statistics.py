@@ -32,8 +32,9 @@ import numpy as np
 
 ALPHA = 0.05  # the level of every test, and the false discovery rate of a family
 EXACT_UP_TO = 20  # pairs: every sign vector is enumerated up to here (2^20 ≈ 1e6)
-MONTE_CARLO = 200_000  # sign vectors drawn beyond EXACT_UP_TO (seeded)
+MONTE_CARLO = 200_000  # sign vectors asked for beyond EXACT_UP_TO (seeded), drawn in whole chunks:
 _CHUNK = 1 << 15
+MONTE_CARLO_DRAWS = math.ceil(MONTE_CARLO / _CHUNK) * _CHUNK  # 229,376 drawn
 ALTERNATIVES = ("two-sided", "greater", "less")
 
 
@@ -86,7 +87,7 @@ def swap_p(stay: Sequence[float], swapped: Sequence[float], alternative: str = "
         return _exact_share(keep.sum(), change, observed, tol, alternative)
     hits, total = 0, 0
     rng = np.random.default_rng(seed)
-    for _ in range(math.ceil(MONTE_CARLO / _CHUNK)):
+    for _ in range(MONTE_CARLO_DRAWS // _CHUNK):
         picks = 1.0 - rng.integers(0, 2, size=(_CHUNK, n))  # the draws sign_flip_p always made
         hits += _count_extreme((keep.sum() + picks @ change) / n, observed, tol, alternative)
         total += _CHUNK
@@ -330,7 +331,7 @@ def bh_adjust(p_values: Sequence[float]) -> list[float]:
 
 def smallest_p(n: int) -> float:
     """The smallest two-sided p-value the exact sign-flip test can give with ``n`` pairs."""
-    return min(1.0, 2.0 / 2**n) if n <= EXACT_UP_TO else 1.0 / (MONTE_CARLO + 1)
+    return min(1.0, 2.0 / 2**n) if n <= EXACT_UP_TO else 1.0 / (MONTE_CARLO_DRAWS + 1)
 
 
 def _exact_floor(alpha: float) -> int:

@@ -50,6 +50,9 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
     # damage is refused before anything is changed, but for a tail past the checkpoint, which is dropped anyway
     # (rows are fsynced before each checkpoint: a machine's crash may tear the rows written since)
     past = loaded["state"].round if loaded is not None else -1
+    if past > rounds:  # before the rows are read: their rounds past train.rounds would read as damage
+        raise UserError(f"{path / 'config.yaml'} has train.rounds = {rounds}, below its checkpoint's round {past}: a "
+                        f"run is never cut short; put train.rounds back ({past} or more)")
     rows, _ = read_rows(path / METRICS, last_round=rounds, damage_past=past)
     read_diagnostics_rows(path / DIAGNOSTICS, last_round=rounds, damage_past=past)
     if loaded is not None:  # saved on the CPU: moved to this run's device, whichever it is
@@ -92,7 +95,8 @@ NAME_MAX = 100  # characters of a part's device or runtime
 #: Config keys that say where and how a run is carried out, not what it computes: a resume may differ here.
 # Keys a resumed run may change: where and how it runs, and its budget (a finished run continued for more
 # rounds; no round before the checkpoint depends on train.rounds: the rate decays per round, not over T,
-# unless a train.lr_schedule places a milestone as a fraction of it, which :func:`check_same_config` refuses).
+# unless a train.lr_schedule places a milestone as a fraction of it, or client-level DP calibrated its noise to it
+# (algorithm.dp.target_epsilon), which :func:`check_same_config` refuses).
 RESUMABLE_KEYS = ("name", "run.out_dir", "run.progress", "run.tensorboard", "run.threads", "run.device",
                   "run.timeout", "run.checkpoint_every", "run.stack_size", "run.on_divergence", "train.rounds")
 
@@ -111,6 +115,8 @@ def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str
     resumable = set(RESUMABLE_KEYS)
     if any(fractional(c.get("train.lr_schedule.milestones")) for c in (before, now)):
         resumable.discard("train.rounds")  # its milestones move with train.rounds
+    if any(c.get("algorithm.dp.target_epsilon") is not None for c in (before, now)):
+        resumable.discard("train.rounds")  # z was calibrated to spend the target in train.rounds rounds
     changed = [key for key in sorted(set(before) | set(now), key=str)
                if key not in resumable and before.get(key, defaults.get(key, MISSING)) != now.get(key, MISSING)]
     if changed:
@@ -119,11 +125,14 @@ def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str
             f"{path / 'config.yaml'} differs from the config its checkpoint was written with in "
             f"{listed(changed)} ({first}: {_value(before.get(first, MISSING))} then, "
             f"{_value(now.get(first, MISSING))} now): a run continues only with its own settings; put them back, "
-            "or start the run again in a new folder"
+            "or start the run again in a new folder" + (ROUNDS_FIXED_BY_DP if first == "train.rounds" and any(
+                c.get("algorithm.dp.target_epsilon") is not None for c in (before, now)) else "")
         )
 
 
 MISSING = object()
+ROUNDS_FIXED_BY_DP = (" (algorithm.dp.target_epsilon calibrated the noise for train.rounds rounds: more rounds would "
+                      "spend more than the target, fewer would report a false epsilon)")
 
 
 def _value(value: Any) -> str:
