@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_resumed_scaffold_simulation_gives_the_uninterrupted_numbers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
     local = rows(run(load_config(None, SCAFFOLD), tmp_path / "in-process"))
     metrics = loop._metrics
 
@@ -53,7 +54,13 @@ def test_a_resumed_scaffold_simulation_gives_the_uninterrupted_numbers(
     assert sorted(p.name for p in kept.iterdir()) == ["client-0", "client-1", "client-2"]
     assert all((kept / f"client-{i}" / "round-2.pt").is_file() for i in range(3))
 
+    crashed = tmp_path / "crashed"  # a crash: client 1's states of the checkpoint's round lost
+    shutil.copytree(simulated, crashed)
+    (crashed / "client-states" / "client-1" / "round-2.pt").unlink()
     resume(simulated)
+    capfd.readouterr()
+    resume(crashed)  # SCAFFOLD's fresh c_i is None: the loss went unsaid, the client taken for restored
+    assert "client 1 kept no state of round 2: it starts from a fresh state" in capfd.readouterr().err
     flower = rows(simulated)
     assert [r["round"] for r in flower] == [0, 1, 2, 3, 4]
     for a, b in zip(local, flower):

@@ -33,7 +33,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedaccel.algorithms.base import ClientContext
+from fedaccel.algorithms.base import Algorithm, ClientContext
 from fedaccel.algorithms.states import from_plain, to_plain
 from fedaccel.engine.round import round_info, train_client
 from fedaccel.errors import UserError
@@ -99,7 +99,7 @@ def hello(message: Message, context: Context) -> Message:
             states = saved_states(context, config_text, start_round) if start_round else None
         except UserError as exc:  # damaged or planted: this client starts afresh, and the server says why
             states, why = None, str(exc)
-        restored = states is not None or stateless(fresh)
+        restored = states is not None or keeps_no_state(setup.algorithm)
         if states is None:
             states = fresh
         pack(states, into=context.state, prefix=STATE)
@@ -110,9 +110,11 @@ def hello(message: Message, context: Context) -> Message:
     return Message(reply, reply_to=message)
 
 
-def stateless(states: tuple[Any, ...]) -> bool:
-    """Whether a method keeps no state on its clients (FedAvg): nothing to keep, nothing to restore."""
-    return all(state is None for state in states)
+def keeps_no_state(algorithm: Algorithm) -> bool:
+    """Whether a method keeps no state on its clients (FedAvg): nothing to keep, nothing to restore. Judged by its
+    parts' stages, not by a fresh state's values: SCAFFOLD's c_i is None until the client first trains, and a
+    client that lost one after a crash went unsaid."""
+    return not any(part.init_client or part.client_end for part in algorithm.parts)
 
 
 def in_simulation() -> bool:
@@ -168,15 +170,15 @@ def save_states(context: Context, setup: Setup, round_done: int, states: tuple[A
     server resuming from its checkpoint finds them (a new Flower run)."""
     config = setup.config
     if round_done % config.run.checkpoint_every == 0 or round_done == config.train.rounds:
-        keep_states(context, round_done, states)
+        keep_states(context, round_done, states, setup.algorithm)
 
 
-def keep_states(context: Context, round_: int, states: tuple[Any, ...]) -> None:
+def keep_states(context: Context, round_: int, states: tuple[Any, ...], algorithm: Algorithm) -> None:
     """Write the states of ``round_`` (the last two rounds kept) where node config ``state-dir`` says, or in a
     simulation the run folder's ``client-states`` (there, a write that fails is said and the round goes on: a
     Ray worker on another machine of a cluster may not reach the folder)."""
     folder = _state_folder(context, str(context.state["fedaccel"]["config"]))
-    if folder is None or stateless(states):
+    if folder is None or keeps_no_state(algorithm):  # a client yet to train keeps its None: it is its state
         return
     try:
         if folder.is_symlink():
@@ -198,7 +200,9 @@ def keep_states(context: Context, round_: int, states: tuple[Any, ...]) -> None:
 @app.query("keep")
 def keep(message: Message, context: Context) -> Message:
     """The server stopped after a round (a checkpoint out of its rhythm): keep the states of it."""
-    keep_states(context, int(message.content["config"]["round"]), tuple(unpack(context.state, prefix=STATE)))
+    setup = setup_for(str(context.state["fedaccel"]["config"]))
+    keep_states(context, int(message.content["config"]["round"]), tuple(unpack(context.state, prefix=STATE)),
+                setup.algorithm)
     return Message(RecordDict(), reply_to=message)
 
 
