@@ -719,3 +719,44 @@ def test_a_label_flip_that_changes_no_target_of_the_svm_is_refused(tmp_path: Pat
     with pytest.raises(ConfigError, match=rf"^attack label-flip with shift {shift} changes no target of model svm, "
                                           r"which trains on its classes' parity \(even \+1, odd -1\)"):
         build_setup(config)
+
+
+@pytest.mark.parametrize("loses", [True, False])
+def test_a_round_that_loses_clients_to_a_stop_is_not_kept(
+        tmp_path: Path, loses: bool, capsys: pytest.CaptureFixture) -> None:
+    """SIGTERM to a Flower simulation's process group ends its Ray workers mid-round: the round aggregated the one
+    answer left and was checkpointed as a round, and the resume left the uninterrupted numbers. A round in which
+    the stop came and an answer was lost is not kept: the run continues from its last checkpoint, and says so
+    (latest=False: the clients' states now are not that checkpoint's). A round that lost nothing is kept."""
+    import torch
+
+    from fedaccel.engine.round import InProcessClients, init_state
+    from fedaccel.runs.loop import run_loop
+    from fedaccel.runs.setup import build_setup
+    from fedaccel.runs.stopping import STOP, Interrupted, clear_stop
+
+    class StoppedInRound3(InProcessClients):
+        rounds = 0
+
+        def train(self, contexts, w, server):  # type: ignore[no-untyped-def]
+            updates, diag = super().train(contexts, w, server)
+            self.rounds += 1
+            if self.rounds == 3:
+                STOP.set()  # the signal, mid-round
+                if loses:
+                    return [u for u in updates if u.client != 0], {"lost": [0]}
+            return updates, diag
+
+    setup = build_setup(load_config(None, [*SMALL, "algorithm=fedavg", "train.rounds=6", "run.checkpoint_every=2"]))
+    state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
+    (tmp_path / "r").mkdir()
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            run_loop(setup, state, tmp_path / "r", wall=0.0, progress=False,
+                     runtime=StoppedInRound3(setup.algorithm, setup.federation, state.clients))
+    finally:
+        clear_stop()
+    kept = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)["state"]["round"]
+    assert (stopped.value.round, stopped.value.latest, kept) == ((2, False, 2) if loses else (3, True, 3))
+    said = "round 3: 1 client(s)' answers were lost or refused while stopping, so it is not kept; the run continues"
+    assert (said in capsys.readouterr().err) == loses

@@ -531,7 +531,8 @@ def serve(
         except Interrupted as stopped:
             IN_ROUNDS.clear()
             try:
-                runtime.keep_states(stopped.round)
+                if stopped.latest:  # else the clients' states are of a later round than the checkpoint's
+                    runtime.keep_states(stopped.round)
             except KeyboardInterrupt:  # stopped at once meanwhile: the checkpoint is there, the nodes' states not
                 pass
             raise

@@ -178,6 +178,10 @@ def run_loop(
                     runtime=runtime,
                 )
                 wall += time.perf_counter() - started
+                if STOP.is_set() and (lost := lost_to_the_stop(report)):
+                    _say(f"round {state.round}: {lost} while stopping, so it is not kept; the run continues after "
+                         f"round {checkpointed}")
+                    raise Interrupted(path, checkpointed, signal_name())
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
                     if SYNC_EVERY_ROW:
@@ -219,7 +223,7 @@ def run_loop(
                     checkpointed = state.round
                 bar.update(1)
                 if stopping:
-                    raise Interrupted(path, state.round, signal_name())
+                    raise Interrupted(path, state.round, signal_name(), latest=True)
             _sync(metrics_file, diag_file)  # a resume at the last round writes its row here, not in the loop
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
@@ -302,6 +306,14 @@ def dp_noise_said(setup: Setup) -> str:
     target = (setup.config.algorithm.get("dp") or {}).get("target_epsilon")
     return f", client-level DP noise multiplier z = {privacy.noise_multiplier:.4g}" + (
         f" (calibrated to epsilon {target:g})" if isinstance(target, (int, float)) else "")
+
+
+def lost_to_the_stop(report: RoundReport) -> str:
+    """Why a round in which a stop was asked for is no round to keep: it lost or refused a client's answer (a
+    signal to a simulation's process group ends its Ray workers mid-round, and the round aggregated what was left);
+    '' where it did not."""
+    lost, rejected = report.diag.get("lost") or [], report.diag.get("rejected") or {}
+    return (f"{len(lost) + len(rejected)} client(s)' answers were lost or refused" if lost or rejected else "")
 
 
 def every_answer_refused(report: RoundReport) -> str | None:
