@@ -760,3 +760,25 @@ def test_a_round_that_loses_clients_to_a_stop_is_not_kept(
     assert (stopped.value.round, stopped.value.latest, kept) == ((2, False, 2) if loses else (3, True, 3))
     said = "round 3: 1 client(s)' answers were lost or refused while stopping, so it is not kept; the run continues"
     assert (said in capsys.readouterr().err) == loses
+
+
+def test_a_checkpoint_whose_model_is_of_another_dtype_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A checkpoint's float32 model edited to float64 was taken, and the resumed numbers moved (by 9e-9)."""
+    import torch
+
+    out = tmp_path / "r"
+    assert main(["run", "--no-progress", "--out", str(out), *sum((["--set", o] for o in [
+        *SMALL, "train.rounds=3", "run.checkpoint_every=1"]), [])]) == 0
+    (out / "summary.json").unlink()
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        saved = torch.load(out / name, weights_only=True)
+        saved["state"]["w"] = saved["state"]["w"].double()
+        torch.save(saved, out / name)
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out)]) == 2
+    assert "its checkpoint holds a model of float64, the config's is float32" in capsys.readouterr().err
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):  # no checkpoint at all: the rows are trained again, said
+        (out / name).unlink()
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0
+    assert f"{out} holds no checkpoint: the run starts again from round 0, replacing its 4 rows" in \
+        capsys.readouterr().err

@@ -67,6 +67,9 @@ def restore_state(setup: Setup, path: Path, loaded: Any = _LOAD) -> tuple[FLStat
         sys.stderr.flush()
         kept = state.round
     else:
+        if any(row["round"] > 0 for row in rows):  # rows of rounds trained, and no checkpoint to go on from
+            sys.stderr.write(f"{path} holds no checkpoint: the run starts again from round 0, replacing its "
+                             f"{len(rows)} rows\n")
         state = init_state(setup.algorithm, setup.federation.model.theta.clone(), setup.federation.n_clients)
         wall, kept, parts = 0.0, -1, []  # from scratch: run_loop writes round 0 again
     for name in (METRICS, DIAGNOSTICS):
@@ -161,6 +164,8 @@ def check_same_shape(path: Path, state: FLState, setup: Setup) -> None:
     wanted = [type(s).__name__ for s in fresh.server]
     problem = (f"a model of {state.w.numel():,} parameters, the config's has {theta.numel():,}"
                if state.w.shape != theta.shape else
+               f"a model of {str(state.w.dtype).removeprefix('torch.')}, the config's is "
+               f"{str(theta.dtype).removeprefix('torch.')}" if state.w.dtype != theta.dtype else
                f"the parts' states {parts}, the config's algorithm has {wanted}" if parts != wanted else
                f"{len(state.clients)} clients' states, the config has {len(fresh.clients)} clients"
                if len(state.clients) != len(fresh.clients) else None)
