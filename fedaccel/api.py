@@ -148,8 +148,9 @@ def train(
 
 def check_data(module: nn.Module, data: Mapping[str, Any]) -> None:
     """One line, before a run folder is written, where the data cannot train ``module``: not tensors, labels not as
-    many as inputs, or, for a module that trains by cross-entropy (no ``loss`` of its own), labels that are not
-    class indices (floats, one-hot rows); torch said it mid-run, in a traceback, leaving a folder behind."""
+    many as inputs, or, for a module that trains and scores by cross-entropy and argmax (no ``loss`` or ``correct``
+    of its own), labels that are not class indices (floats, one-hot rows); torch said it mid-run, in a traceback,
+    leaving a folder behind."""
     for name, value in data.items():
         if not isinstance(value, Tensor):
             raise UserError(f"{name} must be a torch tensor, got {type(value).__name__}")
@@ -158,8 +159,8 @@ def check_data(module: nn.Module, data: Mapping[str, Any]) -> None:
         if x.dim() == 0 or y.dim() == 0 or len(x) != len(y):
             raise UserError(f"x_{split} and y_{split} must hold one label per input: shapes {tuple(x.shape)} and "
                             f"{tuple(y.shape)}")
-        if callable(getattr(module, "loss", None)):
-            continue  # the module's own loss says what labels it takes
+        if callable(getattr(module, "loss", None)) or callable(getattr(module, "correct", None)):
+            continue  # the module's own loss or score says what labels it takes (soft or per-pixel ones, say)
         if y.dim() != 1 or y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
             raise UserError(f"y_{split} must be class indices, a 1-D integer tensor, for {type(module).__name__}'s "
                             f"cross-entropy: got {str(y.dtype).removeprefix('torch.')} of shape {tuple(y.shape)}"

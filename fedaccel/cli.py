@@ -657,9 +657,9 @@ def cmd_judge(args: argparse.Namespace) -> int:
         raise UserError(f"--power must be between 0 and 1, got {args.power}")
     cells = experiment_cells(grid) if grid.is_file() else copied_cells(folder)
     evidence = gather(folder, claims, str(source), cells)
-    if raised is not None:  # the grid's seeds: its cells', else those of the runs in the folder
-        check_looks_seeds(source, raised.looks, {run.seed for run in evidence.runs} if cells is None else
-                          {cell_seed(spec) for _, spec in cells})
+    if raised is not None:  # the grid's seeds: its cells' (as spelled; a base's seed unread) and its runs'
+        check_looks_seeds(source, raised.looks, {run.seed for run in evidence.runs} | (
+            set() if cells is None else {cell_seed(spec) for _, spec in cells}))
     left_out = evidence.depends if args.partial else []
     if any(evidence.depends) and not args.partial:
         raise UserError(evidence.refusal())

@@ -721,13 +721,16 @@ def test_a_label_flip_that_changes_no_target_of_the_svm_is_refused(tmp_path: Pat
         build_setup(config)
 
 
-@pytest.mark.parametrize("loses", [True, False])
+@pytest.mark.parametrize("lost, loses", [
+    ({"lost": [0]}, True), ({"rejected": {"0": "client error: ActorUnavailableError"}}, True),
+    ({"rejected": {"0": "update norm 8.4e+39 above run.norm_ceiling = 1e+06"}}, False), ({}, False)])
 def test_a_round_that_loses_clients_to_a_stop_is_not_kept(
-        tmp_path: Path, loses: bool, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path, lost: dict, loses: bool, capsys: pytest.CaptureFixture) -> None:
     """SIGTERM to a Flower simulation's process group ends its Ray workers mid-round: the round aggregated the one
     answer left and was checkpointed as a round, and the resume left the uninterrupted numbers. A round in which
-    the stop came and an answer was lost is not kept: the run continues from its last checkpoint, and says so
-    (latest=False: the clients' states now are not that checkpoint's). A round that lost nothing is kept."""
+    the stop came and an answer was lost or an error is not kept: the run continues from its last checkpoint, and
+    says so (latest=False: the clients' states now are not that checkpoint's). A round that lost nothing is kept, and
+    so is one whose server gate refused a hostile client's values, as it does whether or not a stop comes."""
     import torch
 
     from fedaccel.engine.round import InProcessClients, init_state
@@ -743,8 +746,8 @@ def test_a_round_that_loses_clients_to_a_stop_is_not_kept(
             self.rounds += 1
             if self.rounds == 3:
                 STOP.set()  # the signal, mid-round
-                if loses:
-                    return [u for u in updates if u.client != 0], {"lost": [0]}
+                if lost:
+                    return [u for u in updates if u.client != 0], lost
             return updates, diag
 
     setup = build_setup(load_config(None, [*SMALL, "algorithm=fedavg", "train.rounds=6", "run.checkpoint_every=2"]))
@@ -758,7 +761,7 @@ def test_a_round_that_loses_clients_to_a_stop_is_not_kept(
         clear_stop()
     kept = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)["state"]["round"]
     assert (stopped.value.round, stopped.value.latest, kept) == ((2, False, 2) if loses else (3, True, 3))
-    said = "round 3: 1 client(s)' answers were lost or refused while stopping, so it is not kept; the run continues"
+    said = "round 3: 1 client(s)' answers were lost or errors while stopping, so it is not kept; the run continues"
     assert (said in capsys.readouterr().err) == loses
 
 

@@ -59,7 +59,7 @@ from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config, dump_yaml, plugin_note
 from fedaccel.runs.folder import CHECKPOINT, CLIENT_STATES
-from fedaccel.runs.loop import run_loop
+from fedaccel.runs.loop import CLIENT_ERROR, run_loop
 from fedaccel.runs.secure import parse_secure
 from fedaccel.runs.setup import Setup, build_setup
 from fedaccel.runs.stopping import STOP, Interrupted
@@ -118,7 +118,7 @@ class FlowerClients:
             elif reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE:
                 gone.append((ctx.client, seconds))
             elif reply.has_error():
-                rejected[str(ctx.client)] = one_line(f"client error: {reply.error.reason}")
+                rejected[str(ctx.client)] = one_line(f"{CLIENT_ERROR} {reply.error.reason}")
             else:
                 answers[ctx.client] = reply
         diag: dict[str, Any] = {}

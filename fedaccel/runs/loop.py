@@ -309,11 +309,17 @@ def dp_noise_said(setup: Setup) -> str:
 
 
 def lost_to_the_stop(report: RoundReport) -> str:
-    """Why a round in which a stop was asked for is no round to keep: it lost or refused a client's answer (a
+    """Why a round in which a stop was asked for is no round to keep: a client's answer was lost or was an error (a
     signal to a simulation's process group ends its Ray workers mid-round, and the round aggregated what was left);
-    '' where it did not."""
-    lost, rejected = report.diag.get("lost") or [], report.diag.get("rejected") or {}
-    return (f"{len(lost) + len(rejected)} client(s)' answers were lost or refused" if lost or rejected else "")
+    '' where none was. The gate's refusals of an answer's values (a hostile client's) come stop or not: they count
+    not, and such a round is kept, its clients keeping their states."""
+    lost = report.diag.get("lost") or []
+    rejected = report.diag.get("rejected") or {}
+    failed = [c for c, why in rejected.items() if str(why).startswith(CLIENT_ERROR)] if isinstance(rejected, dict) else []
+    return f"{len(lost) + len(failed)} client(s)' answers were lost or errors" if lost or failed else ""
+
+
+CLIENT_ERROR = "client error:"  # how the Flower server records an answer that is an error (fedaccel.flower.server)
 
 
 def every_answer_refused(report: RoundReport) -> str | None:
