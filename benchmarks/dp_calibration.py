@@ -15,6 +15,7 @@ runs (its figures then mean nothing).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from pathlib import Path
@@ -46,14 +47,16 @@ def asked(files: list[Path]) -> dict[str, tuple[Any, float]]:
 
 
 def time_both(cases: list[tuple[Any, float]], search_first: bool) -> tuple[float, float]:
-    """Seconds to calibrate every case from the table and by the search (in the order asked), the z checked equal."""
+    """Seconds to calibrate every case from the table and by the search (in the order asked), the z checked equal
+    to 1e-9."""
     times, found = {}, {}
     for way in ("search", "table") if search_first else ("table", "search"):
         began = time.perf_counter()
         found[way] = [dp.search_noise_multiplier(s, t) if way == "search" else dp.calibrate.__wrapped__(s, t)
                       for s, t in cases]
         times[way] = time.perf_counter() - began
-    assert found["table"] == found["search"], found
+    # the same z but for the search's last digits, which differ between CPUs (1e-14 apart on an AVX-512 Intel)
+    assert all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(found["table"], found["search"], strict=True)), found
     return times["table"], times["search"]
 
 
