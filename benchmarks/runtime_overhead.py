@@ -170,7 +170,7 @@ def workload(args: argparse.Namespace) -> Ways:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--workload", choices=("2nn", "demo"), default="2nn")
     parser.add_argument("--ways", type=lambda text: text.split(","), help="comma-separated, of "
                         f"{', '.join([*RUNTIMES, 'flower-app'])} (default: all; in-process always runs)")
