@@ -183,6 +183,32 @@ def test_a_cells_own_error_on_ray_stops_the_grid_with_its_one_line(local_ray, tm
 
 
 @pytest.mark.slow
+def test_a_cell_whose_grid_ended_stops_though_its_cancel_was_lost(local_ray) -> None:
+    """A Ray cancel that reaches a task as it starts is lost: its cell ran all its rounds after the grid had said it
+    stopped (test_a_cells_own_error_on_ray... waited 60 s for it, in vain, on a loaded machine). Each task also
+    watches its grid's flag, an actor the grid kills as it stops: gone, the cell is asked to stop (as SIGINT does);
+    gone before the task began, the task starts nothing; a slow answer is no stop."""
+    from fedaccel.grids.ray_tasks import STOP_POLL_S, GridStop, watching
+    from fedaccel.runs.stopping import STOP, clear_stop
+
+    flag = ray.remote(num_cpus=0)(GridStop).options(name="test-grid-stop").remote()
+    try:
+        with watching("test-grid-stop") as ended:
+            assert not ended
+            time.sleep(3 * STOP_POLL_S)
+            assert not STOP.is_set()  # the grid goes on
+            ray.kill(flag)
+            deadline = time.monotonic() + 30
+            while not STOP.is_set() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert STOP.is_set()
+    finally:
+        clear_stop()
+    with watching("test-grid-stop") as ended:
+        assert ended and not STOP.is_set()
+
+
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_cells_each_keeping_its_checkpoint(tmp_path: Path) -> None:
     """`experiment --ray auto` (its own local Ray) gets SIGINT while its two cells run: each
     finishes its round and checkpoints it, and the last line names the command that continues."""

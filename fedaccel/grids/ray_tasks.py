@@ -22,6 +22,8 @@ import contextlib
 import os
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,9 +117,12 @@ def run_cells_on_ray(
     )
     threads = max(1, int(options.cpus_per_cell))
     cwd = os.getcwd()  # relative paths in the configs mean the same on every node of a shared filesystem
+    flag_name = f"fedaccel-grid-stop-{uuid.uuid4().hex}"
+    flag = ray.remote(num_cpus=0)(GridStop).options(name=flag_name).remote()
     pending: dict[Any, tuple[int, str]] = {}
     for k, name, config, run_dir in todo:
-        ref = task.remote(config, str(run_dir.resolve()), threads, cwd, options.lock_wait_s, plugin_note(config))
+        ref = task.remote(config, str(run_dir.resolve()), threads, cwd, options.lock_wait_s, plugin_note(config),
+                          flag_name)
         pending[ref] = (k, name)
         report.queue(k, name, run_dir, config.train.rounds, verb="resuming" if (run_dir / "config.yaml").is_file()
                      else "running")
@@ -129,6 +134,7 @@ def run_cells_on_ray(
                 report.poll()
                 if STOP.is_set() and not stopping:
                     stopping = True
+                    _end(flag)
                     for ref in pending:
                         ray.cancel(ref)  # Ray's SIGINT in the task: run_loop finishes its round and checkpoints it
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
@@ -144,9 +150,11 @@ def run_cells_on_ray(
                     ended.append(info)
                     failed.group([(k, name)], [info["failed"]] if "failed" in info else [])
         except BaseException as exc:  # a failed cell, a second Ctrl-C: the other cells stop too
+            _end(flag)  # a task the cancel misses (one starting as it comes) stops when it next looks
             for ref in pending:
                 ray.cancel(ref, force=isinstance(exc, KeyboardInterrupt))
             raise
+        _end(flag)
         if stopping:  # a cancelled task's result comes at once: wait for its cell's checkpoint (lock freed)
             for _, _, _, run_dir in todo:
                 with contextlib.suppress(UserError):
@@ -172,10 +180,11 @@ def _cell_error(exc: BaseException, cell: str) -> BaseException:
 
 
 def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s: float,
-               plugins_line: str = "") -> dict[str, Any]:
+               plugins_line: str = "", flag_name: str | None = None) -> dict[str, Any]:
     """One cell in a Ray worker: wait while another live process writes its folder, then skip it
     (finished), resume it (interrupted) or run it; returns where it ran and what it did. ``plugins_line``:
-    the plugins the driver's config uses (``config.yaml``'s line), which this node must have, the same."""
+    the plugins the driver's config uses (``config.yaml``'s line), which this node must have, the same.
+    ``flag_name``: the grid's :class:`GridStop`, watched while the cell runs."""
     import socket
 
     from fedaccel.grids import cell
@@ -188,10 +197,75 @@ def _cell_task(config: Config, run_dir: str, threads: int, cwd: str, lock_wait_s
     info = {"run_dir": run_dir, "node": socket.gethostname(), "pid": os.getpid(),
             "resumed": (path / "config.yaml").is_file(), "skipped": (path / "summary.json").is_file()}
     if not info["skipped"]:
-        cell._worker_stopped = False  # a Ray worker process runs task after task
-        if failure := cell.cell_failure(config, path, False, threads):
-            info["failed"] = failure
+        with watching(flag_name) as ended:
+            if ended:  # the grid ended before this task began: it starts nothing
+                info["skipped"] = True
+                return info
+            cell._worker_stopped = False  # a Ray worker process runs task after task
+            if failure := cell.cell_failure(config, path, False, threads):
+                info["failed"] = failure
     return info
+
+
+class GridStop:
+    """A grid's stop flag on Ray: an actor (no CPU) the driver kills when the grid stops or fails. A Ray cancel that
+    reaches a task as it starts is lost, and its cell ran to its end after the grid had said it stopped; each
+    task also watches this actor, and stops its cell at a checkpoint once the actor is gone."""
+
+    def alive(self) -> bool:
+        return True
+
+
+STOP_POLL_S = 1.0  # how often a running cell looks at its grid's flag
+
+
+def _end(flag: Any) -> None:
+    """Kill the grid's :class:`GridStop` (again: a no-op)."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.kill(flag)
+
+
+@contextlib.contextmanager
+def watching(flag_name: str | None) -> Iterator[bool]:
+    """While the body runs, look at the grid's :class:`GridStop` every :data:`STOP_POLL_S` seconds and ask the run
+    to stop (as SIGINT does: it finishes its round and checkpoints it) once the actor is gone; yields whether it
+    was gone already. A slow answer is not a stop: only the actor's death is."""
+    import threading
+
+    import ray
+
+    from fedaccel.runs.stopping import STOP, clear_stop
+
+    if flag_name is None:
+        yield False
+        return
+    try:
+        flag = ray.get_actor(flag_name)
+    except ValueError:  # killed before this task began
+        yield True
+        return
+    clear_stop()  # a watcher of an earlier grid's task in this worker may have set it as that task ended
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(STOP_POLL_S):
+            try:
+                ray.get(flag.alive.remote(), timeout=30)
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except ray.exceptions.RayActorError:
+                STOP.set()
+                return
+
+    watcher = threading.Thread(target=watch, name="fedaccel-grid-stop", daemon=True)
+    watcher.start()
+    try:
+        yield False
+    finally:
+        done.set()
+        watcher.join(timeout=5)
 
 
 def _wait_for_writer(path: Path, timeout: float, every: float = 2.0, *, say: bool = True) -> None:
