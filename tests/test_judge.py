@@ -373,6 +373,8 @@ def test_looks_in_the_experiment_file_judge_its_rows_by_the_stages_combination(t
     assert row["p"] == pytest.approx(expected.p) and row["p"] > 2 / 64  # the combination, not the pooled seeds
     assert row["seeds_raised"] == "looks at 3 seeds" and row["stages"] == [list(SEEDS[:3]), list(SEEDS[3:])]
     assert "p combines its stages' own tests" in capsys.readouterr().out
+    assert main(["judge", str(grid), "--plan"]) == 0  # a plan of the pooled test, for a grid raised after a look
+    assert "This grid's seeds were raised after a look (`looks:`)" in capsys.readouterr().out
     for bad in ([[0, 1], [1, 2]], [0, 1], {"seeds": [[0, 1]], "cap": 2}, [[]], [[*SEEDS[:2], 17]]):
         raw["looks"] = bad  # the last: a seed no cell runs (a typo that moved every row's stage weights and p)
         (grid / "experiment.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -189,6 +189,12 @@ def test_error_messages_are_one_line(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_a_folder_named_twice_is_read_once_not_called_a_copy_of_itself(experiment):
+    """`compare runs/demo runs/demo/algorithm=fedavg` said the run was a copy of itself and to delete the copy."""
+    once = [r.path for r in load_runs([experiment])]
+    assert [r.path for r in load_runs([experiment, experiment / "fedavg-s0", f"{experiment}/"])] == once
+
+
 def test_load_runs_expands_experiment_folder(experiment):
     runs = load_runs([experiment])
     assert sorted(r.path.name for r in runs) == ["fast-s0", "fast-s1", "fedavg-s0", "fedavg-s1"]

@@ -919,7 +919,7 @@ def interval(j: Judgement) -> str:
     (order statistics) for the median seed."""
     f = j.claim.measure.fmt
     if j.low is None or j.high is None or not math.isfinite(j.low) or not math.isfinite(j.high):
-        return "too few seeds for a 95% interval"
+        return "no 95% interval at these stages" if j.stages else "too few seeds for a 95% interval"
     kind = "stages combined 95%" if j.stages else "sign-flip 95%" if j.estimand == "mean" else "≥ 95%"
     return f"{kind}: {j.low:+{f}}, {j.high:+{f}}"
 

@@ -493,6 +493,11 @@ MARGIN_PLAN_NOTE = ("Beyond the margin (a claim that a − b lies below −margi
                     "test of the median tests against; the seeds are those with which it shows the claim (normal "
                     "differences with the pilot's sd). On the wrong side of the centre no number of seeds would show "
                     "the claim, if the pilot is right.")
+RAISED_PLAN_NOTE = ("This grid's seeds were raised after a look (`looks:`): its verdicts combine their stages' own "
+                    "tests, and the counts above are for a grid of that many seeds fixed before it ran. Seeds added to "
+                    "this one form the last stage, which carries the weight the cap leaves (w² = 1 − 6/20 = 0.7 after "
+                    "a look at 6 seeds), so a last stage of one or two seeds can rarely decide: raise by several "
+                    "(docs/raised-seeds.md).")
 EQUAL_PLAN_NOTE = ("Room in the margin (a claim of no difference, `expect: equal`): the margin less the |true difference| "
                    "(`detect:`, else the pilot's mean), the distance the equivalence test (TOST by sign tests) must tell "
                    "from the margin's edge; the seeds are those with which that test shows it (normal differences with "

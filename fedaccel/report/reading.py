@@ -194,11 +194,19 @@ def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]
     """Load run folders; an experiment folder (one holding run folders) expands to its runs.
 
     Already-loaded :class:`Run` objects pass through unchanged. Sub-folders of an experiment
-    folder are taken in name order; only those containing ``metrics.jsonl`` count.
+    folder are taken in name order; only those containing ``metrics.jsonl`` count. A folder named twice (a grid
+    and one of its runs, ``runs/demo/`` and ``runs/demo``) is read once: it is no copy of itself.
     """
     if isinstance(paths, (str, Path, Run)):
         paths = [paths]
     runs: list[Run] = []
+    seen: set[Path] = set()
+
+    def add(folder: Path) -> None:
+        if (key := folder.resolve()) not in seen:
+            seen.add(key)
+            runs.append(load_run(folder))
+
     for p in paths:
         if isinstance(p, Run):
             runs.append(p)
@@ -207,12 +215,13 @@ def load_runs(paths: str | Path | Run | Iterable[str | Path | Run]) -> list[Run]
         if not p.is_dir():
             raise UserError(f"run folder not found: {p}")
         if (p / "metrics.jsonl").exists():  # a folder there too: load_run says so, never skips it
-            runs.append(load_run(p))
+            add(p)
             continue
         subdirs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "metrics.jsonl").exists())
         if not subdirs:
             raise UserError(f"{p} is neither a run folder nor a folder of runs (no metrics.jsonl)")
-        runs.extend(load_run(d) for d in subdirs)
+        for d in subdirs:
+            add(d)
     return runs
 
 
