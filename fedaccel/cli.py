@@ -629,7 +629,6 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from fedaccel.grids.gaps import copied_cells
     from fedaccel.report.completeness import gaps_line
     from fedaccel.report.judge import (
-        RAISED_PLAN_NOTE,
         claims_from_file,
         gather,
         judge_grid,
@@ -670,8 +669,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
               file=sys.stderr)
     runs = evidence.complete()
     if args.plan:  # a grid raised after a look: its verdicts are not the pooled test the counts are for
-        print(plan_table(plan(claims, runs, tuning, args.power), args.power)
-              + ("\n\n" + RAISED_PLAN_NOTE if raised is not None else ""))
+        print(plan_table(plan(claims, runs, tuning, args.power), args.power, raised=raised is not None))
         return 0
     judgements = judge_grid(claims, runs, tuning, raised)
     print(table(judgements, left_out))

@@ -243,8 +243,8 @@ def dirichlet(
     best one is repaired by moving samples from the largest clients (so it always terminates).
 
     ``sizes='equal'|'lognormal'`` switches to the client-major form (Hsu et al. 2019, as FedDC's code
-    draws it): each client has a label prior ~ Dir(alpha * 1_C) and a target size (equal, or lognormal(0, sigma) quantity skew); clients draw
-    labels from their priors, renormalised over the labels not yet used up.
+    draws it): each client has a label prior ~ Dir(alpha * 1_C) and a target size (equal, or lognormal(0, sigma)
+    quantity skew); clients draw labels from their priors, renormalised over the labels not yet used up.
     """
     if not alpha > 0:
         raise ConfigError(f"dirichlet alpha must be > 0, got {alpha}")

@@ -470,7 +470,9 @@ def _against(claim: Claim, effect: float) -> bool:
     return (claim.expect == "less" and effect > 0) or (claim.expect == "greater" and effect < 0)
 
 
-def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
+def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8, raised: bool = False) -> str:
+    """The plan as a Markdown table, with a note for each kind of row it holds (``raised``: the grid's seeds were
+    raised after a look, :data:`RAISED_PLAN_NOTE`)."""
     lines = [f"| claim | measure | pilot seeds | difference to detect | sd of the differences | seeds for "
              f"{power:.0%} power |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
@@ -485,6 +487,8 @@ def plan_table(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> str:
         lines += ["", MARGIN_PLAN_NOTE]
     if any(r.get("equal") for r in rows):
         lines += ["", EQUAL_PLAN_NOTE]
+    if raised:
+        lines += ["", RAISED_PLAN_NOTE]
     return "\n".join(lines)
 
 

@@ -118,7 +118,8 @@ def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str
     resumable = set(RESUMABLE_KEYS)
     if any(fractional(c.get("train.lr_schedule.milestones")) for c in (before, now)):
         resumable.discard("train.rounds")  # its milestones move with train.rounds
-    if any(c.get("algorithm.dp.target_epsilon") is not None for c in (before, now)):
+    calibrated = any(c.get("algorithm.dp.target_epsilon") is not None for c in (before, now))
+    if calibrated:
         resumable.discard("train.rounds")  # z was calibrated to spend the target in train.rounds rounds
     changed = [key for key in sorted(set(before) | set(now), key=str)
                if key not in resumable and before.get(key, defaults.get(key, MISSING)) != now.get(key, MISSING)]
@@ -128,8 +129,8 @@ def check_same_config(path: Path, saved: dict[str, Any] | None, config: dict[str
             f"{path / 'config.yaml'} differs from the config its checkpoint was written with in "
             f"{listed(changed)} ({first}: {_value(before.get(first, MISSING))} then, "
             f"{_value(now.get(first, MISSING))} now): a run continues only with its own settings; put them back, "
-            "or start the run again in a new folder" + (ROUNDS_FIXED_BY_DP if first == "train.rounds" and any(
-                c.get("algorithm.dp.target_epsilon") is not None for c in (before, now)) else "")
+            "or start the run again in a new folder" + (ROUNDS_FIXED_BY_DP if first == "train.rounds" and calibrated
+                                                        else "")
         )
 
 
