@@ -26,6 +26,8 @@ FIGURES = {
                       r"the default chunk against the best size: worst [\d.]+x"],
     "channels_last.py": [r"\| cnn \| 1x28x28 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.e+-]+ \|",
                          r"cnn 1x28x28: float32 gradients' distance to the float64 one .*by_hand [\d.e+-]+"],
+    "client_states.py": [r"load average \(1, 5, 15 min\) before: \d",
+                         r"\| scaffold \| 2nn \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", r"load average \(1, 5, 15 min\) after: \d"],
     "copy_check.py": [r"load average \(1, 5, 15 min\) before: \d", r"\d+ runs of docs/reproductions/[\w-]+/data",
                       r"ratio clocks first/every run's rows: [\d.]+; load average"],
     "engine_overhead.py": [r"ratio engine/plain: \d.*load average \(1, 5, 15 min\) after: \d",

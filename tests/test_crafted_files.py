@@ -33,7 +33,7 @@ from test_judge import CLAIMS, LR, write_grid
 
 from fedaccel.cli import main
 from fedaccel.grids.experiment import cell_name
-from fedaccel.errors import shown
+from fedaccel.errors import UserError, shown
 from fedaccel.launch import run
 from fedaccel.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedaccel.runs.config import load_config
@@ -720,3 +720,26 @@ def test_a_fifo_given_as_the_png_is_one_line_never_a_hang(finished: Path, capsys
         os.mkfifo(root / "cwd" / "curves.png")
         line = refused(reader("plot", path), root, capsys)
     assert "curves.png is not a plain file" in line, line
+
+
+@settings(max_examples=80, deadline=None)
+@given(trained_at=st.none() | st.lists(st.integers(-2, 5) | st.booleans() | st.floats(0, 4) | st.text(max_size=1),
+                                       max_size=4) | st.text(max_size=3))
+def test_a_checkpoints_rounds_of_the_clients_states_are_taken_only_if_they_could_be_its_own(trained_at: Any) -> None:
+    """A Flower checkpoint names the round each client last trained in (its states of then are what a resume
+    restores): a list of one round per client, none past the checkpoint's own; anything else is damage."""
+    import torch
+
+    from fedaccel.engine.round import FLState
+
+    state = FLState(round=3, w=torch.zeros(2), server=(), clients=[(), (), ()])
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        save_checkpoint(folder / CHECKPOINT, state, 0.0, trained_at=trained_at)
+        fits = trained_at is None or (isinstance(trained_at, list) and len(trained_at) == 3 and all(
+            type(r) is int and 0 <= r <= 3 for r in trained_at))
+        if fits:
+            assert load_checkpoint(folder)["trained_at"] == trained_at
+        else:
+            with pytest.raises(UserError, match="no checkpoint in .* loads"):
+                load_checkpoint(folder)

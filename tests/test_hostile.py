@@ -195,7 +195,7 @@ def test_flower_client_states_are_kept_as_plain_data(flower_client: Any, tmp_pat
     states = (FedDCClient(drift=torch.ones(3)), FedUMFClient(update=torch.zeros(2), update_lr=0.5), None, torch.ones(1))
     from fedaccel.algorithms.registry import build_algorithm
 
-    flower_client.keep_states(context, 4, states, build_algorithm("fedumf-feddc"))
+    flower_client.keep_states(context, 4, states, build_algorithm("fedumf-feddc"), 1)
     file = tmp_path / "state" / flower_client.config_key(config_text)[:16] / "round-4.pt"
     torch.load(file, weights_only=True)  # no code needed
     back = flower_client.saved_states(context, config_text, 4)

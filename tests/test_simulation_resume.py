@@ -133,3 +133,61 @@ def test_only_a_simulations_node_takes_a_state_folder_and_only_a_running_runs(
     assert client.simulation_folder(given) == given
     assert client.simulation_folder(str(tmp_path / "elsewhere")) is None  # not a run's client-states
     assert client.simulation_folder(str(tmp_path / "client-states")) is None
+
+
+@pytest.mark.slow
+def test_a_crashed_partial_participation_simulation_resumes_every_clients_state_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
+    """A crash a round after a checkpoint, under partial participation: the clients that sat out the checkpoint's
+    round, and those that trained after it, resume from the states they had at it (their newest kept at or before
+    it), so the resumed run gives the uninterrupted numbers. They used to start fresh, named, and the numbers moved."""
+    partial = [*SCAFFOLD, "data.clients=4", "train.client_fraction=0.5", "train.rounds=6", "run.checkpoint_every=3"]
+    local = rows(run(load_config(None, partial), tmp_path / "in-process"))
+    metrics = loop._metrics
+
+    def crash_at_round_5(setup, state, report, wall):  # type: ignore[no-untyped-def]
+        if state.round == 5:
+            raise RuntimeError("the machine went down")
+        return metrics(setup, state, report, wall)
+
+    monkeypatch.setattr(loop, "_metrics", crash_at_round_5)
+    simulated = tmp_path / "simulated"
+    with pytest.raises(RuntimeError, match="went down"):
+        run(load_config(None, [*partial, "run.runtime=flower-simulation"]), simulated)
+    monkeypatch.setattr(loop, "_metrics", metrics)
+    assert [r["round"] for r in rows(simulated)] == [0, 1, 2, 3, 4]
+    capfd.readouterr()
+    resume(simulated)
+    assert "kept no state" not in capfd.readouterr().err
+    flower = rows(simulated)
+    assert [r["round"] for r in flower] == list(range(7))
+    for a, b in zip(local, flower):
+        for key in ("test_acc", "test_loss", "train_loss"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
+
+
+@settings(max_examples=60, deadline=None)
+@given(every=st.integers(1, 5), trained=st.sets(st.integers(1, 30), max_size=20), stops=st.sets(st.integers(1, 30)))
+def test_a_client_keeps_the_states_every_checkpoint_a_run_can_resume_from_needs(
+        every: int, trained: set[int], stops: set[int]) -> None:
+    """Kept after each round a client trains: for the server's newest checkpoint and the one before it (rhythm
+    ones every ``every`` rounds, and stops out of it), the client's states of the round it last trained in by
+    then; a bounded number of files, no more."""
+    from types import SimpleNamespace
+
+    from fedaccel.algorithms.registry import build_algorithm
+    from fedaccel.flower import client
+
+    scaffold = build_algorithm("scaffold")
+    with tempfile.TemporaryDirectory() as scratch:
+        context = SimpleNamespace(node_config={"state-dir": scratch}, state={"fedaccel": {"config": "name: kept\n"}})
+        folder = Path(scratch) / client.config_key("name: kept\n")[:16]
+        for round_ in sorted(trained):
+            client.keep_states(context, round_, (None,), scaffold, every)
+            done = round_ - 1  # rounds the server had finished when it sent this one
+            checkpoints = sorted({c for c in range(1, done + 1) if c % every == 0 or c in stops})
+            for resumed_at in checkpoints[-2:]:  # the newest, and checkpoint.prev.pt
+                last = max((r for r in trained if r <= resumed_at), default=0)
+                assert last == 0 or (folder / f"round-{last}.pt").is_file(), (resumed_at, last)
+            kept = sorted(int(f.name[6:-3]) for f in folder.iterdir())
+            assert len(kept) <= 2 * every + 1 and round_ in kept

@@ -62,7 +62,7 @@ from fedaccel.runs.folder import CHECKPOINT, CLIENT_STATES
 from fedaccel.runs.loop import CLIENT_ERROR, run_loop
 from fedaccel.runs.secure import parse_secure
 from fedaccel.runs.setup import Setup, build_setup
-from fedaccel.runs.stopping import STOP, Interrupted
+from fedaccel.runs.stopping import STOP
 
 CONNECT_TIMEOUT = 300.0  # seconds for every SuperNode to connect and answer its first message
 # A ServerApp run in a thread of a process that takes the signals (fedaccel.flower.simulation): IN_ROUNDS is set
@@ -76,11 +76,14 @@ QUIET = 3.0  # seconds of waiting for SuperNodes before saying how many are conn
 
 class FlowerClients:
     """The client side of rounds on Flower nodes; ``nodes`` maps client id -> node id, ``plain``
-    are the clients whose node runs a plain Flower ClientApp (Flower's message convention)."""
+    are the clients whose node runs a plain Flower ClientApp (Flower's message convention).
+    ``trained_at``: the round each client was last sent to train in (0: none), kept in the checkpoints: a resume
+    has each client restore its states of that round (:func:`hello`)."""
 
     def __init__(self, grid: Grid, setup: Setup, nodes: dict[int, int], timeout: float,
-                 plain: frozenset[int] = frozenset()) -> None:
+                 plain: frozenset[int] = frozenset(), trained_at: list[int] | None = None) -> None:
         self.grid, self.setup, self.nodes, self.timeout, self.plain = grid, setup, nodes, timeout, plain
+        self.trained_at = list(trained_at or [0] * len(nodes))
         self.first_replies: list[float] = []  # seconds until the first reply, in the last exchanges
         self.secure = parse_secure(setup.config.run.secure_aggregation)  # SecAgg+'s settings, or None
         if self.secure is not None and plain:
@@ -155,6 +158,8 @@ class FlowerClients:
     def train(
         self, contexts: Sequence[ClientContext], w: Tensor, server: tuple[State, ...]
     ) -> tuple[list[ClientUpdate], dict[str, Any]]:
+        for ctx in contexts:  # sent: its states are of this round from now on, if it trains
+            self.trained_at[ctx.client] = ctx.info.round + 1
         if self.secure is not None:
             return self._secure_train(contexts, w, server)
         answers, diag = self._exchange("train", contexts, w, server)
@@ -255,17 +260,6 @@ class FlowerClients:
 
     def states(self, previous: list[tuple[State, ...]]) -> list[tuple[State, ...]]:
         return previous  # the real ones live on the clients
-
-    def keep_states(self, round_: int) -> None:
-        """Ask every fedaccel node to keep its clients' states of ``round_`` (a checkpoint out of
-        the ``run.checkpoint_every`` rhythm: a run stopped there resumes with them)."""
-        clients = [client for client in self.nodes if client not in self.plain]
-        messages = [Message(RecordDict({"config": ConfigRecord({"round": round_})}), self.nodes[client],
-                            "query.keep") for client in clients]
-        replies = exchange(self.grid, messages, self.timeout)
-        missing = sorted(client for client, (reply, _) in zip(clients, replies) if reply is None or reply.has_error())
-        if missing:
-            log(f"client(s) {missing} kept no state of round {round_}: they start fresh on resume")
 
 
 def log(text: str) -> None:
@@ -415,15 +409,18 @@ def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float =
         time.sleep(0.2)
 
 
-def hello(grid: Grid, config_text: str, nodes: list[int], start_round: int = 0, state_dir: Path | None = None
-          ) -> Pushed:
+def hello(grid: Grid, config_text: str, nodes: list[int], start_round: int = 0, state_dir: Path | None = None,
+          trained_at: list[int] | None = None) -> Pushed:
     """Send every node the config (each builds the run's setup on it); :func:`connect` collects
     the answers. ``start_round`` > 0 (a resumed run): nodes restore their part states of that
     round if they kept them (node config ``state-dir``; in a simulation, ``state_dir``, which only a simulation's
-    nodes take: :func:`fedaccel.flower.client.in_simulation`)."""
+    nodes take: :func:`fedaccel.flower.client.in_simulation`): each client's of the round it last trained in by
+    then, ``trained_at`` (from the checkpoint)."""
     said: dict[str, Any] = {"yaml": config_text, "round": start_round}
     if state_dir is not None:
         said["state-dir"] = str(state_dir)
+    if start_round and trained_at is not None:
+        said["trained-at"] = list(trained_at)
     return push(grid, [Message(RecordDict({"config": ConfigRecord(said)}), node, "query.hello") for node in nodes])
 
 
@@ -500,7 +497,8 @@ def serve(
     :class:`RoundLines`); ``connect_timeout``: seconds to wait for the SuperNodes (default
     ``max(CONNECT_TIMEOUT, run.timeout)``). A file ``path/stop`` (``fedaccel deploy`` writes it
     on Ctrl-C) makes the run finish its round, checkpoint it and raise
-    :class:`~fedaccel.runs.stopping.Interrupted`; the nodes keep their clients' states of that round.
+    :class:`~fedaccel.runs.stopping.Interrupted`; the nodes have kept their clients' states of every round they
+    trained (:func:`fedaccel.flower.client.keep_states`), a resume takes each one's of the checkpoint.
     """
     path.mkdir(parents=True, exist_ok=True)
     if not (path / "config.yaml").is_file():
@@ -517,25 +515,19 @@ def serve(
         kept = path / CLIENT_STATES if config.run.runtime == "flower-simulation" else None
         if kept is not None:
             check_client_states(kept)
+        trained_at = None if saved is None else saved["trained_at"]
+        if saved is not None and trained_at is None:  # a checkpoint of an earlier fedaccel: the states it kept then
+            trained_at = [start_round] * config.data.clients
         sent = hello(grid, dump_yaml(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round,
-                     kept.resolve() if kept is not None else None)
+                     kept.resolve() if kept is not None else None, trained_at)
         setup = build_setup(config)
         state, wall, parts = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():
             log(f"resuming {path} after round {state.round}")
         nodes, plain = connect(sent, node_ids, setup.federation.n_clients, timeout, start_round=state.round)
-        runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain)
+        runtime = FlowerClients(grid, setup, nodes, config.run.timeout, plain, trained_at)
         IN_ROUNDS.set()
-        try:
-            run_loop(setup, state, path, wall=wall, progress=progress, parts=parts, runtime=runtime)
-        except Interrupted as stopped:
-            IN_ROUNDS.clear()
-            try:
-                if stopped.latest:  # else the clients' states are of a later round than the checkpoint's
-                    runtime.keep_states(stopped.round)
-            except KeyboardInterrupt:  # stopped at once meanwhile: the checkpoint is there, the nodes' states not
-                pass
-            raise
+        run_loop(setup, state, path, wall=wall, progress=progress, parts=parts, runtime=runtime)
     finally:
         IN_ROUNDS.clear()
         done.set()

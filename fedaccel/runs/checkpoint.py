@@ -201,8 +201,8 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
 
 
 def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
-    """``{"state": FLState, "wall_s": float, "config": dict | None, "parts": list}`` from what
-    :func:`save_checkpoint` wrote."""
+    """``{"state": FLState, "wall_s": float, "config": dict | None, "parts": list, "trained_at": list | None}``
+    from what :func:`save_checkpoint` wrote."""
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or not isinstance(saved.get("state"), dict):
         raise ValueError("not a fedaccel checkpoint")
     plain = saved["state"]
@@ -222,8 +222,12 @@ def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
     parts = saved.get("parts", [])  # absent in checkpoints of fedaccel before parts were recorded
     if not _parts_fit(parts, state.round):
         raise ValueError("not a fedaccel checkpoint")
+    trained_at = saved.get("trained_at")  # a Flower run's; absent in-process and before it was recorded
+    if trained_at is not None and not (isinstance(trained_at, list) and len(trained_at) == len(state.clients) and all(
+            type(r) is int and 0 <= r <= state.round for r in trained_at)):
+        raise ValueError("not a fedaccel checkpoint")
     return {"state": state, "wall_s": float(saved["wall_s"]), "config": config if isinstance(config, dict) else None,
-            "parts": [dict(part) for part in parts]}
+            "parts": [dict(part) for part in parts], "trained_at": trained_at}
 
 
 def _parts_fit(parts: Any, last_round: int) -> bool:
@@ -263,15 +267,17 @@ FORMAT = "fedaccel-checkpoint/2"  # plain data; version 1 pickled FLState and is
 
 
 def save_checkpoint(path: Path, state: FLState, wall: float, config: dict[str, Any] | None = None,
-                    parts: list[dict[str, Any]] | None = None) -> None:
+                    parts: list[dict[str, Any]] | None = None, trained_at: list[int] | None = None) -> None:
     """Write atomically and keep the one before as ``checkpoint.prev.pt``: a kill during the write
     leaves the previous checkpoint intact, and a damaged newest one still has a predecessor.
     Tensors are saved on the CPU, so the run resumes on any device; the state as plain data, with
-    ``config`` (``Config.to_dict()``) that a resume must match (:func:`check_same_config`) and the run's
-    ``parts`` (:func:`continued_parts`)."""
+    ``config`` (``Config.to_dict()``) that a resume must match (:func:`check_same_config`), the run's
+    ``parts`` (:func:`continued_parts`) and, on Flower, ``trained_at``: the round each client last trained in
+    (0: none), whose states it kept then (:func:`fedaccel.flower.client.keep_states`)."""
     state = to_device(state, "cpu")
     plain = {"round": state.round, "w": state.w, "server": to_plain(state.server),
              "clients": to_plain(state.clients), "totals": dict(state.totals), "evaluated": dict(state.evaluated)}
     saved = {"format": FORMAT, "state": plain, "wall_s": wall, **({"config": config} if config is not None else {}),
-             **({"parts": parts} if parts is not None else {})}
+             **({"parts": parts} if parts is not None else {}),
+             **({"trained_at": list(trained_at)} if trained_at is not None else {})}
     save_plain(path, saved, previous=path.with_name(PREVIOUS_CHECKPOINT))

@@ -219,11 +219,12 @@ def run_loop(
                 stopping = STOP.is_set() and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
                     _sync(metrics_file, diag_file)
-                    save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict(), parts)
+                    save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict(), parts,
+                                    getattr(runtime, "trained_at", None))  # Flower's: whose states are kept
                     checkpointed = state.round
                 bar.update(1)
                 if stopping:
-                    raise Interrupted(path, state.round, signal_name(), latest=True)
+                    raise Interrupted(path, state.round, signal_name())
             _sync(metrics_file, diag_file)  # a resume at the last round writes its row here, not in the loop
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None

@@ -25,18 +25,15 @@ STOP = threading.Event()
 
 class Interrupted(UserError):
     """A run stopped on request; its checkpoint in ``run_dir`` continues after round ``round``
-    (``round`` None: a grid of runs stopped, each cell at its own checkpoint). ``latest``: ``round`` is the last
-    round the run trained (checkpointed as it stopped), so the clients' states now are that round's; False where it
-    continues from an earlier checkpoint (a second signal, a round lost to the stop), whose states the clients kept
-    then and must not be overwritten with later ones."""
+    (``round`` None: a grid of runs stopped, each cell at its own checkpoint)."""
 
-    def __init__(self, run_dir: Path, round_: int | None, reason: str = "a stop request", latest: bool = False) -> None:
-        self.run_dir, self.round, self.reason, self.latest = Path(run_dir), round_, reason, latest
+    def __init__(self, run_dir: Path, round_: int | None, reason: str = "a stop request") -> None:
+        self.run_dir, self.round, self.reason = Path(run_dir), round_, reason
         where = f"continues after round {round_}" if round_ is not None else "holds the checkpoint of every cell"
         super().__init__(f"interrupted by {reason}; {run_dir} {where}")
 
-    def __reduce__(self) -> tuple[type, tuple[Path, int | None, str, bool]]:  # crosses process pools intact
-        return type(self), (self.run_dir, self.round, self.reason, self.latest)
+    def __reduce__(self) -> tuple[type, tuple[Path, int | None, str]]:  # crosses process pools intact
+        return type(self), (self.run_dir, self.round, self.reason)
 
     def how_to_continue(self, command: str) -> str:
         """One line for the user: what stopped, and the command that continues."""
