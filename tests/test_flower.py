@@ -290,6 +290,25 @@ def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_p
     assert not (run_dir / "metrics.jsonl").exists()
 
 
+def test_the_deployed_server_app_on_a_finished_run_says_so_and_changes_nothing(tmp_path: Path, capsys) -> None:
+    """The same `flwr run` again after a manual deployment finished said "resuming after round 5" and "rounds
+    6-5"; it says the run is finished, as `fedaccel run --resume` does, and touches nothing."""
+    from types import SimpleNamespace
+
+    from fedaccel.flower.apps import main as server_main
+    from fedaccel.flower.security import RUN_TOKEN, SECRETS, read_secret, write_secrets
+
+    run_dir = run(load_config(None, ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=2",
+                                     "run.progress=false"]), tmp_path / "run")
+    write_secrets(run_dir / "flower", run_dir)
+    before = {f: f.read_bytes() for f in run_dir.rglob("*") if f.is_file()}
+    capsys.readouterr()
+    own = {"run-dir": str(run_dir), "run-token": read_secret(run_dir / "flower" / SECRETS / RUN_TOKEN)}
+    server_main(None, SimpleNamespace(run_config=own))  # type: ignore[arg-type]  # no grid: nothing to serve
+    assert f"{run_dir} is already finished (round 2 of 2): nothing to resume" in capsys.readouterr().err
+    assert {f: f.read_bytes() for f in run_dir.rglob("*") if f.is_file()} == before
+
+
 # SCAFFOLD deployed (its client controls on the nodes) gives the in-process numbers in the kill -9
 # and Ctrl-C test below, every round, through a --resume too; BHerd in the TLS test (a deployment less)
 DEPLOYED = {  # with a server optimiser: its state on the server, its numbers the in-process ones

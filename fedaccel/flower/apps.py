@@ -21,6 +21,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower.client import app as client_app
 from fedaccel.flower.security import check_run_token
 from fedaccel.flower.server import RoundLines, log, serve
+from fedaccel.launch import said_finished
 from fedaccel.runs.config import from_dict, read_yaml
 from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.stopping import Interrupted
@@ -41,8 +42,10 @@ def main(grid: Grid, context: Context) -> None:
         check_run_token(run_dir, context.run_config.get("run-token"))  # before the folder is touched
         timeout = float(context.run_config.get("connect-timeout", 0)) or None  # type: ignore[arg-type]
         with lock_run_dir(run_dir):  # this process writes the run folder: one writer, on every runtime
-            serve(grid, from_dict(read_yaml(run_dir / "config.yaml")), run_dir, progress=RoundLines,
-                  connect_timeout=timeout)
+            config = from_dict(read_yaml(run_dir / "config.yaml"))
+            if said_finished(run_dir, config):  # the same `flwr run` again: it said "resuming ... rounds 6-5"
+                return
+            serve(grid, config, run_dir, progress=RoundLines, connect_timeout=timeout)
     except Interrupted as stopped:
         log(f"interrupted at round {stopped.round}; the same `flwr run` (run-dir '{run_dir}') continues")
     except UserError as exc:
