@@ -476,3 +476,27 @@ def test_ctrl_z_stops_the_workers_with_the_experiment_and_the_stop_is_not_its_ti
     # the 10.5 s stopped are not counted: the grid's time is the wall's less its start-up and its table (~4 s
     # here; counted, the stop would leave the time spent above wall - 8 s wherever those take under 8 s)
     assert spent and spent[-1] <= wall - 8, (spent, wall, err[-1000:])
+
+
+def test_a_stop_once_every_cell_of_a_parallel_grid_finished_stops_nothing(tmp_path: Path) -> None:
+    """Ctrl-C after every cell of an `experiment -j 2` had finished said "continues every unfinished cell" and
+    exited 130, with no cell left to continue: the grid ends as finished now."""
+    import io
+
+    from fedaccel.grids.cell import Failures
+    from fedaccel.grids.pool import run_cells_in_parallel
+    from fedaccel.grids.progress import GridProgress
+    from fedaccel.runs.stopping import STOP, clear_stop
+
+    todo = []
+    for k, seed in enumerate((1, 2), start=1):
+        config = load_config(None, ["data.dataset=digits", "model=softmax", "data.clients=2", "train.rounds=1",
+                                    f"run.seed={seed}", "run.progress=false"])
+        todo.append((k, f"seed={seed}", config, run(config, tmp_path / f"seed={seed}")))
+    report = GridProgress(len(todo), bars=False, stream=io.StringIO())
+    STOP.set()  # the stop comes once both have finished
+    try:
+        run_cells_in_parallel(todo, 2, report, Failures(report, False))
+    finally:
+        clear_stop()
+        report.close()

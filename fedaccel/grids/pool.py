@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fedaccel.grids.cell import CellFailed, Failures, cell_failure, init_worker, verb
+from fedaccel.grids.cell import CellFailed, Failures, cell_failure, every_cell_finished, init_worker, verb
 from fedaccel.grids.suspend import suspending
 from fedaccel.runs.config import Config
 
@@ -95,7 +95,8 @@ def run_cells_in_parallel(todo: list[Cell], workers: int, report: GridProgress, 
     if stopping:
         reason = signal_name()
         clear_stop()
-        raise Interrupted(todo[0][3].parent, None, reason)
+        if not every_cell_finished(todo):
+            raise Interrupted(todo[0][3].parent, None, reason)
 
 
 def named(cells: list[Cell]) -> list[tuple[int, str]]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedaccel.errors import UserError
-from fedaccel.grids.cell import Failures
+from fedaccel.grids.cell import Failures, every_cell_finished
 from fedaccel.runs.config import Config, check_plugins, plugin_note
 
 if TYPE_CHECKING:
@@ -163,7 +163,8 @@ def run_cells_on_ray(
                 ray.shutdown()  # the workers' late echoes of the signal would print after our last line
             reason = signal_name()
             clear_stop()
-            raise Interrupted(todo[0][3].parent, None, reason)
+            if not every_cell_finished(todo):
+                raise Interrupted(todo[0][3].parent, None, reason)
     return ended
 
 
