@@ -83,3 +83,20 @@ def test_a_grid_may_grow_but_never_lose_a_cell(grid: dict, data: st.DataObject) 
     assert grid_difference(old, {**old, "grid": {k: v for k, v in grid.items() if k != key}}) is not None
     assert grid_difference(old, {**old, "base": {"train": {"rounds": 4}}}) == \
         "base 'train.rounds': 3 in the folder's grid, 4 in this one"
+
+
+def test_a_second_experiment_on_a_grid_folder_being_run_is_one_line_and_runs_nothing(tmp_path: Path) -> None:
+    """Two `fedaccel experiment` commands on one grid folder at once: the second said "cell failed" for each cell
+    the first was writing (no error.txt), though nothing had failed. It is refused in one line now."""
+    import os
+
+    from fedaccel.runs.lock import lock_run_dir
+
+    grid = load_experiment(_file(tmp_path, "first", {"algorithm": ["fedavg"], "run.seed": [0, 1]}))
+    with lock_run_dir(tmp_path / "out"):  # as the first experiment holds it
+        with pytest.raises(UserError) as caught:
+            run_experiment(grid, progress=False)
+    assert str(caught.value) == (f"{tmp_path / 'out'} is being written by process {os.getpid()}; wait for it to end "
+                                 "(or stop it), then run again")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+    run_experiment(grid, progress=False)  # once it is free

@@ -478,6 +478,16 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     rows a step; every run's data in memory at once).
     ``report`` shows where the grid is (default: a `fedaccel.grids.progress.GridProgress` over this grid).
     """
+    from fedaccel.runs.lock import lock_run_dir
+
+    check_grid_folder(experiment)  # before anything is written, and before any cell runs
+    with lock_run_dir(experiment.out_dir):  # one experiment at a time in a grid folder (a second one is one line)
+        return _run_cells(experiment, progress, workers, stack_seeds, stack_arms, ray, report, fail_fast)
+
+
+def _run_cells(experiment: Experiment, progress: bool | None, workers: int, stack_seeds: bool, stack_arms: bool,
+               ray: RayOptions | None, report: GridProgress | None, fail_fast: bool) -> ExperimentResult:
+    """:func:`run_experiment`'s work, its grid folder locked."""
     from fedaccel.grids.progress import GridProgress, rounds_left
     from fedaccel.grids.suspend import suspending
     from fedaccel.report.completeness import gaps_line, grid_gaps
@@ -487,8 +497,6 @@ def run_experiment(experiment: Experiment, *, progress: bool | None = None, work
     from fedaccel.report.tables import compare_table
     from fedaccel.runs.stopping import stop_requests
 
-    check_grid_folder(experiment)  # before anything is written, and before any cell runs
-    experiment.out_dir.mkdir(parents=True, exist_ok=True)
     copy = experiment.out_dir / COPY
     written = experiment.copy_bytes()
     if written is not None and not (experiment.copy is None and copy.exists() and copy.samefile(experiment.source)):
