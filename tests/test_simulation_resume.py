@@ -191,3 +191,23 @@ def test_a_client_keeps_the_states_every_checkpoint_a_run_can_resume_from_needs(
                 assert last == 0 or (folder / f"round-{last}.pt").is_file(), (resumed_at, last)
             kept = sorted(int(f.name[6:-3]) for f in folder.iterdir())
             assert len(kept) <= 2 * every + 1 and round_ in kept
+
+
+def test_two_deployed_runs_of_one_config_keep_their_clients_states_apart(tmp_path: Path) -> None:
+    """A node's ``state-dir`` held one folder per config: a second run of the same config (into another run folder)
+    wrote over the first's states, and its fresh start now deletes kept states. The server names its run folder
+    (hashed) in the hello, and each run has its own folder."""
+    from types import SimpleNamespace
+
+    from fedaccel.flower import client
+    from fedaccel.flower.server import run_name
+
+    def folder(run: str) -> Path | None:
+        context = SimpleNamespace(node_config={"state-dir": str(tmp_path)},
+                                  state={"fedaccel": {"config": "name: same\n", "client": 0, "run": run}})
+        return client._state_folder(context, "name: same\n")  # type: ignore[arg-type]
+
+    first, second = run_name(tmp_path / "first"), run_name(tmp_path / "second")
+    assert len({folder(first), folder(second), folder("")}) == 3
+    assert folder(first) == folder(run_name(tmp_path / "x" / ".." / "first"))  # a resume names the same folder
+    assert str(tmp_path) not in first

@@ -90,7 +90,8 @@ def hello(message: Message, context: Context) -> Message:
     known = context.state.get("fedaccel")
     restored, why = False, ""
     if known is None or known["config"] != config_text:  # a new Flower run: the states of round start_round
-        record: dict[str, Any] = {"config": config_text, "client": client}
+        record: dict[str, Any] = {"config": config_text, "client": client,
+                                  "run": str(message.content["config"].get("run", ""))[:64]}
         if folder := simulation_folder(message.content["config"].get("state-dir")):
             record["state-dir"] = folder
         context.state["fedaccel"] = ConfigRecord(record)
@@ -142,12 +143,14 @@ def simulation_folder(given: Any) -> str | None:
 
 
 def _state_folder(context: Context, config_text: str) -> Path | None:
-    """Where this node keeps its part states at checkpoint rounds: node config ``state-dir`` (a folder per config),
-    else in a simulation the run folder's ``client-states``, a folder per client (:func:`hello`)."""
+    """Where this node keeps its part states: node config ``state-dir`` (a folder per run: its config and the
+    server's name for its run folder, so that two runs of one config keep apart), else in a simulation the run
+    folder's ``client-states``, a folder per client (:func:`hello`)."""
     folder = context.node_config.get("state-dir")
-    if folder:
-        return Path(str(folder)) / config_key(config_text)[:16]
     known = context.state.get("fedaccel")
+    if folder:
+        run = str(known.get("run", "")) if known is not None else ""
+        return Path(str(folder)) / config_key(config_text + (f"\nrun: {run}" if run else ""))[:16]
     given = known.get("state-dir") if known is not None else None
     return Path(str(given)) / f"client-{int(known['client'])}" if given else None  # type: ignore[index]
 

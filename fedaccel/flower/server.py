@@ -14,6 +14,7 @@ values) is ``rejected`` with its reason, logged and never used.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import threading
@@ -410,13 +411,14 @@ def wait_for_nodes(grid: Grid, n_clients: int, timeout: float, *, quiet: float =
 
 
 def hello(grid: Grid, config_text: str, nodes: list[int], start_round: int = 0, state_dir: Path | None = None,
-          trained_at: list[int] | None = None) -> Pushed:
+          trained_at: list[int] | None = None, run: str = "") -> Pushed:
     """Send every node the config (each builds the run's setup on it); :func:`connect` collects
     the answers. ``start_round`` > 0 (a resumed run): nodes restore their part states of that
     round if they kept them (node config ``state-dir``; in a simulation, ``state_dir``, which only a simulation's
     nodes take: :func:`fedaccel.flower.client.in_simulation`): each client's of the round it last trained in by
-    then, ``trained_at`` (from the checkpoint)."""
-    said: dict[str, Any] = {"yaml": config_text, "round": start_round}
+    then, ``trained_at`` (from the checkpoint). ``run``: the run's name for the nodes' state folders (two runs of
+    one config keep their states apart)."""
+    said: dict[str, Any] = {"yaml": config_text, "round": start_round, "run": run}
     if state_dir is not None:
         said["state-dir"] = str(state_dir)
     if start_round and trained_at is not None:
@@ -519,7 +521,7 @@ def serve(
         if saved is not None and trained_at is None:  # a checkpoint of an earlier fedaccel: the states it kept then
             trained_at = [start_round] * config.data.clients
         sent = hello(grid, dump_yaml(config.to_dict(), sort_keys=True) + plugin_note(config), node_ids, start_round,
-                     kept.resolve() if kept is not None else None, trained_at)
+                     kept.resolve() if kept is not None else None, trained_at, run_name(path))
         setup = build_setup(config)
         state, wall, parts = restore_state(setup, path, saved)
         if (path / CHECKPOINT).is_file():
@@ -532,6 +534,11 @@ def serve(
         IN_ROUNDS.clear()
         done.set()
     return path
+
+
+def run_name(path: Path) -> str:
+    """The run's name for its nodes: its folder's path, hashed (a node learns nothing of the server's folders)."""
+    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
 
 
 def check_client_states(folder: Path) -> None:
