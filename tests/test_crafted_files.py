@@ -743,3 +743,22 @@ def test_a_checkpoints_rounds_of_the_clients_states_are_taken_only_if_they_could
         else:
             with pytest.raises(UserError, match="no checkpoint in .* loads"):
                 load_checkpoint(folder)
+
+
+def test_a_checkpoint_whose_config_was_taken_out_is_damaged_not_an_old_one(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """A checkpoint without its config was taken for one of a fedaccel before configs were recorded, and checked by
+    shape only: an edited lr ran. One that records where its rounds ran (parts, which came after configs) and no
+    config is damaged: skipped, named."""
+    import torch
+
+    from fedaccel.engine.round import FLState
+
+    state = FLState(round=2, w=torch.zeros(2), server=(), clients=[()])
+    save_checkpoint(tmp_path / CHECKPOINT, state, 0.0, parts=[{"from_round": 0, "device": "cpu",
+                                                              "runtime": "in-process"}])
+    with pytest.raises(UserError, match="no checkpoint in .* loads"):
+        load_checkpoint(tmp_path)
+    assert "its config is missing" in capsys.readouterr().err
+    save_checkpoint(tmp_path / CHECKPOINT, state, 0.0)  # as before configs were kept: taken
+    assert load_checkpoint(tmp_path)["config"] is None

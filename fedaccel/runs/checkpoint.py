@@ -222,6 +222,8 @@ def checkpoint_from_plain(saved: Any) -> dict[str, Any]:
     parts = saved.get("parts", [])  # absent in checkpoints of fedaccel before parts were recorded
     if not _parts_fit(parts, state.round):
         raise ValueError("not a fedaccel checkpoint")
+    if "parts" in saved and not isinstance(config, dict):  # parts came after configs: its config was taken out
+        raise ValueError("not a fedaccel checkpoint (its config is missing)")
     trained_at = saved.get("trained_at")  # a Flower run's; absent in-process and before it was recorded
     if trained_at is not None and not (isinstance(trained_at, list) and len(trained_at) == len(state.clients) and all(
             type(r) is int and 0 <= r <= state.round for r in trained_at)):
