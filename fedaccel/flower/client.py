@@ -209,8 +209,8 @@ def keep_states(context: Context, round_: int, states: tuple[Any, ...], algorith
     except (OSError, UserError) as exc:
         if context.node_config.get("state-dir"):
             raise  # a deployment's own folder: the node's operator is told by the failed round
-        print(f"fedaccel client: the states of round {round_} were not kept ({exc}): a resume from that round "
-              "starts this client afresh", file=sys.stderr, flush=True)
+        print(f"fedaccel client: the states of round {round_} were not kept ({exc}): a resume from a checkpoint "
+              "before this client next trains starts it afresh, and says so", file=sys.stderr, flush=True)
         return
     floor = max(0, (round_ - 1) // every * every - every)  # a resume starts at this round or later
     older = [file for kept, file in _kept_rounds(folder) if kept <= floor]
