@@ -767,3 +767,18 @@ def test_a_drawn_band_stays_within_what_the_metric_can_be(tmp_path):
         assert y.min() >= low and y.max() <= high
         assert y.min() == pytest.approx(low) or y.max() == pytest.approx(high)  # cut there, not left out
         assert ax.get_ylim()[0] >= low - 0.06 * (ax.get_ylim()[1] - low)  # the range is the cut band's, padded
+
+
+def test_a_group_of_the_baseline_method_measured_against_itself_is_called_a_baseline(tmp_path):
+    """Two FedAvg groups (another setting) and one method: each FedAvg group is measured against itself (1.00×), and
+    one was printed without "(baseline)", reading as a method 1.00× as fast as FedAvg. A row that shares no seed
+    with its baseline gets "—", and the note says why."""
+    write_run(tmp_path / "b", make_config("fast", seed=1, mu=0.1), FAST[1])
+    write_run(tmp_path / "f", make_config(seed=2), FEDAVG[0])
+    write_run(tmp_path / "g", {**make_config(seed=0), "train": {"lr": 0.1}}, FEDAVG[1])
+    table = compare_table(load_runs([tmp_path / "b", tmp_path / "f", tmp_path / "g"]), targets=[0.5])
+    rows = _rows(table)
+    assert sorted(rows) == ["fast mu=0.1", "fedavg (train.lr=0.05) (baseline)", "fedavg (train.lr=0.1) (baseline)"]
+    assert rows["fast mu=0.1"][-1] == "—"  # seed 1 against seeds 2 and 0
+    assert rows["fedavg (train.lr=0.1) (baseline)"][-1] == "1.00×"
+    assert "— where no seed of either got there, or the two share no seed" in table

@@ -197,7 +197,7 @@ def speed_up(rounds: SeedRounds, base: SeedRounds) -> str:
     over the row's, on the seeds both have), marked ``≈`` when the paired seeds cannot tell the two apart
     (the exact sign-flip test of the per-seed differences, p > 0.05, or fewer than two pairs). A side whose seeds
     all never got there counts them at their last round, as a side with some such seeds does: a bound; ``—`` where
-    neither side has a seed that got there (two budgets, no speed-up)."""
+    neither side has a seed that got there (two budgets, no speed-up), or the two share no seed."""
     if not (rounds.by_seed and base.by_seed) or not (rounds.reached or base.reached):
         return "—"
     seeds = [s for s in rounds.by_seed if s in base.by_seed]
@@ -288,7 +288,7 @@ def compare_table(
                 final_cell += f" ± {_fmt_num(float(finals.std()))}"
         else:
             best_cell = final_cell = "—"
-        is_baseline = any(b == i for j, b in enumerate(base_of) if j != i) or len(groups) == 1
+        is_baseline = i in base_of  # another's baseline, or its own (a group of the baseline method: 1.00x)
         shown = label + (" (baseline)" if is_baseline else "") + incomplete_note(group)
         row = [_md_cell(shown), str(len(group)), best_cell, final_cell]
         row += [privacy[i] or "no DP"] * any(privacy) + [samples[i] or "no DP-SGD"] * any(samples)
@@ -322,6 +322,6 @@ ROUNDS_NOTE = ("Rounds to a target: each seed's interpolated crossing of the tar
                "[0, the rounds budget]; never (n of n): no seed got there. "
                "Speed-up: the baseline's mean rounds over the row's, on the seeds both have; ≥ (≤) where seeds of the baseline "
                "(the row) never got there, their last round a bound; ? where both sides have such seeds; — where no seed of "
-               "either got there. Final: each seed's mean "
+               "either got there, or the two share no seed. Final: each seed's mean "
                "of its last 3 evaluations, mean ± std over seeds. "
                "≈: the paired seeds cannot tell the row from its baseline (exact sign-flip test, p > 0.05; always with fewer than two pairs).")
