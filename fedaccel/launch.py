@@ -11,6 +11,7 @@ and reaches the same numbers as an uninterrupted run.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from fedaccel.runs.config import (
     read_run_config,
     warn_if_fedavg_in_disguise,
 )
-from fedaccel.runs.folder import DIAGNOSTICS, METRICS, RUN_FILES, check_out_folder, new_run_dir, removed_on_failed_start
+from fedaccel.runs.folder import (CLIENT_STATES, DIAGNOSTICS, METRICS, RUN_FILES, check_out_folder, new_run_dir,
+                                  removed_on_failed_start)
 from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.rows import read_diagnostics_rows, read_json, read_rows
 from fedaccel.runs.loop import run_loop
@@ -53,11 +55,17 @@ def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | N
 
 
 def said_finished(path: Path, config: Config) -> bool:
-    """Whether the run in ``path`` (of ``config``) is finished, said in one line where it is: nothing to resume."""
+    """Whether the run in ``path`` (of ``config``) is finished, said in one line where it is: nothing to resume.
+    A simulation's client states that a kill as it ended left behind are removed (a finished run needs none)."""
     if not finished(path, config.train.rounds):
         return False
+    states = path / CLIENT_STATES
+    left = states.is_dir() and not states.is_symlink()
+    if left:
+        shutil.rmtree(states, ignore_errors=True)
+    changed = ("its clients' states, left by a stop as it ended, were removed" if left else "nothing was changed")
     print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "
-          f"nothing to resume, nothing was changed; {more_rounds(path, config.run.runtime)}", file=sys.stderr)
+          f"nothing to resume, {changed}; {more_rounds(path, config.run.runtime)}", file=sys.stderr)
     return True
 
 

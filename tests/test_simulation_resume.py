@@ -60,7 +60,8 @@ def test_a_resumed_scaffold_simulation_gives_the_uninterrupted_numbers(
     resume(simulated)
     capfd.readouterr()
     resume(crashed)  # SCAFFOLD's fresh c_i is None: the loss went unsaid, the client taken for restored
-    assert "client 1 kept no state of round 2: it starts from a fresh state" in capfd.readouterr().err
+    assert "client 1 (round 2) kept no state of the round it last trained in: it starts from a fresh state" in \
+        capfd.readouterr().err
     flower = rows(simulated)
     assert [r["round"] for r in flower] == [0, 1, 2, 3, 4]
     for a, b in zip(local, flower):
@@ -211,3 +212,20 @@ def test_two_deployed_runs_of_one_config_keep_their_clients_states_apart(tmp_pat
     assert len({folder(first), folder(second), folder("")}) == 3
     assert folder(first) == folder(run_name(tmp_path / "x" / ".." / "first"))  # a resume names the same folder
     assert str(tmp_path) not in first
+
+
+def test_a_finished_run_resumed_removes_client_states_a_kill_as_it_ended_left(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """SIGKILL between a simulation's summary and its removal of ``client-states`` left them for good: `--resume`
+    said "already finished ... nothing was changed" and kept them. It removes them now, and says so."""
+    from fedaccel.cli import main
+
+    done = run(load_config(None, [*SCAFFOLD, "train.rounds=1"]), tmp_path / "run")
+    (done / "client-states" / "client-0").mkdir(parents=True)
+    (done / "client-states" / "client-0" / "round-1.pt").write_bytes(b"x")
+    capsys.readouterr()
+    assert main(["run", "--resume", str(done)]) == 0
+    assert "nothing to resume, its clients' states, left by a stop as it ended, were removed" in capsys.readouterr().err
+    assert not (done / "client-states").exists()
+    main(["run", "--resume", str(done)])
+    assert "nothing to resume, nothing was changed" in capsys.readouterr().err

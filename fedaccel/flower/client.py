@@ -108,6 +108,8 @@ def hello(message: Message, context: Context) -> Message:
         pack(states, into=context.state, prefix=STATE)
         forget_states_after(context, start_round)  # a crashed run's later rounds: trained again from here
     said: dict[str, Any] = {"client": client, "pid": os.getpid(), "restored": restored}
+    if not restored:
+        said["round"] = state_round  # the round whose states it lacks
     if why:
         said["why"] = why[:300]
     reply = RecordDict({"hello": ConfigRecord(said)})
@@ -167,8 +169,7 @@ def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, 
     except (UnsafeFile, UserError):
         raise
     except Exception as exc:
-        raise UserError(f"{file} is damaged ({str(exc).strip()[:120] or type(exc).__name__}): delete it "
-                        "and resume the run from an earlier checkpoint") from None
+        raise UserError(f"{file} is damaged ({str(exc).strip()[:120] or type(exc).__name__})") from None
 
 
 def _kept_rounds(folder: Path) -> list[tuple[int, Path]]:

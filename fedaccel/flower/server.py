@@ -431,9 +431,11 @@ def connect(
 ) -> tuple[dict[int, int], frozenset[int]]:
     """The answers to :func:`hello` from ``nodes``: (client id -> node id for the run's
     ``n_clients`` clients, the clients whose node answered no hello: plain Flower ClientApps).
-    Nodes of a resumed run that kept no state of ``start_round`` start from fresh states, logged."""
+    Clients of a resumed run that kept no states of the round they last trained in start from fresh states, said
+    in one line (a line each where the node says why: a damaged file)."""
     mapping: dict[int, int] = {}
     foreign: list[int] = []
+    fresh: list[str] = []  # "client (round)" of those that kept no states and say no more
     for node, (reply, _) in zip(nodes, collect(sent, timeout)):
         if reply is None or (reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE):
             continue
@@ -444,12 +446,22 @@ def connect(
             continue
         client = int(reply.content["hello"]["client"])
         if start_round and not reply.content["hello"].get("restored", False):
-            why = str(reply.content["hello"].get("why", ""))[:300]
-            log(f"client {client} kept no state of round {start_round}: it starts from a fresh state"
-                + (f" ({why})" if why else ""))
+            why = one_line(str(reply.content["hello"].get("why", "")))
+            lacked = reply.content["hello"].get("round", start_round)
+            lacked = lacked if type(lacked) is int else start_round
+            if why:
+                log(f"client {client} kept no state of round {lacked}, the last it trained in: it starts from a "
+                    f"fresh state ({why})")
+            else:
+                fresh.append(f"{client} (round {lacked})")
         if client in mapping:
             raise UserError(f"two SuperNodes claim partition-id {client}")
         mapping[client] = node
+    if len(fresh) == 1:
+        log(f"client {fresh[0]} kept no state of the round it last trained in: it starts from a fresh state")
+    elif fresh:
+        log(f"clients {', '.join(fresh)} kept no state of the round they last trained in: they start from fresh "
+            "states")
     plain = set()
     for client, node in zip(sorted(set(range(n_clients)) - set(mapping)), sorted(foreign)):
         log(f"node {node} answers no fedaccel hello: it takes client id {client} (plain Flower protocol)")
