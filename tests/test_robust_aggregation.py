@@ -243,6 +243,9 @@ def test_a_rule_from_the_command_line() -> None:
         load_config(None, ["algorithm.name=scaffold", "algorithm.aggregate=median"])
 
 
+STRAGGLERS = ["train.local_epochs=3", "train.local_work={name: stragglers, fraction: 0.4}"]  # FedAvg drops 4 of 10
+
+
 @pytest.mark.parametrize(("sets", "words"), [
     (["algorithm.aggregate.name=krum", "algorithm.aggregate.f=9"], "krum (f 9) needs n > 2f + 2 updates a round, at least 21; at most 10"),
     (["algorithm.aggregate.name=multikrum", "algorithm.aggregate.f=20"], "multikrum (f 20) needs n > 2f + 2"),
@@ -251,11 +254,19 @@ def test_a_rule_from_the_command_line() -> None:
     (["algorithm.aggregate.name=krum", "algorithm.aggregate.f=1", "train.participation=[[0,1,2],[3,4]]"],
      "at least 5; at most 3"),
     (["algorithm.name=fedumf", "algorithm.fraction=0.3", "algorithm.aggregate.name=krum", "algorithm.aggregate.f=1"],
-     "at least 5; at most 3"),
+     "at least 5; at most 3 clients upload in a round here: lower f, or let more clients upload (data.clients, "
+     "algorithm.fraction)"),
+    (["algorithm.aggregate.name=bulyan", *STRAGGLERS], "at least 7; at most 6 clients upload in a round here: lower f, "
+     "or let more clients upload (data.clients, train.client_fraction, train.local_work's straggler fraction, or "
+     "train.partial_work: keep)"),
+    (["algorithm.aggregate.name=multikrum", "algorithm.aggregate.m=100"], "multikrum m 100 exceeds the 10 updates"),
+    (["algorithm.aggregate.name=multikrum", "algorithm.aggregate.m=7", *STRAGGLERS], "m 7 exceeds the 6 updates"),
 ])
 def test_a_rule_no_round_can_meet_is_refused_at_load_in_one_line(sets: list[str], words: str) -> None:
     """With 10 clients Krum f = 9 and Multi-Krum f = 20 took client 0's update every round and Bulyan f = 2 never
-    trained, all with exit 0: each rule's condition is checked against the most clients that upload in a round."""
+    trained, all with exit 0: each rule's condition is checked against the most clients that upload in a round,
+    stragglers whose updates FedAvg drops left out (Bulyan then never trained, a new user found); and Multi-Krum's
+    m above every round's updates (silently the plain mean)."""
     with pytest.raises(ConfigError) as caught:
         load_config(None, ["data.clients=10", *sets])
     assert words in str(caught.value) and "\n" not in str(caught.value)
@@ -266,6 +277,8 @@ def test_a_rule_no_round_can_meet_is_refused_at_load_in_one_line(sets: list[str]
     ["algorithm.aggregate.name=bulyan", "algorithm.aggregate.f=1", "train.sampling=bernoulli",
      "train.client_fraction=0.3"],  # some rounds can, so the run is allowed (Bulyan skips the others, warned)
     ["algorithm.aggregate.name=trimmed_mean", "algorithm.aggregate.beta=0.49"],  # beta < 0.5 always trims less than n
+    ["algorithm.aggregate.name=bulyan", *STRAGGLERS, "train.partial_work=keep"],  # stragglers' updates kept: 10
+    ["algorithm.aggregate.name=multikrum", "algorithm.aggregate.m=10"],
 ])
 def test_a_rule_some_round_can_meet_loads(sets: list[str]) -> None:
     assert load_config(None, ["data.clients=10", *sets]).algorithm["aggregate"]["name"] in sets[0]

@@ -314,20 +314,26 @@ def fewest_uploads(spec: object) -> tuple[str, str, int] | None:
     return str(name), words, next(n for n in range(1, 10_000) if holds(n, settings))
 
 
-def check_uploads(rule: str, options: dict, most: int) -> None:
+def check_uploads(rule: str, options: dict, most: int, knobs: str = "data.clients, train.client_fraction") -> None:
     """A one-line ConfigError when ``rule`` with ``options`` cannot meet its condition (:data:`CONDITIONS`)
-    in any round, the most updates a round uploads being ``most``: Krum with f = 9 of 10 clients would take
-    one fixed update every round, Bulyan with f = 2 of 10 would never change the model."""
+    in any round, the most updates a round uploads being ``most`` (bounded by the settings ``knobs``): Krum with
+    f = 9 of 10 clients would take one fixed update every round, Bulyan with f = 2 of 10 would never change the
+    model; and Multi-Krum whose m exceeds every round's updates (it would take them all: the plain mean)."""
+    settings = {**{k: p.default for k, p in inspect.signature(RULES[rule]).parameters.items()}, **options} \
+        if rule in RULES else dict(options)
+    if rule == "multikrum" and settings.get("m") is not None and settings["m"] > most:
+        raise ConfigError(f"algorithm.aggregate multikrum m {settings['m']} exceeds the {most} updates a round has "
+                          f"at most here: it would average all of them, the plain mean; lower m ({knobs} bound "
+                          "the updates)")
     if rule not in CONDITIONS:
         return
     words, holds, keys = CONDITIONS[rule]
-    settings = {**{k: p.default for k, p in inspect.signature(RULES[rule]).parameters.items()}, **options}
     if holds(most, settings):
         return
     least = next(n for n in range(most + 1, 4 * most + 8) if holds(n, settings))
     raise ConfigError(f"algorithm.aggregate {rule} ({', '.join(f'{k} {settings[k]}' for k in keys)}) needs {words} "
                       f"updates a round, at least {least}; at most {most} clients upload in a round here: lower "
-                      f"{' or '.join(keys)}, or let more clients upload (data.clients, train.client_fraction)")
+                      f"{' or '.join(keys)}, or let more clients upload ({knobs})")
 
 
 def with_robust_aggregate(algorithm: Algorithm, rule: str, params: dict, server_lr: float = 1.0) -> Algorithm:

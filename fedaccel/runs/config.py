@@ -616,19 +616,28 @@ def check_name(name: str, key: str) -> None:
                           f"{MAX_NAME_BYTES} here (file systems take 255, with the seed and the time after it)")
 
 
-def most_uploads(config: Config) -> int:
-    """The most clients that upload in one round: the longest entry of ``train.participation``, all clients
-    under Bernoulli sampling, else max(1, round(C N)) with C the recipe's ``fraction`` or
-    ``train.client_fraction`` (:func:`fedaccel.algorithms.sampling.sample_clients`)."""
+def most_uploads(config: Config) -> tuple[int, str]:
+    """The most clients that upload in one round, and the settings that bound it: the longest entry of
+    ``train.participation``, all clients under Bernoulli sampling, else max(1, round(C N)) with C the recipe's
+    ``fraction`` or ``train.client_fraction`` (:func:`fedaccel.algorithms.sampling.sample_clients`); of those,
+    stragglers whose updates are dropped do not upload (:func:`fedaccel.engine.work.draw_work`)."""
     from fedaccel.algorithms.registry import get_recipe
+    from fedaccel.engine.work import local_work
 
     n = 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients
     if config.train.participation:
-        return max(len(entry) for entry in config.train.participation)
-    if config.train.sampling == "bernoulli":
-        return n
-    fraction = config.algorithm.get("fraction", config.train.client_fraction)
-    return min(n, max(1, math.floor(fraction * n + 0.5 + 1e-9)))
+        most, knobs = max(len(entry) for entry in config.train.participation), "train.participation"
+    elif config.train.sampling == "bernoulli":
+        most, knobs = n, "data.clients"
+    else:
+        key = "algorithm.fraction" if "fraction" in config.algorithm else "train.client_fraction"
+        fraction = config.algorithm.get("fraction", config.train.client_fraction)
+        most, knobs = min(n, max(1, math.floor(fraction * n + 0.5 + 1e-9))), f"data.clients, {key}"
+    work = local_work(config.train.local_work, config.train.partial_work)
+    if work.name == "stragglers" and work.drops(config.algorithm["name"]):
+        most = math.floor(most * (1 - work.fraction) + 0.5 + 1e-9)
+        knobs += ", train.local_work's straggler fraction, or train.partial_work: keep"
+    return most, knobs
 
 
 def check_robust_rule(config: Config) -> None:
@@ -638,7 +647,7 @@ def check_robust_rule(config: Config) -> None:
 
     rule = config.algorithm.get("aggregate")
     if rule is not None:
-        check_uploads(*named_spec(rule, "aggregate", RULES), most_uploads(config))
+        check_uploads(*named_spec(rule, "aggregate", RULES), *most_uploads(config))
 
 
 def check_participation(config: Config, n_clients: int) -> list[list[int]] | None:
