@@ -188,14 +188,18 @@ def test_alpha_one_is_allowed_and_recipes_build() -> None:
 
 
 @pytest.mark.parametrize(("name", "plain"), [("fedumf", "FedAvg"), ("fedumf-feddc", "feddc"), ("fedumf-scaffold", "scaffold"),
-                                             ("fedumf-bherd", "bherd"), ("fedgsnr-fedumf", "fedgsnr")])
+                                             ("fedumf-bherd", "bherd"), ("fedgsnr-fedumf", "fedgsnr"),
+                                             ("fedumf weighting=uniform", "FedAvg with an unweighted mean"),
+                                             ("fedumf-feddc weighting=data", "feddc with a data-weighted mean")])
 def test_the_full_participation_note_names_the_method_fedumf_is_combined_with(
         name: str, plain: str, capsys: pytest.CaptureFixture) -> None:
     """At C = 1 FedUMF-X authorises every client every round: it is X, not FedAvg (a new user saw "fedumf-feddc ...
-    it is FedAvg"); below 1, no note."""
+    it is FedAvg"), with X's mean or the other one (FedUMF's unweighted mean was called FedAvg, which weights by
+    data); below 1, no note."""
     from fedaccel.runs.config import load_config, warn_if_fedavg_in_disguise
 
-    warn_if_fedavg_in_disguise(load_config(None, [f"algorithm={name}"]))
+    name, *options = name.split()
+    warn_if_fedavg_in_disguise(load_config(None, [f"algorithm={name}", *(f"algorithm.{o}" for o in options)]))
     assert f"note: {name} with C = 1 authorises every client every round: it is {plain};" in capsys.readouterr().err
     warn_if_fedavg_in_disguise(load_config(None, [f"algorithm={name}", "train.client_fraction=0.5"]))
     assert capsys.readouterr().err == ""

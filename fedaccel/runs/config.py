@@ -748,7 +748,11 @@ def warn_if_fedavg_in_disguise(config: Config) -> None:
     if "fedumf" not in name.split("-"):
         return  # a plugin's fraction: what C = 1 makes of it is its own
     if "fraction" in hyperparameters(name) and config.algorithm.get("fraction", config.train.client_fraction) == 1:
-        plain = name.replace("-fedumf", "").removeprefix("fedumf-") if name != "fedumf" else "FedAvg"
+        base = name.replace("-fedumf", "").removeprefix("fedumf-") if name != "fedumf" else "fedavg"
+        plain = "FedAvg" if base == "fedavg" else base
+        weighting = config.algorithm.get("weighting", hyperparameters(name).get("weighting"))
+        if weighting is not None and weighting != hyperparameters(base).get("weighting", "data"):
+            plain += f" with {'an unweighted' if weighting == 'uniform' else 'a data-weighted'} mean"
         print(f"note: {name} with C = 1 authorises every client every round: it is {plain}; "
               "set train.client_fraction below 1 for partial participation", file=sys.stderr)
 
