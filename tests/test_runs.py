@@ -567,6 +567,23 @@ def test_attack_config_is_validated() -> None:
             load_config(None, [*SMALL, f"attacks={bad}"])
 
 
+@settings(max_examples=80, deadline=None)
+@given(kind=st.sampled_from(["label-flip", "noise"]), clients=st.lists(st.integers(0, 3), min_size=1, max_size=4),
+       from_round=st.integers(0, 6), shift=st.none() | st.integers(1, 3), rounds=st.integers(1, 5))
+def test_an_attack_that_attacks_nothing_or_names_something_twice_is_refused(
+        kind: str, clients: list[int], from_round: int, shift: int | None, rounds: int) -> None:
+    """``from_round: 50`` with 2 rounds, a noise attack's ``shift`` and a client named twice were all taken silently;
+    ``from_round`` counts the rounds trained clean before the attack, so it must be below ``train.rounds``."""
+    attack = {"kind": kind, "clients": clients, "from_round": from_round, **({"shift": shift} if shift else {})}
+    sets = ["data.dataset=digits", "model=softmax", "data.clients=4", f"train.rounds={rounds}",
+            f"attacks=[{json.dumps(attack)}]"]
+    if len(set(clients)) == len(clients) and not (kind == "noise" and shift) and from_round < rounds:
+        load_config(None, sets)
+    else:
+        with pytest.raises(ConfigError):
+            load_config(None, sets)
+
+
 def test_experiment_refuses_a_cell_folder_of_a_different_config(tmp_path: Path) -> None:
     path = tmp_path / "exp.yaml"
     spec = {"name": "t", "out_dir": str(tmp_path / "out"), "grid": {"run.seed": [0]},

@@ -139,7 +139,8 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     # malicious clients, e.g. [{kind: label-flip, clients: [0, 3], from_round: 10, shift: 1}]
-    # (kind: label-flip | noise; labels l -> (l + shift) mod C, or inputs ~ U(-1, 1))
+    # (kind: label-flip | noise; labels l -> (l + shift) mod C, or inputs ~ U(-1, 1); from_round: the rounds
+    # trained clean before it, so the metrics' round from_round + 1 is the first attacked)
     attacks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -556,7 +557,7 @@ def validate(config: Config) -> None:
     check_eval_models(config.eval.models)
     check_mean_weighting(config.eval.mean_weighting)
     for attack in config.attacks:
-        validate_attack(attack, config.data.clients)
+        validate_attack(attack, config.data.clients, config.train.rounds)
     from fedaccel.algorithms.registry import get_recipe
 
     check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
@@ -670,7 +671,9 @@ def check_participation(config: Config, n_clients: int) -> list[list[int]] | Non
 ATTACK_KEYS = {"kind": str, "clients": list, "from_round": int, "shift": int}
 
 
-def validate_attack(attack: Any, n_clients: int) -> None:
+def validate_attack(attack: Any, n_clients: int, rounds: int | None = None) -> None:
+    """One attack of ``attacks``; ``from_round`` counts the rounds trained clean before it (0: from the first
+    round, the metrics' round 1), so one at ``train.rounds`` or later would attack no round."""
     if not isinstance(attack, dict) or "kind" not in attack or "clients" not in attack:
         raise ConfigError(f"each attack needs 'kind' and 'clients', got {shown(attack)}")
     for key, value in attack.items():
@@ -683,8 +686,15 @@ def validate_attack(attack: Any, n_clients: int) -> None:
     bad = [c for c in attack["clients"] if not isinstance(c, int) or not 0 <= c < n_clients]
     if bad:
         raise ConfigError(f"attack clients must be client ids in [0, {n_clients}), got {shown(bad[0])}")
+    if len(set(attack["clients"])) < len(attack["clients"]):
+        raise ConfigError(f"attack clients name a client twice: {shown(attack['clients'])}")
+    if attack["kind"] == "noise" and "shift" in attack:
+        raise ConfigError("attack shift is a label-flip's (labels l -> (l + shift) mod C); a noise attack has none")
     if attack.get("from_round", 0) < 0:
         raise ConfigError("attack from_round must be >= 0")
+    if rounds is not None and attack.get("from_round", 0) >= rounds:
+        raise ConfigError(f"attack from_round {attack['from_round']} attacks no round: it counts the rounds trained "
+                          f"clean before the attack (0: from the first), and train.rounds is {rounds}")
 
 
 #: The ``algorithm:`` key ``fedaccel.train`` records for a method given as a Python object: its fingerprint
