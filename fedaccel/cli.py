@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return reader_gone()
     except Interrupted as exc:
+        if args.command in ("experiment", "reproduce") and exc.round is not None:  # a cell's stop (a stacked group's
+            exc = Interrupted(exc.run_dir, None, exc.reason)  # seeds, say): the command continues every one of them
         print(exc.how_to_continue(continue_command(args, argv, exc.run_dir)), file=sys.stderr)
         return 130
     except UserError as exc:

@@ -500,3 +500,26 @@ def test_a_stop_once_every_cell_of_a_parallel_grid_finished_stops_nothing(tmp_pa
     finally:
         clear_stop()
         report.close()
+
+
+def test_a_stacked_groups_stop_says_the_command_continues_every_cell(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Ctrl-C under --stack-seeds named one cell ("continues (run.seed=0 after round 1431)") though every seed of
+    the group stopped there and other cells had not started; the command continues every one of them."""
+    from fedaccel.cli import main
+    from fedaccel.grids import experiment as experiment_module
+    from fedaccel.runs.stopping import Interrupted
+
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "out_dir": str(tmp_path / "out"), "grid": {"run.seed": [0, 1]},
+                                    "base": {"data": {"dataset": "digits", "clients": 2}, "model": "softmax",
+                                             "train": {"rounds": 2}, "run": {"progress": False}}}))
+
+    def stopped(group, report, progress):  # type: ignore[no-untyped-def]
+        raise Interrupted(group[0][3], 1, "SIGINT")
+
+    monkeypatch.setattr(experiment_module, "_run_seed_group", stopped)
+    assert main(["experiment", str(path), "--stack-seeds", "--no-progress"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"interrupted by SIGINT; `fedaccel experiment {path} --stack-seeds --no-progress` continues every unfinished "
+        "cell from its checkpoint")
