@@ -397,7 +397,7 @@ def _resume_device(args: argparse.Namespace) -> str | None:
     if args.config or any(key.strip() != "run.device" for key, _, _ in keys):
         more = ""
         if any(key.strip() == "train.rounds" for key, _, _ in keys):
-            from fedaccel.launch import more_rounds
+            from fedaccel.runs.finished import more_rounds
 
             more = "; " + more_rounds(args.resume)
         raise UserError("--resume takes the run folder only (and --set run.device=...); "
@@ -415,7 +415,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if args.config or args.set or args.out:
             raise UserError("--resume takes the run folder only; its config.yaml is used as it is")
         from fedaccel.disk import refuse_planted_links
-        from fedaccel.launch import said_finished
+        from fedaccel.runs.finished import said_finished
         from fedaccel.runs.folder import RUN_FILES
 
         out = Path(args.resume)

@@ -165,7 +165,7 @@ def test_deploy_resume_of_a_finished_or_undeployed_run_answers_at_once(tmp_path:
 
 
 def test_the_command_for_more_rounds_deploys_a_deployed_run_and_quotes_its_path() -> None:
-    from fedaccel.launch import more_rounds
+    from fedaccel.runs.finished import more_rounds
 
     assert more_rounds(Path("my runs/x"), "flower-deployment").endswith(
         "`fedaccel deploy 'my runs/x/config.yaml' --set train.rounds=N` (with `--prepare --tls DIR` where its "

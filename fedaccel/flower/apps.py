@@ -21,7 +21,7 @@ from fedaccel.errors import UserError
 from fedaccel.flower.client import app as client_app
 from fedaccel.flower.security import check_run_token
 from fedaccel.flower.server import RoundLines, log, serve
-from fedaccel.launch import said_finished
+from fedaccel.runs.finished import said_finished
 from fedaccel.runs.config import from_dict, read_yaml
 from fedaccel.runs.lock import lock_run_dir
 from fedaccel.runs.stopping import Interrupted

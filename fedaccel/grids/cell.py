@@ -167,6 +167,6 @@ def init_worker(parent: int) -> None:
 
 def every_cell_finished(todo: list[tuple[int, str, Config, Path]]) -> bool:
     """Whether every cell of ``todo`` finished its rounds: a stop that came after the last one ended stops nothing."""
-    from fedaccel.launch import finished
+    from fedaccel.runs.finished import finished
 
     return all(finished(run_dir, config.train.rounds) for _, _, config, run_dir in todo)
