@@ -89,7 +89,7 @@ _parts = st.sampled_from([_ordered, _anything, _values]).flatmap(lambda kind: ki
 def test_any_parts_in_a_checkpoint_from_someone_else_are_refused_or_fit(parts: Any, at_round: int) -> None:
     """Parts from a folder someone handed over: refused as "not a fedaccel checkpoint" (one line on resume),
     or in order, none after the checkpoint's round, with short names, and continued as parts are."""
-    saved = {"format": FORMAT, "wall_s": 1.0, "parts": parts,
+    saved = {"format": FORMAT, "wall_s": 1.0, "parts": parts, "config": {},
              "state": {"round": at_round, "w": torch.zeros(3), "server": {"$tuple": []},
                        "clients": [], "totals": {}}}
     try:
