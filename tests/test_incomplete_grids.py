@@ -236,3 +236,19 @@ def test_the_incomplete_cells_line_cuts_a_long_cell_name_never_its_detail(cells:
         assert f"({gap.detail})" in line
         shown = gap.cell if len(gap.cell) <= 60 else gap.cell[:57] + "..."
         assert f"{shown} ({gap.detail})" in line
+
+
+def test_incomplete_cells_are_named_in_the_grids_order(tmp_path: Path) -> None:
+    """`judge --partial` listed the cells it left out in the order their folders were read (bherd seed=1, bherd
+    seed=2, bherd seed=0, fedavg seed=2); the grid's order now, missing and unfinished cells alike."""
+    from test_results import make_config, write_run
+
+    from fedaccel.report.completeness import grid_gaps
+    from fedaccel.report.reading import load_runs
+
+    names = ["seed=0", "seed=1", "seed=2", "seed=3"]
+    for name in ("seed=3", "seed=1"):  # unfinished, read in this order
+        write_run(tmp_path / name, make_config(seed=int(name[-1])), [0.1, 0.2], finished=False)
+    runs = load_runs([tmp_path / "seed=3", tmp_path / "seed=1"])
+    gaps, total = grid_gaps(tmp_path, [(name, None) for name in names], runs)
+    assert [gap.cell for gap in gaps] == names and total == 4

@@ -100,3 +100,13 @@ def test_a_second_experiment_on_a_grid_folder_being_run_is_one_line_and_runs_not
                                  "(or stop it), then run again")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
     run_experiment(grid, progress=False)  # once it is free
+
+
+def test_a_typo_in_a_grid_key_names_the_file(tmp_path: Path) -> None:
+    """``run.sed:`` in a grid said "unknown config key 'run.sed'" without the file, unlike the file's other errors."""
+    from fedaccel.errors import ConfigError
+
+    path = _file(tmp_path, "typo", {"run.sed": [0, 1]})
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(path)
+    assert str(caught.value).startswith(f"{path}: unknown config key 'run.sed'")

@@ -51,3 +51,18 @@ def test_experiment_says_it_before_the_first_cell(tmp_path: Path, capsys: pytest
     err = capsys.readouterr().err.splitlines()
     first_cell = next(i for i, line in enumerate(err) if line.startswith("[few 1/6]"))
     assert any(line.startswith("note: the claims of few pair at most 3 seed(s)") for line in err[:first_cell])
+
+
+def test_a_grid_that_declares_its_looks_is_told_to_add_a_stage(tmp_path: Path) -> None:
+    """A file whose seeds were raised after a look (``looks:``) was still told to add seeds "before any verdict is
+    seen"; it is told to add them as a new stage under ``looks:``."""
+    spec = yaml.safe_load((ROOT / "experiments/judge_demo.yaml").read_text())
+    spec["grid"]["run.seed"] = [0, 1, 2]
+    if isinstance(spec.get("base"), str):  # a path relative to the file: from where the copy is
+        spec["base"] = str((ROOT / "experiments" / spec["base"]).resolve())
+    for looks in (None, [[0, 1, 2]]):
+        path = tmp_path / "few.yaml"
+        path.write_text(yaml.safe_dump({**spec, **({"looks": looks} if looks else {}), "out_dir": str(tmp_path)}))
+        note = seeds_note(load_experiment(path))
+        assert note.endswith("(add run.seed values as a new stage under looks: (docs/statistics/plans.md))" if looks
+                             else "(add run.seed values now, before any verdict is seen)"), note

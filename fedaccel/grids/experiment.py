@@ -141,7 +141,10 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise ConfigError("--set run.out_dir does not move an experiment: its cells' run folders are inside the "
                           "experiment's folder; give `fedaccel experiment FILE --out DIR` (or out_dir: in the file)")
     specs = grid_cells(path, grid, base, overridden)
-    cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
+    try:
+        cells = [(cell, from_dict(copy.deepcopy(spec))) for cell, spec in specs]
+    except ConfigError as exc:  # a typo in a grid key (run.sed): the file it is in
+        raise ConfigError(f"{path}: {exc}") from None
     targets = [float(t) for t in _listed(path, raw, "targets", (int, float), "accuracies such as [0.8, 0.85]")]
     if any(not 0.0 <= t <= 1.0 for t in targets):
         raise ConfigError(f"{path}: targets must be accuracies between 0 and 1, such as [0.8, 0.85], not "
@@ -593,10 +596,16 @@ def seeds_note(experiment: Experiment) -> str:
     n = len(seeds)
     if smallest_p(n) <= ALPHA:
         return ""
+    from fedaccel.report.judge import looks_from_file
+
     enough = next(k for k in range(n + 1, 64) if smallest_p(k) <= ALPHA)
+    source = experiment.source
+    looked = source is not None and source.is_file() and looks_from_file(source) is not None
+    advice = ("add run.seed values as a new stage under looks: (docs/statistics/plans.md)" if looked else
+              "add run.seed values now, before any verdict is seen")
     return (f"note: the claims of {experiment.name} pair at most {n} seed(s): with {n} pairs the exact two-sided "
             f"tests' smallest p is {smallest_p(n):.3g}, above {ALPHA:g}, so every verdict can only be inconclusive; "
-            f"{enough} judged seeds can decide one (add run.seed values now, before any verdict is seen)")
+            f"{enough} judged seeds can decide one ({advice})")
 
 
 def cell_palette(experiment: Experiment, runs: list[Any], ignore: tuple[str, ...] = ()) -> Palette:

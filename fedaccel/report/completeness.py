@@ -74,10 +74,13 @@ def run_gap(run: Run) -> Gap | None:
 def grid_gaps(folder: Path, cells: Sequence[tuple[str, Any]] | None, runs: Sequence[Run]) -> tuple[list[Gap], int]:
     """The gaps of a grid: its ``cells`` (names first; :func:`fedaccel.grids.gaps.copied_cells`) without a
     run in ``folder``, and the
-    ``runs`` that are unfinished or running; with the number of cells (or runs) looked at."""
+    ``runs`` that are unfinished or running, in the grid's order (else by name); with the number of cells (or runs)
+    looked at."""
     have = {run.path.name for run in runs if run.path.parent.resolve() == folder.resolve()}
+    order = {name: k for k, (name, _) in enumerate(cells or [])}
     missing = [Gap(name, "missing") for name, _ in cells or [] if name not in have]
-    return missing + [gap for gap in map(run_gap, runs) if gap is not None], len(runs) + len(missing)
+    gaps = missing + [gap for gap in map(run_gap, runs) if gap is not None]
+    return sorted(gaps, key=lambda gap: (order.get(gap.cell, len(order)), gap.cell)), len(runs) + len(missing)
 
 
 def gaps_line(gaps: Sequence[Gap], total: int) -> str:
