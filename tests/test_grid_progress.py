@@ -27,7 +27,8 @@ def test_plain_lines_name_the_experiment_the_cell_and_the_time_left(tmp_path: Pa
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "== experiment tiny: 2 cells =="
     assert re.fullmatch(r"\[tiny 1/2\] fedavg in run\.seed=0: running \(0/2 cells done, \d+ s\)", err[1]), err
-    assert re.fullmatch(r"\[tiny 1/2\] fedavg in run\.seed=0: done \(1/2 cells done, \d+ s, about \d+ s left\)", err[2]), err
+    # no time left yet: the first rounds the grid sees start its pace (the start-up before them is no round's)
+    assert re.fullmatch(r"\[tiny 1/2\] fedavg in run\.seed=0: done \(1/2 cells done, \d+ s\)", err[2]), err
     assert err[3].startswith("[tiny 2/2] fedavg in run.seed=1: running (1/2 cells done, ")
     assert err[4].startswith("[tiny 2/2] fedavg in run.seed=1: done (2/2 cells done, ") and err[4].endswith(", about 0 s left)")
 
@@ -54,7 +55,7 @@ def test_a_stacked_group_ends_together_and_promises_no_time_for_its_own_cells(tm
     assert len(done) == 6
     assert all("(3/6 cells done, " in line for line in done[:3]), done
     assert all("(6/6 cells done, " in line and line.endswith(", about 0 s left)") for line in done[3:]), done
-    assert len({re.search(r"about (.+) left", line)[1] for line in done[:3]}) == 1  # one estimate for the group
+    assert not any("left" in line for line in done[:3])  # one look for the group: the pace starts there
 
 
 def rows_to(folder: Path, first: int, last: int) -> Path:
@@ -78,15 +79,15 @@ def test_the_time_left_is_the_rounds_left_at_the_pace_of_the_rounds_run_here(tmp
     progress.start(1, "resumed", resumed, 500)
     assert "left" not in progress._tally()  # no round run here yet: no pace
     rows_to(resumed, 301, 400)
-    progress.began = time.perf_counter() - 60  # 100 rounds in a minute; 600 left
-    assert progress._tally().endswith("about 6.0 min left")
+    progress.began = time.perf_counter() - 60  # the first look at rounds run: the pace starts here, after 60 s
+    assert "left" not in progress._tally()  # (of start-up, as far as the pace can tell)
     rows_to(resumed, 401, 500)
     progress.end(1, "resumed")
     progress.start(2, "fresh", rows_to(fresh, 0, 0), 500)
-    progress.began = time.perf_counter() - 200  # 200 rounds (the resumed cell's) in 200 s; 500 left
-    assert progress._tally() == "1/2 cells done, 3.3 min, about 8.3 min left"
+    progress.began = time.perf_counter() - 160  # 100 rounds more in 100 s since; 500 left
+    assert progress._tally() == "1/2 cells done, 2.7 min, about 8.3 min left"
     rows_to(fresh, 1, 300)
-    assert progress._tally() == "1/2 cells done, 3.3 min, about 80 s left"  # 500 rounds in 200 s; 200 left
+    assert progress._tally() == "1/2 cells done, 2.7 min, about 50 s left"  # 400 rounds in 100 s; 200 left
 
 
 def test_a_cell_that_stopped_early_or_ran_between_two_looks_counts_the_rounds_it_ran(tmp_path: Path) -> None:
@@ -204,7 +205,7 @@ def test_reproduce_names_each_experiment_and_counts_cells_over_all_of_them(tmp_p
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("==", "["))]
     assert err[0] == "== experiment first (1/2): 1 cell =="
     assert err[1].startswith("[first 1/1] fedavg in run.seed=0: running (0/2 cells done, ")
-    assert err[2].startswith("[first 1/1] fedavg in run.seed=0: done (1/2 cells done, ") and "left)" in err[2]
+    assert err[2].startswith("[first 1/1] fedavg in run.seed=0: done (1/2 cells done, ")
     assert err[3] == "== experiment second (2/2): 1 cell =="
     assert err[4].startswith("[second 1/1] fedavg in run.seed=0: running (1/2 cells done, ")
 
@@ -314,8 +315,11 @@ def test_the_overall_bar_gives_the_rounds_paced_time_left_not_the_cells_paced(tm
     progress.rows_read_every_s = 0
     progress.experiment("g", 2)
     progress.start(1, "resumed", resumed, 500, follow=False)
-    rows_to(resumed, 401, 500)
-    progress.began = time.perf_counter() - 100  # 100 rounds in 100 s; 500 left: 500 s, where tqdm would say 100 s
+    rows_to(resumed, 401, 450)
+    progress.began = time.perf_counter() - 50  # the first rounds seen: the pace starts here
+    progress._show_left(now=True)
+    rows_to(resumed, 451, 500)
+    progress.began = time.perf_counter() - 100  # 50 rounds in 50 s since; 500 left: 500 s, where tqdm would say 100 s
     progress.end(1, "resumed")
     assert re.search(r"1/2 cells \[[0-9:]+, about 8\.3 min left\]", stream.getvalue()), stream.getvalue()
     progress.close()
@@ -333,9 +337,13 @@ def test_a_cell_run_here_moves_the_overall_bars_time_left_with_its_rounds(tmp_pa
     progress.start(1, "cell", cell, 100, follow=False)
     line = progress.cell_bar("cell")(100, 0, "cell")
     progress.began = time.perf_counter() - 10
-    rows_to(cell, 1, 10)  # 10 rounds in 10 s: 90 left
+    rows_to(cell, 1, 10)  # the first rounds seen: the pace starts here
     line.update(10)
-    assert progress._overall.postfix == "about 1.5 min left"
+    assert not progress._overall.postfix
+    progress.began, progress._left_shown = time.perf_counter() - 20, 0.0
+    rows_to(cell, 11, 20)  # 10 rounds in 10 s since: 80 left
+    line.update(10)
+    assert progress._overall.postfix == "about 80 s left"
     line.close()
     progress.close()
 
@@ -367,10 +375,13 @@ def test_time_stopped_by_ctrl_z_is_neither_time_spent_nor_pace(tmp_path: Path, m
     progress.rows_read_every_s = 0
     progress.experiment("g", 1)
     progress.start(1, "cell", cell, 600, follow=False)
-    rows_to(cell, 1, 100)
-    progress.began = time.perf_counter() - 3660  # begun 61 min ago, of which 60 stopped:
+    rows_to(cell, 1, 50)
+    progress.began = time.perf_counter() - 3630  # begun 60.5 min ago, of which 60 stopped:
     monkeypatch.setattr(suspend, "_suspended_s", 50.0 + 3600)
-    assert progress._tally() == "0/1 cells done, 60 s, about 5.0 min left"  # 100 rounds in the minute run; 500 left
+    assert progress._tally() == "0/1 cells done, 30 s"  # the first rounds seen: the pace starts here
+    rows_to(cell, 51, 100)
+    progress.began = time.perf_counter() - 3660
+    assert progress._tally() == "0/1 cells done, 60 s, about 5.0 min left"  # 50 rounds in the 30 s run; 500 left
     started = progress._overall.start_t
     progress._show_left(now=True)
     assert progress._overall.start_t == pytest.approx(started + 3600)  # tqdm's elapsed: the same minute
