@@ -39,8 +39,8 @@ class GridProgress:
         """``rounds``: the rounds the cells to run have left (:func:`rounds_left`); the time left is then the
         rounds left at the pace of the rounds run since the grid first saw one (a resumed cell counts from its last
         row), not the cells left at the cells' pace (which cells resumed half-way mislead): the start-up before
-        (Ray's, the first workers' and their data's) is not a round's, and made a grid of 1,500-round cells say
-        "about 1234 min left" of 8."""
+        (Ray's, the first workers' and their data's) is not a round's, and made a Ray grid of 1,500-round cells say
+        "about 1234 min left", then 70."""
         self.stream = stream or sys.stderr
         self.bars = on_terminal(self.stream) if bars is None else bars
         self.cells, self.ended, self.skipped, self.failed = cells, 0, 0, 0
