@@ -250,3 +250,23 @@ def test_planned_steps_are_scaled_by_the_drawn_share_of_the_work() -> None:
     assert len(set(epochs.values())) > 1
     want = [0 if planned[i] == 0 else max(1, math.floor(epochs[i] / 2 * planned[i])) for i in planned]
     assert report.local_steps == sum(want) != sum(planned.values())
+
+
+@pytest.mark.parametrize(("fraction", "client_fraction", "partial", "refused"), [
+    (1.0, 1.0, "auto", True), (0.6, 0.2, "auto", True),  # 1 of 4 selected, a straggler: dropped
+    (0.5, 1.0, "auto", False), (1.0, 1.0, "keep", False),
+])
+def test_stragglers_so_many_that_no_round_uploads_are_refused_at_load(
+        fraction: float, client_fraction: float, partial: str, refused: bool) -> None:
+    """FedAvg with every selected client a straggler (whose update it drops) ran to the end with exit 0 and the
+    model of round 0."""
+    from fedaccel.errors import ConfigError
+    from fedaccel.runs.config import load_config
+
+    sets = ["data.clients=4", "train.local_epochs=2", f"train.client_fraction={client_fraction}",
+            f"train.local_work={{name: stragglers, fraction: {fraction}}}", f"train.partial_work={partial}"]
+    if refused:
+        with pytest.raises(ConfigError, match="no round uploads anything"):
+            load_config(None, sets)
+    else:
+        load_config(None, sets)

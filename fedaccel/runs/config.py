@@ -562,6 +562,7 @@ def validate(config: Config) -> None:
 
     check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
     check_robust_rule(config)  # after the schedule's own check: it counts the schedule's uploads
+    check_some_upload(config)
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
@@ -639,6 +640,16 @@ def most_uploads(config: Config) -> tuple[int, str]:
         most = math.floor(most * (1 - work.fraction) + 0.5 + 1e-9)
         knobs += ", train.local_work's straggler fraction, or train.partial_work: keep"
     return most, knobs
+
+
+def check_some_upload(config: Config) -> None:
+    """Stragglers whose updates are dropped, so many that no round uploads anything: the model would never train
+    (exit 0, accuracy that of round 0). One line at load."""
+    most, knobs = most_uploads(config)
+    if most == 0:
+        raise ConfigError(f"train.local_work stragglers: with fraction {config.train.local_work.get('fraction')} "
+                          f"every client a round selects is a straggler whose update {config.algorithm['name']} "
+                          f"drops, so no round uploads anything and the model never trains; change {knobs}")
 
 
 def check_robust_rule(config: Config) -> None:
