@@ -252,8 +252,9 @@ def train(message: Message, context: Context) -> Message:
     setup, ctx, w, server = _prepare(message, context)
     client_state = tuple(unpack(context.state, prefix=STATE))
     new_state, update = train_client(setup.algorithm, ctx, w, server, client_state, setup.federation)
-    pack(new_state, into=context.state, prefix=STATE)
+    # kept first: a deployment's write that fails fails the round, and the state in memory must not move on with it
     keep_states(context, ctx.info.round + 1, new_state, setup.algorithm, setup.config.run.checkpoint_every)
+    pack(new_state, into=context.state, prefix=STATE)
     reply = RecordDict()
     if ctx.uploads and message.content["config"].get("secure", False):  # kept until SecAgg+ masks it
         pack(update.delta, into=context.state, prefix=KEPT)
