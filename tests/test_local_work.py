@@ -255,7 +255,8 @@ def test_planned_steps_are_scaled_by_the_drawn_share_of_the_work() -> None:
 @pytest.mark.parametrize(("fraction", "client_fraction", "partial", "refused"), [
     (1.0, 1.0, "auto", True), (0.6, 0.2, "auto", True),  # 1 of 4 selected, a straggler: dropped
     (0.5, 1.0, "auto", False), (1.0, 1.0, "keep", False),
-])
+    (0.6, 0.25, "drop fedumf", False),  # FedUMF: the stragglers are drawn among all 4 that train, the uploader may
+])                                      # not be one (a review found it refused)
 def test_stragglers_so_many_that_no_round_uploads_are_refused_at_load(
         fraction: float, client_fraction: float, partial: str, refused: bool) -> None:
     """FedAvg with every selected client a straggler (whose update it drops) ran to the end with exit 0 and the
@@ -263,8 +264,10 @@ def test_stragglers_so_many_that_no_round_uploads_are_refused_at_load(
     from fedaccel.errors import ConfigError
     from fedaccel.runs.config import load_config
 
+    partial, *recipe = partial.split()
     sets = ["data.clients=4", "train.local_epochs=2", f"train.client_fraction={client_fraction}",
-            f"train.local_work={{name: stragglers, fraction: {fraction}}}", f"train.partial_work={partial}"]
+            f"train.local_work={{name: stragglers, fraction: {fraction}}}", f"train.partial_work={partial}",
+            *(f"algorithm={name}" for name in recipe)]
     if refused:
         with pytest.raises(ConfigError, match="no round uploads anything"):
             load_config(None, sets)

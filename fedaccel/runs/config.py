@@ -622,8 +622,10 @@ def most_uploads(config: Config) -> tuple[int, str]:
     """The most clients that upload in one round, and the settings that bound it: the longest entry of
     ``train.participation``, all clients under Bernoulli sampling, else max(1, round(C N)) with C the recipe's
     ``fraction`` or ``train.client_fraction`` (:func:`fedaccel.algorithms.sampling.sample_clients`); of those,
-    stragglers whose updates are dropped do not upload (:func:`fedaccel.engine.work.draw_work`)."""
-    from fedaccel.algorithms.registry import get_recipe
+    stragglers whose updates are dropped do not upload (:func:`fedaccel.engine.work.draw_work`: they are drawn among
+    the clients that train, every client under FedUMF's ``fraction``, so at most round(T (1 - f)) of T trained
+    upload)."""
+    from fedaccel.algorithms.registry import get_recipe, hyperparameters
     from fedaccel.engine.work import local_work
 
     n = 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients
@@ -637,7 +639,9 @@ def most_uploads(config: Config) -> tuple[int, str]:
         most, knobs = min(n, max(1, math.floor(fraction * n + 0.5 + 1e-9))), f"data.clients, {key}"
     work = local_work(config.train.local_work, config.train.partial_work)
     if work.name == "stragglers" and work.drops(config.algorithm["name"]):
-        most = math.floor(most * (1 - work.fraction) + 0.5 + 1e-9)
+        every_one_trains = "fraction" in hyperparameters(config.algorithm["name"])  # FedUMF: C uploads, all train
+        trained = n if every_one_trains else most
+        most = min(most, math.floor(trained * (1 - work.fraction) + 0.5 + 1e-9))
         knobs += ", train.local_work's straggler fraction, or train.partial_work: keep"
     return most, knobs
 
