@@ -54,12 +54,17 @@ def test_a_resumed_scaffold_simulation_gives_the_uninterrupted_numbers(
     assert sorted(p.name for p in kept.iterdir()) == ["client-0", "client-1", "client-2"]
     assert all((kept / f"client-{i}" / "round-2.pt").is_file() for i in range(3))
 
-    crashed = tmp_path / "crashed"  # a crash: client 1's states of the checkpoint's round lost
-    shutil.copytree(simulated, crashed)
+    crashed, lost = tmp_path / "crashed", tmp_path / "lost"  # client 1's states of the checkpoint's round lost;
+    shutil.copytree(simulated, crashed)  # then all of them
     (crashed / "client-states" / "client-1" / "round-2.pt").unlink()
+    shutil.copytree(simulated, lost)
+    shutil.rmtree(lost / "client-states" / "client-1")
     resume(simulated)
     capfd.readouterr()
-    resume(crashed)  # SCAFFOLD's fresh c_i is None: the loss went unsaid, the client taken for restored
+    resume(crashed)  # its older states, said
+    assert ("client 1 kept no state of round 2, the last it was sent to train in: it resumes from its states of "
+            "round 1, the newest it kept") in capfd.readouterr().err
+    resume(lost)  # SCAFFOLD's fresh c_i is None: the loss went unsaid, the client taken for restored
     assert "client 1 (round 2) kept no state of the round it last trained in: it starts from a fresh state" in \
         capfd.readouterr().err
     flower = rows(simulated)
@@ -167,13 +172,17 @@ def test_a_crashed_partial_participation_simulation_resumes_every_clients_state_
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["round"], key)
 
 
-@settings(max_examples=60, deadline=None)
-@given(every=st.integers(1, 5), trained=st.sets(st.integers(1, 30), max_size=20), stops=st.sets(st.integers(1, 30)))
-def test_a_client_keeps_the_states_every_checkpoint_a_run_can_resume_from_needs(
-        every: int, trained: set[int], stops: set[int]) -> None:
-    """Kept after each round a client trains: for the server's newest checkpoint and the one before it (rhythm
-    ones every ``every`` rounds, and stops out of it), the client's states of the round it last trained in by
-    then; a bounded number of files, no more."""
+stretch = st.tuples(st.integers(1, 5), st.integers(1, 12), st.sets(st.integers(1, 12)), st.booleans())
+
+
+@settings(max_examples=80, deadline=None)
+@given(stretches=st.lists(stretch, min_size=1, max_size=4))
+def test_a_client_keeps_the_states_every_checkpoint_a_run_can_resume_from_needs(stretches: list) -> None:
+    """Kept after each round a client trains: for the server's newest checkpoint and the one before it, the
+    client's states of the round it last trained in by then, across stretches of a run (each with its own
+    ``run.checkpoint_every``, ended by a stop, which checkpoints its last round, or by a crash, after which the
+    rounds since the last checkpoint are trained again); and, once a stretch has checkpointed a round of its own,
+    at most three files, however long the run (before, those it began with and its newest)."""
     from types import SimpleNamespace
 
     from fedaccel.algorithms.registry import build_algorithm
@@ -181,17 +190,32 @@ def test_a_client_keeps_the_states_every_checkpoint_a_run_can_resume_from_needs(
 
     scaffold = build_algorithm("scaffold")
     with tempfile.TemporaryDirectory() as scratch:
-        context = SimpleNamespace(node_config={"state-dir": scratch}, state={"fedaccel": {"config": "name: kept\n"}})
+        context = SimpleNamespace(node_config={"state-dir": scratch},
+                                  state={"fedaccel": {"config": "name: kept\n", "start": 0}})
         folder = Path(scratch) / client.config_key("name: kept\n")[:16]
-        for round_ in sorted(trained):
-            client.keep_states(context, round_, (None,), scaffold, every)
-            done = round_ - 1  # rounds the server had finished when it sent this one
-            checkpoints = sorted({c for c in range(1, done + 1) if c % every == 0 or c in stops})
-            for resumed_at in checkpoints[-2:]:  # the newest, and checkpoint.prev.pt
-                last = max((r for r in trained if r <= resumed_at), default=0)
-                assert last == 0 or (folder / f"round-{last}.pt").is_file(), (resumed_at, last)
-            kept = sorted(int(f.name[6:-3]) for f in folder.iterdir())
-            assert len(kept) <= 2 * every + 1 and round_ in kept
+        checkpoints, trained, begin = [0], set(), 0
+        for every, length, offsets, stopped in stretches:
+            context.state["fedaccel"]["start"] = begin
+            client.forget_states_after(context, begin)  # the hello of a stretch
+            began_with = len(list(folder.iterdir())) if folder.is_dir() else 0
+            for round_ in range(begin + 1, begin + length + 1):
+                if round_ - 1 > begin and (round_ - 1) % every == 0:
+                    checkpoints.append(round_ - 1)  # the server's, before it sends this round
+                if round_ - begin not in offsets:
+                    continue
+                client.keep_states(context, round_, (None,), scaffold, every)
+                trained.add(round_)
+                for resumed_at in checkpoints[-2:]:  # the newest, and checkpoint.prev.pt
+                    last = max((r for r in trained if r <= resumed_at), default=0)
+                    assert last == 0 or (folder / f"round-{last}.pt").is_file(), (resumed_at, last, checkpoints)
+                own = any(c > begin for c in checkpoints)  # a checkpoint of this stretch's own rhythm
+                assert len(list(folder.iterdir())) <= (3 if own else began_with + 1)
+            if stopped:  # a stop checkpoints the stretch's last round; the next begins there
+                begin = begin + length
+                checkpoints.append(begin)
+            else:  # a crash: the next begins at the last checkpoint and trains the rounds since again
+                begin = checkpoints[-1]
+                trained = {r for r in trained if r <= begin}
 
 
 def test_two_deployed_runs_of_one_config_keep_their_clients_states_apart(tmp_path: Path) -> None:

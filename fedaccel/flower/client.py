@@ -90,7 +90,7 @@ def hello(message: Message, context: Context) -> Message:
     known = context.state.get("fedaccel")
     restored, why = False, ""
     if known is None or known["config"] != config_text:  # a new Flower run: the states of round start_round
-        record: dict[str, Any] = {"config": config_text, "client": client,
+        record: dict[str, Any] = {"config": config_text, "client": client, "start": start_round,
                                   "run": str(message.content["config"].get("run", ""))[:64]}
         if folder := simulation_folder(message.content["config"].get("state-dir")):
             record["state-dir"] = folder
@@ -98,11 +98,13 @@ def hello(message: Message, context: Context) -> Message:
         fresh = setup.algorithm.init_client(setup.federation.model.theta.clone())
         trained_at = message.content["config"].get("trained-at")  # the round each client last trained in by then
         state_round = int(trained_at[client]) if trained_at else start_round  # type: ignore[index]
+        # its states of that round; else (its answer lost before it trained, or the file gone) the newest before
+        kept = newest_kept(context, config_text, state_round) if state_round else None
         try:
-            states = saved_states(context, config_text, state_round) if state_round else None
+            states = saved_states(context, config_text, kept) if kept else None
         except UserError as exc:  # damaged or planted: this client starts afresh, and the server says why
-            states, why = None, str(exc)
-        restored = states is not None or not state_round or keeps_no_state(setup.algorithm)
+            states, kept, why = None, None, str(exc)
+        restored = kept == state_round or not state_round or keeps_no_state(setup.algorithm)
         if states is None:
             states = fresh
         pack(states, into=context.state, prefix=STATE)
@@ -110,6 +112,8 @@ def hello(message: Message, context: Context) -> Message:
     said: dict[str, Any] = {"client": client, "pid": os.getpid(), "restored": restored}
     if not restored:
         said["round"] = state_round  # the round whose states it lacks
+        if kept:
+            said["from"] = kept  # the older states it resumes from instead
     if why:
         said["why"] = why[:300]
     reply = RecordDict({"hello": ConfigRecord(said)})
@@ -145,14 +149,14 @@ def simulation_folder(given: Any) -> str | None:
 
 
 def _state_folder(context: Context, config_text: str) -> Path | None:
-    """Where this node keeps its part states: node config ``state-dir`` (a folder per run: its config and the
-    server's name for its run folder, so that two runs of one config keep apart), else in a simulation the run
-    folder's ``client-states``, a folder per client (:func:`hello`)."""
+    """Where this node keeps its part states: node config ``state-dir`` (a folder per run, named by the server's
+    name for its run folder, so that two runs of one config keep apart; by its config from a server that gives
+    none), else in a simulation the run folder's ``client-states``, a folder per client (:func:`hello`)."""
     folder = context.node_config.get("state-dir")
     known = context.state.get("fedaccel")
-    if folder:
+    if folder:  # the run's name alone where the server gives it: a resume may change some of its config's keys
         run = str(known.get("run", "")) if known is not None else ""
-        return Path(str(folder)) / config_key(config_text + (f"\nrun: {run}" if run else ""))[:16]
+        return Path(str(folder)) / (config_key(f"run: {run}") if run else config_key(config_text))[:16]
     given = known.get("state-dir") if known is not None else None
     return Path(str(given)) / f"client-{int(known['client'])}" if given else None  # type: ignore[index]
 
@@ -170,6 +174,12 @@ def saved_states(context: Context, config_text: str, round_: int) -> tuple[Any, 
         raise
     except Exception as exc:
         raise UserError(f"{file} is damaged ({str(exc).strip()[:120] or type(exc).__name__})") from None
+
+
+def newest_kept(context: Context, config_text: str, round_: int) -> int | None:
+    """The newest round at or before ``round_`` whose states this client kept (None: none)."""
+    folder = _state_folder(context, config_text)
+    return next((kept for kept, _ in reversed(_kept_rounds(folder)) if kept <= round_), None) if folder else None
 
 
 def _kept_rounds(folder: Path) -> list[tuple[int, Path]]:
@@ -195,10 +205,14 @@ def keep_states(context: Context, round_: int, states: tuple[Any, ...], algorith
     a cluster may not reach the folder). Called after every round the client trains: a resume from checkpoint R
     restores those of the round the client last trained in by R (the server's checkpoint names it, :func:`hello`).
 
-    Kept: every round after the checkpoint before the last one the server has written (``every``:
-    ``run.checkpoint_every``; the server checkpoints round c before it sends round c + 1, and out of rhythm only
-    later), and the newest at or before it; older ones are deleted. The write costs 0.15-0.30 of a 2NN client's
-    round, 0.01-0.02 of a CNN's (``benchmarks/client_states.py``)."""
+    Kept: this round's, and the newest at or before each of the server's last two checkpoints (a resume starts at
+    the newest, or at ``checkpoint.prev.pt``'s where that one is damaged). In this stretch of the run (since the
+    hello's round, itself a checkpoint) the server has checkpointed the hello's round and each multiple of
+    ``every`` (``run.checkpoint_every``) since, before it sent the next round; a stop checkpoints a later round and
+    ends the stretch. Before the stretch's second checkpoint, what the last stretch kept up to its hello's round
+    stays (``checkpoint.prev.pt`` is the last stretch's). So at most three files once a stretch has checkpointed a
+    round of its own; the rest are deleted. The write costs 0.15-0.30 of a 2NN client's round, 0.01-0.02 of a
+    CNN's (``benchmarks/client_states.py``)."""
     folder = _state_folder(context, str(context.state["fedaccel"]["config"]))
     if folder is None or keeps_no_state(algorithm):
         return
@@ -211,12 +225,18 @@ def keep_states(context: Context, round_: int, states: tuple[Any, ...], algorith
         if context.node_config.get("state-dir"):
             raise  # a deployment's own folder: the node's operator is told by the failed round
         print(f"fedaccel client: the states of round {round_} were not kept ({exc}): a resume from a checkpoint "
-              "before this client next trains starts it afresh, and says so", file=sys.stderr, flush=True)
+              "before this client next trains takes older ones, and says so", file=sys.stderr, flush=True)
         return
-    floor = max(0, (round_ - 1) // every * every - every)  # a resume starts at this round or later
-    older = [file for kept, file in _kept_rounds(folder) if kept <= floor]
-    for old in older[:-1]:
-        old.unlink(missing_ok=True)
+    start = int(context.state["fedaccel"].get("start", 0))
+    rhythm = (round_ - 1) // every * every  # the last checkpoint of the rhythm before this round
+    checkpoints = [start, *(c for c in (rhythm - every, rhythm) if c > start)]
+    kept = _kept_rounds(folder)
+    needed = {round_} | {max((r for r, _ in kept if r <= c), default=-1) for c in checkpoints[-2:]}
+    if len(checkpoints) == 1:  # the stretch's first checkpoint is its only one: the one before is the last stretch's
+        needed |= {r for r, _ in kept if r <= start}
+    for r, file in kept:
+        if r not in needed:
+            file.unlink(missing_ok=True)
 
 
 def _prepare(message: Message, context: Context) -> tuple[Setup, ClientContext, torch.Tensor, tuple[Any, ...]]:

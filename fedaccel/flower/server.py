@@ -449,9 +449,13 @@ def connect(
             why = one_line(str(reply.content["hello"].get("why", "")))
             lacked = reply.content["hello"].get("round", start_round)
             lacked = lacked if type(lacked) is int else start_round
+            older = reply.content["hello"].get("from")
             if why:
                 log(f"client {client} kept no state of round {lacked}, the last it trained in: it starts from a "
                     f"fresh state ({why})")
+            elif type(older) is int:  # its answer was lost before it trained, say; or the file is gone
+                log(f"client {client} kept no state of round {lacked}, the last it was sent to train in: it resumes "
+                    f"from its states of round {older}, the newest it kept")
             else:
                 fresh.append(f"{client} (round {lacked})")
         if client in mapping:
