@@ -508,11 +508,14 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         experiment = dataclasses.replace(experiment, out_dir=Path(args.out))
     ray = ray_options(args)
     if args.from_packed:
+        from fedaccel.grids.experiment import check_grid_folder, check_run_options
         from fedaccel.reproductions.carry import restore_finished
-        from fedaccel.grids.experiment import check_run_options
+        from fedaccel.runs.lock import lock_run_dir
 
         check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
-        print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
+        check_grid_folder(experiment)  # before the lock makes the folder
+        with lock_run_dir(experiment.out_dir):  # not into the folder of an experiment running there
+            print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
     from fedaccel.grids.cell import CellFailed
     from fedaccel.grids.experiment import CellsFailed
 

@@ -176,3 +176,19 @@ def test_a_packed_file_of_another_grid_writes_nothing(grid, tmp_path_factory, ch
         assert (done.written, done.unfinished) == (changes.count("keep"), changes.count("cut"))
         assert sorted(p.name for p in out.iterdir()) == sorted(r["cell"] for r, c in zip(records, changes) if c == "keep")
     shutil.rmtree(work)
+
+
+def test_from_packed_writes_nothing_into_a_grid_folder_an_experiment_is_running_in(
+        grid, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A second `experiment FILE --from P` while the first ran renamed cells into the running grid's folder before
+    the grid lock refused it; it is refused before anything is written."""
+    from fedaccel.runs.lock import lock_run_dir
+
+    file, ran = grid
+    packed = tmp_path / "carried.jsonl.xz"
+    assert main(["pack", str(ran), "-o", str(packed)]) == 0
+    out = tmp_path / "running"
+    with lock_run_dir(out):  # as the experiment running there holds it
+        code = main(["experiment", str(file), "--out", str(out), "--from", str(packed), "--no-progress"])
+    assert code == 2 and "is being written by process" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
