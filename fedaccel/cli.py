@@ -25,6 +25,7 @@ exits with 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import os
@@ -510,12 +511,20 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.from_packed:
         from fedaccel.grids.experiment import check_grid_folder, check_run_options
         from fedaccel.reproductions.carry import restore_finished
-        from fedaccel.runs.lock import lock_run_dir
+        from fedaccel.runs.lock import LOCK_FILE, lock_run_dir
 
         check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
         check_grid_folder(experiment)  # before the lock makes the folder
-        with lock_run_dir(experiment.out_dir):  # not into the folder of an experiment running there
-            print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
+        made = not experiment.out_dir.exists()
+        try:
+            with lock_run_dir(experiment.out_dir):  # not into the folder of an experiment running there
+                print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
+        except BaseException:
+            if made:  # refused: the folder the lock made goes too ("nothing written")
+                (experiment.out_dir / LOCK_FILE).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    experiment.out_dir.rmdir()
+            raise
     from fedaccel.grids.cell import CellFailed
     from fedaccel.grids.experiment import CellsFailed
 
