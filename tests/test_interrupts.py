@@ -318,3 +318,23 @@ def test_appending_keeps_the_first_error_and_names_its_file_on_close(
     with pytest.raises(OSError) as closing, disk.appending(tmp_path / "metrics.jsonl"):
         pass
     assert closing.value.filename == str(tmp_path / "metrics.jsonl")
+
+
+def test_a_signal_after_a_stop_that_was_no_signal_is_the_first_not_the_second() -> None:
+    """A Ray cell's watch of its grid sets STOP when the grid ends; Ray's cancel then brings SIGINT, which was taken
+    for a second signal: the run stopped at once, a round's row written past its checkpoint (a CI run caught it).
+    Only a signal after a signal stops at once."""
+    from fedaccel.runs import stopping
+
+    stopping.clear_stop()
+    try:
+        stopping.STOP.set()  # as the watch does
+        try:
+            stopping._on_signal(signal.SIGINT, None)  # Ray's cancel: the first signal, taken as one
+        except KeyboardInterrupt:
+            pytest.fail("a first signal after a stop that was no signal was taken for a second")
+        assert stopping.STOP.is_set() and stopping.signal_name() == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            stopping._on_signal(signal.SIGINT, None)  # a second: now
+    finally:
+        stopping.clear_stop()

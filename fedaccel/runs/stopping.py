@@ -56,8 +56,10 @@ def announce_stops(say: bool) -> None:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    if STOP.is_set():  # the second signal: stop now
+    if STOP.is_set() and _received:  # the second signal: stop now
         raise KeyboardInterrupt
+    # the first (STOP set otherwise, by a Ray cell's watch of its grid, is no signal: Ray's cancel that follows it
+    # must not stop the run at once, between a round's row and its checkpoint)
     request_stop(signal.Signals(signum).name)
 
 
