@@ -511,20 +511,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.from_packed:
         from fedaccel.grids.experiment import check_grid_folder, check_run_options
         from fedaccel.reproductions.carry import restore_finished
-        from fedaccel.runs.lock import LOCK_FILE, lock_run_dir
+        from fedaccel.runs.folder import removed_on_failed_start
+        from fedaccel.runs.lock import lock_run_dir
 
         check_run_options(args.workers, args.stack_seeds, args.stack_arms, ray)  # before a cell is written
         check_grid_folder(experiment)  # before the lock makes the folder
-        made = not experiment.out_dir.exists()
-        try:
+        made = not experiment.out_dir.exists()  # refused, the folder the lock made goes too ("nothing written")
+        with removed_on_failed_start(experiment.out_dir, None) if made else contextlib.nullcontext():
             with lock_run_dir(experiment.out_dir):  # not into the folder of an experiment running there
                 print(restore_finished(experiment, Path(args.from_packed)).line(Path(args.from_packed)), flush=True)
-        except BaseException:
-            if made:  # refused: the folder the lock made goes too ("nothing written")
-                (experiment.out_dir / LOCK_FILE).unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    experiment.out_dir.rmdir()
-            raise
     from fedaccel.grids.cell import CellFailed
     from fedaccel.grids.experiment import CellsFailed
 

@@ -319,8 +319,7 @@ def check_uploads(rule: str, options: dict, most: int, knobs: str = "data.client
     in any round, the most updates a round uploads being ``most`` (bounded by the settings ``knobs``): Krum with
     f = 9 of 10 clients would take one fixed update every round, Bulyan with f = 2 of 10 would never change the
     model; and Multi-Krum whose m exceeds every round's updates (it would take them all: the plain mean)."""
-    settings = {**{k: p.default for k, p in inspect.signature(RULES[rule]).parameters.items()}, **options} \
-        if rule in RULES else dict(options)
+    settings = {**{k: p.default for k, p in inspect.signature(RULES[rule]).parameters.items()}, **options}
     if rule == "multikrum" and settings.get("m") is not None and settings["m"] > most:
         raise ConfigError(f"algorithm.aggregate multikrum m {settings['m']} exceeds the {most} updates a round has "
                           f"at most here: it would average all of them, the plain mean; lower m ({knobs} bound "
