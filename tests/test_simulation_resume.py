@@ -10,9 +10,10 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("flwr")
@@ -253,3 +254,41 @@ def test_a_finished_run_resumed_removes_client_states_a_kill_as_it_ended_left(
     assert not (done / "client-states").exists()
     main(["run", "--resume", str(done)])
     assert "nothing to resume, nothing was changed" in capsys.readouterr().err
+
+
+hello_values = st.none() | st.integers(-5, 10**12) | st.text(max_size=20) | st.booleans() | st.floats(allow_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(restored=st.booleans() | st.integers(0, 2), lacked=hello_values, older=hello_values, why=st.text(max_size=400))
+@example(restored=False, lacked=3, older=None, why="damaged\nfedaccel server: round 9 rejected nobody")
+def test_a_hostile_hello_reply_is_mapped_and_said_in_one_line_whatever_it_says_of_its_states(
+        restored: Any, lacked: Any, older: Any, why: str) -> None:
+    """A node's hello reply says whether it restored its states, of which round, from which older one and why not:
+    a node's words, so any values; the client is mapped, and what is said is one line each, no traceback."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fedaccel.flower import server
+
+    said = {"client": 0, "restored": restored, **({"round": lacked} if lacked is not None else {}),
+            **({"from": older} if older is not None else {}), **({"why": why} if why else {})}
+    try:
+        content = RecordDict({"hello": ConfigRecord(said)})
+    except (TypeError, ValueError):  # Flower's record takes no such value: it never crosses the wire
+        return
+    reply = SimpleNamespace(has_error=lambda: False, content=content)
+    err = io.StringIO()
+    original = server.collect
+    server.collect = lambda sent, timeout: [(reply, 0.1)]
+    try:
+        with contextlib.redirect_stderr(err):
+            mapping, plain = server.connect(None, [7], 1, 1.0, start_round=5)  # type: ignore[arg-type]
+    finally:
+        server.collect = original
+    assert mapping == {0: 7} and not plain
+    assert all(line.startswith("fedaccel server: client") for line in err.getvalue().splitlines())
+    assert len(err.getvalue().splitlines()) == (0 if restored else 1)
