@@ -113,6 +113,22 @@ def test_target_epsilon_calibrates_the_smallest_noise_that_meets_it() -> None:
     assert calibrate(replace(dp, noise_multiplier=0.0), 3.0) == dp.noise_multiplier
 
 
+@settings(max_examples=12, deadline=None)
+@given(sampling=st.sampled_from(["fixed", "bernoulli"]), rounds=st.integers(1, 500),
+       excess=st.floats(1.0, 1e12, allow_nan=False))
+def test_a_target_epsilon_met_by_the_least_noise_searched_is_one_line(sampling: str, rounds: int,
+                                                                       excess: float) -> None:
+    """A target at or above epsilon(z = the least z searched) has no bracket to search in: one line naming it (it
+    was dp-accounting's NoBracketIntervalFoundError, or 'math domain error' said as 'cannot be met')."""
+    from fedaccel.algorithms import dp as module
+
+    population = {**POPULATION, "sampling": sampling, "rounds": rounds}
+    least = module._run_epsilon(replace(dp_settings({"clip": 1.0, "noise_multiplier": 1.0, **population}),
+                                        noise_multiplier=0.0), module.LEAST_SEARCHED)
+    with pytest.raises(ConfigError, match=r"is met .* by noise multipliers down to 0\.01.*give a smaller"):
+        dp_settings({"clip": 1.0, "target_epsilon": least * excess, **population})
+
+
 def test_a_known_noise_multiplier_is_used_only_where_the_search_would_find_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The table of calibrations gives the search's own z without searching; an entry off by more than the
     tolerance either way, or not a number, is passed over for the search."""

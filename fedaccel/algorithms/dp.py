@@ -346,6 +346,7 @@ def _quiet() -> Iterator[None]:
 #: (:func:`_known`), so a stale or altered one costs only the time it meant to save; ``python
 #: scripts/dp_calibrations.py`` writes it from the repository's experiments.
 CALIBRATIONS = Path(__file__).with_name("dp_calibrations.json")
+LEAST_SEARCHED = 1e-2  # the least noise multiplier the calibration searches from
 CALIBRATION_TOL = 1e-4  # z's tolerance: the z returned is within this of the smallest that meets the target
 
 
@@ -361,11 +362,19 @@ def search_noise_multiplier(settings: DPSettings, target: float) -> float:
     """:func:`calibrate` by dp-accounting's own search (a bracket, then Brent's method to the tolerance)."""
     dp_accounting = _library()
 
+    met_by_all = ConfigError(
+        f"algorithm.dp.target_epsilon {target:g} is met at delta {settings.delta:g} over {settings.rounds} rounds by "
+        f"noise multipliers down to {LEAST_SEARCHED:g}, the least the calibration searches: an epsilon this large "
+        "guarantees next to nothing; give a smaller target_epsilon, or noise_multiplier itself")
     try:
+        if _run_epsilon(settings, LEAST_SEARCHED) <= target:  # no bracket: the search would fail inside the library
+            raise met_by_all
         with _quiet():
             z = dp_accounting.calibrate_dp_mechanism(
                 lambda: _accountant(settings), lambda z: _event(settings, z, settings.rounds), target, settings.delta,
-                bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0), tol=CALIBRATION_TOL)
+                bracket_interval=dp_accounting.LowerEndpointAndGuess(LEAST_SEARCHED, 1.0), tol=CALIBRATION_TOL)
+    except dp_accounting.mechanism_calibration.NoBracketIntervalFoundError:
+        raise met_by_all from None
     except (ValueError, RuntimeError, ArithmeticError) as exc:  # the library's own: a target no noise multiplier reaches
         raise ConfigError(f"algorithm.dp.target_epsilon {target:g} cannot be met at delta {settings.delta:g} "
                           f"over {settings.rounds} rounds: {exc}") from None
