@@ -121,6 +121,34 @@ def broken_app() -> ClientApp:
     return rewriting_app(change)
 
 
+def nan_app() -> ClientApp:
+    """Every client uploads NaNs (a method's bug)."""
+
+    def change(_client: int, reply: Message) -> None:
+        upload = unpack(reply.content, prefix=fedaccel_client.UPDATE)
+        upload["delta"] = torch.full_like(upload["delta"], float("nan"))
+        pack(upload, into=reply.content, prefix=fedaccel_client.UPDATE)
+
+    return rewriting_app(change)
+
+
+@pytest.mark.slow
+def test_a_simulation_whose_every_answer_is_refused_stops_at_that_round(tmp_path: Path) -> None:
+    """Every client's update is NaN: in process the model diverges and the run stops; a simulation's server refuses
+    every answer and stops at that round too (it waited out 3 such rounds, as a deployment does, so a 2-round run
+    ended "finished" with round 0's model), resumable."""
+    import cloudpickle
+
+    from fedaccel.runs.loop import Diverged
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))  # Ray workers cannot import tests/
+    config = load_config(None, [*TINY, "train.rounds=2", "algorithm=fedavg", "run.runtime=flower-simulation"])
+    with pytest.raises(Diverged, match=r"^the run stopped at round 1: the server refused the answer of every client "
+                                       r"\(3; client \d: non-finite values"):
+        simulate(config, tmp_path / "nan", client_app=nan_app())
+    assert not (tmp_path / "nan" / "summary.json").exists()
+
+
 @pytest.mark.slow
 def test_broken_updates_are_rejected_with_a_reason_and_never_aggregated(tmp_path: Path) -> None:
     import cloudpickle

@@ -122,7 +122,7 @@ class FlowerClients:
             elif reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE:
                 gone.append((ctx.client, seconds))
             elif reply.has_error():
-                rejected[str(ctx.client)] = one_line(f"{CLIENT_ERROR} {reply.error.reason}")
+                rejected[str(ctx.client)] = one_line(f"{CLIENT_ERROR} {own_error(reply.error.reason)}")
             else:
                 answers[ctx.client] = reply
         diag: dict[str, Any] = {}
@@ -268,6 +268,16 @@ def log(text: str) -> None:
 
 
 REASON_LIMIT = 300  # characters of a rejection's reason, as logged and recorded
+
+
+def own_error(reason: str) -> str:
+    """A client's error as its own exception's line (``RuntimeError: client 2 broke``) where Flower's reason wraps it
+    in a Ray traceback (its first 300 characters were Ray's actor and process ids); ``reason`` itself otherwise."""
+    lines = [line.strip() for line in reason.splitlines()]
+    cause = next((k for k, line in enumerate(lines) if line.startswith("The above exception was the direct cause")),
+                 None)
+    own = next((line for line in reversed(lines[:cause]) if line), None) if cause is not None else None
+    return own or reason
 
 
 def one_line(text: str) -> str:

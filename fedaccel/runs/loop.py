@@ -182,6 +182,10 @@ def run_loop(
                     _say(f"round {state.round}: {lost} while stopping, so it is not kept; the run continues after "
                          f"round {checkpointed}")
                     raise Interrupted(path, checkpointed, signal_name())
+                if error := simulated_client_error(config, report):  # as in process: the error stops the run
+                    raise ClientError(f"round {state.round}: {error}; a simulation's clients run this machine's code, "
+                                      "so the run stops as it would in process (run.runtime=in-process runs it with "
+                                      f"its traceback){_what_it_keeps(config, path, f'its checkpoint of round {checkpointed}', stops=True)}")
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
                     if SYNC_EVERY_ROW:
@@ -200,9 +204,9 @@ def run_loop(
                     cause = cause or (None if diverged else non_finite_losses(last))
                 refused = None if cause else every_answer_refused(report)
                 refused_rounds = refused_rounds + 1 if refused else 0
-                if refused and refused_rounds == REFUSED_ROUNDS:
+                if refused and refused_rounds == refused_rounds_that_stop(config):
+                    message = refused_message(config, state.round, refused, path, checkpointed, refused_rounds)
                     refused_rounds = 0
-                    message = refused_message(config, state.round, refused, path, checkpointed)
                     if config.run.on_divergence == "stop":  # no summary: the run stays resumable, as if stopped
                         _sync(metrics_file, diag_file)
                         raise Diverged(message)
@@ -252,8 +256,10 @@ def keep_error(path: Path, exc: BaseException, rounds: int, checkpointed: int, r
     import shlex
 
     command = "deploy" if runtime == "flower-deployment" else "run"
+    where = (f"continues from its checkpoint of round {checkpointed}" if (path / CHECKPOINT).is_file() else
+             "starts it again from round 0 (no checkpoint was due before the error)")
     text = (f"an error stopped the run after {rounds} round(s); `fedaccel {command} --resume "
-            f"{shlex.quote(str(path))}` continues from its checkpoint of round {checkpointed}\n\n"
+            f"{shlex.quote(str(path))}` {where}\n\n"
             + "".join(traceback.format_exception(exc)))
     try:
         write_atomic(path / ERROR_FILE, text)
@@ -323,6 +329,32 @@ def lost_to_the_stop(report: RoundReport) -> str:
 CLIENT_ERROR = "client error:"  # how the Flower server records an answer that is an error (fedaccel.flower.server)
 
 
+class ClientError(UserError):
+    """A simulation's client whose code raised: the run stops at that round, not kept, as it does in process."""
+
+
+def simulated_client_error(config: Config, report: RoundReport) -> str | None:
+    """The error of a Flower simulation's client whose code raised this round (an answer that is an error), said in
+    words; None elsewhere. A simulation's clients are this machine's fedaccel code, so an error is a bug (a plugin's,
+    say) and stops the run as in process; a deployment's clients are other hosts, and the server goes on without
+    them (a node's bad luck), stopping only after :data:`REFUSED_ROUNDS` rounds with every answer refused."""
+    rejected = report.diag.get("rejected") if isinstance(report.diag, dict) else None
+    if config.run.runtime != "flower-simulation" or not isinstance(rejected, dict):
+        return None
+    failed = [(client, str(why)[len(CLIENT_ERROR):].strip()) for client, why in rejected.items()
+              if str(why).startswith(CLIENT_ERROR)]
+    if not failed:
+        return None
+    (client, why), more = failed[0], len(failed) - 1
+    return f"client {client}'s code raised {why}" + (f" ({more} more client(s) raised too)" if more else "")
+
+
+def refused_rounds_that_stop(config: Config) -> int:
+    """Rounds in a row with every answer refused that stop a run: one in a simulation (its clients are this
+    machine's code: nothing to wait out), :data:`REFUSED_ROUNDS` in a deployment."""
+    return 1 if config.run.runtime == "flower-simulation" else REFUSED_ROUNDS
+
+
 def every_answer_refused(report: RoundReport) -> str | None:
     """Why nothing of this round could be aggregated: clients answered, none was lost, and the server refused every
     answer (a client's error, or values its gate refuses); None otherwise."""
@@ -336,18 +368,18 @@ def every_answer_refused(report: RoundReport) -> str | None:
 REFUSED_ROUNDS = 3  # rounds in a row with every answer refused that stop a run (one may be a client's bad luck)
 
 
-def refused_message(config: Config, round_: int, why: str, path: Path, checkpointed: int) -> str:
-    """One line: the rounds nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
+def refused_message(config: Config, round_: int, why: str, path: Path, checkpointed: int, rounds: int) -> str:
+    """One line: the ``rounds`` nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
     what = "the run stopped at" if config.run.on_divergence == "stop" else "nothing aggregated up to"
-    return (f"{what} round {round_}: in {REFUSED_ROUNDS} rounds in a row {why}; does the method's client code raise "
+    return (f"{what} round {round_}: {f'in {rounds} rounds in a row ' if rounds > 1 else ''}{why}; does the method's client code raise "
             f"or send non-finite values? run.runtime=in-process runs it with its traceback"
             f"{_what_it_keeps(config, path, f'its checkpoint of round {checkpointed}')}")
 
 
-def _what_it_keeps(config: Config, path: Path, checkpoint: str) -> str:
-    """The end of a stopping round's line: the run goes on (``run.on_divergence: continue``), or what its folder
-    keeps (``checkpoint``: the checkpoint's words)."""
-    if config.run.on_divergence == "continue":
+def _what_it_keeps(config: Config, path: Path, checkpoint: str, stops: bool = False) -> str:
+    """The end of a stopping round's line: the run goes on (``run.on_divergence: continue``, unless it ``stops``
+    whatever that says), or what its folder keeps (``checkpoint``: the checkpoint's words)."""
+    if config.run.on_divergence == "continue" and not stops:
         return "; run.on_divergence=continue: the run goes on"
     return f"; {path} keeps {checkpoint}" if (path / CHECKPOINT).is_file() else "; no checkpoint was due before it"
 
