@@ -89,6 +89,8 @@ def test_any_value_a_stage_returns_is_passed_on_as_it_is_or_refused_in_one_line(
             checked(*ARGS[stage])
         line = str(caught.value)
         assert line.startswith(f"algorithm 'm' of m-pkg 1.0: part 'mine''s {stage} returned ") and "\n" not in line
+        if isinstance(value, tuple) and value and isinstance(value[0], torch.Tensor):  # (w_next, state): what came
+            assert f"{value[0].dtype} tensor of shape {tuple(value[0].shape)}" in line  # back, not 'a tuple of 2'
 
 
 def test_the_parts_a_plugin_reuses_from_fedaccel_are_not_wrapped() -> None:

@@ -51,7 +51,10 @@ def _said(value: Any) -> str:
             f" on {value.device}" if value.device.type != "cpu" else "")
     if isinstance(value, tuple):
         held = [why for item in value if (why := _unstorable(item)) is not None]
-        return f"a tuple of {len(value)}" + (f" whose state a checkpoint cannot hold ({held[0]})" if held else "")
+        items = ", ".join(_said(item) if isinstance(item, Tensor) or item is None else f"a {type(item).__name__}"
+                          for item in value[:3]) + (", ..." if len(value) > 3 else "")
+        return f"a tuple of {len(value)} ({items})" + (
+            f" whose state a checkpoint cannot hold ({held[0]})" if held else "")
     why = _unstorable(value)
     return "None" if value is None else f"a {type(value).__name__}" + (
         f" a checkpoint cannot hold ({why})" if why and isinstance(value, (dict, list)) else "")
