@@ -295,7 +295,7 @@ def test_compare_says_the_budget_each_method_spent(tmp_path: Path) -> None:
     table = compare_table([tmp_path / "plain", tmp_path / "private"], [0.5])
     spent = json.loads((tmp_path / "private" / "summary.json").read_text())["final"]["epsilon"]
     header, _, plain_row, private_row = table.splitlines()[:4]
-    assert "ε (δ) spent" in header and "| no DP |" in plain_row and f"| {spent:.3g} (0.01) |" in private_row
+    assert "client ε (δ) spent" in header and "| no DP |" in plain_row and f"| {spent:.3g} (0.01) |" in private_row
 
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=True, allow_infinity=True),

@@ -141,7 +141,7 @@ def test_compare_says_the_sample_level_budget_each_method_spent(tmp_path: Path) 
                  "--out", str(tmp_path / "private")]) == 0
     last = json.loads((tmp_path / "private" / "metrics.jsonl").read_text().splitlines()[-1])
     header, _, plain_row, private_row = compare_table([tmp_path / "plain", tmp_path / "private"], [0.5]).splitlines()[:4]
-    assert "sample ε (δ) spent" in header and "ε (δ) spent |" not in header.replace("sample ε (δ) spent |", "")
+    assert "sample ε (δ) spent" in header and "client ε (δ) spent |" not in header.replace("sample ε (δ) spent |", "")
     assert "| no DP-SGD |" in plain_row and f"| {last['sample_epsilon']:.3g} (0.001) |" in private_row
     assert last["sample_epsilon"] == pytest.approx(max(last["sample_epsilon_clients"]), abs=1e-6)
     assert last["sample_epsilon"] > 0

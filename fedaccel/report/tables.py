@@ -269,7 +269,7 @@ def compare_table(
     header = ["method", "seeds", f"{best_word} {name}", f"final {name}"]
     privacy = [privacy_cell(group) for _, group in groups]  # client-level DP: the budget spent (algorithm.dp)
     samples = [privacy_cell(group, SAMPLE_LEVEL) for _, group in groups]  # sample-level DP-SGD (train.dp_sgd)
-    header += ["ε (δ) spent"] * any(privacy) + ["sample ε (δ) spent"] * any(samples)
+    header += ["client ε (δ) spent"] * any(privacy) + ["sample ε (δ) spent"] * any(samples)
     for t in targets:
         header += [f"rounds to {t:g}", f"speed-up @{t:g}"]
     align = ["---"] + ["---:"] * (len(header) - 1)
