@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -863,3 +864,32 @@ def test_a_grid_of_many_plugin_cells_hashes_the_plugin_once_when_it_runs_again(
     monkeypatch.setattr(plugins, "code_hash", lambda *args, **kw: hashed.append(args) or real(*args, **kw))
     assert main(["experiment", str(grid), "--no-progress"]) == 0  # every cell finished: checked, skipped
     assert 1 <= len(hashed) <= 2, hashed  # the check, and the experiment file's own config at load at most
+
+
+def test_a_grid_whose_only_other_code_cells_failed_says_which_to_delete_and_then_runs_them(
+    site: Path, put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The method's local term raised, so its cells failed; the researcher fixed it and ran the same command: every
+    cell was refused for 'two versions of its code' and the line offered only --out, which runs the finished
+    FedAvg cells again. The cells of the other version never finished, so the line names them to delete, and
+    the same command then runs them on the fixed code."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"name": "mine", "out_dir": str(tmp_path / "out"),
+                                    "base": {"model": "softmax", "train": {"rounds": 2},
+                                             "data": {"dataset": "digits", "subset": 200, "clients": 2}},
+                                    "grid": {"algorithm": ["fedavg", "myprox"], "run.seed": [0, 1]}}))
+    source = (site / f"{MODULE}.py").read_text()
+    put("broken", source=source.replace("grad.add_(theta - w, alpha=mu)", "raise RuntimeError('a bug')"))
+    assert main(["experiment", str(grid), "--no-progress"]) == 1  # the FedAvg cells finished, the others failed
+    failed = sorted(d for d in (tmp_path / "out").glob("*myprox*") if not (d / "summary.json").is_file())
+    assert len(failed) == 2
+    put("fixed", source=source)
+    capsys.readouterr()
+    assert main(["experiment", str(grid), "--no-progress"]) == 2
+    line = one_line(capsys)
+    assert "No cell ran" in line and "the 2 cell(s) that ran the other version did not finish" in line, line
+    command = line[line.index("`rm -r ") + 1:line.index("` and the same command")]
+    assert sorted(Path(p) for p in shlex.split(command)[2:]) == failed, command
+    subprocess.run(shlex.split(command), check=True)
+    assert main(["experiment", str(grid), "--no-progress"]) == 0
+    assert all((d / "summary.json").is_file() for d in failed)

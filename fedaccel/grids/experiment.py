@@ -415,9 +415,29 @@ def check_same_config(run_dir: Path, config: Config, checked: set[str] | None = 
         text = stored_path.read_text(encoding="utf-8", errors="replace")
         check_recorded_once(recorded_plugins(text, str(run_dir)), str(run_dir), set() if checked is None else checked)
     except ConfigError as exc:
-        raise ConfigError(f"{exc}. No cell ran: this grid's cells would mix two versions of its code in one table "
-                          "(the version its finished cells ran with, reinstalled, continues the grid; for the new "
-                          "code, give the grid another out_dir: --out)") from None
+        raise OtherCode(str(exc)) from None
+
+
+class OtherCode(ConfigError):
+    """A cell folder whose plugins (its method's, model's, dataset's code) differ from those installed now."""
+
+
+def other_code_line(cells: Sequence[tuple[Path, OtherCode]]) -> str:
+    """Why no cell ran, and what to do, where ``cells`` (folder, why) ran another version of the grid's code: where
+    none of them finished (a plugin's bug failed them, then was fixed), deleting them runs them again with the
+    installed code; else the finished cells' version, reinstalled, continues the grid, or another folder starts it."""
+    import shlex
+
+    unfinished = [folder for folder, _ in cells if not (folder / "summary.json").is_file()]
+    head = f"{cells[0][1]}. No cell ran: this grid's cells would mix two versions of its code in one table"
+    if len(unfinished) == len(cells):
+        shown_folders = " ".join(shlex.quote(str(folder)) for folder in unfinished[:10])
+        more = f" (and {len(unfinished) - 10} more unfinished cell folders)" if len(unfinished) > 10 else ""
+        return (f"{head}; the {len(unfinished)} cell(s) that ran the other version did not finish (failed or "
+                f"stopped), so nothing finished with it: `rm -r {shown_folders}`{more} and the same command runs "
+                "them with the installed code")
+    return (f"{head} (the version its finished cells ran with, reinstalled, continues the grid; for the new code, "
+            "give the grid another out_dir: --out)")
 
 
 def check_grid_folder(experiment: Experiment) -> None:
@@ -505,15 +525,20 @@ def _run_cells(experiment: Experiment, progress: bool | None, workers: int, stac
     if written is not None and not (experiment.copy is None and copy.exists() and copy.samefile(experiment.source)):
         write_atomic(copy, written)
     todo: list[tuple[int, str, Config, Path]] = []
-    run_dirs, skipped, plugins_checked = [], [], set()
+    run_dirs, skipped, plugins_checked, other_code = [], [], set(), []
     for k, (name, config) in enumerate(experiment.cells, start=1):
         run_dir = experiment.out_dir / name
-        check_same_config(run_dir, config, plugins_checked)
+        try:
+            check_same_config(run_dir, config, plugins_checked)
+        except OtherCode as exc:
+            other_code.append((run_dir, exc))
         run_dirs.append(run_dir)
         if (run_dir / "summary.json").is_file():
             skipped.append((k, name))
         else:
             todo.append((k, name, config, run_dir))
+    if other_code:
+        raise ConfigError(other_code_line(other_code))
     check_run_options(workers, stack_seeds, stack_arms, ray)
     stack_seeds = stack_seeds or stack_arms
     stacked_keys = ("run.seed", "algorithm") if stack_arms else ("run.seed",)
