@@ -8,6 +8,7 @@
     fedaccel plot runs/demo -o curves.png
     fedaccel compare runs/demo --targets 0.8 0.85 --baseline fedavg
     fedaccel split-report --set data.split=case3 --set data.clients=5
+    fedaccel check-resume configs/demo.yaml --set algorithm=mine   # a method keeps no state outside its states
     fedaccel reproduce bherd [--scale paper] [--only fig3_alpha] [--render-only]
     fedaccel deploy --clients 5 configs/demo.yaml        # SuperLink + 5 SuperNodes (Flower)
     fedaccel deploy --prepare --tls tls configs/demo.yaml --out RUN_DIR   # a run folder for SuperNodes on other hosts
@@ -258,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partial", action="store_true",
                    help="judge the complete pairs of an unfinished grid (every affected claim says so)")
     p.set_defaults(handler=cmd_judge)
+
+    p = sub.add_parser("check-resume", help="run a config whole and stopped-then-resumed: the same numbers, or "
+                                            "state a method keeps outside its states")
+    p.add_argument("config", nargs="?")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--after", type=int, help="the round to stop after (default: half of train.rounds)")
+    p.set_defaults(handler=cmd_check_resume)
 
     p = sub.add_parser("split-report", help="per-client label counts of a split, and a heat map")
     p.add_argument("config", nargs="?")
@@ -685,6 +693,24 @@ def cmd_judge(args: argparse.Namespace) -> int:
     written = write_claims(judgements, folder, left_out, Path(args.claims) if args.claims else None, runs)
     print(f"written: {written}")
     return 0
+
+
+def cmd_check_resume(args: argparse.Namespace) -> int:
+    from fedaccel.launch import check_resume
+    from fedaccel.runs.config import load_config
+
+    found = check_resume(load_config(args.config, args.set), args.after)
+    said = f"stopped after round {found.after} of {found.rounds} and resumed in a new process:"
+    if found.same:
+        print(f"{said} the same numbers (final models' largest difference {found.model_difference:.3g})")
+        return 0
+    where = ("" if found.first_row_difference is None else
+             "; first at round {}: {} {!r} whole, {!r} resumed".format(*found.first_row_difference))
+    print(f"{said} the numbers differ (final models' largest difference {found.model_difference:.3g}{where}): the "
+          "method keeps state its checkpoint does not hold (a closure, an attribute of a part, a module's global, "
+          "a state changed in place after a stage returned it), so a resume and Flower's clients lose it; keep it "
+          "in the states its stages return (docs/your-method.md)")
+    return 1
 
 
 def cmd_split_report(args: argparse.Namespace) -> int:

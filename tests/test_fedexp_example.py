@@ -167,16 +167,19 @@ def test_the_tutorials_commands_run_at_a_tiny_size(site: Path, tmp_path: Path, m
     for name in ("configs", "examples"):
         (tmp_path / name).symlink_to(ROOT / name)
     commands = readme_commands(TUTORIAL.read_text(encoding="utf-8"))
-    assert [c[0] for c in commands] == ["algorithms", "run", "experiment", "judge", "compare", "plot"]
+    assert [c[0] for c in commands] == ["algorithms", "run", "check-resume", "experiment", "judge", "compare", "plot"]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))  # check-resume's resume: a new process
     for command in commands:
         for flag in ("-j", "--workers"):
             if flag in command:
                 del command[command.index(flag):command.index(flag) + 2]
-        status = main(command + AT_TINY_SIZE if command[0] in ("run", "experiment") else command)
+        status = main(command + AT_TINY_SIZE if command[0] in ("run", "check-resume", "experiment") else command)
         out = capsys.readouterr()
         assert status == 0, f"fedaccel {' '.join(command)} exited {status}: {out.err[-2000:]}"
         if command[0] == "algorithms":
             assert f"{MODULE}:fedexp from fedaccel-fedexp 0.1.0" in out.out
+        if command[0] == "check-resume":
+            assert "resumed in a new process: the same numbers" in out.out, out.out
         if command[0] == "judge":
             assert "FedExP reaches 90% in fewer rounds than FedAvg" in out.out
     judged = json.loads((tmp_path / "runs/fedexp/claims.json").read_text())

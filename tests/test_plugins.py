@@ -893,3 +893,39 @@ def test_a_grid_whose_only_other_code_cells_failed_says_which_to_delete_and_then
     subprocess.run(shlex.split(command), check=True)
     assert main(["experiment", str(grid), "--no-progress"]) == 0
     assert all((d / "summary.json").is_file() for d in failed)
+
+
+HIDDEN = '''
+from fedaccel import Part, build_algorithm, compose
+
+
+def myprox(*, mu: float = 0.01):
+    kept = {}  # heavy-ball momentum in a closure, not in the state server_end returns: a resume loses it
+
+    def server_end(info, w, w_next, updates, state):
+        kept["v"] = (w_next - w) + 0.5 * kept.get("v", 0.0)
+        return w + kept["v"], state
+
+    return compose("myprox", *build_algorithm("fedavg").parts, Part(name="hidden", server_end=server_end))
+'''
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_check_resume_tells_a_method_whose_state_a_resume_keeps_from_one_that_hides_it(
+    put: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+    hidden: bool,
+) -> None:
+    """A new user's momentum kept in a closure equalled FedAvgM run whole, and after a stop and a resume differed
+    by 3.7e-4 with no word (helper): `fedaccel check-resume` runs the config whole and stopped-then-resumed in a new
+    process, and says which. tests/plugin_package's MyProx keeps nothing outside its states."""
+    site = put("hidden" if hidden else "site", **({"source": HIDDEN} if hidden else {}))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))  # the resume's new process
+    args = ["--set", "data.dataset=digits", "--set", "data.subset=200", "--set", "data.clients=2", "--set",
+            "model=softmax", "--set", "train.rounds=4", "--set", "algorithm=myprox"]
+    assert main(["check-resume", *args]) == (1 if hidden else 0)
+    out = capsys.readouterr().out
+    assert out.startswith("stopped after round 2 of 4 and resumed in a new process: "), out
+    if hidden:
+        assert "the numbers differ (final models' largest difference " in out and "first at round 3: " in out, out
+    else:
+        assert "the same numbers (final models' largest difference 0)" in out, out

@@ -130,11 +130,13 @@ def run_loop(
     parts: list[dict[str, Any]] | None = None,
     runtime: ClientRuntime | None = None,
     on_eval: Callable[[FLState, dict[str, Any]], None] | None = None,
+    stop_after: int | None = None,
 ) -> FLState:
     """Rounds until the configured number, with metrics, diagnostics and checkpoints written as
     they come; ``runtime`` runs the client side (default: in this process); ``on_eval(state, row)``
     is called after every metrics row written (round 0 included); ``parts``: where the run's earlier
-    rounds ran (:func:`~fedaccel.runs.checkpoint.restore_state`), kept in its checkpoints and summary."""
+    rounds ran (:func:`~fedaccel.runs.checkpoint.restore_state`), kept in its checkpoints and summary;
+    ``stop_after``: the round after which the run stops as a signal stops it (:func:`fedaccel.launch.check_resume`)."""
     config, federation = setup.config, setup.federation
     rounds = config.train.rounds
     show = config.run.progress if progress is None else progress
@@ -220,7 +222,7 @@ def run_loop(
                                       parts=parts, dp_noise=dp_noise)
                         raise Diverged(message)
                     _say(f"warning: {message}")
-                stopping = STOP.is_set() and state.round < rounds
+                stopping = (STOP.is_set() or state.round == stop_after) and state.round < rounds
                 if state.round % config.run.checkpoint_every == 0 or state.round == rounds or stopping:
                     _sync(metrics_file, diag_file)
                     save_checkpoint(path / CHECKPOINT, state, wall, config.to_dict(), parts,
