@@ -372,3 +372,13 @@ def test_a_resume_keeps_the_rounds_a_target_epsilon_was_calibrated_for(tmp_path:
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     assert main(["run", "--resume", str(out)]) == 2
     assert "has train.rounds = 1, below its checkpoint's round 4: a run is never cut short" in capsys.readouterr().err
+
+
+def test_a_run_diverging_under_dp_names_the_noise_beside_the_learning_rate(tmp_path: Path, capsys) -> None:
+    """A clip of 1e300 makes noise of 1e300: the line blamed the learning rate alone (helper)."""
+    args = ["--set", "data.dataset=digits", "--set", "model=svm", "--set", "data.clients=20", "--set",
+            "train.rounds=1", "--set", "run.progress=false", "--set",
+            "algorithm.dp={clip: 1.0e+300, noise_multiplier: 1.1, delta: 1.0e-5}"]
+    assert main(["run", *args, "--out", str(tmp_path / "wild")]) != 0
+    err = capsys.readouterr().err
+    assert "diverged at round 1" in err and "or algorithm.dp's noise, z times its clip (1e+300)?" in err, err

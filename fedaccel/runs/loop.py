@@ -34,7 +34,7 @@ from fedaccel.engine.evaluated import column, init_evaluated, kept, scored_model
 from fedaccel.engine.federation import Federation
 from fedaccel.engine.round import ClientRuntime, FLState, RoundReport, run_round
 from fedaccel.engine.stacked import StackedClients, StackedMember, current_seed_stack, kernel_kind
-from fedaccel.errors import ConfigError, UserError
+from fedaccel.errors import ConfigError, UserError, shown
 from fedaccel.runs.checkpoint import continued_parts, save_checkpoint
 from fedaccel.runs.config import LOCAL_RUNTIMES, Config
 from fedaccel.runs.files import save_plain, write_atomic
@@ -395,7 +395,15 @@ def divergence_message(
                if isinstance(rejected, dict) and rejected else "")
     keeps = _what_it_keeps(config, path, f"its last finite checkpoint, of round {checkpointed}")
     return (f"the run diverged at round {round_}: {why}{clients}; learning rate too high? "
-            f"(train.lr = {config.train.lr:g}){_plugin_suspect(config)}{keeps}")
+            f"(train.lr = {config.train.lr:g}){_dp_suspect(config)}{_plugin_suspect(config)}{keeps}")
+
+
+def _dp_suspect(config: Config) -> str:
+    """Words naming client-level DP's noise as a suspect where the run has it (its scale is z times the clip: a
+    clip of 1e300 made noise of 1e300, and the line blamed only the learning rate)."""
+    dp = config.algorithm.get("dp")
+    clip = dp.get("clip") if isinstance(dp, dict) else None
+    return "" if clip is None else f" or algorithm.dp's noise, z times its clip ({shown(clip)})?"
 
 
 def _plugin_suspect(config: Config) -> str:
