@@ -105,7 +105,9 @@ def find(kind: str, name: str, *, builtin: bool) -> Plugin | None:
     if builtin + len(plugins) > 1:  # fedaccel's version only for the line (a metadata read: 5 ms, every config)
         owners = ([f"fedaccel {fedaccel_version()} (built in)"] if builtin else []) + [p.origin for p in plugins]
         raise ConfigError(f"{kind} {shown(name)} is declared by {owners[0]} and by {' and by '.join(owners[1:])} "
-                          f"(entry-point group {GROUPS[kind]}): uninstall one, or rename the plugin's entry point")
+                          f"(entry-point group {GROUPS[kind]}): "
+                          + (f"rename the entry point of {plugins[0].origin} (a built-in name is fedaccel's)" if builtin
+                             else "uninstall one, or rename one's entry point"))
     if builtin or not plugins:
         return None
     return plugins[0]

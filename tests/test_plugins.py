@@ -160,9 +160,13 @@ def test_a_name_fedaccel_has_or_two_plugins_declare_is_refused_naming_both(
     put("a", entry_points=f"[fedaccel.algorithms]\nfedavg = {MODULE}:myprox\n")
     assert main(["run", "--set", "algorithm=fedavg"]) == 2
     assert ("algorithm 'fedavg' is declared by fedaccel 0.1.0 (built in) and by fedaccel-myprox 0.1.0 (entry-point "
-            "group fedaccel.algorithms): uninstall one, or rename the plugin's entry point") in one_line(capsys)
+            "group fedaccel.algorithms): rename the entry point of fedaccel-myprox 0.1.0 (a built-in name is "
+            "fedaccel's)") in one_line(capsys)
     assert ("fedavg", f"{MODULE}:myprox from fedaccel-myprox 0.1.0 (refused: a built-in method has this name)"
             ) in listing()
+    put("bad", entry_points=f"[fedaccel.algorithms]\nBad Name = {MODULE}:myprox\n")
+    assert ("Bad Name", f"{MODULE}:myprox from fedaccel-myprox 0.1.0 (refused: not a name fedaccel takes: lower-case "
+            "letters, digits, '-', '_', '.')") in listing()  # it was listed as if it worked
     put("b")
     put("c", distribution="other-prox", version="2.0")
     assert ("myprox", f"{MODULE}:myprox from other-prox 2.0 (refused: the name is declared twice)") in listing()

@@ -453,7 +453,9 @@ def listing() -> list[tuple[str, str]]:
     rows = [(name, recipe.summary) for name, recipe in RECIPES.items()]
     for name, found in sorted(plugins.declared("algorithm").items()):
         clash = (" (refused: a built-in method has this name)" if name in RECIPES else
-                 " (refused: the name is declared twice)" if len(found) > 1 else "")
+                 " (refused: the name is declared twice)" if len(found) > 1 else
+                 " (refused: not a name fedaccel takes: lower-case letters, digits, '-', '_', '.')"
+                 if not plugins.NAME.fullmatch(name) else "")
         rows += [(name, f"{p.value} from {p.origin}{clash}") for p in found]
     return rows
 
