@@ -15,7 +15,8 @@ method's hyperparameters, returning a composed :class:`~fedaccel.algorithms.base
 a loader ``load(root: Path | None, seed: int) -> fedaccel.data.Dataset``.
 
 Only installed distributions' entry points are read, and a plugin's module is imported only when its name
-is asked for; nothing is imported because a file or a run folder names it. What can go wrong is one line
+is asked for (by a config, or by a run folder's: a name only among the installed entry points); no file or folder
+can name a module to import. What can go wrong is one line
 (:class:`~fedaccel.errors.ConfigError`): a name declared twice (by fedaccel and a plugin, or by two
 plugins), a name that is not one, a value that is not ``module:object``, a module that fails to import, an
 object that is not a recipe. A run records the distribution (name, version and a hash of its code,
