@@ -207,6 +207,10 @@ def test_a_server_end_that_reads_the_uploads_is_refused_unless_it_declares_it_re
 
     mine = Part(name="extrapolation", server_end=step_size_from_norms, models_only=declared)
     algorithm = compose("mine", mean_aggregate(weighting="uniform"), mine)
+    twin = compose("mine", mean_aggregate(weighting="uniform"), mine, Part(name="extrapolation"))
+    if not declared:  # a harmless part of the same name after it hides nothing (a check keyed by name let it by)
+        with pytest.raises(ConfigError, match="its part 'extrapolation' reads the individual uploads"):
+            with_dp(twin, plain(1.0, 1.0))
     if declared:
         assert [p.name for p in with_dp(algorithm, plain(1.0, 1.0)).parts] == ["dp", "extrapolation"]
     else:

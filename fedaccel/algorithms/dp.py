@@ -549,13 +549,11 @@ def with_dp(algorithm: Algorithm, settings: DPSettings, *, server_lr: float = 1.
     ``samples``, ``e_const`` and ``plan``) by the private plan where ``settings.plan_clip`` is given; a part
     outside the guarantee is one line."""
     private_plan = _private_plan(algorithm, settings, planning)
-    whys = {part.name: outside(part, settings, plan_hint=False) for part in algorithm.parts
-            if part.name != "mean" and part is not private_plan[0]}
-    unplannable = [name for name, why in whys.items() if why is not None and name != "fedgsnr"]
+    checked = [part for part in algorithm.parts if part.name != "mean" and part is not private_plan[0]]
+    unplannable = any(part.name != "fedgsnr" and outside(part, settings) is not None for part in checked)
     plan_hint = trainer_chooser(algorithm) is None and not unplannable  # plan_clip alone would not cover it
-    for part in sorted(algorithm.parts, key=lambda p: p.name == "fedgsnr"):  # what plan_clip cannot mend first
-        why = whys.get(part.name) if part.name != "fedgsnr" else (
-            outside(part, settings, plan_hint=plan_hint) if "fedgsnr" in whys else None)
+    for part in sorted(checked, key=lambda p: p.name == "fedgsnr"):  # what plan_clip cannot mend first
+        why = outside(part, settings, plan_hint=plan_hint)
         if why is not None:
             raise ConfigError(f"algorithm.dp cannot cover {algorithm.name}: its part {part.name!r} {why}; "
                               "client-level DP composes with recipes whose server takes the mean of the uploads "
