@@ -121,6 +121,45 @@ def broken_app() -> ClientApp:
     return rewriting_app(change)
 
 
+RAY_WRAPPED = """<class 'ray.exceptions.RayTaskError(ClientAppException)'>: ray::ClientAppActor.run() (pid=1, ip=0)
+  File "mine.py", line 3, in load
+    import no_such_module
+ModuleNotFoundError: No module named 'no_such_module'
+
+The above exception was the direct cause of the following exception:
+
+  File "mine.py", line 9, in local_term
+    raise ConfigError("loading mine failed") from exc
+fedaccel.errors.ConfigError: loading mine failed
+
+The above exception was the direct cause of the following exception:
+
+flwr.clientapp.client_app.ClientAppException:
+Exception ClientAppException occurred. Message: loading mine failed
+'>"""
+
+
+@settings(max_examples=200, deadline=None)
+@given(reason=st.one_of(st.text(max_size=300), st.builds(lambda a, b: a + "\nThe above exception was the direct cause"
+                                                            + b, st.text(max_size=100), st.text(max_size=100))))
+def test_a_clients_error_is_said_as_its_own_exceptions_line(reason: str) -> None:
+    """Flower wraps a simulated client's exception in Ray's traceback (300 characters of actor ids were all a
+    row kept); the line said is the outermost of the client's own chain, a line of the reason or the reason
+    itself, read from its end only: a hostile node's reason of 2 GB of newlines costs no list of its lines."""
+    from fedaccel.flower.server import own_error
+
+    said = own_error(reason)
+    assert said == reason or (said in reason and "\n" not in said)
+
+
+def test_the_outermost_line_of_a_clients_chain_is_said_and_a_huge_reason_costs_no_split() -> None:
+    from fedaccel.flower.server import own_error
+
+    assert own_error(RAY_WRAPPED) == "fedaccel.errors.ConfigError: loading mine failed"
+    huge = "\n" * 100_000_000 + "The above exception was the direct cause"
+    assert own_error(huge) is huge
+
+
 def nan_app() -> ClientApp:
     """Every client uploads NaNs (a method's bug)."""
 

@@ -723,6 +723,38 @@ def test_a_round_stops_the_run_only_where_clients_answered_and_every_answer_was_
         assert why.startswith(f"the server refused the answer of every client ({len(rejected)}; client {client}: ")
 
 
+REASONS = st.sampled_from(["client error: its code raised RuntimeError: a bug",
+                            "client error: <class 'ray.exceptions.ActorDiedError'>: the actor died",
+                            "non-finite values in update", "update norm 8.4e+39 above run.norm_ceiling = 1e+06",
+                            "update norm 9.1, more than run.norm_ratio = 3 times the median"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(runtime=st.sampled_from(["flower-simulation", "flower-deployment"]),
+       rejected=st.dictionaries(st.sampled_from("0123"), REASONS, min_size=1, max_size=4))
+def test_a_simulation_stops_at_a_client_whose_code_raised_and_at_once_where_nothing_bounded_was_refused(
+        runtime: str, rejected: dict[str, str]) -> None:
+    """A simulation's clients are this machine's code: one whose code raised stops the run (not a worker Ray found
+    dead: that is no bug of the method), and a round with every answer refused stops at once, unless a norm bound the
+    user set refused one (in process that update is taken; the next round may pass it). A deployment stops at
+    neither: its clients are other hosts, and it waits out REFUSED_ROUNDS such rounds."""
+    from fedaccel.algorithms.base import Participation
+    from fedaccel.engine.round import RoundReport
+    from fedaccel.runs.loop import REFUSED_ROUNDS, refused_rounds_that_stop, simulated_client_error
+
+    config = load_config(None, [f"run.runtime={runtime}"])
+    report = RoundReport(1, Participation((0, 1, 2, 3), (0, 1, 2, 3)), 0, 0, 0, {"rejected": rejected}, 0)
+    raised = [c for c, why in rejected.items() if "its code raised" in why]  # in the order the server recorded
+    simulated = runtime == "flower-simulation"
+    error = simulated_client_error(config, report)
+    assert (error is not None) == (simulated and bool(raised)), (error, rejected)
+    if error is not None:
+        more = f" ({len(raised) - 1} more client(s) raised too)" if len(raised) > 1 else ""
+        assert error == f"client {raised[0]}'s code raised RuntimeError: a bug{more}", error
+    bounded = any("run.norm_" in why for why in rejected.values())
+    assert refused_rounds_that_stop(config, report) == (1 if simulated and not bounded else REFUSED_ROUNDS)
+
+
 @pytest.mark.parametrize("shift, refused", [(2, True), (4, True), (3, False), (1, False)])
 def test_a_label_flip_that_changes_no_target_of_the_svm_is_refused(tmp_path: Path, shift: int, refused: bool) -> None:
     """The squared SVM trains on parity: shift 2 left every attacked client honest, and its run equalled the clean

@@ -60,7 +60,7 @@ from fedaccel.flower.wire import BadMessage
 from fedaccel.runs.checkpoint import load_checkpoint, restore_state
 from fedaccel.runs.config import Config, dump_config, dump_yaml, plugin_note
 from fedaccel.runs.folder import CHECKPOINT, CLIENT_STATES
-from fedaccel.runs.loop import CLIENT_ERROR, run_loop
+from fedaccel.runs.loop import CLIENT_ERROR, CLIENT_RAISED, run_loop
 from fedaccel.runs.secure import parse_secure
 from fedaccel.runs.setup import Setup, build_setup
 from fedaccel.runs.stopping import STOP
@@ -122,7 +122,10 @@ class FlowerClients:
             elif reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE:
                 gone.append((ctx.client, seconds))
             elif reply.has_error():
-                rejected[str(ctx.client)] = one_line(f"{CLIENT_ERROR} {own_error(reply.error.reason)}")
+                raised = reply.error.code in (ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                              ErrorCode.LOAD_CLIENT_APP_EXCEPTION)  # not a dead actor: its code
+                rejected[str(ctx.client)] = one_line(f"{CLIENT_ERROR} {CLIENT_RAISED} {own_error(reply.error.reason)}"
+                                                     if raised else f"{CLIENT_ERROR} {reply.error.reason}")
             else:
                 answers[ctx.client] = reply
         diag: dict[str, Any] = {}
@@ -272,12 +275,18 @@ REASON_LIMIT = 300  # characters of a rejection's reason, as logged and recorded
 
 def own_error(reason: str) -> str:
     """A client's error as its own exception's line (``RuntimeError: client 2 broke``) where Flower's reason wraps it
-    in a Ray traceback (its first 300 characters were Ray's actor and process ids); ``reason`` itself otherwise."""
-    lines = [line.strip() for line in reason.splitlines()]
-    cause = next((k for k, line in enumerate(lines) if line.startswith("The above exception was the direct cause")),
-                 None)
-    own = next((line for line in reversed(lines[:cause]) if line), None) if cause is not None else None
-    return own or reason
+    in a Ray traceback (its first 300 characters were Ray's actor and process ids): the line before the last "direct
+    cause" (the outermost of a chain), read from the reason's end only (a hostile node's may be 2 GB of newlines);
+    ``reason`` itself otherwise."""
+    text = reason[-OWN_ERROR_WINDOW:]
+    cause = text.rfind("The above exception was the direct cause")
+    if cause < 0:
+        return reason
+    before = text[:cause].rstrip()
+    return before[before.rfind("\n") + 1:].strip() or reason
+
+
+OWN_ERROR_WINDOW = 1 << 16  # characters of a client's error reason searched for its own exception's line
 
 
 def one_line(text: str) -> str:

@@ -206,7 +206,7 @@ def run_loop(
                     cause = cause or (None if diverged else non_finite_losses(last))
                 refused = None if cause else every_answer_refused(report)
                 refused_rounds = refused_rounds + 1 if refused else 0
-                if refused and refused_rounds == refused_rounds_that_stop(config):
+                if refused and refused_rounds >= refused_rounds_that_stop(config, report):
                     message = refused_message(config, state.round, refused, path, checkpointed, refused_rounds)
                     refused_rounds = 0
                     if config.run.on_divergence == "stop":  # no summary: the run stays resumable, as if stopped
@@ -329,6 +329,7 @@ def lost_to_the_stop(report: RoundReport) -> str:
 
 
 CLIENT_ERROR = "client error:"  # how the Flower server records an answer that is an error (fedaccel.flower.server)
+CLIENT_RAISED = "its code raised"  # ... after CLIENT_ERROR where the client's code raised (not a dead worker)
 
 
 class ClientError(UserError):
@@ -343,18 +344,25 @@ def simulated_client_error(config: Config, report: RoundReport) -> str | None:
     rejected = report.diag.get("rejected") if isinstance(report.diag, dict) else None
     if config.run.runtime != "flower-simulation" or not isinstance(rejected, dict):
         return None
-    failed = [(client, str(why)[len(CLIENT_ERROR):].strip()) for client, why in rejected.items()
-              if str(why).startswith(CLIENT_ERROR)]
+    said = f"{CLIENT_ERROR} {CLIENT_RAISED} "
+    failed = [(client, str(why)[len(said):]) for client, why in rejected.items() if str(why).startswith(said)]
     if not failed:
         return None
     (client, why), more = failed[0], len(failed) - 1
     return f"client {client}'s code raised {why}" + (f" ({more} more client(s) raised too)" if more else "")
 
 
-def refused_rounds_that_stop(config: Config) -> int:
+def refused_rounds_that_stop(config: Config, report: RoundReport) -> int:
     """Rounds in a row with every answer refused that stop a run: one in a simulation (its clients are this
-    machine's code: nothing to wait out), :data:`REFUSED_ROUNDS` in a deployment."""
-    return 1 if config.run.runtime == "flower-simulation" else REFUSED_ROUNDS
+    machine's code: nothing to wait out), unless a norm bound of the Flower gate refused one (run.norm_ceiling,
+    run.norm_ratio: a bound the user set, which in process takes the update; the next rounds may pass it);
+    :data:`REFUSED_ROUNDS` in a deployment."""
+    rejected = report.diag.get("rejected") if isinstance(report.diag, dict) else None
+    bounded = isinstance(rejected, dict) and any(key in str(why) for why in rejected.values() for key in NORM_BOUNDS)
+    return 1 if config.run.runtime == "flower-simulation" and not bounded else REFUSED_ROUNDS
+
+
+NORM_BOUNDS = ("run.norm_ceiling", "run.norm_ratio")  # the settings a gate's norm refusal names (fedaccel.flower.gate)
 
 
 def every_answer_refused(report: RoundReport) -> str | None:
