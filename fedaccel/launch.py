@@ -74,47 +74,77 @@ COMPARED = ("test_acc", "test_loss", "train_acc", "train_loss", "local_steps")
 
 
 def check_resume(config: Config, after: int | None = None, folder: Path | None = None) -> ResumeCheck:
-    """``config`` run twice: whole, and stopped after round ``after`` (default: half its rounds) as a signal stops
-    it, then resumed by ``fedaccel run --resume`` in a new process. A method that keeps state outside the states
-    its stages return (a closure, an attribute of a part, a module's global, a state changed in place after it was
-    returned) loses it at the stop, and the two differ: the check a new method's author runs before a grid (and
-    before Flower, whose clients keep nothing but those states). In process and stacked; ``folder``: where the two
-    runs go (default: a temporary folder, removed)."""
+    """``config`` run twice: stopped after round ``after`` (default: half its rounds) as a signal stops it, then
+    resumed by ``fedaccel run --resume`` in a new process; and whole, in another. A method that keeps state outside
+    the states its stages return (a closure, an attribute of a part, a module's global, a state changed in place
+    after it was returned) loses it at the stop, and the two differ: the check a new method's author runs before a
+    grid (and before Flower, whose clients keep nothing but those states). In process and stacked, on the config's
+    device (a GPU's nondeterministic kernels may differ by more than the tolerance: ``run.device=cpu``);
+    ``folder``: where the two runs go (default: a temporary folder, removed)."""
+    import copy
+    import os
     import subprocess
     import sys
     import tempfile
 
-    import torch
-
-    from fedaccel.runs.rows import read_rows
     from fedaccel.runs.stopping import Interrupted
 
     if config.run.runtime not in LOCAL_RUNTIMES:
         raise UserError(f"check-resume runs in process or stacked, not run.runtime {config.run.runtime}: a "
                         "simulation resumes from the same checkpoints and client states (--set run.runtime=in-process)")
     rounds = config.train.rounds
+    if rounds < 2:
+        raise UserError(f"check-resume stops a run after a round and resumes it: it needs train.rounds >= 2, got {rounds}")
     after = max(1, rounds // 2) if after is None else after
     if not 1 <= after < rounds:
         raise UserError(f"--after must be a round from 1 to {rounds - 1} (train.rounds = {rounds}), got {after}")
+    config = copy.deepcopy(config)
     config.run.progress = False
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # a plugin this process finds
+
+    def fedaccel(*args: str, what: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "fedaccel.cli", *args], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, env=env)
+        if done.returncode:
+            said = (done.stderr.strip().splitlines() or ["no words"])[-1]
+            raise UserError(f"check-resume: {what} failed: {said}")
+
     with tempfile.TemporaryDirectory(prefix="fedaccel-check-resume-") as scratch:
         where = Path(folder) if folder is not None else Path(scratch)
-        whole, stopped = run(config, where / "whole"), where / "stopped"
+        stopped, whole = where / "stopped", where / "whole"
         try:
-            run(config, stopped, stop_after=after)
-        except Interrupted:
-            pass
-        resumed = subprocess.run([sys.executable, "-m", "fedaccel.cli", "run", "--resume", str(stopped)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if resumed.returncode:
-            said = (resumed.stderr.strip().splitlines() or ["no words"])[-1]
-            raise UserError(f"check-resume: the resume of the run stopped after round {after} failed: {said}")
-        models = [torch.load(p / "model.pt", weights_only=True)["w"] for p in (whole, stopped)]
-        rows = [{r["round"]: r for r in read_rows(p / METRICS)[0]} for p in (whole, stopped)]
-    first = next(((k, c, a[c], b.get(c)) for k, a in rows[0].items() for c in COMPARED
-                  if c in a and (b := rows[1].get(k, {})).get(c) != a[c]
-                  and not (isinstance(b.get(c), float) and abs(b[c] - a[c]) <= RESUME_TOLERANCE)), None)
-    return ResumeCheck(after, rounds, float((models[0] - models[1]).abs().max()), first)
+            run(config, stopped, stop_after=after)  # first: this process has run nothing of the method yet
+        except Interrupted as stop:
+            if stop.round != after:  # a signal of the user's: the check stops too
+                raise
+        fedaccel("run", "--resume", str(stopped), what=f"the resume of the run stopped after round {after}")
+        fedaccel("run", str(stopped / "config.yaml"), "--out", str(whole), what="the whole run")
+        return _compared(after, rounds, whole, stopped)
+
+
+def _compared(after: int, rounds: int, whole: Path, resumed: Path) -> ResumeCheck:
+    """The :class:`ResumeCheck` of two finished run folders: their final models, and every metrics row of
+    either (a row only one has differs too); NaN equals NaN (a run that diverged the same way)."""
+    import math
+
+    import torch
+
+    from fedaccel.runs.rows import read_rows
+
+    models = [torch.load(p / "model.pt", weights_only=True)["w"] for p in (whole, resumed)]
+    both_nan = models[0].isnan() & models[1].isnan()
+    difference = float(torch.where(both_nan, 0.0, (models[0] - models[1]).abs()).max())
+    rows = [{r["round"]: r for r in read_rows(p / METRICS)[0]} for p in (whole, resumed)]
+
+    def same(a: object, b: object) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= RESUME_TOLERANCE
+        return a == b
+
+    first = next(((k, c, rows[0].get(k, {}).get(c), rows[1].get(k, {}).get(c))
+                  for k in sorted(set(rows[0]) | set(rows[1])) for c in COMPARED
+                  if not same(rows[0].get(k, {}).get(c), rows[1].get(k, {}).get(c))), None)
+    return ResumeCheck(after, rounds, difference, first)
 
 
 def _run_on_flower(config: Config, path: Path, progress: bool | None) -> Path:

@@ -834,3 +834,20 @@ def test_a_checkpoint_whose_model_is_of_another_dtype_is_refused(tmp_path: Path,
     assert main(["run", "--resume", str(out), "--no-progress"]) == 0
     assert f"{out} holds no checkpoint: the run starts again from round 0, replacing its 4 rows" in \
         capsys.readouterr().err
+
+
+def test_check_resume_compares_every_row_of_either_run_and_leaves_the_callers_config(tmp_path: Path) -> None:
+    """A built-in method resumes exactly (SCAFFOLD's states included); a row only one run has differs (the whole
+    run's rows alone were compared); the caller's config is not changed (it set run.progress)."""
+    from fedaccel.launch import _compared, check_resume
+
+    config = load_config(None, [*SMALL, "algorithm=scaffold", "train.rounds=4", "run.progress=true"])
+    found = check_resume(config, folder=tmp_path)
+    assert found.same and found.after == 2 and found.model_difference == 0.0, found
+    assert config.run.progress is True
+    metrics = tmp_path / "stopped" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([*lines, lines[-1].replace('"round": 4', '"round": 5')]) + "\n")
+    extra = _compared(2, 4, tmp_path / "whole", tmp_path / "stopped")
+    assert not extra.same and extra.first_row_difference[:2] == (5, "test_acc"), extra
+    assert extra.first_row_difference[2] is None
