@@ -359,9 +359,9 @@ def draw_report(paper: str, scale: str = "quick", *, docs: Path = DOCS, workdir:
         _command(paper, scale),
         "```",
         "",
-        f"It runs the report's {sum(map(len, runs_by_experiment.values())):,} runs, then draws it (`-j N` or `--ray` run "
-        f"cells at once, `--only EXPERIMENT` one experiment); with `--render-only` it redraws this page "
-        f"from the committed runs in `{_shown(figures / 'data')}` in minutes, running none.",
+        f"It runs the report's experiments, then draws it (`-j N` or `--ray` run cells at once, `--only EXPERIMENT` "
+        f"one experiment); with `--render-only` it redraws this page in minutes from the "
+        f"{sum(map(len, runs_by_experiment.values())):,} runs committed in `{_shown(figures / 'data')}`, running none.",
         "",
         *([render_opening(opening, rows, {j.claim.measure.name: j.claim.measure.fmt for j in judgements}), ""]
           if opening is not None else []),
