@@ -254,6 +254,12 @@ def test_a_finished_run_resumed_removes_client_states_a_kill_as_it_ended_left(
     assert not (done / "client-states").exists()
     main(["run", "--resume", str(done)])
     assert "nothing to resume, nothing was changed" in capsys.readouterr().err
+    (done / "client-states" / "client-0").mkdir(parents=True)
+    from fedaccel.runs.lock import lock_run_dir
+
+    with lock_run_dir(done):  # a writer holds the folder: the removal waits its turn, as every write does
+        assert main(["run", "--resume", str(done)]) == 2
+    assert "is being written by process" in capsys.readouterr().err and (done / "client-states").is_dir()
 
 
 hello_values = st.none() | st.integers(-5, 10**12) | st.text(max_size=20) | st.booleans() | st.floats(allow_nan=True)
