@@ -415,6 +415,7 @@ def _resume_device(args: argparse.Namespace) -> str | None:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from fedaccel.disk import write_atomic
     from fedaccel.flower.deploy import deploy, prepare, write_flwr_home
     from fedaccel.flower.security import check_certificates
     from fedaccel.runs.config import load_config, read_run_config
@@ -433,10 +434,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             raise UserError(f"{out} is not a run folder (no config.yaml)")
         config = read_run_config(out / "config.yaml")
         if config.run.runtime != "flower-deployment":  # its SuperNodes would wait for clients it never had
+            if said_finished(out, config):
+                return 0
             raise UserError(f"{out} ran with run.runtime {config.run.runtime}, not as a deployment: "
                             f"`fedaccel run --resume {shlex.quote(str(out))}` continues it")
         if said_finished(out, config):  # at once, before a SuperLink and its SuperNodes start
             return 0
+        if (out / "flower" / PREPARED).is_file():  # a local SuperLink and SuperNodes, no TLS, would take it over
+            raise UserError(f"{out} was prepared for SuperNodes on other hosts (deploy --prepare): with them up, run "
+                            f"its `flwr run` again on the server host: {flwr_run_command((out / 'flower' / 'app').resolve())}")
     else:
         with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
             config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
@@ -444,6 +450,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             raise UserError(f"--clients {args.clients} but data.clients = {config.data.clients} (one SuperNode per "
                             f"client): --set data.clients={args.clients}, or leave --clients out")
         out = Path(args.out) if args.out else new_run_dir(config)
+        if (out / "flower" / PREPARED).is_file():
+            raise UserError(f"{out} is already prepared for SuperNodes on other hosts: its commands are those printed "
+                            f"then (the server's last: {flwr_run_command((out / 'flower' / 'app').resolve())}); a new run takes "
+                            "another --out")
         check_out_folder(out)
     if args.prepare:
         if args.resume:
@@ -455,6 +465,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         check_certificates(tls, config.data.clients)
         app = prepare(config, out.resolve(), clients=args.clients)
         write_flwr_home(app.parent / "home", f"127.0.0.1:{args.port}", tls / "ca.crt")
+        write_atomic(app.parent / PREPARED, "")  # for deploy --resume and --prepare again: not this host's run
         print_multi_host_commands(app, config.data.clients, tls, args.port)
         return 0
     path = deploy(config, out, clients=args.clients, timeout=args.timeout, tls=Path(args.tls) if args.tls else None,
@@ -480,10 +491,19 @@ def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> 
     print(f"client host <i> (with ca.crt and node<i>_key):  python -m fedaccel.flower.node --root-certificates ca.crt "
           f"--auth-supernode-private-key node<i>_key --superlink {address} --port 9094 --isolation process "
           f"--node-config \"partition-id=<i> num-partitions={clients} state-dir='/var/tmp/fedaccel'\"")
-    print(f"then, on the server host:  FLWR_HOME={home} flwr run {quote(str(app))} local --stream "
-          f"--run-config {quote(str(secrets / 'run-config.toml'))}")
+    print(f"then, on the server host:  {flwr_run_command(app)}")
     print(f"(other hosts are served the Fleet API only; the Control API takes the token in {home}/credentials.yaml: "
           "docs/threat-model.md)")
+
+
+PREPARED = "prepared"  # RUN_DIR/flower/prepared: made by deploy --prepare, for SuperNodes on other hosts
+
+
+def flwr_run_command(app: Path) -> str:
+    """The server host's ``flwr run`` of the prepared run whose Flower App is ``app`` (RUN_DIR/flower/app)."""
+    home, secrets = shlex.quote(str(app.parent / "home")), app.parent / "secrets"
+    return (f"FLWR_HOME={home} flwr run {shlex.quote(str(app))} local --stream "
+            f"--run-config {shlex.quote(str(secrets / 'run-config.toml'))}")
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -106,3 +106,13 @@ def test_two_hosts_prepares_its_run_folder_at_a_tiny_size(tmp_path: Path, monkey
         shown = where.replace("<", "&lt;").replace(">", "&gt;")  # Markdown would take <i> for a tag
         assert f"\n{where}" in "\n" + printed and f"**{shown}" in text, where  # the page names what is printed
     assert "python -m fedaccel.flower.link" in printed and "flwr supernode register" in printed
+    # a local deploy --resume of the prepared folder ran it on this host without TLS (a new user's), and --prepare
+    # again advised `fedaccel run --resume`, which is refused: each now points at the server host's flwr run
+    server_line = next(line for line in printed.splitlines() if line.startswith("then, on the server host:"))
+    command = server_line.partition(":  ")[2]
+    for argv in (["deploy", "--resume", "runs/two-hosts"],
+                 ["deploy", "--prepare", "--tls", "tls", "--out", "runs/two-hosts", "--set", "data.clients=2"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: runs/two-hosts ") and command in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs/two-hosts/metrics.jsonl").exists()
