@@ -282,7 +282,8 @@ def test_wire_round_trip_and_refusals() -> None:  # the gate: tests/test_gate.py
 
 class SilentAndGoneGrid:
     """Node 10 never answers; node 11 is declared gone by the SuperLink ``after`` s into the wait
-    (the error reply as flwr's SuperLink makes it: from no node, only naming the message it answers)."""
+    (the error reply as flwr's SuperLink makes it: from no node, only naming the message it answers); a message
+    to node 12 the SuperLink does not take (an empty id: it knows the node gone)."""
 
     def __init__(self, after: float) -> None:
         from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
@@ -293,11 +294,13 @@ class SilentAndGoneGrid:
     def push_messages(self, messages: list[Message]) -> list[str]:
         import time
 
+        ids = []
         for k, message in enumerate(messages):
             message.metadata.__dict__["_message_id"] = f"m{k}"
             self.pushed[f"m{k}"] = message
+            ids.append("" if message.metadata.dst_node_id == 12 else f"m{k}")
         self.started = time.monotonic()
-        return list(self.pushed)
+        return ids
 
     def pull_messages(self, ids: set[str]) -> list[Message]:
         import time
@@ -326,16 +329,20 @@ def test_a_deployed_round_says_how_long_it_waited_for_a_silent_client_and_when_a
     setup = build_setup(load_config(None, TINY))
     state = init_state(setup.algorithm, setup.federation.model.theta.clone(), 3)
     info = round_info(setup.federation, 0)
-    contexts = [ClientContext(info, client, 2, True) for client in (0, 1)]
-    runtime = FlowerClients(SilentAndGoneGrid(after=0.3), setup, {0: 10, 1: 11}, timeout=1.5)  # type: ignore[arg-type]
+    contexts = [ClientContext(info, client, 3, True) for client in (0, 1, 2)]
+    runtime = FlowerClients(SilentAndGoneGrid(after=0.3), setup, {0: 10, 1: 11, 2: 12},  # type: ignore[arg-type]
+                            timeout=1.5)
     updates, diag = runtime.train(contexts, state.w, state.server)
-    assert updates == [] and diag == {"lost": [0, 1]}
+    assert updates == [] and diag == {"lost": [0, 1, 2]}
     err = capsys.readouterr().err
     silent = re.search(r"round 1: no answer from client\(s\) \[0\] in (\d+\.\d) s \(run.timeout\)", err)
-    gone = re.search(r"round 1: client\(s\) \[1\] lost: the SuperLink found their node gone \(no heartbeat\) "
+    gone = re.search(r"round 1: client\(s\) \[1, 2\] lost: the SuperLink found their node gone \(no heartbeat\) "
                      r"(\d+\.\d) s into the round", err)
-    assert silent and gone, err
+    assert silent and gone, err  # client 2's undelivered message was "no answer in 0.2 s (run.timeout)"
     assert 1.5 <= float(silent.group(1)) < 3.0 and 0.3 <= float(gone.group(1)) < 1.0, err
+    # the next round loses them again: in its row, not in another line each (a lost client was said every round)
+    updates, diag = runtime.train(contexts, state.w, state.server)
+    assert diag == {"lost": [0, 1, 2]} and "round" not in capsys.readouterr().err
 
 
 def test_the_deployed_server_app_holds_the_run_folder_lock_while_it_writes(tmp_path: Path, capsys) -> None:

@@ -86,6 +86,7 @@ class FlowerClients:
         self.grid, self.setup, self.nodes, self.timeout, self.plain = grid, setup, nodes, timeout, plain
         self.trained_at = list(trained_at or [0] * len(nodes))
         self.first_replies: list[float] = []  # seconds until the first reply, in the last exchanges
+        self.said_absent: set[int] = set()  # clients whose loss was said: said again only once they answered
         self.secure = parse_secure(setup.config.run.secure_aggregation)  # SecAgg+'s settings, or None
         if self.secure is not None and plain:
             raise UserError(f"run.secure_aggregation: client(s) {sorted(plain)} run a plain Flower ClientApp "
@@ -112,12 +113,15 @@ class FlowerClients:
         # Replies come at a steady pace: the first pull waits through 70% of the quickest of the
         # last 5 first replies (each pull of a SuperLink is a request, and it serves every node too).
         first_pull = 0.7 * min(self.first_replies) if self.first_replies else 0.0
-        replies = exchange(self.grid, messages, self.timeout, first_pull=first_pull)
+        sent = push(self.grid, messages) if messages else None
+        replies = collect(sent, self.timeout, first_pull=first_pull) if sent is not None else []
         came = [seconds for reply, seconds in replies if reply is not None]
         if came:
             self.first_replies = [*self.first_replies[-4:], min(came)]
-        for ctx, (reply, seconds) in zip(contexts, replies):
-            if reply is None:
+        for k, (ctx, (reply, seconds)) in enumerate(zip(contexts, replies)):
+            if reply is None and not sent.ids[k]:  # the SuperLink took no message for the node: it knew it gone
+                gone.append((ctx.client, 0.0))
+            elif reply is None:
                 silent.append((ctx.client, seconds))
             elif reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE:
                 gone.append((ctx.client, seconds))
@@ -130,12 +134,17 @@ class FlowerClients:
                 answers[ctx.client] = reply
         diag: dict[str, Any] = {}
         round_ = contexts[0].info.round + 1 if contexts else 0
-        if silent:
-            log(f"round {round_}: no answer from client(s) {sorted(c for c, _ in silent)} in "
-                f"{max(t for _, t in silent):.1f} s (run.timeout); going on without them")
-        if gone:
-            log(f"round {round_}: client(s) {sorted(c for c, _ in gone)} lost: the SuperLink found their node gone "
-                f"(no heartbeat) {max(t for _, t in gone):.1f} s into the round; going on without them")
+        absent = {c for c, _ in silent + gone}
+        self.said_absent &= absent  # one that answered again is said again when it is lost again
+        if new := [(c, t) for c, t in silent if c not in self.said_absent]:
+            log(f"round {round_}: no answer from client(s) {sorted(c for c, _ in new)} in "
+                f"{max(t for _, t in new):.1f} s (run.timeout); going on without them (said once, in each round's "
+                "row: diag.lost)")
+        if new := [(c, t) for c, t in gone if c not in self.said_absent]:
+            log(f"round {round_}: client(s) {sorted(c for c, _ in new)} lost: the SuperLink found their node gone "
+                f"(no heartbeat) {max(t for _, t in new):.1f} s into the round; going on without them (said once, in "
+                "each round's row: diag.lost)")
+        self.said_absent |= absent
         if silent or gone:
             diag["lost"] = sorted(c for c, _ in silent + gone)
         if rejected:
