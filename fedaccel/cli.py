@@ -716,10 +716,14 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
 
 def cmd_check_resume(args: argparse.Namespace) -> int:
-    from fedaccel.launch import check_resume
+    from fedaccel.launch import CheckStopped, check_resume
     from fedaccel.runs.config import load_config
 
-    found = check_resume(load_config(args.config, args.set), args.after)
+    try:
+        found = check_resume(load_config(args.config, args.set), args.after)
+    except CheckStopped as stopped:
+        print(stopped, file=sys.stderr)
+        return 130
     said = f"stopped after round {found.after} of {found.rounds} and resumed in a new process:"
     if found.same:
         print(f"{said} the same numbers (final models' largest difference {found.model_difference:.3g})")

@@ -11,6 +11,7 @@ and reaches the same numbers as an uninterrupted run.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def check_resume(config: Config, after: int | None = None, folder: Path | None =
     import subprocess
     import sys
     import tempfile
+    import threading
 
     from fedaccel.runs.stopping import Interrupted
 
@@ -103,23 +105,63 @@ def check_resume(config: Config, after: int | None = None, folder: Path | None =
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # a plugin this process finds
 
     def fedaccel(*args: str, what: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "fedaccel.cli", *args], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, env=env)
-        if done.returncode:
-            said = (done.stderr.strip().splitlines() or ["no words"])[-1]
-            raise UserError(f"check-resume: {what} failed: {said}")
-
-    with tempfile.TemporaryDirectory(prefix="fedaccel-check-resume-") as scratch:
-        where = Path(folder) if folder is not None else Path(scratch)
-        stopped, whole = where / "stopped", where / "whole"
+        child = subprocess.Popen([sys.executable, "-m", "fedaccel.cli", *args], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True, env=env)
         try:
-            run(config, stopped, stop_after=after)  # first: this process has run nothing of the method yet
-        except Interrupted as stop:
-            if stop.round != after:  # a signal of the user's: the check stops too
-                raise
-        fedaccel("run", "--resume", str(stopped), what=f"the resume of the run stopped after round {after}")
-        fedaccel("run", str(stopped / "config.yaml"), "--out", str(whole), what="the whole run")
-        return _compared(after, rounds, whole, stopped)
+            _, err = child.communicate()
+        except BaseException:  # a stop of this process: the child ends before the folders are removed
+            child.terminate()
+            child.wait()
+            raise
+        if child.returncode in (130, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGTERM):
+            raise CheckStopped("a signal")
+        if child.returncode:
+            raise UserError(f"check-resume: {what} failed: {_cause(err)}")
+
+    previous = signal.signal(signal.SIGTERM, _stopped) if threading.current_thread() is threading.main_thread() \
+        else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="fedaccel-check-resume-") as scratch:
+            where = Path(folder) if folder is not None else Path(scratch)
+            stopped, whole = where / "stopped", where / "whole"
+            try:
+                run(config, stopped, stop_after=after)  # first: this process has run nothing of the method yet
+            except Interrupted as stop:
+                if stop.round != after or stop.reason != "a stop request":  # a signal of the user's
+                    raise CheckStopped(stop.reason) from None
+            except (KeyboardInterrupt, CheckStopped):
+                raise CheckStopped("a signal") from None
+            except Exception as exc:  # noqa: BLE001 - the method's own error, a full disk: not "the numbers differ"
+                raise UserError(f"check-resume: the run to stop after round {after} failed: {_cause(str(exc), exc)}"
+                                ) from exc
+            fedaccel("run", "--resume", str(stopped), what=f"the resume of the run stopped after round {after}")
+            fedaccel("run", str(stopped / "config.yaml"), "--out", str(whole), what="the whole run")
+            return _compared(after, rounds, whole, stopped)
+    except KeyboardInterrupt:
+        raise CheckStopped("SIGINT") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class CheckStopped(UserError):
+    """check-resume stopped by a signal: its runs' folders are removed, and it starts again when run again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"check-resume stopped by {reason}; its runs' folders are removed: run it again")
+
+
+def _stopped(signum: int, _frame: object) -> None:
+    raise CheckStopped(signal.Signals(signum).name)
+
+
+def _cause(text: str, exc: BaseException | None = None) -> str:
+    """An error's own words without advice on a folder check-resume removes (``fedaccel run --resume ...``)."""
+    line = (text.strip().splitlines() or [type(exc).__name__ if exc is not None else "no words"])[-1]
+    line = line.removeprefix("error: ")
+    if exc is not None and not isinstance(exc, UserError):
+        line = f"{type(exc).__name__}: {line}"
+    return line.split("; `fedaccel ")[0].split(" `fedaccel ")[0]
 
 
 def _compared(after: int, rounds: int, whole: Path, resumed: Path) -> ResumeCheck:

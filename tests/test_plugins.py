@@ -914,6 +914,20 @@ def myprox(*, mu: float = 0.01):
 '''
 
 
+def test_check_resume_says_a_method_that_raises_is_an_error_not_a_difference(
+    put: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    """Exit 1 means the numbers differ; a method raising in the first run gave a traceback and exit 1 too (a
+    breaker's): it is one line and exit 2, without advice on the folder check-resume removes."""
+    source = (PACKAGE / f"{MODULE}.py").read_text().replace("grad.add_(theta - w, alpha=mu)", "raise RuntimeError('a bug')")
+    put("raising", source=source)
+    args = ["--set", "data.dataset=digits", "--set", "data.subset=200", "--set", "data.clients=2", "--set",
+            "model=softmax", "--set", "train.rounds=4", "--set", "algorithm=myprox"]
+    assert main(["check-resume", *args]) == 2
+    line = one_line(capsys)
+    assert line == "error: check-resume: the run to stop after round 2 failed: RuntimeError: a bug\n", line
+
+
 @pytest.mark.parametrize("hidden", [False, True])
 def test_check_resume_tells_a_method_whose_state_a_resume_keeps_from_one_that_hides_it(
     put: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,

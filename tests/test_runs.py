@@ -851,3 +851,36 @@ def test_check_resume_compares_every_row_of_either_run_and_leaves_the_callers_co
     extra = _compared(2, 4, tmp_path / "whole", tmp_path / "stopped")
     assert not extra.same and extra.first_row_difference[:2] == (5, "test_acc"), extra
     assert extra.first_row_difference[2] is None
+
+
+@pytest.mark.slow
+def test_check_resume_stopped_by_sigterm_in_its_resume_leaves_no_folder_and_no_process(tmp_path: Path) -> None:
+    """SIGTERM while the resume ran in its own process killed check-resume at once: the child finished its
+    round and a temporary folder of runs stayed, unsaid (a breaker's). It now ends the child, removes its
+    folders and says to run it again (exit 130)."""
+    import signal
+    import time
+
+    from fedaccel.flower.deploy import descendants
+
+    args = [sys.executable, "-m", "fedaccel.cli", "check-resume", "--set", "data.dataset=digits", "--set",
+            "model=softmax", "--set", "data.clients=2", "--set", "train.rounds=400", "--after", "1"]
+    parent = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the resume's rows coming: its own process runs
+            rows = list(tmp_path.glob("fedaccel-check-resume-*/stopped/metrics.jsonl"))
+            if rows and rows[0].read_text().count("\n") > 5:
+                break
+            time.sleep(0.1)
+        children = descendants({parent.pid})
+        assert children, "no resume process"
+        parent.send_signal(signal.SIGTERM)
+        _, err = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    assert parent.returncode == 130 and "check-resume stopped by SIGTERM; its runs' folders are removed" in err, err
+    assert not list(tmp_path.glob("fedaccel-check-resume-*")), list(tmp_path.iterdir())
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]

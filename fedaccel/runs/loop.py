@@ -235,8 +235,8 @@ def run_loop(
     except KeyboardInterrupt:  # a second signal, or Ctrl-C where no handler could be set
         raise Interrupted(path, checkpointed, "a second signal" if STOP.is_set() else "KeyboardInterrupt") from None
     except Exception as exc:
-        if not isinstance(exc, (Interrupted, Diverged)):
-            keep_error(path, exc, state.round, checkpointed, config.run.runtime)
+        if not isinstance(exc, (Interrupted, Diverged)):  # a client's error: its round is not kept
+            keep_error(path, exc, state.round - isinstance(exc, ClientError), checkpointed, config.run.runtime)
         raise
     finally:
         if not isinstance(runtime, StackedMember):  # stacked seeds: their experiment clears it once all stopped
