@@ -149,8 +149,12 @@ def test_deploy_resume_of_a_finished_or_undeployed_run_answers_at_once(tmp_path:
         argv += ["--set", item]
     assert main(argv) == 0
     capsys.readouterr()
+    assert main(["deploy", "--resume", str(out)]) == 0  # finished: it advised `fedaccel run --resume`, with nothing left
+    assert "is already finished (round 1 of 1): nothing to resume" in capsys.readouterr().err
+    (out / "summary.json").rename(tmp_path / "summary.json")  # unfinished, in process
     assert refused(["deploy", "--resume", str(out)], tmp_path, capsys) == (
         f"error: {out} ran with run.runtime in-process, not as a deployment: `fedaccel run --resume {out}` continues it")
+    (tmp_path / "summary.json").rename(out / "summary.json")
     config = yaml.safe_load((out / "config.yaml").read_text())
     config["run"]["runtime"] = "flower-deployment"  # as `fedaccel deploy` writes it
     (out / "config.yaml").write_text(yaml.safe_dump(config))
