@@ -441,8 +441,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if said_finished(out, config):  # at once, before a SuperLink and its SuperNodes start
             return 0
         if (out / "flower" / PREPARED).is_file():  # a local SuperLink and SuperNodes, no TLS, would take it over
+            command = flwr_run_command((out / "flower" / "app").resolve())
             raise UserError(f"{out} was prepared for SuperNodes on other hosts (deploy --prepare): with them up, run "
-                            f"its `flwr run` again on the server host: {flwr_run_command((out / 'flower' / 'app').resolve())}")
+                            f"its `flwr run` again on the server host: {command}")
     else:
         with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
             config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
@@ -451,9 +452,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                             f"client): --set data.clients={args.clients}, or leave --clients out")
         out = Path(args.out) if args.out else new_run_dir(config)
         if (out / "flower" / PREPARED).is_file():
+            command = flwr_run_command((out / "flower" / "app").resolve())
             raise UserError(f"{out} is already prepared for SuperNodes on other hosts: its commands are those printed "
-                            f"then (the server's last: {flwr_run_command((out / 'flower' / 'app').resolve())}); a new run takes "
-                            "another --out")
+                            f"then (the server's last: {command}); a new run takes another --out")
         check_out_folder(out)
     if args.prepare:
         if args.resume:

@@ -96,7 +96,8 @@ def check_resume(config: Config, after: int | None = None, folder: Path | None =
                         "simulation resumes from the same checkpoints and client states (--set run.runtime=in-process)")
     rounds = config.train.rounds
     if rounds < 2:
-        raise UserError(f"check-resume stops a run after a round and resumes it: it needs train.rounds >= 2, got {rounds}")
+        raise UserError(f"check-resume stops a run after a round and resumes it: it needs train.rounds >= 2, "
+                        f"got {rounds}")
     after = max(1, rounds // 2) if after is None else after
     if not 1 <= after < rounds:
         raise UserError(f"--after must be a round from 1 to {rounds - 1} (train.rounds = {rounds}), got {after}")

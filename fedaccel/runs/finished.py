@@ -22,7 +22,7 @@ def said_finished(path: Path, config: Config) -> bool:
     if left:
         from fedaccel.runs.lock import lock_run_dir
 
-        with lock_run_dir(path):  # a write: the folder's one writer (taken only here, a finished folder may be read-only)
+        with lock_run_dir(path):  # a write: the folder's one writer (only here: a finished folder may be read-only)
             shutil.rmtree(states, ignore_errors=True)
     changed = ("its clients' states, left by a stop as it ended, were removed" if left else "nothing was changed")
     print(f"{path} is already finished (round {config.train.rounds} of {config.train.rounds}): "

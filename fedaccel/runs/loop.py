@@ -185,9 +185,10 @@ def run_loop(
                          f"round {checkpointed}")
                     raise Interrupted(path, checkpointed, signal_name())
                 if error := simulated_client_error(config, report):  # as in process: the error stops the run
+                    keeps = _what_it_keeps(config, path, f"its checkpoint of round {checkpointed}", stops=True)
                     raise ClientError(f"round {state.round}: {error}; a simulation's clients run this machine's code, "
                                       "so the run stops as it would in process (run.runtime=in-process runs it with "
-                                      f"its traceback){_what_it_keeps(config, path, f'its checkpoint of round {checkpointed}', stops=True)}")
+                                      f"its traceback){keeps}")
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
                     if SYNC_EVERY_ROW:
@@ -381,7 +382,8 @@ REFUSED_ROUNDS = 3  # rounds in a row with every answer refused that stop a run 
 def refused_message(config: Config, round_: int, why: str, path: Path, checkpointed: int, rounds: int) -> str:
     """One line: the ``rounds`` nothing was aggregated in, why, where to see the cause, and what the folder keeps."""
     what = "the run stopped at" if config.run.on_divergence == "stop" else "nothing aggregated up to"
-    return (f"{what} round {round_}: {f'in {rounds} rounds in a row ' if rounds > 1 else ''}{why}; does the method's client code raise "
+    in_a_row = f"in {rounds} rounds in a row " if rounds > 1 else ""
+    return (f"{what} round {round_}: {in_a_row}{why}; does the method's client code raise "
             f"or send non-finite values? run.runtime=in-process runs it with its traceback"
             f"{_what_it_keeps(config, path, f'its checkpoint of round {checkpointed}')}")
 
