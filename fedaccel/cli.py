@@ -440,10 +440,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                             f"`fedaccel run --resume {shlex.quote(str(out))}` continues it")
         if said_finished(out, config):  # at once, before a SuperLink and its SuperNodes start
             return 0
-        if (out / "flower" / PREPARED).is_file():  # a local SuperLink and SuperNodes, no TLS, would take it over
-            command = flwr_run_command((out / "flower" / "app").resolve())
-            raise UserError(f"{out} was prepared for SuperNodes on other hosts (deploy --prepare): with them up, run "
-                            f"its `flwr run` again on the server host: {command}")
+        refuse_prepared(out, "with them up, run its `flwr run` again on the server host")  # not this host's run
     else:
         with said_if_slow(f"reading {args.config or 'the defaults'} (torch loads)", quiet=args.no_progress):
             config = load_config(args.config, list(args.set) + ["run.runtime=flower-deployment"])
@@ -451,10 +448,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             raise UserError(f"--clients {args.clients} but data.clients = {config.data.clients} (one SuperNode per "
                             f"client): --set data.clients={args.clients}, or leave --clients out")
         out = Path(args.out) if args.out else new_run_dir(config)
-        if (out / "flower" / PREPARED).is_file():
-            command = flwr_run_command((out / "flower" / "app").resolve())
-            raise UserError(f"{out} is already prepared for SuperNodes on other hosts: its commands are those printed "
-                            f"then (the server's last: {command}); a new run takes another --out")
+        refuse_prepared(out, "its commands are those printed then, and a new run takes another --out; the server's "
+                             "last")
         check_out_folder(out)
     if args.prepare:
         if args.resume:
@@ -498,6 +493,14 @@ def print_multi_host_commands(app: Path, clients: int, tls: Path, port: int) -> 
 
 
 PREPARED = "prepared"  # RUN_DIR/flower/prepared: made by deploy --prepare, for SuperNodes on other hosts
+
+
+def refuse_prepared(out: Path, what_to_do: str) -> None:
+    """One line where ``out`` was made by ``deploy --prepare`` (a local SuperLink and SuperNodes, without TLS,
+    would take over a run meant for other hosts): ``what_to_do``, then the server host's ``flwr run``."""
+    if (out / "flower" / PREPARED).is_file():
+        raise UserError(f"{out} was prepared for SuperNodes on other hosts (deploy --prepare): {what_to_do}: "
+                        f"{flwr_run_command((out / 'flower' / 'app').resolve())}")
 
 
 def flwr_run_command(app: Path) -> str:

@@ -130,8 +130,8 @@ def check_resume(config: Config, after: int | None = None, folder: Path | None =
             except Interrupted as stop:
                 if stop.round != after or stop.reason != "a stop request":  # a signal of the user's
                     raise CheckStopped(stop.reason) from None
-            except (KeyboardInterrupt, CheckStopped):
-                raise CheckStopped("a signal") from None
+            except CheckStopped:
+                raise
             except Exception as exc:  # noqa: BLE001 - the method's own error, a full disk: not "the numbers differ"
                 raise UserError(f"check-resume: the run to stop after round {after} failed: {_cause(str(exc), exc)}"
                                 ) from exc
