@@ -160,6 +160,27 @@ def test_the_outermost_line_of_a_clients_chain_is_said_and_a_huge_reason_costs_n
     assert own_error(huge) is huge
 
 
+def test_a_clients_traceback_is_its_own_frames_up_to_its_exception() -> None:
+    """error.txt keeps a simulated client's traceback: its frames and exception, not Ray's wrapper after them."""
+    from fedaccel.flower.server import client_traceback
+
+    kept = client_traceback(RAY_WRAPPED.replace("ray::ClientAppActor", "\x1b[36mray::ClientAppActor\x1b[39m"))
+    assert kept.startswith('  File "mine.py", line 3, in load\n')
+    assert kept.endswith("fedaccel.errors.ConfigError: loading mine failed")
+    assert "ClientAppException" not in kept and "\x1b" not in kept
+
+
+@settings(max_examples=200, deadline=None)
+@given(reason=st.one_of(st.text(max_size=300), st.builds(lambda a, b: a + "\nThe above exception was the direct cause"
+                                                            + b, st.text(max_size=100), st.text(max_size=100))))
+def test_a_clients_traceback_is_printable_lines_of_its_reasons_end(reason: str) -> None:
+    """A node's reason is its own words: what error.txt keeps of it is printable, line by line, and bounded."""
+    from fedaccel.flower.server import OWN_ERROR_WINDOW, client_traceback
+
+    kept = client_traceback(reason)
+    assert all(line.isprintable() for line in kept.split("\n")) and len(kept) <= min(len(reason), OWN_ERROR_WINDOW)
+
+
 def nan_app() -> ClientApp:
     """Every client uploads NaNs (a method's bug)."""
 

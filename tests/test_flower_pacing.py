@@ -215,6 +215,37 @@ def test_flowers_notices_about_fedaccels_own_use_are_filtered_and_nothing_else()
     assert sum(isinstance(f, FlowerNotices) for f in logger.filters) == 1
 
 
+def test_a_simulation_drops_the_engines_records_of_a_clients_code_error_and_shows_the_rest() -> None:
+    """A simulated client whose code raised was ~30 lines of Flower's and Ray's records, three times over, before
+    fedaccel's one line; they are dropped while a simulation runs (error.txt keeps the client's traceback). A worker
+    that died, another error and a warning are shown; after the simulation, everything is."""
+    import logging
+
+    from flwr.supercore import log
+
+    from fedaccel.flower.notices import client_errors_kept_quiet
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    wrapped = RuntimeError("ray::ClientAppActor.run()\n...\nflwr.clientapp.client_app.ClientAppException: boom")
+    try:
+        with client_errors_kept_quiet():
+            log(logging.ERROR, "An exception was raised when processing a message by %s", "RayBackend")
+            log(logging.ERROR, wrapped)
+            log(logging.ERROR, "Traceback (most recent call last):\n...\nRayTaskError(LoadClientAppError): no app")
+            log(logging.ERROR, "The actor died unexpectedly before finishing this task.")
+            log(logging.WARNING, "ClientAppException in a warning")
+        log(logging.ERROR, wrapped)
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage().split("\n")[0] for r in seen] == [
+        "The actor died unexpectedly before finishing this task.", "ClientAppException in a warning",
+        "ray::ClientAppActor.run()"]
+
+
 @pytest.mark.parametrize("user_set", [None, "1"])
 def test_ray_prints_its_workers_prefixes_without_colour_codes_into_a_log(user_set: str | None, monkeypatch,
                                                                         tmp_path) -> None:

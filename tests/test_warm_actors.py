@@ -5,7 +5,9 @@ resources or idle too long."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -89,13 +91,24 @@ def test_a_simulation_runs_on_the_actors_the_last_one_left_and_gives_the_in_proc
     # "finished"; the reason was 300 characters of Ray's actor ids), as in process ...
     from fedaccel.runs.loop import ClientError
 
-    with pytest.raises(ClientError, match=r"^round 1: client 0's code raised RuntimeError: client 0 is broken; "
-                                          r"a simulation's clients run this machine's code") as stopped:
-        simulated("raising", ["algorithm=fedavg"], client_app=raising_app())
+    seen: list[logging.LogRecord] = []  # what Flower's logger would print
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logging.getLogger("flwr").addHandler(handler)
+    try:
+        with pytest.raises(ClientError, match=r"^round 1: client 0's code raised RuntimeError: client 0 is broken; "
+                                              r"a simulation's clients run this machine's code") as stopped:
+            simulated("raising", ["algorithm=fedavg"], client_app=raising_app())
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
     assert "\n" not in str(stopped.value) and not (tmp_path / "raising" / "summary.json").exists()  # resumable
     assert not (tmp_path / "raising" / "metrics.jsonl").read_text().count('"round": 1')  # round 1 not kept
     kept = (tmp_path / "raising" / "error.txt").read_text()  # round 1 was not kept: none was run
     assert kept.startswith("an error stopped the run after 0 round(s)") and "client 0 is broken" in kept, kept
+    assert re.search(r"client 0's traceback, in its ClientApp's process:\n(.*\n)*  File .*test_warm_actors\.py\", "
+                     r"line \d+, in train\n(.*\n)*RuntimeError: client 0 is broken\n", kept), kept
+    said = "\n".join(str(r.msg) for r in seen)  # ... and not as the engine's records: ~30 lines of Ray's each
+    assert "ClientAppException" not in said and f"its traceback: {tmp_path / 'raising' / 'error.txt'}" in str(stopped.value)
     first = warm_actors.kept_actors()
     assert len(first) == workers and all(alive(a) for a in first)
 

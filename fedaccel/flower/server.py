@@ -87,6 +87,7 @@ class FlowerClients:
         self.trained_at = list(trained_at or [0] * len(nodes))
         self.first_replies: list[float] = []  # seconds until the first reply, in the last exchanges
         self.said_absent: set[int] = set()  # clients whose loss was said: said again only once they answered
+        self.tracebacks: dict[str, str] = {}  # the last exchange's clients whose code raised: their tracebacks
         self.secure = parse_secure(setup.config.run.secure_aggregation)  # SecAgg+'s settings, or None
         if self.secure is not None and plain:
             raise UserError(f"run.secure_aggregation: client(s) {sorted(plain)} run a plain Flower ClientApp "
@@ -108,6 +109,7 @@ class FlowerClients:
         ]
         answers: dict[int, Message] = {}
         rejected: dict[str, str] = {}
+        self.tracebacks = {}
         silent: list[tuple[int, float]] = []  # no answer within the timeout: (client, seconds waited)
         gone: list[tuple[int, float]] = []  # the SuperLink says the node is gone: (client, seconds until it said so)
         # Replies come at a steady pace: the first pull waits through 70% of the quickest of the
@@ -130,6 +132,8 @@ class FlowerClients:
                                               ErrorCode.LOAD_CLIENT_APP_EXCEPTION)  # not a dead actor: its code
                 rejected[str(ctx.client)] = one_line(f"{CLIENT_ERROR} {CLIENT_RAISED} {own_error(reply.error.reason)}"
                                                      if raised else f"{CLIENT_ERROR} {reply.error.reason}")
+                if raised:
+                    self.tracebacks[str(ctx.client)] = client_traceback(reply.error.reason)
             else:
                 answers[ctx.client] = reply
         diag: dict[str, Any] = {}
@@ -296,6 +300,18 @@ def own_error(reason: str) -> str:
 
 
 OWN_ERROR_WINDOW = 1 << 16  # characters of a client's error reason searched for its own exception's line
+
+
+def client_traceback(reason: str) -> str:
+    """A client's own traceback out of Flower's error reason, for ``error.txt``: the frames of its code up to its
+    exception (the outermost of a chain), without Ray's wrapper after it or its colour codes, from the reason's
+    last :data:`OWN_ERROR_WINDOW` characters; printable text only (a node's reason is its own words)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", reason[-OWN_ERROR_WINDOW:])
+    cause = text.rfind("The above exception was the direct cause")
+    own = text[:cause].rstrip() if cause >= 0 else text
+    frames = own.find("\n  File ")
+    own = own[frames + 1:] if frames >= 0 else own
+    return "\n".join("".join(c if c.isprintable() else " " for c in line) for line in own.splitlines())
 
 
 def one_line(text: str) -> str:

@@ -50,7 +50,7 @@ def simulate(
     from fedaccel.flower.client import app as fedaccel_client_app
     from fedaccel.flower.dispatch import wake_simulation_on_push
     from fedaccel.flower.in_flight import keep_two_in_flight
-    from fedaccel.flower.notices import quiet_notices
+    from fedaccel.flower.notices import client_errors_kept_quiet, quiet_notices
     from fedaccel.flower.server import serve
     from fedaccel.flower.warm_actors import actors_kept_warm
     from fedaccel.flower.warm_ray import backend_config, keep_ray_up, remember_started
@@ -75,7 +75,7 @@ def simulate(
     keep_ray_up()
     backend = backend_config(config.data.clients, workers)
     # Ctrl-C and SIGTERM reach this (the main) thread, not the ServerApp's, where run_loop can set no handler
-    with simulation_signals(), actors_kept_warm(backend):  # its ClientApp actors: the last simulation's, if any
+    with simulation_signals(), actors_kept_warm(backend), client_errors_kept_quiet():  # its ClientApp actors: the last simulation's, if any
         run_simulation(
             server_app=server_app,
             client_app=client_app or fedaccel_client_app,

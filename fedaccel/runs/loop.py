@@ -187,8 +187,8 @@ def run_loop(
                 if error := simulated_client_error(config, report):  # as in process: the error stops the run
                     keeps = _what_it_keeps(config, path, f"its checkpoint of round {checkpointed}", stops=True)
                     raise ClientError(f"round {state.round}: {error}; a simulation's clients run this machine's code, "
-                                      "so the run stops as it would in process (run.runtime=in-process runs it with "
-                                      f"its traceback){keeps}")
+                                      f"so the run stops as it would in process (its traceback: {path / ERROR_FILE})"
+                                      f"{keeps}", getattr(runtime, "tracebacks", None) or {})
                 if report.diag:
                     _write(diag_file, diag_row := {"round": state.round, **report.diag})
                     if SYNC_EVERY_ROW:
@@ -263,7 +263,9 @@ def keep_error(path: Path, exc: BaseException, rounds: int, checkpointed: int, r
              "starts it again from round 0 (no checkpoint was due before the error)")
     text = (f"an error stopped the run after {rounds} round(s); `fedaccel {command} --resume "
             f"{shlex.quote(str(path))}` {where}\n\n"
-            + "".join(traceback.format_exception(exc)))
+            + "".join(traceback.format_exception(exc))
+            + "".join(f"\nclient {client}'s traceback, in its ClientApp's process:\n{text}\n"
+                      for client, text in getattr(exc, "tracebacks", {}).items()))
     try:
         write_atomic(path / ERROR_FILE, text)
     except Exception:  # noqa: BLE001
@@ -334,7 +336,12 @@ CLIENT_RAISED = "its code raised"  # ... after CLIENT_ERROR where the client's c
 
 
 class ClientError(UserError):
-    """A simulation's client whose code raised: the run stops at that round, not kept, as it does in process."""
+    """A simulation's client whose code raised: the run stops at that round, not kept, as it does in process;
+    ``tracebacks``: the clients' own, by client id, which ``error.txt`` keeps."""
+
+    def __init__(self, message: str, tracebacks: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.tracebacks = dict(tracebacks or {})
 
 
 def simulated_client_error(config: Config, report: RoundReport) -> str | None:
