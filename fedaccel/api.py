@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaccel.algorithms.base import Algorithm
+from fedaccel.algorithms.presets import apply_preset
 from fedaccel.algorithms.sampling import check_schedule
 from fedaccel.data.splits import checked_partition
 from fedaccel.engine.device import resolve_device
@@ -47,6 +48,7 @@ from fedaccel.runs.config import (
     build_algorithm_from,
     check_participation,
     check_plugins,
+    check_values,
     dump_config,
     local_options,
     read_yaml,
@@ -97,7 +99,8 @@ def train(
 
     ``algorithm`` is a recipe name (``"fedumf"``), a name with its hyperparameters as in a config
     (``{"name": "fedumf", "fraction": 0.5}``) or a composed [Algorithm][fedaccel.algorithms.base.Algorithm]. A recipe with a
-    ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given.
+    ``fraction`` hyperparameter (FedUMF's C) takes ``client_fraction`` unless it is given; an Algorithm object keeps
+    the fraction it was built with (``build_algorithm("fedumf")``: the paper's C = 0.1).
 
     ``train_options`` are the keys of `fedaccel.runs.config.TrainConfig`: lr, batch_size,
     local_epochs, local_steps, momentum, weight_decay, lr_decay or lr_schedule, clip, client_fraction,
@@ -126,12 +129,14 @@ def train(
         check_model(module, type(module).__name__)
     if isinstance(algorithm, Algorithm):
         algo = algorithm
+        check_own_fraction(algo, train_options.get("client_fraction"))
     else:
         algo = build_algorithm_from(config)
         warn_if_fedavg_in_disguise(config)
     federation = Federation(
         module, x_train, y_train, partition, x_test, y_test, local_options(config), seed=seed, device=where
     )
+    check_scoring(federation)
     setup = Setup(config, federation, algo, config.train.client_fraction)
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
     models: dict[int, Tensor] = {}
@@ -153,7 +158,12 @@ def check_data(module: nn.Module, data: Mapping[str, Any]) -> None:
     leaving a folder behind."""
     for name, value in data.items():
         if not isinstance(value, Tensor):
-            raise UserError(f"{name} must be a torch tensor, got {type(value).__name__}")
+            raise UserError(f"{name} must be a torch tensor, got {type(value).__name__}"
+                            + (" (torch.from_numpy makes one)" if isinstance(value, np.ndarray) else ""))
+        if (value.dtype.is_floating_point or value.dtype.is_complex) and not bool(torch.isfinite(value).all()):
+            bad = (~torch.isfinite(value)).reshape(len(value), -1).any(1) if value.dim() else torch.ones(1, dtype=bool)
+            raise UserError(f"{name} holds NaN or infinite values in {int(bad.sum())} sample(s), the first at index "
+                            f"{int(bad.nonzero()[0, 0])}: a model trained on them diverges")
     for split in ("train", "test"):
         x, y = data[f"x_{split}"], data[f"y_{split}"]
         if x.dim() == 0 or y.dim() == 0 or len(x) != len(y):
@@ -165,6 +175,53 @@ def check_data(module: nn.Module, data: Mapping[str, Any]) -> None:
             raise UserError(f"y_{split} must be class indices, a 1-D integer tensor, for {type(module).__name__}'s "
                             f"cross-entropy: got {str(y.dtype).removeprefix('torch.')} of shape {tuple(y.shape)}"
                             + (" (one-hot rows? y.argmax(1) gives their indices)" if y.dim() == 2 else ""))
+
+
+def check_own_fraction(algorithm: Algorithm, client_fraction: Any) -> None:
+    """An Algorithm object that selects its own clients (FedUMF's C, a part with a ``participation`` stage) beside a
+    ``client_fraction`` it would not use: refused in one line (a recipe name takes ``client_fraction`` as its C)."""
+    found = algorithm.single("participation")
+    own = getattr(found[1], "upload_fraction", None) if found else None
+    if client_fraction is not None and own is not None and own != client_fraction:
+        raise UserError(f"algorithm {algorithm.name!r} selects its own clients, a fraction {own:g} of them, so "
+                        f"client_fraction={client_fraction:g} would not be used: build it with fraction="
+                        f"{client_fraction:g}, or give its name (algorithm={algorithm.name!r} takes client_fraction)")
+
+
+def check_scoring(federation: Federation) -> None:
+    """One line, before a run folder is written, where the module cannot score the data: its output, loss and count
+    of correct samples on the first :data:`TRIAL` samples of each set (a shape or dtype that does not fit, or, for
+    cross-entropy, labels outside the module's outputs were torch's traceback mid-run, leaving a folder), and a
+    ``correct`` that returns no count (an accuracy, say: every test_acc was 0)."""
+    module = federation.model.module
+    name, training = type(module).__name__, module.training
+    for split, x, y in (("train", federation.x_train, federation.y_train),
+                        ("test", federation.x_test, federation.y_test)):
+        xb, yb = x[:TRIAL], y[:TRIAL]
+        module.eval()  # no batch statistics move
+        try:
+            with torch.no_grad():
+                out = module(xb)
+                federation.loss_fn(out, yb)
+                count = float(federation.correct_fn(out, yb))
+        except Exception as exc:  # noqa: BLE001  # the module's, torch's: said in one line, nothing written yet
+            said = " ".join(str(exc).split())[:300]
+            raise UserError(f"{name} cannot score x_{split}[:{len(xb)}] and y_{split}[:{len(yb)}]: "
+                            f"{type(exc).__name__}: {said}") from exc
+        finally:
+            module.train(training)
+        if not (0 <= count <= len(yb) and count == int(count)):
+            raise UserError(f"{name}.correct(output, y) must return how many of the batch's samples are correct (a "
+                            f"count: fedaccel sums it over batches and divides by the samples), got {count:g} for "
+                            f"{len(yb)} samples of x_{split}")
+        if not callable(getattr(module, "loss", None)) and out.dim() == 2 and len(y):  # cross-entropy's labels
+            classes, low, high = out.shape[1], int(y.min()), int(y.max())
+            if low < 0 or high >= classes:
+                raise UserError(f"y_{split} holds labels {low}..{high}, but {name} has {classes} outputs: "
+                                f"cross-entropy takes labels 0..{classes - 1}")
+
+
+TRIAL = 64  # samples of each set that check_scoring runs through the module
 
 
 def _config(
@@ -193,17 +250,21 @@ def _config(
     options = {"rounds": rounds, **train_options}
     if options.get("participation") is not None:  # tuples and arrays too, stored as lists
         options["participation"] = check_schedule(options["participation"], len(partition))
+    # an algorithm.preset fills the train and eval keys left unset, as in a config file (fedaccel.algorithms.presets)
+    raw = apply_preset({"algorithm": section, "train": options, "eval": {"every": eval_every, "train_samples": None},
+                        "run": {"seed": seed, "progress": progress, "out_dir": "runs/api"}})
     config = Config(
         name=str(section["name"]),
-        algorithm=section,
+        algorithm=raw["algorithm"],
         model={"name": type(module).__name__, OBJECT_KEY: architecture(module)},
         data=DataConfig(dataset="custom", clients=len(partition), split={
             "name": "given", "data": fingerprint_of(*data), "partition": fingerprint_of(list(partition))}),
-        train=_build(TrainConfig, options, "train."),
-        eval=EvalConfig(every=eval_every, train_samples=None),
-        run=RunConfig(seed=seed, progress=progress, out_dir="runs/api"),
+        train=_build(TrainConfig, raw["train"], "train."),
+        eval=_build(EvalConfig, raw["eval"], "eval."),
+        run=_build(RunConfig, raw["run"], "run."),
     )
     check_participation(config, len(partition))
+    check_values(config, recipe=not isinstance(algorithm, Algorithm))
     return config
 
 

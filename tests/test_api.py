@@ -225,6 +225,15 @@ def test_an_algorithm_objects_fingerprint_is_the_same_in_another_process() -> No
         ({"lrr": 0.1}, "unknown config key 'train.lrr'"),
         ({"order": "sorted"}, "train.order must be one of"),
         ({"participation": [[0, 9]]}, "names client 9"),
+        # values a config file refuses at load were taken by train(): a folder of round 0 only, 1 client in 4 a
+        # round, a ZeroDivisionError or numpy's and tqdm's errors mid-run, each leaving a folder behind
+        ({"rounds": 0}, "train.rounds must be >= 1"),
+        ({"client_fraction": 0}, r"train.client_fraction must be in \(0, 1\]"),
+        ({"client_fraction": 1.5}, r"train.client_fraction must be in \(0, 1\]"),
+        ({"eval_every": 0}, "eval.every must be >= 1"),
+        ({"seed": "a"}, "run.seed must be of type int"),
+        ({"progress": "no"}, "run.progress must be of type bool"),
+        ({"lr_schedule": {"name": "step", "milestones": [0.1]}}, "rounds to round 0"),
     ],
 )
 def test_bad_arguments_are_one_line_config_errors(options: dict[str, Any], message: str, tmp_path: Path) -> None:
@@ -263,6 +272,79 @@ def test_labels_that_cannot_train_the_module_are_one_line_before_a_folder(
     with pytest.raises(UserError, match=message) as err:
         train(model(), X, labels(Y), [np.arange(0, 30), np.arange(30, 60)], X, Y, run_dir=tmp_path / "x", rounds=1,
               progress=False)
+    assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+
+
+def test_a_preset_sets_the_train_and_eval_keys_it_sets_in_a_config(tmp_path: Path) -> None:
+    """train() applied only a preset's algorithm part (momentum, weight decay, order, schedule and FedDC's evaluated
+    models were dropped, silently): the preset's run now equals the same keys given by hand."""
+    from fedaccel.runs.config import load_config
+
+    preset = fit(tmp_path / "preset", algorithm={"name": "fednova", "preset": "fednova-code"}, rounds=2)
+    wanted = load_config(None, ["algorithm=fednova", "algorithm.preset=fednova-code"])
+    kept = yaml.safe_load((preset.run_dir / "config.yaml").read_text())
+    for key in ("momentum", "weight_decay", "order", "last_batch", "lr_schedule"):
+        assert kept["train"][key] == getattr(wanted.train, key), key
+    assert kept["train"]["momentum"] != 0  # the preset's
+    by_hand = {key: kept["train"][key] for key in ("momentum", "weight_decay", "order", "last_batch", "lr_schedule")}
+    same = fit(tmp_path / "by-hand", algorithm={k: v for k, v in kept["algorithm"].items() if k != "preset"},
+               rounds=2, **by_hand)
+    assert torch.equal(preset.w, same.w)
+    scaffold = fit(tmp_path / "feddc", algorithm={"name": "scaffold", "preset": "feddc-code"}, rounds=1)
+    assert "client_mean/test_acc" in scaffold.metrics[-1]  # the preset's eval.models
+
+
+def test_an_algorithm_object_beside_a_client_fraction_it_would_not_use_is_refused(tmp_path: Path) -> None:
+    """build_algorithm("fedumf") selects C = 0.1 of the clients; client_fraction=0.5 beside it was silently unused."""
+    from fedaccel.algorithms.registry import build_algorithm
+
+    with pytest.raises(UserError, match=r"algorithm 'fedumf' selects its own clients, a fraction 0.1 of them, so "
+                                        r"client_fraction=0.5 would not be used") as err:
+        fit(tmp_path / "x", algorithm=build_algorithm("fedumf"), client_fraction=0.5)
+    assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+    fit(tmp_path / "same", algorithm=build_algorithm("fedumf", fraction=0.5), client_fraction=0.5)
+
+
+class Accuracy(nn.Module):
+    """A module whose correct() returns an accuracy, not a count (the contract is a count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (out.argmax(1) == y).float().mean()
+
+
+def with_nan(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    x[7, 3] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("case, message", [
+    ({"y": Y * 4}, r"cannot score x_train\[:64\] and y_train\[:64\]: IndexError: Target 4 is out of bounds"),
+    ({"y": torch.where(torch.arange(len(Y)) == 100, 2, Y)}, r"y_train holds labels 0\.\.2, but Linear has 2 outputs"),
+    ({"x": X[:, :3]}, r"cannot score x_train\[:64\] .*: RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    ({"module": model().double()}, r"RuntimeError: mat1 and mat2 must have the same dtype"),
+    ({"module": Accuracy()}, r"Accuracy.correct\(output, y\) must return how many of the batch's samples are correct "
+                             r"\(a count: .*\), got 0.\d+ for 64 samples"),
+    ({"x": with_nan(X)}, r"x_train holds NaN or infinite values in 1 sample\(s\), the first at index 7"),
+    ({"x": X.numpy()}, r"x_train must be a torch tensor, got ndarray \(torch.from_numpy makes one\)"),
+    ({"partition": np.arange(len(Y))}, r"partition must be one index array per client .* a single number, 0, "),
+    ({"partition": None}, r"partition must be one index array per client \(a list of arrays\), got NoneType"),
+])
+def test_data_the_module_cannot_train_on_is_one_line_before_a_folder(
+        case: dict[str, Any], message: str, tmp_path: Path) -> None:
+    """Labels outside the module's outputs, inputs of another shape or dtype, NaN inputs and an accuracy for a count
+    were torch's tracebacks mid-run, a divergence blamed on the learning rate, or test_acc 0 in every row."""
+    x, y = case.get("x", X), case.get("y", Y)
+    with pytest.raises(UserError, match=message) as err:
+        train(case.get("module", model()), x, y, case.get("partition", CLIENTS), x, y, run_dir=tmp_path / "x",
+              rounds=1, progress=False)
     assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
 
 

@@ -504,7 +504,9 @@ def build_algorithm(name: str, **params: Any) -> Algorithm:
     """Build a named method; unknown or invalid hyperparameters raise ConfigError. ``server_opt``,
     ``aggregate`` and ``dp`` (``EVERY_RECIPE``) add a server optimiser, replace the mean by a robust rule,
     and replace it by DP-FedAvg's clipped and noised mean (``fedaccel.algorithms.dp``; its ``dp`` mapping
-    carries the run's population, which ``fedaccel.runs.config.build_algorithm_from`` adds)."""
+    carries the run's population, which ``fedaccel.runs.config.build_algorithm_from`` adds). Unset
+    hyperparameters take the recipe's defaults (``fedaccel algorithms``): fedumf's ``fraction`` is the paper's C =
+    0.1 here, where a config or ``fedaccel.train(algorithm="fedumf")`` takes ``train.client_fraction``."""
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:

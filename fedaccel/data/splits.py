@@ -12,7 +12,7 @@ the usual ``0..C-1`` labels.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -453,9 +453,16 @@ def natural(
 def checked_partition(partition: Sequence[Sequence[int]], n: int, what: str) -> list[np.ndarray]:
     """``partition`` as int64 index arrays, in its own order, once checked: integer indices in ``0..n-1``, no index
     on two clients (or twice on one); ``what`` names it in the one-line ConfigError."""
+    if isinstance(partition, (str, bytes, Mapping)) or not isinstance(partition, Iterable):
+        raise ConfigError(f"{what} must be one index array per client (a list of arrays), got "
+                          f"{type(partition).__name__}")
     parts = []
     for p in partition:
         a = np.asarray(p)
+        if a.ndim == 0:  # np.arange(n) itself: each index would be a client of one sample
+            raise ConfigError(f"{what} must be one index array per client (a list of arrays); it holds a single "
+                              f"number, {a.item()!r}, where a client's indices go (np.array_split(indices, clients) "
+                              "makes one array per client)")
         if a.size and not np.issubdtype(a.dtype, np.integer):
             raise ConfigError(f"{what} must hold integer sample indices")
         a = a.astype(np.int64).reshape(-1)

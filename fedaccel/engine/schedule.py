@@ -58,6 +58,10 @@ def _milestone(value: Any, rounds: int) -> int:
             raise ConfigError(f"{KEY}.milestones: a round must be >= 1, got {value}")
         return value
     if isinstance(value, float) and 0 < value < 1:
+        if int(value * rounds) < 1:  # a milestone at round 0 would lower the rate of every round, silently
+            raise ConfigError(f"{KEY}.milestones: {value:g} of train.rounds = {rounds} rounds to round 0, which "
+                              f"would lower the rate of every round; give a round (an integer >= 1) or a fraction "
+                              f"of at least 1/{rounds}")
         return int(value * rounds)
     raise ConfigError(f"{KEY}.milestones holds rounds (integers >= 1) or fractions of train.rounds (floats in "
                       f"(0, 1)), got {shown(value)}")

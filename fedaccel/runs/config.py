@@ -516,7 +516,6 @@ def validate(config: Config) -> None:
     """Check names and values now, so a bad config fails before any work is done."""
     from fedaccel.data import DATASETS, dataset_names, dataset_plugin
     from fedaccel.data.splits import SPLITS
-    from fedaccel.engine.local import LocalOptions
     from fedaccel.models import model_factory
 
     check_name(config.name, "name")
@@ -530,6 +529,12 @@ def validate(config: Config) -> None:
         raise ConfigError(f"unknown split {shown(split_name)}; known: {listed(sorted(SPLITS), near=split_name)}")
     _check_params("split", split_name, split, SPLITS[split_name])
     model_factory(str(config.model["name"]))  # a built-in, or an installed plugin's; else one line
+    check_values(config)
+
+
+def check_values(config: Config, *, recipe: bool = True) -> None:
+    """The checks of :func:`validate` that do not name a dataset, split or model (``fedaccel.train``'s own data and
+    module have none); ``recipe``: the algorithm is a recipe name (not a Python object), whose uploads are counted."""
     local_options(config)  # LocalOptions validates its own values
     checks = [
         (0 <= config.run.seed <= MAX_SEED, f"run.seed must be a whole number from 0 to {MAX_SEED:,}"),
@@ -558,11 +563,12 @@ def validate(config: Config) -> None:
     check_mean_weighting(config.eval.mean_weighting)
     for attack in config.attacks:
         validate_attack(attack, config.data.clients, config.train.rounds)
-    from fedaccel.algorithms.registry import get_recipe
+    if recipe:
+        from fedaccel.algorithms.registry import get_recipe
 
-    check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
-    check_robust_rule(config)  # after the schedule's own check: it counts the schedule's uploads
-    check_some_upload(config)
+        check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
+        check_robust_rule(config)  # after the schedule's own check: it counts the schedule's uploads
+        check_some_upload(config)
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
@@ -570,7 +576,6 @@ def validate(config: Config) -> None:
     if config.run.runtime.startswith("flower") and config.run.device != "cpu":
         raise ConfigError(f"run.device {config.run.device}: the Flower runtimes run on the CPU; "
                           "use run.runtime=in-process for a GPU")
-    del LocalOptions
 
 
 def check_secure_aggregation(config: Config) -> None:
