@@ -4,6 +4,7 @@ The CLI (``fedaccel --help``) and this API do the same things:
 
 - :func:`train` - your own ``torch.nn.Module`` and data (tensors + one index array per client);
 - :func:`load_config`, :func:`run`, :func:`resume` - config-driven runs that write a run folder;
+  :func:`check_resume` - a config stopped and resumed gives the numbers of the whole run;
 - :func:`load_experiment`, :func:`run_experiment` - grids of runs with curves and tables;
 - :func:`compose`, :class:`Part`, :func:`build_algorithm` - build or combine algorithms.
 """
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from fedaccel.algorithms.registry import RECIPES, build_algorithm
     from fedaccel.api import History, train
     from fedaccel.grids.experiment import load_experiment, run_experiment
-    from fedaccel.launch import resume, run
+    from fedaccel.launch import check_resume, resume, run
     from fedaccel.runs.config import Config, load_config
 
 # Imported when first used (PEP 562), so that `import fedaccel.cli` and the light modules do not
@@ -28,7 +29,7 @@ _WHERE = {
     "RECIPES": "fedaccel.algorithms.registry", "build_algorithm": "fedaccel.algorithms.registry",
     "History": "fedaccel.api", "train": "fedaccel.api",
     "load_experiment": "fedaccel.grids.experiment", "run_experiment": "fedaccel.grids.experiment",
-    "resume": "fedaccel.launch", "run": "fedaccel.launch",
+    "resume": "fedaccel.launch", "run": "fedaccel.launch", "check_resume": "fedaccel.launch",
     "Config": "fedaccel.runs.config", "load_config": "fedaccel.runs.config",
 }
 
@@ -42,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+    return sorted({*globals(), *_WHERE})  # a name already imported is in both
 
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "Part",
     "RECIPES",
     "build_algorithm",
+    "check_resume",
     "compose",
     "load_config",
     "load_experiment",

@@ -37,7 +37,10 @@ from fedaccel.runs.setup import build_setup
 def run(config: Config, run_dir: str | Path | None = None, *, progress: bool | None = None,
         stop_after: int | None = None) -> Path:
     """Run ``config`` into ``run_dir`` (default: a new folder under ``run.out_dir``); ``stop_after``: stop after
-    that round as a signal would (in process and stacked: ``check_resume``)."""
+    that round as a signal would (in process and stacked: ``check_resume``), raising
+    ``fedaccel.runs.stopping.Interrupted`` (its ``run_dir``: the folder, which ``resume`` continues)."""
+    if not isinstance(config, Config):  # a path or a mapping: AttributeError 'str' object has no attribute 'run'
+        raise UserError(f"run takes a Config, got {type(config).__name__}: fedaccel.load_config(PATH) makes one")
     path = Path(run_dir) if run_dir is not None else new_run_dir(config)
     check_out_folder(path)
     warn_if_fedavg_in_disguise(config)

@@ -152,7 +152,8 @@ def test_an_algorithm_objects_settings_tell_its_runs_apart_in_tables_and_on_resu
     capsys.readouterr()
     assert main(["run", "--resume", str(tmp_path / "g" / "strong0")]) == 2
     err = capsys.readouterr().err
-    assert "was a Python object given to fedaccel.train" in err and "resume=True" in err and err.count("\n") == 1
+    assert "is a run of fedaccel.train" in err and "resume=True) and the same module, data, partition and algorithm " \
+        "object" in err and err.count("\n") == 1
 
 
 def test_runs_on_another_partition_data_or_model_are_told_apart_and_seeds_of_one_are_not(tmp_path: Path) -> None:
@@ -346,6 +347,47 @@ def test_data_the_module_cannot_train_on_is_one_line_before_a_folder(
         train(case.get("module", model()), x, y, case.get("partition", CLIENTS), x, y, run_dir=tmp_path / "x",
               rounds=1, progress=False)
     assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+
+
+def test_a_train_folder_given_to_resume_says_train_continues_it(tmp_path: Path) -> None:
+    """fedaccel.resume (and `fedaccel run --resume`) of a train() folder said "unknown dataset 'custom'"."""
+    import fedaccel
+
+    fit(tmp_path / "mine", rounds=1)
+    with pytest.raises(ConfigError, match=r"is a run of fedaccel.train on your own module and data \(model 'Linear'\), "
+                                          r"which no config can build: continue it with fedaccel.train\(\.\.\., run_dir="):
+        fedaccel.resume(tmp_path / "mine")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda f: f.load_config(None, "train.rounds=2"), r"overrides are a list of key=value strings, got one string"),
+    (lambda f: f.load_experiment("experiments/demo.yaml", "train.rounds=2"), r"got one string"),
+    (lambda f: f.load_config(None, [2]), r"overrides are key=value strings, got 2"),
+    (lambda f: f.load_config({"train": {"rounds": 2}}), r"load_config takes a config file's path, got dict \(.*from_dict"),
+    (lambda f: f.run("configs/demo.yaml"), r"run takes a Config, got str: fedaccel.load_config\(PATH\) makes one"),
+    (lambda f: f.compose("mine", "fedavg"), r"compose\('mine', \.\.\.\) takes Part objects .*got str 'fedavg'"),
+])
+def test_an_argument_of_the_wrong_kind_is_said_in_one_line(call: Any, message: str) -> None:
+    """A string for a list of overrides was read a character at a time ("--set expects key=value, got 't'"); a path
+    given to run, a mapping to load_config and a recipe name to compose were AttributeErrors or pathlib's TypeError."""
+    import fedaccel
+
+    with pytest.raises((UserError, TypeError), match=message) as err:
+        call(fedaccel)
+    assert "\n" not in str(err.value)
+
+
+def test_every_name_the_api_page_lists_is_importable_from_fedaccel_once() -> None:
+    """api.md says everything on it is importable from fedaccel; check_resume was not, and dir() listed train twice."""
+    import re
+
+    import fedaccel
+
+    page = Path(__file__).parents[1].joinpath("docs/reference/api.md").read_text()
+    for name in re.findall(r"^::: fedaccel\.[\w.]+\.(\w+)$", page, re.MULTILINE):
+        assert getattr(fedaccel, name) is not None, name
+    fedaccel.train  # noqa: B018  # imported now: in globals() and in the lazy table
+    assert len(dir(fedaccel)) == len(set(dir(fedaccel)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -310,6 +310,12 @@ def compose(name: str, *parts: Part) -> Algorithm:
         >>> compose("fedavg", mean_aggregate()).name
         'fedavg'
     """
+    if not isinstance(name, str):
+        raise TypeError(f"compose's first argument is the algorithm's name, got {type(name).__name__}")
+    for part in parts:
+        if not isinstance(part, Part):  # a recipe's name, say: AttributeError 'str' object has no attribute 'name'
+            raise TypeError(f"compose({name!r}, ...) takes Part objects (the part functions of fedaccel.algorithms "
+                            f"make them), got {type(part).__name__} {part!r}")
     algorithm = Algorithm(name, tuple(parts))
     for stage in EXCLUSIVE_STAGES:
         owners = [p.name for _, p in algorithm.with_stage(stage)]

@@ -131,6 +131,9 @@ class RunConfig:
 
 @dataclass
 class Config:
+    """A run's settings: the sections of a config file (``load_config`` reads and checks one; each key's meaning and
+    default: docs/reference/configuration.md)."""
+
     name: str = ""  # label in plots and tables; default: the algorithm's name
     algorithm: dict[str, Any] = named("fedavg")  # the method and its hyperparameters, e.g. {name: bherd, alpha: 0.5}
     model: dict[str, Any] = named("svm")  # the model and its options, e.g. {name: 2nn, hidden: 100}
@@ -167,6 +170,10 @@ LOCAL_RUNTIMES = ("in-process", "stacked", "auto")  # run in this process by fed
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file, then ``key=value`` overrides; validated."""
     raw: dict[str, Any] = {}
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"load_config takes a config file's path, got {type(path).__name__}"
+                          + (" (fedaccel.runs.config.from_dict builds a Config from a mapping)"
+                             if isinstance(path, dict) else ""))
     if path is not None:
         raw = read_yaml(path)
         if {"base", "grid"} & set(raw):  # an experiment file's keys, none of them a run config's
@@ -185,8 +192,12 @@ def parse_overrides(overrides: list[str], written: tuple[str, ...] = ()) -> list
     key of ``written`` (an experiment's grid keys), set an option in it with no value given for the section before
     (``algorithm.alpha=0.3`` then ``algorithm=bherd``) is refused: the option would vanish unseen. A null (a section
     turned off) is taken as it says."""
+    if isinstance(overrides, (str, bytes)):  # each character was read as an item: "--set expects key=value, got 't'"
+        raise ConfigError(f"overrides are a list of key=value strings, got one string: [{shown(overrides)}]")
     parsed: list[tuple[str, Any]] = []
     for item in overrides:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides are key=value strings, got {shown(item)}")
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
@@ -907,7 +918,15 @@ def read_run_config(path: Path) -> Config:
     """A run folder's ``config.yaml``, once the plugins it records are checked (:func:`check_plugins`)."""
     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     check_plugins(text, str(path.parent))
-    return from_dict(read_yaml(path))
+    raw = read_yaml(path)
+    model = raw.get("model")
+    if isinstance(model, dict) and OBJECT_KEY in model:  # fedaccel.train's: a module and data no config can name
+        raise ConfigError(f"{path.parent} is a run of fedaccel.train on your own module and data (model "
+                        f"{shown(model.get('name'))}), which no config can build: continue it with "
+                        f"fedaccel.train(..., run_dir={str(path.parent)!r}, resume=True) and the same module, data"
+                        + (", partition and algorithm object" if OBJECT_KEY in (raw.get("algorithm") or {}) else
+                           " and partition"))
+    return from_dict(raw)
 
 
 def resolved_note(config: Config) -> str:
