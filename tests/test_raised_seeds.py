@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaccel.report.claims import Claim, Raised, claim_test, final, judge, judge_family, labels, staged_test
 from fedaccel.report.statistics import ALPHA, combined_p, seeds_for_power, sign_flip_p, stage_weights
@@ -187,3 +189,29 @@ def test_a_raised_row_is_judged_by_its_stages_and_says_so() -> None:
                               "normal; stages of 5, 6 seeds, weights² 0.25, 0.75)"]
     assert labels(plain) == ["seeds raised after a look (from 5 to 11), p not adjusted"]
     assert labels(staged.as_dict()) == labels(staged) and "inverse normal" in staged.as_dict()["method"]
+
+
+def test_a_stage_whose_pairs_all_tie_is_no_evidence_not_p_1() -> None:
+    """A first stage of six tied rounds (both sides reached the target in the same round) had p = 1 on both sides,
+    z = -inf, and held the combined p at 1 whatever the later seeds showed, beside an interval excluding 0. A stage
+    whose every pair ties counts as one without pairs (z = 0)."""
+    from fedaccel.report.claims import staged_interval
+
+    d, stage, weights = [0.0] * 6 + [-1.97, 0.0, -1.54, 0.0], [0] * 6 + [1] * 4, stage_weights([6, 4])
+    p = staged_test(MEAN, d, stage, weights)[0]
+    assert p == pytest.approx(2 * combined_p([None, sign_flip_p(d[6:], "less")], weights))
+    assert p < 1 and staged_interval(MEAN, d, stage, weights)[1] == 0.0  # p > 0.05: 0 is in the interval
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.0, 0.0, 1.0, 3.0]), min_size=8, max_size=14),
+       st.integers(min_value=3, max_value=6))
+def test_a_raised_rows_interval_holds_0_when_its_p_is_above_the_level(d: list[float], first: int) -> None:
+    """raised-seeds.md: the interval "holds 0 exactly when p > 0.05", ties and all (rounds tie often)."""
+    from fedaccel.report.claims import staged_interval
+
+    stage, weights = [0] * first + [1] * (len(d) - first), stage_weights([first, len(d) - first])
+    p = staged_test(MEAN, d, stage, weights)[0]
+    low, high = staged_interval(MEAN, d, stage, weights)
+    if p > ALPHA:
+        assert low <= 0.0 <= high, (p, low, high)

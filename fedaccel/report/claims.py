@@ -593,7 +593,7 @@ def claim_test(claim: Claim, d: Sequence[float], bounds: Bounds | None = None) -
 def _one_sided(claim: Claim, d: np.ndarray, bounds: Bounds | None, swapped: np.ndarray | None,
                shift: float = 0.0) -> dict[str, float | None]:
     """The one-sided tests :func:`claim_test` builds its p from, on one stage's differences (``None`` for a stage
-    without pairs), the effect shifted by ``shift`` (the interval's inversion)."""
+    without pairs, or with every pair tied), the effect shifted by ``shift`` (the interval's inversion)."""
     if d.size == 0:
         return dict.fromkeys(("inside_low", "inside_high", "out_high", "out_low") if claim.expect == "equal" else
                              ("greater", "less"))
@@ -605,8 +605,13 @@ def _one_sided(claim: Claim, d: np.ndarray, bounds: Bounds | None, swapped: np.n
                 "out_high": sign_test_p(low, "greater", centre=m), "out_low": sign_test_p(high, "less", centre=-m)}
     if claim.exchangeable:
         other = -d if swapped is None else swapped
-        return {alternative: swap_p(d - shift, other + shift, alternative) for alternative in ("greater", "less")}
-    return {alternative: sign_test_p(d - shift, alternative, centre=_shift(claim)) for alternative in ("greater", "less")}
+        sides = {alternative: swap_p(d - shift, other + shift, alternative) for alternative in ("greater", "less")}
+    else:
+        sides = {alternative: sign_test_p(d - shift, alternative, centre=_shift(claim)) for alternative in ("greater", "less")}
+    # p = 1 on both sides: every pair tied (each swap, or sign, changes nothing), a test that can say nothing. It
+    # counts as a stage without pairs (z = 0), not as p = 1 (z = -inf, which held the combined p at 1 whatever the
+    # other stages showed). Valid: the tests condition on what decides it (the pairs' sizes, the ties).
+    return dict.fromkeys(sides) if all(p == 1.0 for p in sides.values()) else sides
 
 
 def staged_test(claim: Claim, d: Sequence[float], stage: Sequence[int], weights: Sequence[float],

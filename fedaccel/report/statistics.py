@@ -296,7 +296,8 @@ def combined_interval(greater: Callable[[float], float], less: Callable[[float],
     """The interval a combination test inverts to: the shifts c that neither one-sided combined test rejects at
     half of ``1 - level`` (``greater(c)``: the combined p of "the effect is above c", rising with c; ``less(c)``
     the mirror). Each end found by bisection over the data's range widened by that range (an end no shift
-    reaches is infinite), so it holds 0 exactly when the two-sided combined p exceeds ``1 - level``."""
+    reaches is infinite), and 0 where neither test rejects it: so it holds 0 exactly when the two-sided combined p
+    exceeds ``1 - level``."""
     d = np.asarray(values, dtype=float)
     d = d[np.isfinite(d)]
     if d.size == 0:
@@ -316,6 +317,8 @@ def combined_interval(greater: Callable[[float], float], less: Callable[[float],
 
     low = -math.inf if greater(far_low) > half else edge(lambda c: greater(c) <= half, far_low, far_high)
     high = math.inf if less(far_high) > half else edge(lambda c: less(c) <= half, far_high, far_low)
+    if greater(0.0) > half and less(0.0) > half:  # 0 kept: the interval is the hull of the shifts kept, 0 with them
+        low, high = min(low, 0.0), max(high, 0.0)  # (a stage of ties is no evidence at 0 alone: a kept point apart)
     return low, high
 
 
