@@ -454,3 +454,31 @@ def test_an_experiment_whose_looks_name_a_seed_it_does_not_run_is_refused_when_l
     path.write_text(yaml.safe_dump({**spec, "looks": [[0, 1, 7]]}))
     with pytest.raises(ConfigError, match=r"looks names seed 7, which no cell of the grid runs \(its seeds: 0, 1, 2, 3\)"):
         load_experiment(path)
+
+
+def test_a_grid_whose_base_does_not_resolve_beside_its_runs_is_compared_plotted_and_judged(
+        tmp_path: Path, capsys) -> None:
+    """experiments.md's own example (a relative base: and a variant {}) ran, then compare, plot and judge refused it:
+    the copy beside the runs did not find its base, so the {} cell took the default train.lr, "not its cell's run".
+    A run in the wrong folder is still refused by a key its cell spells."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "base.yaml").write_text(yaml.safe_dump({
+        "data": {"dataset": "digits", "clients": 3, "split": "iid"}, "model": "softmax",
+        "train": {"rounds": 2, "lr": 0.05, "batch_size": 20}, "run": {"progress": False}}))
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "var.yaml").write_text(yaml.safe_dump({
+        "name": "var", "base": "../configs/base.yaml",
+        "grid": {"run.seed": [0, 1], "variant": [{}, {"train.batch_size": 10, "train.lr": 0.1}]},
+        "claims": [{"text": "the variant trains", "a": {"train.batch_size": 10}, "b": {"train.batch_size": 20},
+                    "measure": {"final": "test_acc"}, "expect": "greater"}]}, sort_keys=False))
+    out = tmp_path / "runs" / "var"
+    assert main(["experiment", str(tmp_path / "experiments" / "var.yaml"), "--out", str(out), "--no-progress"]) == 0
+    for command in (["compare", str(out)], ["plot", str(out), "-o", str(tmp_path / "c.png")], ["judge", str(out)]):
+        assert main(command) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    base_cell, variant_cell = sorted(p for p in out.iterdir() if (p / "config.yaml").is_file())[:2]
+    config = yaml.safe_load((variant_cell / "config.yaml").read_text())
+    config["train"]["batch_size"] = 20  # the base's run in the variant's folder
+    (variant_cell / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["compare", str(out)]) == 2
+    assert "train.batch_size 20" in capsys.readouterr().err

@@ -75,8 +75,11 @@ def check_cell_configs(cells: Sequence[tuple[str, Mapping[str, Any]]], runs: Seq
         want = resolved[name]
         flat_run = flatten_config(grouping_config(run.config))
         flat_want = flatten_config(grouping_config(want)) if want is not None else {}
+        # only what the cell spells: a grid copied beside its runs may not find its base (a path relative to the
+        # experiment file), and a cell of its variant {} then took the defaults for the keys its base sets
+        spelled = [k for k in keys if _spelled(k, specs[name])]
         wrong = [(SEED, _seed(run.config), _seed(want if want is not None else specs[name]))]
-        wrong += [(k, flat_run.get(k, MISSING), flat_want.get(k, MISSING)) for k in keys if want is not None]
+        wrong += [(k, flat_run.get(k, MISSING), flat_want.get(k, MISSING)) for k in spelled if want is not None]
         wrong = [(k, got, cell) for k, got, cell in wrong if cell is not MISSING and _canon(got) != _canon(cell)]
         if wrong:
             key, got, cell = wrong[0]
@@ -84,6 +87,19 @@ def check_cell_configs(cells: Sequence[tuple[str, Mapping[str, Any]]], runs: Seq
             raise UserError(f"{run.path}: its config.yaml has {key} {_said(got)}{others} where its cell has "
                             f"{_said(cell)}: the folder does not hold its cell's run; put the run back in its own "
                             "folder, or delete the folder and run the experiment again (it reruns the cell)")
+
+
+def _spelled(key: str, spec: Mapping[str, Any]) -> bool:
+    """Whether the cell's ``spec`` (as the experiment file spells it) sets the dotted ``key``, or the section holding
+    it (``algorithm: bherd`` sets ``algorithm.alpha``: the recipe's default)."""
+    node: Any = spec
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            return True  # a section given by name: its options are its defaults
+        if part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _said(value: Any) -> str:
