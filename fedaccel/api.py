@@ -46,7 +46,6 @@ from fedaccel.runs.config import (
     _build,
     _named,
     build_algorithm_from,
-    check_participation,
     check_plugins,
     check_values,
     dump_config,
@@ -263,8 +262,7 @@ def _config(
         eval=_build(EvalConfig, raw["eval"], "eval."),
         run=_build(RunConfig, raw["run"], "run."),
     )
-    check_participation(config, len(partition))
-    check_values(config, recipe=not isinstance(algorithm, Algorithm))
+    check_values(config, recipe=not isinstance(algorithm, Algorithm))  # the participation schedule among them
     return config
 
 

@@ -291,12 +291,18 @@ def own_error(reason: str) -> str:
     in a Ray traceback (its first 300 characters were Ray's actor and process ids): the line before the last "direct
     cause" (the outermost of a chain), read from the reason's end only (a hostile node's may be 2 GB of newlines);
     ``reason`` itself otherwise."""
+    before = _before_last_cause(reason)
+    if before is None:
+        return reason
+    return before[before.rfind("\n") + 1:].strip() or reason
+
+
+def _before_last_cause(reason: str) -> str | None:
+    """The reason's last :data:`OWN_ERROR_WINDOW` characters up to its last "direct cause" (the outermost exception
+    of the client's own chain ends there), or None where it has none."""
     text = reason[-OWN_ERROR_WINDOW:]
     cause = text.rfind("The above exception was the direct cause")
-    if cause < 0:
-        return reason
-    before = text[:cause].rstrip()
-    return before[before.rfind("\n") + 1:].strip() or reason
+    return text[:cause].rstrip() if cause >= 0 else None
 
 
 OWN_ERROR_WINDOW = 1 << 16  # characters of a client's error reason searched for its own exception's line
@@ -306,9 +312,8 @@ def client_traceback(reason: str) -> str:
     """A client's own traceback out of Flower's error reason, for ``error.txt``: the frames of its code up to its
     exception (the outermost of a chain), without Ray's wrapper after it or its colour codes, from the reason's
     last :data:`OWN_ERROR_WINDOW` characters; printable text only (a node's reason is its own words)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", reason[-OWN_ERROR_WINDOW:])
-    cause = text.rfind("The above exception was the direct cause")
-    own = text[:cause].rstrip() if cause >= 0 else text
+    before = _before_last_cause(reason)
+    own = re.sub(r"\x1b\[[0-9;]*m", "", reason[-OWN_ERROR_WINDOW:] if before is None else before)
     frames = own.find("\n  File ")
     own = own[frames + 1:] if frames >= 0 else own
     return "\n".join("".join(c if c.isprintable() else " " for c in line) for line in own.splitlines())

@@ -74,8 +74,9 @@ def simulate(
     # Ray joins that cluster and its CPUs decide how many ClientApps run at once.
     keep_ray_up()
     backend = backend_config(config.data.clients, workers)
-    # Ctrl-C and SIGTERM reach this (the main) thread, not the ServerApp's, where run_loop can set no handler
-    with simulation_signals(), actors_kept_warm(backend), client_errors_kept_quiet():  # its ClientApp actors: the last simulation's, if any
+    # Ctrl-C and SIGTERM reach this (the main) thread, not the ServerApp's, where run_loop can set no handler; the
+    # ClientApp actors are the last simulation's, if any
+    with simulation_signals(), actors_kept_warm(backend), client_errors_kept_quiet():
         run_simulation(
             server_app=server_app,
             client_app=client_app or fedaccel_client_app,

@@ -580,6 +580,8 @@ def check_values(config: Config, *, recipe: bool = True) -> None:
         check_participation(config, 1 if get_recipe(config.algorithm["name"]).centralized else config.data.clients)
         check_robust_rule(config)  # after the schedule's own check: it counts the schedule's uploads
         check_some_upload(config)
+    else:  # an Algorithm object's clients are the data's
+        check_participation(config, config.data.clients)
     from fedaccel.engine.device import check_device_name
 
     check_device_name(config.run.device)  # whether it is on this machine: when the run starts
@@ -922,10 +924,10 @@ def read_run_config(path: Path) -> Config:
     model = raw.get("model")
     if isinstance(model, dict) and OBJECT_KEY in model:  # fedaccel.train's: a module and data no config can name
         raise ConfigError(f"{path.parent} is a run of fedaccel.train on your own module and data (model "
-                        f"{shown(model.get('name'))}), which no config can build: continue it with "
-                        f"fedaccel.train(..., run_dir={str(path.parent)!r}, resume=True) and the same module, data"
-                        + (", partition and algorithm object" if OBJECT_KEY in (raw.get("algorithm") or {}) else
-                           " and partition"))
+                          f"{shown(model.get('name'))}), which no config can build: continue it with "
+                          f"fedaccel.train(..., run_dir={str(path.parent)!r}, resume=True) and the same module, data"
+                          + (", partition and algorithm object" if OBJECT_KEY in (raw.get("algorithm") or {}) else
+                             " and partition"))
     return from_dict(raw)
 
 
